@@ -17,71 +17,335 @@ limitations under the License.
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// EDIT THIS FILE!  THIS IS SCAFFOLDING FOR YOU TO OWN!
-// NOTE: json tags are required.  Any new fields you add must have json tags for the fields to be serialized.
+// Engine names the database software that runs the MyDatabase.
+// +kubebuilder:validation:Enum=postgres
+type Engine string
 
-// MyDatabaseSpec defines the desired state of MyDatabase
+const (
+	// EnginePostgres runs the official PostgreSQL image: one primary and
+	// streaming read replicas.
+	EnginePostgres Engine = "postgres"
+)
+
+// DeletionPolicy says what happens to the data when a MyDatabase is deleted.
+// +kubebuilder:validation:Enum=Retain;Delete
+type DeletionPolicy string
+
+const (
+	// DeletionPolicyRetain keeps the data volumes and the credentials Secret,
+	// released from the MyDatabase, so that nothing is lost. A MyDatabase of
+	// the same name adopts them again.
+	DeletionPolicyRetain DeletionPolicy = "Retain"
+	// DeletionPolicyDelete removes everything the MyDatabase created,
+	// data volumes included.
+	DeletionPolicyDelete DeletionPolicy = "Delete"
+)
+
+// MyDatabaseSpec is the desired state of a MyDatabase.
+// +kubebuilder:validation:XValidation:rule="has(self.credentials) == has(oldSelf.credentials) && (!has(self.credentials) || self.credentials == oldSelf.credentials)",message="credentials is immutable: the data only knows the password it was created with"
 type MyDatabaseSpec struct {
-	// INSERT ADDITIONAL SPEC FIELDS - desired state of cluster
-	// Important: Run "make" to regenerate code after modifying this file
-	// The following markers will use OpenAPI v3 schema to validate the value
-	// More info: https://book.kubebuilder.io/reference/markers/crd-validation.html
-
-	// foo is an example field of MyDatabase. Edit mydatabase_types.go to remove/update
+	// engine is the database software. Only postgres is supported today.
+	// Immutable.
+	// +kubebuilder:default=postgres
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="engine is immutable: create a new MyDatabase to change engines"
 	// +optional
-	Foo *string `json:"foo,omitempty"`
+	Engine Engine `json:"engine,omitempty"`
+
+	// version is the PostgreSQL version: a supported major (15 to 18) or a
+	// major.minor such as "17.6". It selects the official image tag
+	// postgres:<version>. Minor versions may change; the major may not.
+	// +kubebuilder:default="17"
+	// +kubebuilder:validation:MaxLength=8
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(15|16|17|18)([.][0-9]+)?$')",message="version must be a supported PostgreSQL major (15, 16, 17 or 18), optionally with a minor, for example \"17\" or \"17.6\""
+	// +kubebuilder:validation:XValidation:rule="self.split('.')[0] == oldSelf.split('.')[0]",message="changing the PostgreSQL major version is not supported yet (major upgrades need pg_upgrade); only the minor version may change"
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// image overrides the container image (for a mirror or a patched build).
+	// It must run PostgreSQL of the major given in version.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// replicas is the number of PostgreSQL servers: one primary plus
+	// replicas-1 streaming read replicas.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=9
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// storage is the data volume of every server.
+	// +kubebuilder:default={}
+	// +optional
+	Storage StorageSpec `json:"storage,omitempty"`
+
+	// resources are the compute resources of the PostgreSQL container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// parameters are PostgreSQL settings written to postgresql.conf, for
+	// example max_connections: "200". Changing them restarts the servers,
+	// replicas first. Settings the operator manages itself are refused.
+	// +kubebuilder:validation:MaxProperties=200
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z][a-z0-9_.]*$'))",message="parameter names are lower-case PostgreSQL setting names such as max_connections"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'primary_conninfo', 'primary_slot_name', 'hot_standby', 'wal_level', 'max_wal_senders', 'restore_command', 'archive_mode', 'archive_command']))",message="parameters may not set listen_addresses, port, unix_socket_directories, data_directory, config_file, hba_file, ident_file, primary_conninfo, primary_slot_name, hot_standby, wal_level, max_wal_senders, restore_command, archive_mode or archive_command: the operator manages them"
+	// +optional
+	Parameters map[string]string `json:"parameters,omitempty"`
+
+	// databaseName is the database created at bootstrap. Immutable.
+	// +kubebuilder:default=app
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z_][a-z0-9_]*$')",message="databaseName must start with a lower-case letter or underscore and contain only lower-case letters, digits and underscores"
+	// +kubebuilder:validation:XValidation:rule="!(self in ['postgres', 'template0', 'template1'])",message="databaseName must not be postgres, template0 or template1: those are PostgreSQL's own databases"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="databaseName is immutable: the database already exists under its old name"
+	// +optional
+	DatabaseName string `json:"databaseName,omitempty"`
+
+	// user is the role that owns databaseName. Immutable.
+	// +kubebuilder:default=app
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z_][a-z0-9_]*$')",message="user must start with a lower-case letter or underscore and contain only lower-case letters, digits and underscores"
+	// +kubebuilder:validation:XValidation:rule="!(self in ['postgres', 'replicator']) && !self.startsWith('pg_')",message="user must not be postgres, replicator or start with pg_: those roles are reserved"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="user is immutable: the role already exists under its old name"
+	// +optional
+	User string `json:"user,omitempty"`
+
+	// credentials names an existing Secret to use instead of a generated
+	// one. Immutable.
+	// +optional
+	Credentials *CredentialsSpec `json:"credentials,omitempty"`
+
+	// service is how clients reach the database.
+	// +kubebuilder:default={}
+	// +optional
+	Service ServiceSpec `json:"service,omitempty"`
+
+	// deletionPolicy says what happens to the data when this MyDatabase is
+	// deleted: Retain (default) keeps the volumes and the credentials
+	// Secret; Delete removes them.
+	// +kubebuilder:default=Retain
+	// +optional
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+
+	// paused stops the operator from changing any child object. Status is
+	// still reported.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+
+	// nodeSelector constrains the servers to nodes with these labels.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// tolerations of the server pods.
+	// +optional
+	// +listType=atomic
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// affinity of the server pods.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// priorityClassName of the server pods.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// topologySpreadConstraints of the server pods.
+	// +optional
+	// +listType=atomic
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+
+	// podLabels are added to the server pods. They cannot override the
+	// labels the operator sets.
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('app.kubernetes.io/') && !k.startsWith('database.example.com/'))",message="podLabels must not use the app.kubernetes.io/ or database.example.com/ prefixes: the operator owns those labels"
+	// +optional
+	PodLabels map[string]string `json:"podLabels,omitempty"`
+
+	// podAnnotations are added to the server pods.
+	// +optional
+	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
 }
 
-// MyDatabaseStatus defines the observed state of MyDatabase.
+// StorageSpec is the data volume of each server.
+// +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName is immutable: existing volumes cannot move to another class"
+type StorageSpec struct {
+	// size of each data volume. It may grow but never shrink.
+	// +kubebuilder:default="1Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="storage.size must be greater than zero, for example 1Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",message="storage.size may grow but never shrink: a volume cannot be made smaller without losing data"
+	// +optional
+	Size resource.Quantity `json:"size,omitempty"`
+
+	// storageClassName of the data volumes; the cluster default when unset.
+	// Immutable.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// CredentialsSpec points at a user-supplied Secret.
+type CredentialsSpec struct {
+	// secretName is an existing Secret in the same namespace with the keys
+	// username and password. The operator reads it and never changes it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="credentials.secretName must be a valid Secret name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
+	SecretName string `json:"secretName"`
+}
+
+// ServiceSpec is how clients reach the database.
+type ServiceSpec struct {
+	// type of the read-write and read-only Services.
+	// +kubebuilder:default=ClusterIP
+	// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
+	// +optional
+	Type corev1.ServiceType `json:"type,omitempty"`
+
+	// port the Services listen on.
+	// +kubebuilder:default=5432
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+}
+
+// Phase is a one-word summary of the MyDatabase for humans. Automation should
+// read the conditions instead.
+type Phase string
+
+const (
+	// PhasePending: accepted, nothing created yet.
+	PhasePending Phase = "Pending"
+	// PhaseProvisioning: children created, servers not all ready yet.
+	PhaseProvisioning Phase = "Provisioning"
+	// PhaseReady: every server is ready and runs the desired spec.
+	PhaseReady Phase = "Ready"
+	// PhaseUpdating: a change is rolling through the servers.
+	PhaseUpdating Phase = "Updating"
+	// PhasePaused: spec.paused is true; the operator changes nothing.
+	PhasePaused Phase = "Paused"
+	// PhaseStalled: only the user can unblock it; see the Stalled condition.
+	PhaseStalled Phase = "Stalled"
+	// PhaseDeleting: the MyDatabase is being deleted.
+	PhaseDeleting Phase = "Deleting"
+)
+
+// Condition types, in the kstatus convention: Ready is the summary;
+// Reconciling and Stalled are present only while True.
+const (
+	ConditionReady       = "Ready"
+	ConditionReconciling = "Reconciling"
+	ConditionStalled     = "Stalled"
+)
+
+// Condition reasons.
+const (
+	ReasonAvailable             = "Available"
+	ReasonProvisioning          = "Provisioning"
+	ReasonUpdating              = "Updating"
+	ReasonScaling               = "Scaling"
+	ReasonPaused                = "Paused"
+	ReasonDeleting              = "Deleting"
+	ReasonCredentialsNotFound   = "CredentialsSecretNotFound"
+	ReasonCredentialsInvalid    = "CredentialsSecretInvalid"
+	ReasonCredentialsLost       = "CredentialsSecretLost"
+	ReasonCredentialsChanged    = "CredentialsSecretChanged"
+	ReasonSecretConflict        = "SecretOwnedByAnother"
+	ReasonStorageResize         = "StorageResizeUnsupported"
+	ReasonStorageClassNotFound  = "StorageClassNotFound"
+	ReasonWaitingForOldInstance = "WaitingForPreviousInstance"
+)
+
+// MyDatabaseStatus is the observed state of a MyDatabase.
 type MyDatabaseStatus struct {
-	// INSERT ADDITIONAL STATUS FIELD - define observed state of cluster
-	// Important: Run "make" to regenerate code after modifying this file
+	// observedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// For Kubernetes API conventions, see:
-	// https://github.com/kubernetes/community/blob/master/contributors/devel/sig-architecture/api-conventions.md#typical-status-properties
+	// phase is a one-word summary for humans.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
 
-	// conditions represent the current state of the MyDatabase resource.
-	// Each condition has a unique type and reflects the status of a specific aspect of the resource.
-	//
-	// Standard condition types include:
-	// - "Available": the resource is fully functional
-	// - "Progressing": the resource is being created or updated
-	// - "Degraded": the resource failed to reach or maintain its desired state
-	//
-	// The status of each condition is one of True, False, or Unknown.
+	// replicas is the number of server pods that exist.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// readyReplicas is the number of server pods that are ready.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// ready is readyReplicas/spec.replicas, for display.
+	// +optional
+	Ready string `json:"ready,omitempty"`
+
+	// selector is the label selector of the server pods, for the scale
+	// subresource.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// endpoint is the read-write host:port (the primary).
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// readEndpoint is the read-only host:port (the replicas), when there are
+	// replicas.
+	// +optional
+	ReadEndpoint string `json:"readEndpoint,omitempty"`
+
+	// credentialsSecret is the Secret with the connection details.
+	// +optional
+	CredentialsSecret string `json:"credentialsSecret,omitempty"`
+
+	// currentVersion is the version every server runs, once the rollout of
+	// spec.version has finished.
+	// +optional
+	CurrentVersion string `json:"currentVersion,omitempty"`
+
+	// conditions: Ready (summary), Reconciling and Stalled, in the kstatus
+	// convention.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
+// MyDatabase is a PostgreSQL database: one primary and streaming read
+// replicas, with its volumes, Services and credentials.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-
-// MyDatabase is the Schema for the mydatabases API
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=mydb,categories=databases
+// +kubebuilder:printcolumn:name="Engine",type=string,JSONPath=`.spec.engine`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.ready`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type MyDatabase struct {
 	metav1.TypeMeta `json:",inline"`
 
-	// metadata is a standard object metadata
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitzero"`
 
-	// spec defines the desired state of MyDatabase
-	// +required
+	// +kubebuilder:default={}
+	// +optional
 	Spec MyDatabaseSpec `json:"spec"`
 
-	// status defines the observed state of MyDatabase
 	// +optional
 	Status MyDatabaseStatus `json:"status,omitzero"`
 }
 
 // +kubebuilder:object:root=true
 
-// MyDatabaseList contains a list of MyDatabase
+// MyDatabaseList contains a list of MyDatabase.
 type MyDatabaseList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitzero"`

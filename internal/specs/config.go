@@ -1,0 +1,96 @@
+package specs
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+)
+
+// Files in the ConfigMap, mounted at ConfigDir in every pod.
+const (
+	RunScriptKey      = "run.sh"
+	PostgresConfKey   = "postgresql.conf"
+	HBAConfKey        = "pg_hba.conf"
+	ConfigDir         = "/etc/mydatabase"
+	containerPort     = 5432
+	replicationSecret = "password"
+)
+
+//go:embed files/run.sh
+var runScript string
+
+//go:embed files/pg_hba.conf
+var hbaConf string
+
+// defaultParameters are the settings every server starts with; spec.parameters
+// override them. Settings the operator cannot let go of (listen_addresses,
+// port, wal_level, hot_standby, ...) are refused by the CRD's CEL rules.
+var defaultParameters = map[string]string{
+	"listen_addresses":    "*",
+	"password_encryption": "scram-sha-256",
+	"wal_level":           "replica",
+	"hot_standby":         "on",
+	"max_wal_senders":     "10",
+	// Keep enough WAL for a replica that restarts to catch up without a
+	// replication slot, bounded so that a 1Gi volume cannot fill with WAL.
+	"wal_keep_size":   "128MB",
+	"log_destination": "stderr",
+}
+
+// PostgresConf renders postgresql.conf: the defaults overridden by
+// spec.parameters, one quoted setting per line in name order, so that the
+// same spec always renders the same bytes (and the same config hash).
+func PostgresConf(db *databasev1alpha1.MyDatabase) string {
+	params := maps.Clone(defaultParameters)
+	maps.Copy(params, db.Spec.Parameters)
+	var b strings.Builder
+	b.WriteString("# Managed by the MyDatabase operator: set spec.parameters instead of editing this file.\n")
+	for _, name := range slices.Sorted(maps.Keys(params)) {
+		fmt.Fprintf(&b, "%s = %s\n", name, quoteSetting(params[name]))
+	}
+	return b.String()
+}
+
+// quoteSetting quotes a value for postgresql.conf: single quotes doubled,
+// backslashes escaped, line breaks escaped so that a value can never start
+// a setting of its own.
+func quoteSetting(v string) string {
+	r := strings.NewReplacer(`\`, `\\`, `'`, `''`, "\n", `\n`, "\r", `\r`)
+	return "'" + r.Replace(v) + "'"
+}
+
+// ConfigData is the content of the ConfigMap.
+func ConfigData(db *databasev1alpha1.MyDatabase) map[string]string {
+	return map[string]string{
+		RunScriptKey:    runScript,
+		PostgresConfKey: PostgresConf(db),
+		HBAConfKey:      hbaConf,
+	}
+}
+
+// ConfigHash is a digest of ConfigData. It sits on the pod template, so any
+// change to the settings or scripts rolls the pods.
+func ConfigHash(db *databasev1alpha1.MyDatabase) string {
+	data := ConfigData(db)
+	h := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(data)) {
+		fmt.Fprintf(h, "%s\x00%s\x00", k, data[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// ConfigMap holds postgresql.conf, pg_hba.conf and the pod entrypoint.
+func ConfigMap(db *databasev1alpha1.MyDatabase) *corev1ac.ConfigMapApplyConfiguration {
+	return corev1ac.ConfigMap(ConfigMapName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentConfig)).
+		WithOwnerReferences(ownerReferenceApply(db)).
+		WithData(ConfigData(db))
+}

@@ -1,0 +1,87 @@
+#!/bin/bash
+# Entrypoint of every MyDatabase PostgreSQL pod.
+#
+# The operator owns this script instead of relying on the official image's
+# docker-entrypoint.sh: the very same file runs in the pod and in the
+# operator's tests against real PostgreSQL binaries (internal/pgtest), so
+# what the tests prove is what runs in production. It only uses initdb,
+# pg_ctl, psql, pg_isready, pg_basebackup and postgres with options that are
+# stable across every supported major (15 to 18).
+#
+# Ordinal 0 is the primary; every other ordinal is a streaming hot standby.
+# On the first start the primary initialises its data directory and the
+# replicas clone it with pg_basebackup; both steps work in a scratch
+# directory that is renamed into place only when complete, so a crash half
+# way is retried from scratch and never leaves a half-made PGDATA behind.
+# Later starts find PG_VERSION and go straight to postgres.
+set -Eeuo pipefail
+
+: "${PGDATA:?}" "${PGHOST:?}" "${PGPORT:?}" "${POD_NAME:?}" "${CONFIG_DIR:?}"
+: "${POSTGRES_USER:?}" "${POSTGRES_DB:?}" "${POSTGRES_PASSWORD:?}"
+: "${REPLICATION_PASSWORD:?}" "${PRIMARY_HOST:?}" "${PRIMARY_PORT:?}"
+
+ordinal=${POD_NAME##*-}
+passfile="$PGHOST/.pgpass-replication"
+
+log() { printf '%s mydatabase[%s]: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$POD_NAME" "$*" >&2; }
+
+# The replication password reaches libpq through a password file, never the
+# command line or the server's environment (where dblink could read it).
+write_passfile() {
+	local p=${REPLICATION_PASSWORD//\\/\\\\}
+	p=${p//:/\\:}
+	(umask 077 && printf '*:*:*:replicator:%s\n' "$p" >"$passfile")
+}
+
+init_primary() {
+	local scratch="$PGDATA.init"
+	log "initialising a new primary in $PGDATA"
+	rm -rf "$scratch"
+	initdb --pgdata="$scratch" --username=postgres --encoding=UTF8 --locale=C \
+		--data-checksums --auth-local=trust --auth-host=scram-sha-256 >/dev/null
+	# A private server: no TCP listener, socket only in this pod's own directory.
+	pg_ctl --pgdata="$scratch" --wait --silent \
+		-o "-c listen_addresses='' -c unix_socket_directories='$PGHOST' -c port=$PGPORT" start
+	psql --no-psqlrc --quiet --set=ON_ERROR_STOP=1 --username=postgres --dbname=postgres <<'SQL'
+\getenv app_user POSTGRES_USER
+\getenv app_password POSTGRES_PASSWORD
+\getenv app_db POSTGRES_DB
+\getenv replication_password REPLICATION_PASSWORD
+CREATE ROLE :"app_user" LOGIN PASSWORD :'app_password';
+CREATE DATABASE :"app_db" OWNER :"app_user";
+REVOKE ALL ON DATABASE :"app_db" FROM PUBLIC;
+CREATE ROLE replicator WITH REPLICATION LOGIN PASSWORD :'replication_password';
+SQL
+	pg_ctl --pgdata="$scratch" --wait --silent --mode=fast stop
+	mv "$scratch" "$PGDATA"
+	log "primary initialised"
+}
+
+clone_replica() {
+	local scratch="$PGDATA.clone"
+	rm -rf "$scratch"
+	until pg_isready --quiet --host="$PRIMARY_HOST" --port="$PRIMARY_PORT"; do
+		log "waiting for the primary at $PRIMARY_HOST:$PRIMARY_PORT"
+		sleep 2
+	done
+	log "cloning the primary at $PRIMARY_HOST:$PRIMARY_PORT"
+	PGPASSFILE="$passfile" pg_basebackup --pgdata="$scratch" --host="$PRIMARY_HOST" \
+		--port="$PRIMARY_PORT" --username=replicator --no-password \
+		--wal-method=stream --checkpoint=fast
+	mv "$scratch" "$PGDATA"
+	log "replica cloned"
+}
+
+write_passfile
+if [ ! -s "$PGDATA/PG_VERSION" ]; then
+	if [ "$ordinal" = 0 ]; then init_primary; else clone_replica; fi
+fi
+
+args=(-D "$PGDATA" -c "config_file=$CONFIG_DIR/postgresql.conf" -c "hba_file=$CONFIG_DIR/pg_hba.conf"
+	-c "unix_socket_directories=$PGHOST" -c "port=$PGPORT")
+if [ "$ordinal" != 0 ]; then
+	touch "$PGDATA/standby.signal"
+	args+=(-c "primary_conninfo=host=$PRIMARY_HOST port=$PRIMARY_PORT user=replicator passfile=$passfile application_name=$POD_NAME")
+fi
+log "starting postgres as $([ "$ordinal" = 0 ] && echo primary || echo replica)"
+exec postgres "${args[@]}"

@@ -1,0 +1,254 @@
+package specs
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+)
+
+// Paths inside the container.
+const (
+	DataMountPath = "/var/lib/postgresql/data"
+	// PGDATA is a directory below the volume root, so that a lost+found on a
+	// fresh filesystem never makes initdb refuse a non-empty directory.
+	PGDATA = DataMountPath + "/pgdata"
+	// SocketDir holds the Unix socket and the replication password file.
+	SocketDir = "/var/run/postgresql"
+
+	// PostgresUID is the postgres user of the official image (Debian variant).
+	PostgresUID = 999
+
+	containerName = "postgres"
+)
+
+// Image is the container image: spec.image, else the official
+// postgres:<version>.
+func Image(db *databasev1alpha1.MyDatabase) string {
+	if db.Spec.Image != "" {
+		return db.Spec.Image
+	}
+	return "postgres:" + db.Spec.Version
+}
+
+// DefaultStorageSize is used when spec.storage.size is unset (the CRD
+// defaults it, so only hand-built objects miss it).
+var DefaultStorageSize = resource.MustParse("1Gi")
+
+// StatefulSet runs the servers. Ordinal 0 is the primary; the others clone it
+// and stream from it.
+//
+// OrderedReady pod management: a replica can only clone a primary that is
+// up, so pod N+1 must wait for pod N to be Ready; scale-down removes the
+// highest ordinal first and never the primary.
+//
+// RollingUpdate: the StatefulSet controller replaces pods from the highest
+// ordinal down, one at a time, each only after the previous one is Ready, so
+// a version or settings change reaches every replica before the primary.
+func StatefulSet(db *databasev1alpha1.MyDatabase) *appsv1ac.StatefulSetApplyConfiguration {
+	return appsv1ac.StatefulSet(StatefulSetName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentDatabase)).
+		WithOwnerReferences(ownerReferenceApply(db)).
+		WithSpec(appsv1ac.StatefulSetSpec().
+			WithReplicas(Replicas(db)).
+			WithServiceName(HeadlessServiceName(db)).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(db))).
+			WithPodManagementPolicy(appsv1.OrderedReadyPodManagement).
+			WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().
+				WithType(appsv1.RollingUpdateStatefulSetStrategyType)).
+			WithPersistentVolumeClaimRetentionPolicy(pvcRetentionPolicy(db)).
+			WithTemplate(podTemplate(db)).
+			WithVolumeClaimTemplates(dataVolumeClaim(db)))
+}
+
+// pvcRetentionPolicy follows deletionPolicy: Retain keeps every volume, on
+// deletion and on scale-down; Delete removes them with the StatefulSet and
+// when a replica is scaled away (a replica's data is a copy of the primary's).
+func pvcRetentionPolicy(db *databasev1alpha1.MyDatabase) *appsv1ac.StatefulSetPersistentVolumeClaimRetentionPolicyApplyConfiguration {
+	policy := appsv1.RetainPersistentVolumeClaimRetentionPolicyType
+	if db.Spec.DeletionPolicy == databasev1alpha1.DeletionPolicyDelete {
+		policy = appsv1.DeletePersistentVolumeClaimRetentionPolicyType
+	}
+	return appsv1ac.StatefulSetPersistentVolumeClaimRetentionPolicy().
+		WithWhenDeleted(policy).WithWhenScaled(policy)
+}
+
+func dataVolumeClaim(db *databasev1alpha1.MyDatabase) *corev1ac.PersistentVolumeClaimApplyConfiguration {
+	size := db.Spec.Storage.Size
+	if size.IsZero() {
+		size = DefaultStorageSize
+	}
+	spec := corev1ac.PersistentVolumeClaimSpec().
+		WithAccessModes(corev1.ReadWriteOnce).
+		WithResources(corev1ac.VolumeResourceRequirements().
+			WithRequests(corev1.ResourceList{corev1.ResourceStorage: size}))
+	if db.Spec.Storage.StorageClassName != nil {
+		spec.WithStorageClassName(*db.Spec.Storage.StorageClassName)
+	}
+	return corev1ac.PersistentVolumeClaim(DataVolumeName, "").
+		WithLabels(Labels(db, ComponentDatabase)).
+		WithSpec(spec)
+}
+
+func podTemplate(db *databasev1alpha1.MyDatabase) *corev1ac.PodTemplateSpecApplyConfiguration {
+	podLabels := maps.Clone(db.Spec.PodLabels)
+	if podLabels == nil {
+		podLabels = map[string]string{}
+	}
+	maps.Copy(podLabels, SelectorLabels(db))
+	podLabels[LabelOwnerUID] = string(db.UID)
+
+	annotations := maps.Clone(db.Spec.PodAnnotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[AnnotationConfigHash] = ConfigHash(db)
+
+	spec := corev1ac.PodSpec().
+		WithAutomountServiceAccountToken(false).
+		WithEnableServiceLinks(false).
+		WithTerminationGracePeriodSeconds(60).
+		WithSecurityContext(corev1ac.PodSecurityContext().
+			WithRunAsNonRoot(true).
+			WithRunAsUser(PostgresUID).
+			WithRunAsGroup(PostgresUID).
+			WithFSGroup(PostgresUID).
+			WithFSGroupChangePolicy(corev1.FSGroupChangeOnRootMismatch).
+			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
+		WithContainers(container(db)).
+		WithVolumes(
+			corev1ac.Volume().WithName("config").WithConfigMap(corev1ac.ConfigMapVolumeSource().
+				WithName(ConfigMapName(db)).WithDefaultMode(0o444)),
+			corev1ac.Volume().WithName("run").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
+			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
+	if len(db.Spec.NodeSelector) > 0 {
+		spec.WithNodeSelector(db.Spec.NodeSelector)
+	}
+	for i := range db.Spec.Tolerations {
+		spec.WithTolerations(convert[corev1ac.TolerationApplyConfiguration](db.Spec.Tolerations[i]))
+	}
+	if db.Spec.Affinity != nil {
+		spec.WithAffinity(convert[corev1ac.AffinityApplyConfiguration](db.Spec.Affinity))
+	}
+	if db.Spec.PriorityClassName != "" {
+		spec.WithPriorityClassName(db.Spec.PriorityClassName)
+	}
+	for i := range db.Spec.TopologySpreadConstraints {
+		spec.WithTopologySpreadConstraints(convert[corev1ac.TopologySpreadConstraintApplyConfiguration](db.Spec.TopologySpreadConstraints[i]))
+	}
+	return corev1ac.PodTemplateSpec().
+		WithLabels(podLabels).
+		WithAnnotations(annotations).
+		WithSpec(spec)
+}
+
+func container(db *databasev1alpha1.MyDatabase) *corev1ac.ContainerApplyConfiguration {
+	c := corev1ac.Container().
+		WithName(containerName).
+		WithImage(Image(db)).
+		WithCommand("/bin/bash", ConfigDir+"/"+RunScriptKey).
+		WithPorts(corev1ac.ContainerPort().WithName(portName).WithContainerPort(containerPort).WithProtocol(corev1.ProtocolTCP)).
+		WithEnv(Env(db)...).
+		WithVolumeMounts(
+									corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(DataMountPath),
+									corev1ac.VolumeMount().WithName("config").WithMountPath(ConfigDir).WithReadOnly(true),
+									corev1ac.VolumeMount().WithName("run").WithMountPath(SocketDir),
+									corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp")).
+		WithStartupProbe(execProbe(ReadinessCommand, 5, 720)). // up to an hour for initdb or a clone
+		WithReadinessProbe(execProbe(ReadinessCommand, 5, 3)).
+		WithLivenessProbe(execProbe(LivenessCommand, 10, 6)).
+		WithLifecycle(corev1ac.Lifecycle().WithPreStop(corev1ac.LifecycleHandler().
+			WithExec(corev1ac.ExecAction().WithCommand(PreStopCommand...)))).
+		WithSecurityContext(corev1ac.SecurityContext().
+			WithAllowPrivilegeEscalation(false).
+			WithPrivileged(false).
+			WithReadOnlyRootFilesystem(true).
+			WithRunAsNonRoot(true).
+			WithCapabilities(corev1ac.Capabilities().WithDrop("ALL")))
+	if len(db.Spec.Resources.Limits) > 0 || len(db.Spec.Resources.Requests) > 0 {
+		r := corev1ac.ResourceRequirements()
+		if len(db.Spec.Resources.Limits) > 0 {
+			r.WithLimits(db.Spec.Resources.Limits)
+		}
+		if len(db.Spec.Resources.Requests) > 0 {
+			r.WithRequests(db.Spec.Resources.Requests)
+		}
+		c.WithResources(r)
+	}
+	return c
+}
+
+// Probe commands. pg_isready reads the socket directory and port from
+// PGHOST and PGPORT in the container's environment and needs no password.
+var (
+	// ReadinessCommand: ready when the server accepts connections (a hot
+	// standby does once it is consistent).
+	ReadinessCommand = []string{"pg_isready", "--quiet"}
+	// LivenessCommand: alive while the server answers at all; exit 1 means
+	// it answers but rejects connections (starting, recovering, stopping),
+	// which is no reason to kill it.
+	LivenessCommand = []string{"/bin/sh", "-c", "pg_isready --quiet; test $? -le 1"}
+	// PreStopCommand: Kubernetes stops containers with SIGTERM, which
+	// PostgreSQL treats as a smart shutdown that waits for every client to
+	// leave. A fast shutdown disconnects them and checkpoints.
+	PreStopCommand = []string{"/bin/sh", "-c", `pg_ctl stop --pgdata="$PGDATA" --mode=fast --wait --timeout=50`}
+)
+
+func execProbe(command []string, period, failures int32) *corev1ac.ProbeApplyConfiguration {
+	return corev1ac.Probe().
+		WithExec(corev1ac.ExecAction().WithCommand(command...)).
+		WithPeriodSeconds(period).
+		WithTimeoutSeconds(5).
+		WithFailureThreshold(failures)
+}
+
+// Env is the environment of the PostgreSQL container, the contract between
+// the operator and files/run.sh.
+func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
+	primary := fmt.Sprintf("%s-0.%s.%s.svc", StatefulSetName(db), HeadlessServiceName(db), db.Namespace)
+	secretRef := func(name, key string) *corev1ac.EnvVarSourceApplyConfiguration {
+		return corev1ac.EnvVarSource().WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(name).WithKey(key))
+	}
+	env := func(name, value string) *corev1ac.EnvVarApplyConfiguration {
+		return corev1ac.EnvVar().WithName(name).WithValue(value)
+	}
+	return []*corev1ac.EnvVarApplyConfiguration{
+		corev1ac.EnvVar().WithName("POD_NAME").WithValueFrom(corev1ac.EnvVarSource().
+			WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.name"))),
+		env("PGDATA", PGDATA),
+		env("PGHOST", SocketDir),
+		env("PGPORT", fmt.Sprint(containerPort)),
+		env("CONFIG_DIR", ConfigDir),
+		env("POSTGRES_USER", db.Spec.User),
+		env("POSTGRES_DB", db.Spec.DatabaseName),
+		corev1ac.EnvVar().WithName("POSTGRES_PASSWORD").
+			WithValueFrom(secretRef(CredentialsSecretName(db), SecretPasswordKey)),
+		corev1ac.EnvVar().WithName("REPLICATION_PASSWORD").
+			WithValueFrom(secretRef(ReplicationSecretName(db), replicationSecret)),
+		env("PRIMARY_HOST", primary),
+		env("PRIMARY_PORT", fmt.Sprint(containerPort)),
+	}
+}
+
+// convert turns a typed API struct into its apply configuration. Both share
+// the same JSON form, so a round trip is exact.
+func convert[T any](in any) *T {
+	raw, err := json.Marshal(in)
+	if err != nil {
+		panic(fmt.Sprintf("marshal %T: %v", in, err))
+	}
+	out := new(T)
+	if err := json.Unmarshal(raw, out); err != nil {
+		panic(fmt.Sprintf("unmarshal into %T: %v", out, err))
+	}
+	return out
+}
+
