@@ -19,7 +19,12 @@ package main
 import (
 	"crypto/tls"
 	"flag"
+	"fmt"
 	"os"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 
 	// Import all Kubernetes client auth plugins (e.g. Azure, GCP, OIDC, etc.)
 	// to ensure that exec-entrypoint and run can make use of them.
@@ -28,7 +33,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -37,6 +44,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/controller"
+	"example.com/myoperator/internal/specs"
 	// +kubebuilder:scaffold:imports
 )
 
@@ -63,6 +71,12 @@ func main() {
 	var secureMetrics bool
 	var enableHTTP2 bool
 	var tlsOpts []func(*tls.Config)
+	var workers int
+	var qps float64
+	var burst int
+	flag.IntVar(&workers, "workers", 4, "How many MyDatabases are reconciled in parallel.")
+	flag.Float64Var(&qps, "kube-api-qps", 50, "Client-side limit of API requests per second.")
+	flag.IntVar(&burst, "kube-api-burst", 100, "Client-side burst of API requests.")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
 		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
@@ -158,24 +172,24 @@ func main() {
 		metricsServerOptions.KeyName = metricsCertKey
 	}
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	cfg := ctrl.GetConfigOrDie()
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	if err := requireCRD(cfg); err != nil {
+		setupLog.Error(err, "Cannot start")
+		os.Exit(1)
+	}
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsServerOptions,
 		WebhookServer:          webhookServer,
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         enableLeaderElection,
-		LeaderElectionID:       "fc028df9.example.com",
-		// LeaderElectionReleaseOnCancel defines if the leader should step down voluntarily
-		// when the Manager ends. This requires the binary to immediately end when the
-		// Manager is stopped, otherwise, this setting is unsafe. Setting this significantly
-		// speeds up voluntary leader transitions as the new leader don't have to wait
-		// LeaseDuration time first.
-		//
-		// In the default scaffold provided, the program ends immediately after
-		// the manager stops, so would be fine to enable this option. However,
-		// if you are doing or is intended to do any operation such as perform cleanups
-		// after the manager stops then its usage might be unsafe.
-		// LeaderElectionReleaseOnCancel: true,
+		LeaderElectionID:       "myoperator.database.example.com",
+		// The process exits as soon as the manager stops, so releasing the
+		// lease on the way out is safe and lets a successor start at once.
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         controller.CacheOptions(),
 	})
 	if err != nil {
 		setupLog.Error(err, "Failed to start manager")
@@ -183,9 +197,13 @@ func main() {
 	}
 
 	if err := (&controller.MyDatabaseReconciler{
-		Client: mgr.GetClient(),
-		Scheme: mgr.GetScheme(),
-	}).SetupWithManager(mgr); err != nil {
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Recorder:    mgr.GetEventRecorder("mydatabase-controller"),
+		NewPassword: specs.RandomPassword,
+		Clock:       clock.RealClock{},
+		Metrics:     controller.NewPhaseMetrics(metrics.Registry),
+	}).SetupWithManager(mgr, workers); err != nil {
 		setupLog.Error(err, "Failed to create controller", "controller", "mydatabase")
 		os.Exit(1)
 	}
@@ -205,4 +223,23 @@ func main() {
 		setupLog.Error(err, "Failed to run manager")
 		os.Exit(1)
 	}
+}
+
+// requireCRD fails with an actionable message when the MyDatabase CRD is not
+// installed, instead of the controller timing out on "no matches for kind".
+func requireCRD(cfg *rest.Config) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	gv := databasev1alpha1.GroupVersion.String()
+	_, err = dc.ServerResourcesForGroupVersion(gv)
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("the MyDatabase CRD (%s, kind MyDatabase) is not installed in the cluster at %s: "+
+			"run 'make install' (or apply dist/install.yaml), then start the operator again", gv, cfg.Host)
+	}
+	if err != nil {
+		return fmt.Errorf("checking for the MyDatabase CRD at %s: %w", cfg.Host, err)
+	}
+	return nil
 }

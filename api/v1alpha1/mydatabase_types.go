@@ -182,7 +182,7 @@ type StorageSpec struct {
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="storage.size must be greater than zero, for example 1Gi"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",message="storage.size may grow but never shrink: a volume cannot be made smaller without losing data"
 	// +optional
-	Size resource.Quantity `json:"size,omitempty"`
+	Size resource.Quantity `json:"size,omitzero"`
 
 	// storageClassName of the data volumes; the cluster default when unset.
 	// Immutable.

@@ -1,63 +1,139 @@
-/*
-Copyright 2026.
-
-Licensed under the Apache License, Version 2.0 (the "License");
-you may not use this file except in compliance with the License.
-You may obtain a copy of the License at
-
-    http://www.apache.org/licenses/LICENSE-2.0
-
-Unless required by applicable law or agreed to in writing, software
-distributed under the License is distributed on an "AS IS" BASIS,
-WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-See the License for the specific language governing permissions and
-limitations under the License.
-*/
-
 package controller
 
 import (
 	"context"
+	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
 )
 
-// MyDatabaseReconciler reconciles a MyDatabase object
+const (
+	// Finalizer runs the deletion policy before a MyDatabase goes away.
+	Finalizer = "database.example.com/finalizer"
+	// FieldOwner is the server-side apply field manager of every write.
+	FieldOwner = "myoperator"
+)
+
+// MyDatabaseReconciler aligns the children of each MyDatabase with its spec
+// and reports what it finds in status.
 type MyDatabaseReconciler struct {
+	// Client reads from the informer cache, which holds only objects
+	// labelled app.kubernetes.io/managed-by=myoperator (see cmd/main.go).
 	client.Client
-	Scheme *runtime.Scheme
+	// APIReader reads around the cache: user-supplied Secrets carry none of
+	// our labels, and "does the data still exist" must never be answered
+	// from a stale cache.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// NewPassword generates passwords (crypto/rand in production).
+	NewPassword func() (string, error)
+	Clock       clock.PassiveClock
+	Metrics     *PhaseMetrics
 }
 
-// +kubebuilder:rbac:groups=database.example.com,resources=mydatabases,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=database.example.com,resources=mydatabases/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=database.example.com,resources=mydatabases,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=database.example.com,resources=mydatabases/status,verbs=get;patch
 // +kubebuilder:rbac:groups=database.example.com,resources=mydatabases/finalizers,verbs=update
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=core,resources=services;configmaps,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=core,resources=secrets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=core,resources=persistentvolumeclaims,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups=core,resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile is part of the main kubernetes reconciliation loop which aims to
-// move the current state of the cluster closer to the desired state.
-// TODO(user): Modify the Reconcile function to compare the state specified by
-// the MyDatabase object against the actual cluster state, and then
-// perform operations to make the cluster state reflect the state specified by
-// the user.
-//
-// For more details, check Reconcile and its Result here:
-// - https://pkg.go.dev/sigs.k8s.io/controller-runtime@v0.25.0/pkg/reconcile
+// Reconcile reads the MyDatabase, runs its deletion or makes sure it has a
+// finalizer, aligns the children, and writes status once if it changed.
 func (r *MyDatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	_ = logf.FromContext(ctx)
+	db := &databasev1alpha1.MyDatabase{}
+	if err := r.Get(ctx, req.NamespacedName, db); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Metrics.Forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !db.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, db)
+	}
+	if !controllerutil.ContainsFinalizer(db, Finalizer) {
+		patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(db, Finalizer)
+		if err := r.Patch(ctx, db, patch); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 
-	// TODO(user): your logic here
-
-	return ctrl.Result{}, nil
+	obs, err := r.reconcileChildren(ctx, db)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.writeStatus(ctx, db, obs); err != nil {
+		return ctrl.Result{}, err
+	}
+	return obs.result(), nil
 }
 
-// SetupWithManager sets up the controller with the Manager.
-func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
+// writeStatus computes the status from what was observed and patches it only
+// when it differs from what is stored: a converged MyDatabase costs no write.
+func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	before := db.DeepCopy()
+	computeStatus(db, obs, r.Clock.Now())
+	r.Metrics.Set(types.NamespacedName{Namespace: db.Namespace, Name: db.Name}, db.Status.Phase)
+	r.recordTransitions(before, db)
+	if equality.Semantic.DeepEqual(before.Status, db.Status) {
+		return nil
+	}
+	return r.Status().Patch(ctx, db, client.MergeFrom(before))
+}
+
+// SetupWithManager watches MyDatabases and every kind of child. Children
+// with a controller reference map back through it; the retained Secrets,
+// PVCs and the pods (owned by the StatefulSet) map back through the
+// instance label.
+func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
+	byInstance := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		name, ok := o.GetLabels()[specs.LabelInstance]
+		if !ok {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+	})
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&databasev1alpha1.MyDatabase{}).
+		For(&databasev1alpha1.MyDatabase{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Watches(&corev1.Secret{}, byInstance).
+		Watches(&corev1.Pod{}, byInstance).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Named("mydatabase").
 		Complete(r)
 }
+
+// requeueAfterStall is how often a Stalled MyDatabase looks again at what
+// it waits for, for the things no watch can see (a user-supplied Secret
+// carries none of our labels, so it is not in the cache).
+const requeueAfterStall = 30 * time.Second
+
+func log(ctx context.Context) logr.Logger { return logf.FromContext(ctx) }

@@ -1,87 +1,372 @@
-/*
-Copyright 2026.
-
-Licensed under the Apache License, Version 2.0 (the "License");
-you may not use this file except in compliance with the License.
-You may obtain a copy of the License at
-
-    http://www.apache.org/licenses/LICENSE-2.0
-
-Unless required by applicable law or agreed to in writing, software
-distributed under the License is distributed on an "AS IS" BASIS,
-WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-See the License for the specific language governing permissions and
-limitations under the License.
-*/
-
 package controller
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
 )
 
-var _ = Describe("MyDatabase Controller", func() {
-	Context("When reconciling a resource", func() {
-		const (
-			resourceName      = "test-resource"
-			resourceNamespace = "default"
-		)
-
-		ctx := context.Background()
-
-		typeNamespacedName := types.NamespacedName{
-			Name:      resourceName,
-			Namespace: resourceNamespace,
+// markReady plays the StatefulSet controller: every desired pod exists, is
+// ready and runs the current template.
+func markReady(t *testing.T, db *databasev1alpha1.MyDatabase) {
+	t.Helper()
+	eventually(t, "the StatefulSet to be marked ready", func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := get(db.Namespace, db.Name, sts); err != nil {
+			return err
 		}
-		mydatabase := &databasev1alpha1.MyDatabase{}
-
-		BeforeEach(func() {
-			By("creating the custom resource for the Kind MyDatabase")
-			err := k8sClient.Get(ctx, typeNamespacedName, mydatabase)
-			if err != nil && errors.IsNotFound(err) {
-				resource := &databasev1alpha1.MyDatabase{
-					ObjectMeta: metav1.ObjectMeta{
-						Name:      resourceName,
-						Namespace: resourceNamespace,
-					},
-					// TODO(user): Specify other spec details if needed.
-				}
-				Expect(k8sClient.Create(ctx, resource)).To(Succeed())
-			}
-		})
-
-		AfterEach(func() {
-			// TODO(user): Cleanup logic after each test, like removing the resource instance.
-			resource := &databasev1alpha1.MyDatabase{}
-			err := k8sClient.Get(ctx, typeNamespacedName, resource)
-			Expect(err).NotTo(HaveOccurred())
-
-			By("Cleanup the specific resource instance MyDatabase")
-			Expect(k8sClient.Delete(ctx, resource)).To(Succeed())
-		})
-		It("should successfully reconcile the resource", func() {
-			By("Reconciling the created resource")
-			controllerReconciler := &MyDatabaseReconciler{
-				Client: k8sClient,
-				Scheme: k8sClient.Scheme(),
-			}
-
-			_, err := controllerReconciler.Reconcile(ctx, reconcile.Request{
-				NamespacedName: typeNamespacedName,
-			})
-			Expect(err).NotTo(HaveOccurred())
-			// TODO(user): Add more specific assertions depending on your controller's reconciliation logic.
-			// Example: If you expect a certain status condition after reconciliation, verify it here.
-		})
+		n := *sts.Spec.Replicas
+		sts.Status = appsv1.StatefulSetStatus{
+			ObservedGeneration: sts.Generation, Replicas: n, ReadyReplicas: n, AvailableReplicas: n,
+			UpdatedReplicas: n, CurrentReplicas: n, CurrentRevision: "r1", UpdateRevision: "r1",
+		}
+		return k8s.Status().Update(context.Background(), sts)
 	})
-})
+}
+
+func condition(db *databasev1alpha1.MyDatabase, typ string) *metav1.Condition {
+	return meta.FindStatusCondition(db.Status.Conditions, typ)
+}
+
+// waitFor re-reads the MyDatabase until check passes.
+func waitFor(t *testing.T, db *databasev1alpha1.MyDatabase, what string, check func(*databasev1alpha1.MyDatabase) error) {
+	t.Helper()
+	eventually(t, what, func() error {
+		if err := get(db.Namespace, db.Name, db); err != nil {
+			return err
+		}
+		return check(db)
+	})
+}
+
+func phaseIs(phase databasev1alpha1.Phase) func(*databasev1alpha1.MyDatabase) error {
+	return func(db *databasev1alpha1.MyDatabase) error {
+		if db.Status.Phase != phase || db.Status.ObservedGeneration != db.Generation {
+			return fmt.Errorf("phase %q at observedGeneration %d (generation %d), want %q",
+				db.Status.Phase, db.Status.ObservedGeneration, db.Generation, phase)
+		}
+		return nil
+	}
+}
+
+func exists(ns, name string, obj client.Object) func() error {
+	return func() error { return get(ns, name, obj) }
+}
+
+func gone(ns, name string, obj client.Object) func() error {
+	return func() error {
+		err := get(ns, name, obj)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err == nil && !obj.GetDeletionTimestamp().IsZero() {
+			return nil // deleted, held by a finalizer no controller runs here
+		}
+		return fmt.Errorf("%T %s still exists (err %v)", obj, name, err)
+	}
+}
+
+func TestCreateBuildsEveryChild(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "orders"))
+
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", exists(ns, "orders", sts))
+	for name, obj := range map[string]client.Object{
+		"orders-headless": &corev1.Service{}, "orders-rw": &corev1.Service{}, "orders-config": &corev1.ConfigMap{},
+	} {
+		eventually(t, name, exists(ns, name, obj))
+		assertOwnedChild(t, db, obj)
+	}
+	assertOwnedChild(t, db, sts)
+	if err := get(ns, "orders-ro", &corev1.Service{}); !apierrors.IsNotFound(err) {
+		t.Errorf("read-only Service with one server: got %v, want NotFound", err)
+	}
+	if err := get(ns, "orders", &policyv1.PodDisruptionBudget{}); !apierrors.IsNotFound(err) {
+		t.Errorf("PodDisruptionBudget with one server: got %v, want NotFound", err)
+	}
+
+	// Under Retain (the default) the Secrets carry no owner reference: the
+	// garbage collector can never take them, even if the finalizer is removed
+	// by hand while the operator is down.
+	for _, name := range []string{"orders-credentials", "orders-replication"} {
+		secret := &corev1.Secret{}
+		eventually(t, name, exists(ns, name, secret))
+		if len(secret.OwnerReferences) != 0 {
+			t.Errorf("Secret %s has owner references %v under Retain", name, secret.OwnerReferences)
+		}
+		if got := secret.Labels[specs.LabelOwnerUID]; got != string(db.UID) {
+			t.Errorf("Secret %s owner-uid label = %q, want %q", name, got, db.UID)
+		}
+		if n := len(secret.Data[specs.SecretPasswordKey]); n < 24 {
+			t.Errorf("Secret %s password has %d characters, want at least 24", name, n)
+		}
+	}
+	creds := &corev1.Secret{}
+	_ = get(ns, "orders-credentials", creds)
+	for _, key := range []string{"username", "password", "database", "host", "port", "uri"} {
+		if len(creds.Data[key]) == 0 {
+			t.Errorf("credentials Secret lacks %q", key)
+		}
+	}
+	if got, want := string(creds.Data["host"]), "orders-rw."+ns+".svc"; got != want {
+		t.Errorf("host = %q, want %q", got, want)
+	}
+
+	waitFor(t, db, "status Provisioning", phaseIs(databasev1alpha1.PhaseProvisioning))
+	if got := condition(db, databasev1alpha1.ConditionReconciling); got == nil || got.Status != metav1.ConditionTrue {
+		t.Errorf("Reconciling = %v, want True while provisioning", got)
+	}
+	if got := condition(db, databasev1alpha1.ConditionReady); got == nil || got.Status != metav1.ConditionFalse {
+		t.Errorf("Ready = %v, want False while provisioning", got)
+	}
+	wantStatus := map[string]string{
+		"selector":          "app.kubernetes.io/component=database,app.kubernetes.io/instance=orders,app.kubernetes.io/managed-by=myoperator,app.kubernetes.io/name=postgres",
+		"endpoint":          "orders-rw." + ns + ".svc:5432",
+		"credentialsSecret": "orders-credentials",
+		"ready":             "0/1",
+	}
+	got := map[string]string{"selector": db.Status.Selector, "endpoint": db.Status.Endpoint,
+		"credentialsSecret": db.Status.CredentialsSecret, "ready": db.Status.Ready}
+	for k, v := range wantStatus {
+		if got[k] != v {
+			t.Errorf("status.%s = %q, want %q", k, got[k], v)
+		}
+	}
+	if !strings.Contains(strings.Join(db.Finalizers, ","), Finalizer) {
+		t.Errorf("finalizers = %v, want %s", db.Finalizers, Finalizer)
+	}
+}
+
+func assertOwnedChild(t *testing.T, db *databasev1alpha1.MyDatabase, obj client.Object) {
+	t.Helper()
+	ref := metav1.GetControllerOf(obj)
+	if ref == nil || ref.UID != db.UID || ref.Kind != "MyDatabase" {
+		t.Errorf("%s: controller reference %v, want MyDatabase %s", obj.GetName(), ref, db.UID)
+	}
+	for k, v := range map[string]string{
+		specs.LabelInstance: db.Name, specs.LabelManagedBy: specs.ManagedBy,
+		specs.LabelName: "postgres", specs.LabelOwnerUID: string(db.UID),
+	} {
+		if obj.GetLabels()[k] != v {
+			t.Errorf("%s: label %s = %q, want %q", obj.GetName(), k, obj.GetLabels()[k], v)
+		}
+	}
+	if obj.GetLabels()[specs.LabelComponent] == "" {
+		t.Errorf("%s: no %s label", obj.GetName(), specs.LabelComponent)
+	}
+}
+
+func TestReadyAndUnderstoodByKstatus(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "shop"))
+	eventually(t, "the StatefulSet", exists(ns, "shop", &appsv1.StatefulSet{}))
+	markReady(t, db)
+	waitFor(t, db, "Ready", phaseIs(databasev1alpha1.PhaseReady))
+
+	ready := condition(db, databasev1alpha1.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionTrue || ready.Reason != databasev1alpha1.ReasonAvailable {
+		t.Fatalf("Ready condition = %+v", ready)
+	}
+	if c := condition(db, databasev1alpha1.ConditionReconciling); c != nil {
+		t.Errorf("Reconciling present when Ready: %+v", c)
+	}
+	if db.Status.CurrentVersion != "17" || db.Status.Ready != "1/1" || db.Status.ReadyReplicas != 1 {
+		t.Errorf("status = %+v", db.Status)
+	}
+	// kstatus is how kubectl wait, Flux and Argo CD read readiness.
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := status.Compute(&unstructured.Unstructured{Object: raw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != status.CurrentStatus {
+		t.Errorf("kstatus = %s (%s), want Current", res.Status, res.Message)
+	}
+}
+
+func TestConvergedReconcileWritesNothing(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "quiet", func(db *databasev1alpha1.MyDatabase) { db.Spec.Replicas = ptr.To[int32](3) }))
+	eventually(t, "the StatefulSet", exists(ns, "quiet", &appsv1.StatefulSet{}))
+	markReady(t, db)
+	waitFor(t, db, "Ready", phaseIs(databasev1alpha1.PhaseReady))
+	time.Sleep(time.Second) // let the watch events of the last writes drain
+
+	before := writes.Writes()
+	for range 3 {
+		reconcileOnce(t, db)
+	}
+	if after := writes.Writes(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("a converged MyDatabase was written to:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+func TestSpecChangesReachChildren(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "grow"))
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", exists(ns, "grow", sts))
+	oldHash := sts.Spec.Template.Annotations[specs.AnnotationConfigHash]
+
+	update(t, db, func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Replicas = ptr.To[int32](3)
+		db.Spec.Version = "17.6"
+		db.Spec.Parameters = map[string]string{"max_connections": "250"}
+	})
+	eventually(t, "the StatefulSet to follow", func() error {
+		if err := get(ns, "grow", sts); err != nil {
+			return err
+		}
+		c := sts.Spec.Template.Spec.Containers[0]
+		switch {
+		case *sts.Spec.Replicas != 3:
+			return fmt.Errorf("replicas %d", *sts.Spec.Replicas)
+		case c.Image != "postgres:17.6":
+			return fmt.Errorf("image %s", c.Image)
+		case sts.Spec.Template.Annotations[specs.AnnotationConfigHash] == oldHash:
+			return fmt.Errorf("config hash unchanged")
+		}
+		return nil
+	})
+	cm := &corev1.ConfigMap{}
+	eventually(t, "the parameters in the ConfigMap", func() error {
+		if err := get(ns, "grow-config", cm); err != nil {
+			return err
+		}
+		if !strings.Contains(cm.Data[specs.PostgresConfKey], "max_connections = '250'") {
+			return fmt.Errorf("postgresql.conf:\n%s", cm.Data[specs.PostgresConfKey])
+		}
+		return nil
+	})
+	eventually(t, "the read-only Service", exists(ns, "grow-ro", &corev1.Service{}))
+	eventually(t, "the PodDisruptionBudget", exists(ns, "grow", &policyv1.PodDisruptionBudget{}))
+	waitFor(t, db, "read endpoint", func(db *databasev1alpha1.MyDatabase) error {
+		if db.Status.ReadEndpoint != "grow-ro."+ns+".svc:5432" {
+			return fmt.Errorf("readEndpoint %q", db.Status.ReadEndpoint)
+		}
+		return nil
+	})
+
+	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Replicas = ptr.To[int32](1) })
+	eventually(t, "the read-only Service to go", gone(ns, "grow-ro", &corev1.Service{}))
+	eventually(t, "the PodDisruptionBudget to go", gone(ns, "grow", &policyv1.PodDisruptionBudget{}))
+}
+
+func TestDriftIsUndone(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "drift"))
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", exists(ns, "drift", sts))
+	rw := &corev1.Service{}
+	eventually(t, "the read-write Service", exists(ns, "drift-rw", rw))
+
+	if err := k8s.Delete(context.Background(), rw); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the read-write Service to come back", func() error {
+		fresh := &corev1.Service{}
+		if err := get(ns, "drift-rw", fresh); err != nil {
+			return err
+		}
+		if fresh.UID == rw.UID {
+			return fmt.Errorf("still the old Service")
+		}
+		return nil
+	})
+
+	patch := client.MergeFrom(sts.DeepCopy())
+	sts.Spec.Replicas = ptr.To[int32](5)
+	if err := k8s.Patch(context.Background(), sts, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "replicas to be restored", func() error {
+		if err := get(ns, "drift", sts); err != nil {
+			return err
+		}
+		if *sts.Spec.Replicas != 1 {
+			return fmt.Errorf("replicas %d", *sts.Spec.Replicas)
+		}
+		return nil
+	})
+	_ = db
+}
+
+func TestPausedWritesNoChild(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "frozen"))
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", exists(ns, "frozen", sts))
+	update(t, db, func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Paused = true
+		db.Spec.Replicas = ptr.To[int32](3)
+	})
+	waitFor(t, db, "Paused", phaseIs(databasev1alpha1.PhasePaused))
+	reconcileOnce(t, db)
+	if err := get(ns, "frozen", sts); err != nil || *sts.Spec.Replicas != 1 {
+		t.Errorf("paused StatefulSet replicas = %d (err %v), want 1", *sts.Spec.Replicas, err)
+	}
+	if c := condition(db, databasev1alpha1.ConditionReady); c == nil || c.Reason != databasev1alpha1.ReasonPaused {
+		t.Errorf("Ready = %+v, want reason Paused", c)
+	}
+
+	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Paused = false })
+	eventually(t, "the scale after unpausing", func() error {
+		if err := get(ns, "frozen", sts); err != nil {
+			return err
+		}
+		if *sts.Spec.Replicas != 3 {
+			return fmt.Errorf("replicas %d", *sts.Spec.Replicas)
+		}
+		return nil
+	})
+}
+
+func TestStorageGrowthStallsWithoutErrorLoop(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "disk"))
+	eventually(t, "the StatefulSet", exists(ns, "disk", &appsv1.StatefulSet{}))
+	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Storage.Size = resource.MustParse("5Gi") })
+	waitFor(t, db, "Stalled", phaseIs(databasev1alpha1.PhaseStalled))
+	c := condition(db, databasev1alpha1.ConditionStalled)
+	if c == nil || c.Reason != databasev1alpha1.ReasonStorageResize || !strings.Contains(c.Message, "volume expansion is not supported yet") {
+		t.Fatalf("Stalled = %+v", c)
+	}
+	sts := &appsv1.StatefulSet{}
+	_ = get(ns, "disk", sts)
+	if got := sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().String(); got != "1Gi" {
+		t.Errorf("volumeClaimTemplate size = %s, want the original 1Gi", got)
+	}
+	// Other changes still apply.
+	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Replicas = ptr.To[int32](2) })
+	eventually(t, "replicas 2", func() error {
+		if err := get(ns, "disk", sts); err != nil {
+			return err
+		}
+		if *sts.Spec.Replicas != 2 {
+			return fmt.Errorf("replicas %d", *sts.Spec.Replicas)
+		}
+		return nil
+	})
+}

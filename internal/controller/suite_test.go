@@ -1,116 +1,169 @@
-/*
-Copyright 2026.
-
-Licensed under the Apache License, Version 2.0 (the "License");
-you may not use this file except in compliance with the License.
-You may obtain a copy of the License at
-
-    http://www.apache.org/licenses/LICENSE-2.0
-
-Unless required by applicable law or agreed to in writing, software
-distributed under the License is distributed on an "AS IS" BASIS,
-WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-See the License for the specific language governing permissions and
-limitations under the License.
-*/
-
 package controller
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"os"
-	"path/filepath"
 	"testing"
+	"time"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
-
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	// +kubebuilder:scaffold:imports
+	"example.com/myoperator/internal/testenv"
 )
 
-// These tests use Ginkgo (BDD-style Go testing framework). Refer to
-// http://onsi.github.io/ginkgo/ to learn more about Ginkgo.
+// The reconciler runs in a real manager against a real kube-apiserver
+// (envtest). envtest has no garbage collector, StatefulSet controller or
+// pods: tests play the StatefulSet controller by writing its status, and
+// assert owner references where the garbage collector would act. The
+// simulated cluster (test/e2e) covers the real ones.
 
 var (
-	ctx       context.Context
-	cancel    context.CancelFunc
-	testEnv   *envtest.Environment
-	cfg       *rest.Config
-	k8sClient client.Client
+	env        *testenv.Env
+	writes     *testenv.CountingClient
+	reconciler *MyDatabaseReconciler
+	k8s        client.Client // the test's own client, uncached
 )
 
-func TestControllers(t *testing.T) {
-	RegisterFailHandler(Fail)
-
-	RunSpecs(t, "Controller Suite")
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
 }
 
-var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-
-	ctx, cancel = context.WithCancel(context.TODO())
-
+func run(m *testing.M) int {
+	// TEST_LOG=1 shows the operator's logs, with every apply (V(1)).
+	logOut := io.Discard
+	if os.Getenv("TEST_LOG") != "" {
+		logOut = os.Stderr
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true), zap.Level(zapcore.Level(-1))))
 	var err error
-	err = databasev1alpha1.AddToScheme(scheme.Scheme)
-	Expect(err).NotTo(HaveOccurred())
-
-	// +kubebuilder:scaffold:scheme
-
-	By("bootstrapping test environment")
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-
-	// Retrieve the first found binary directory to allow running tests from IDEs
-	if getFirstFoundEnvTestBinaryDir() != "" {
-		testEnv.BinaryAssetsDirectory = getFirstFoundEnvTestBinaryDir()
-	}
-
-	// cfg is defined in this file globally.
-	cfg, err = testEnv.Start()
-	Expect(err).NotTo(HaveOccurred())
-	Expect(cfg).NotTo(BeNil())
-
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme.Scheme})
-	Expect(err).NotTo(HaveOccurred())
-	Expect(k8sClient).NotTo(BeNil())
-})
-
-var _ = AfterSuite(func() {
-	By("tearing down the test environment")
-	cancel()
-	err := testEnv.Stop()
-	Expect(err).NotTo(HaveOccurred())
-})
-
-// getFirstFoundEnvTestBinaryDir locates the first binary in the specified path.
-// ENVTEST-based tests depend on specific binaries, usually located in paths set by
-// controller-runtime. When running tests directly (e.g., via an IDE) without using
-// Makefile targets, the 'BinaryAssetsDirectory' must be explicitly configured.
-//
-// This function streamlines the process by finding the required binaries, similar to
-// setting the 'KUBEBUILDER_ASSETS' environment variable. To ensure the binaries are
-// properly set up, run 'make setup-envtest' beforehand.
-func getFirstFoundEnvTestBinaryDir() string {
-	basePath := filepath.Join("..", "..", "bin", "k8s")
-	entries, err := os.ReadDir(basePath)
+	env, err = testenv.Start()
 	if err != nil {
-		logf.Log.Error(err, "Failed to read directory", "path", basePath)
-		return ""
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	for _, entry := range entries {
-		if entry.IsDir() {
-			return filepath.Join(basePath, entry.Name())
+	defer func() { _ = env.Stop() }()
+	k8s = env.Client
+
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:     env.Scheme,
+		Cache:      CacheOptions(),
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	writes = testenv.NewCountingClient(mgr.GetClient())
+	reconciler = &MyDatabaseReconciler{
+		Client:      writes,
+		APIReader:   mgr.GetAPIReader(),
+		Recorder:    mgr.GetEventRecorder("mydatabase-controller"),
+		NewPassword: sequentialPasswords(),
+		Clock:       clocktesting.NewFakePassiveClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
+		Metrics:     NewPhaseMetrics(prometheus.NewRegistry()),
+	}
+	if err := reconciler.SetupWithManager(mgr, 2); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() { cancel(); <-done }()
+	return m.Run()
+}
+
+// sequentialPasswords returns distinct, recognisable passwords.
+func sequentialPasswords() func() (string, error) {
+	n := 0
+	return func() (string, error) {
+		n++
+		return fmt.Sprintf("test-password-%04d-abcdefghijklmnop", n), nil
+	}
+}
+
+// namespace creates a fresh namespace for one test.
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// newDB returns a MyDatabase as the API server would default it.
+func newDB(ns, name string, mutate ...func(*databasev1alpha1.MyDatabase)) *databasev1alpha1.MyDatabase {
+	db := &databasev1alpha1.MyDatabase{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       databasev1alpha1.MyDatabaseSpec{Version: "17"},
+	}
+	for _, m := range mutate {
+		m(db)
+	}
+	return db
+}
+
+func create(t *testing.T, db *databasev1alpha1.MyDatabase) *databasev1alpha1.MyDatabase {
+	t.Helper()
+	if err := k8s.Create(context.Background(), db); err != nil {
+		t.Fatalf("creating MyDatabase: %v", err)
+	}
+	return db
+}
+
+// eventually polls check until it returns nil, failing the test after 30s.
+func eventually(t *testing.T, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := check()
+		if err == nil {
+			return
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return ""
+}
+
+// get reads obj by namespace and name into obj.
+func get(ns, name string, obj client.Object) error {
+	return k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, obj)
+}
+
+// update re-reads the MyDatabase, applies mutate and writes it, retrying on
+// conflicts with the operator's own writes.
+func update(t *testing.T, db *databasev1alpha1.MyDatabase, mutate func(*databasev1alpha1.MyDatabase)) {
+	t.Helper()
+	eventually(t, "updating the MyDatabase", func() error {
+		if err := get(db.Namespace, db.Name, db); err != nil {
+			return err
+		}
+		mutate(db)
+		return k8s.Update(context.Background(), db)
+	})
+}
+
+func reconcileOnce(t *testing.T, db *databasev1alpha1.MyDatabase) {
+	t.Helper()
+	if _, err := reconciler.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}); err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
 }

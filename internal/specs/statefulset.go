@@ -93,7 +93,11 @@ func dataVolumeClaim(db *databasev1alpha1.MyDatabase) *corev1ac.PersistentVolume
 	if db.Spec.Storage.StorageClassName != nil {
 		spec.WithStorageClassName(*db.Spec.Storage.StorageClassName)
 	}
-	return corev1ac.PersistentVolumeClaim(DataVolumeName, "").
+	// Not corev1ac.PersistentVolumeClaim(), which sets apiVersion and kind:
+	// the server drops those from a template, and the live object must be
+	// able to agree with the desired one.
+	return (&corev1ac.PersistentVolumeClaimApplyConfiguration{}).
+		WithName(DataVolumeName).
 		WithLabels(Labels(db, ComponentDatabase)).
 		WithSpec(spec)
 }

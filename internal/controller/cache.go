@@ -1,0 +1,32 @@
+package controller
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"example.com/myoperator/internal/specs"
+)
+
+// CacheOptions keeps the informer cache to what the operator manages: every
+// child kind is watched only through the managed-by label, so the Secrets,
+// ConfigMaps and pods of everything else in a large cluster cost no memory,
+// and managedFields (often half an object's size) are dropped.
+func CacheOptions() cache.Options {
+	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{specs.LabelManagedBy: specs.ManagedBy})}
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Secret{}:                {Label: managed.Label},
+			&corev1.ConfigMap{}:             {Label: managed.Label},
+			&corev1.Service{}:               {Label: managed.Label},
+			&corev1.Pod{}:                   {Label: managed.Label},
+			&corev1.PersistentVolumeClaim{}: {Label: managed.Label},
+			&appsv1.StatefulSet{}:           {Label: managed.Label},
+			&policyv1.PodDisruptionBudget{}: {Label: managed.Label},
+		},
+	}
+}

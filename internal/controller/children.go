@@ -1,0 +1,196 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
+)
+
+// reconcileChildren aligns every child with the spec, in dependency order,
+// and returns what it observed. A paused MyDatabase is only observed.
+func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databasev1alpha1.MyDatabase) (*observation, error) {
+	obs := &observation{}
+	sts := &appsv1.StatefulSet{}
+	switch err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.StatefulSetName(db)}, sts); {
+	case err == nil:
+		obs.sts = sts
+	case !apierrors.IsNotFound(err):
+		return nil, err
+	}
+	if db.Spec.Paused {
+		return obs, nil
+	}
+	// A blocked credentials check writes no child at all: pods must never
+	// start against a password the data does not know.
+	if err := r.reconcileCredentials(ctx, db, obs); err != nil || obs.blocked() {
+		return obs, err
+	}
+	steps := []func(context.Context, *databasev1alpha1.MyDatabase, *observation) error{
+		r.reconcileConfig,
+		r.reconcileServices,
+		r.reconcileStatefulSet,
+		r.reconcileDisruptionBudget,
+		r.reconcilePodRoles,
+		r.adoptRetainedVolumes,
+	}
+	for _, step := range steps {
+		if err := step(ctx, db, obs); err != nil {
+			return obs, err
+		}
+	}
+	return obs, nil
+}
+
+func (r *MyDatabaseReconciler) applyChild(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
+	desired applyConfiguration, live client.Object) error {
+	outcome, err := r.apply(ctx, desired, live)
+	if outcome != unchanged {
+		obs.wrote = true
+	}
+	if outcome == created {
+		r.event(db, corev1.EventTypeNormal, "Created", "Created %s %s", kindOf(live), live.GetName())
+	}
+	return err
+}
+
+func (r *MyDatabaseReconciler) reconcileConfig(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	return r.applyChild(ctx, db, obs, specs.ConfigMap(db), &corev1.ConfigMap{})
+}
+
+// reconcileServices keeps the headless and read-write Services, and the
+// read-only one while there are replicas to read from.
+func (r *MyDatabaseReconciler) reconcileServices(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	if err := r.applyChild(ctx, db, obs, specs.HeadlessService(db), &corev1.Service{}); err != nil {
+		return err
+	}
+	if err := r.applyChild(ctx, db, obs, specs.ReadWriteService(db), &corev1.Service{}); err != nil {
+		return err
+	}
+	if specs.Replicas(db) > 1 {
+		return r.applyChild(ctx, db, obs, specs.ReadOnlyService(db), &corev1.Service{})
+	}
+	return r.deleteChild(ctx, db, obs, &corev1.Service{}, specs.ReadOnlyServiceName(db))
+}
+
+func (r *MyDatabaseReconciler) reconcileDisruptionBudget(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	if specs.Replicas(db) > 1 {
+		return r.applyChild(ctx, db, obs, specs.PodDisruptionBudget(db), &policyv1.PodDisruptionBudget{})
+	}
+	return r.deleteChild(ctx, db, obs, &policyv1.PodDisruptionBudget{}, specs.PodDisruptionBudgetName(db))
+}
+
+func (r *MyDatabaseReconciler) deleteChild(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, obj client.Object, name string) error {
+	deleted, err := r.deleteOwned(ctx, db, obj, name)
+	if deleted {
+		obs.wrote = true
+		r.event(db, corev1.EventTypeNormal, "Deleted", "Deleted %s %s", kindOf(obj), name)
+	}
+	return err
+}
+
+// reconcileStatefulSet applies the StatefulSet. Its volumeClaimTemplates are
+// immutable, so a larger spec.storage.size is not applied: the StatefulSet
+// keeps its volumes as they are and the Stalled condition says so, instead
+// of an apply that fails on every pass.
+func (r *MyDatabaseReconciler) reconcileStatefulSet(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	want := db
+	if live := claimSize(obs.sts); live != nil && live.Cmp(db.Spec.Storage.Size) != 0 {
+		want = db.DeepCopy()
+		want.Spec.Storage.Size = *live
+		obs.stalled = &blocker{databasev1alpha1.ReasonStorageResize, fmt.Sprintf(
+			"spec.storage.size is %s but the volumes were created with %s, and volume expansion is not supported yet: "+
+				"the servers keep their %s volumes and every other change is applied",
+			db.Spec.Storage.Size.String(), live.String(), live.String())}
+	}
+	var before int32
+	if obs.sts != nil && obs.sts.Spec.Replicas != nil {
+		before = *obs.sts.Spec.Replicas
+	}
+	sts := &appsv1.StatefulSet{}
+	if err := r.applyChild(ctx, db, obs, specs.StatefulSet(want), sts); err != nil {
+		return err
+	}
+	if obs.sts != nil && before != specs.Replicas(db) {
+		r.event(db, corev1.EventTypeNormal, "Scaled", "Scaled StatefulSet %s from %d to %d servers", sts.Name, before, specs.Replicas(db))
+	}
+	obs.sts = sts
+	return nil
+}
+
+func claimSize(sts *appsv1.StatefulSet) *resource.Quantity {
+	if sts == nil {
+		return nil
+	}
+	for _, t := range sts.Spec.VolumeClaimTemplates {
+		if t.Name == specs.DataVolumeName {
+			if q, ok := t.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+				return &q
+			}
+		}
+	}
+	return nil
+}
+
+// reconcilePodRoles labels each pod primary (ordinal 0) or replica, which
+// is how the read-only Service finds the replicas.
+func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databasev1alpha1.MyDatabase, _ *observation) error {
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(specs.SelectorLabels(db))); err != nil {
+		return err
+	}
+	primary := specs.StatefulSetName(db) + "-0"
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.Labels[specs.LabelOwnerUID] != string(db.UID) || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		role := specs.RoleReplica
+		if pod.Name == primary {
+			role = specs.RolePrimary
+		}
+		if pod.Labels[specs.LabelRole] == role {
+			continue
+		}
+		patch := client.MergeFrom(pod.DeepCopy())
+		pod.Labels[specs.LabelRole] = role
+		if err := r.Patch(ctx, pod, patch); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// adoptRetainedVolumes takes over the data volumes that a deleted
+// MyDatabase of the same name retained: the new StatefulSet mounts them by
+// name, and relabelling them with the new owner's UID puts them under the
+// new deletion policy. Volumes that still have an owner (a StatefulSet
+// being collected) are left to it.
+func (r *MyDatabaseReconciler) adoptRetainedVolumes(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	pvcs := &corev1.PersistentVolumeClaimList{}
+	if err := r.List(ctx, pvcs, client.InNamespace(db.Namespace), client.MatchingLabels(specs.InstanceLabels(db))); err != nil {
+		return err
+	}
+	prefix := specs.DataVolumeName + "-" + specs.StatefulSetName(db) + "-"
+	for i := range pvcs.Items {
+		pvc := &pvcs.Items[i]
+		if pvc.Labels[specs.LabelOwnerUID] == string(db.UID) || len(pvc.OwnerReferences) > 0 ||
+			!strings.HasPrefix(pvc.Name, prefix) || !pvc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.alignMetadata(ctx, pvc, map[string]string{specs.LabelOwnerUID: string(db.UID)}, nil, db, obs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+

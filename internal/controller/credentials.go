@@ -1,0 +1,188 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
+)
+
+// reconcileCredentials makes sure both password Secrets exist and are
+// usable. A password is generated only when no data exists yet; once a
+// Secret exists it is never rewritten, and if it vanishes while the data
+// remains, the MyDatabase stalls instead of minting a password the data
+// does not know.
+func (r *MyDatabaseReconciler) reconcileCredentials(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	if err := r.ensureGeneratedSecret(ctx, db, obs, specs.ReplicationSecretName(db), specs.ReplicationSecret); err != nil || obs.blocked() {
+		return err
+	}
+	if specs.UserSuppliedCredentials(db) {
+		obs.stalled = r.checkUserSecret(ctx, db)
+		return nil
+	}
+	return r.ensureGeneratedSecret(ctx, db, obs, specs.GeneratedCredentialsSecretName(db), specs.CredentialsSecret)
+}
+
+func (o *observation) blocked() bool { return o.stalled != nil || o.waiting != nil }
+
+// checkUserSecret validates the Secret named in spec.credentials. It is read
+// around the cache (it carries none of our labels) and never written.
+func (r *MyDatabaseReconciler) checkUserSecret(ctx context.Context, db *databasev1alpha1.MyDatabase) *blocker {
+	name := db.Spec.Credentials.SecretName
+	secret := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		return &blocker{databasev1alpha1.ReasonCredentialsNotFound, fmt.Sprintf(
+			"Secret %q named in spec.credentials.secretName does not exist in namespace %q: create it with the key %q (and optionally %q = %q)",
+			name, db.Namespace, specs.SecretPasswordKey, specs.SecretUsernameKey, db.Spec.User)}
+	case err != nil:
+		return &blocker{databasev1alpha1.ReasonCredentialsNotFound, fmt.Sprintf("reading Secret %q: %v", name, err)}
+	}
+	if len(secret.Data[specs.SecretPasswordKey]) == 0 {
+		return &blocker{databasev1alpha1.ReasonCredentialsInvalid, fmt.Sprintf(
+			"Secret %q has no non-empty key %q: add the password under that key", name, specs.SecretPasswordKey)}
+	}
+	if u, ok := secret.Data[specs.SecretUsernameKey]; ok && string(u) != db.Spec.User {
+		return &blocker{databasev1alpha1.ReasonCredentialsInvalid, fmt.Sprintf(
+			"Secret %q has %s %q but spec.user is %q: make them match", name, specs.SecretUsernameKey, u, db.Spec.User)}
+	}
+	return nil
+}
+
+// ensureGeneratedSecret creates the named Secret once, adopts it when a
+// MyDatabase of the same name left it behind, and keeps its labels and
+// owner references in line with the deletion policy. Its data is never
+// touched after creation.
+func (r *MyDatabaseReconciler) ensureGeneratedSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
+	name string, build func(*databasev1alpha1.MyDatabase, string) *corev1.Secret) error {
+	secret := &corev1.Secret{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
+	if apierrors.IsNotFound(err) {
+		return r.createSecret(ctx, db, obs, name, build)
+	}
+	if err != nil {
+		return err
+	}
+	if ref := metav1.GetControllerOf(secret); ref != nil && ref.UID != db.UID {
+		obs.waiting = &blocker{databasev1alpha1.ReasonWaitingForOldInstance, fmt.Sprintf(
+			"Secret %q still belongs to a deleted MyDatabase of the same name (uid %s); waiting for the garbage collector", name, ref.UID)}
+		return nil
+	}
+	if len(secret.Data[specs.SecretPasswordKey]) == 0 {
+		obs.stalled = &blocker{databasev1alpha1.ReasonCredentialsInvalid, fmt.Sprintf(
+			"Secret %q has lost its %q key; the operator will not generate a new password for existing data: restore the key from a backup",
+			name, specs.SecretPasswordKey)}
+		return nil
+	}
+	return r.alignMetadata(ctx, secret, specs.Labels(db, specs.ComponentCredentials), specs.SecretOwnerReferences(db), db, obs)
+}
+
+func (r *MyDatabaseReconciler) createSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
+	name string, build func(*databasev1alpha1.MyDatabase, string) *corev1.Secret) error {
+	// The cache only holds our labelled Secrets: look around it before
+	// creating, so a Secret of someone else's is reported, not overwritten.
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{}); err == nil {
+		obs.stalled = &blocker{databasev1alpha1.ReasonSecretConflict, fmt.Sprintf(
+			"Secret %q exists but was not created by this operator (it lacks the label %s=%s); rename or delete it, or name it in spec.credentials.secretName",
+			name, specs.LabelManagedBy, specs.ManagedBy)}
+		return nil
+	} else if !apierrors.IsNotFound(err) {
+		return err
+	}
+	if pvc, err := r.dataExists(ctx, db); err != nil || pvc != "" {
+		if err == nil {
+			obs.stalled = &blocker{databasev1alpha1.ReasonCredentialsLost, fmt.Sprintf(
+				"Secret %q is gone but the data volume %q still exists, and the data only accepts the password it was created with; "+
+					"restore the Secret from a backup (keys %q, %q): the operator will not generate a new password",
+				name, pvc, specs.SecretUsernameKey, specs.SecretPasswordKey)}
+		}
+		return err
+	}
+	password, err := r.NewPassword()
+	if err != nil {
+		return err
+	}
+	secret := build(db, password)
+	if err := r.Create(ctx, secret, client.FieldOwner(FieldOwner)); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("secret %q appeared while creating it; retrying: %w", name, err)
+		}
+		return err
+	}
+	obs.wrote = true
+	r.event(db, corev1.EventTypeNormal, "Created", "Created Secret %s", name)
+	return nil
+}
+
+// dataExists returns the name of the primary's data volume if it exists,
+// read from the API server itself: a stale cache must never be the reason a
+// new password is minted for old data.
+func (r *MyDatabaseReconciler) dataExists(ctx context.Context, db *databasev1alpha1.MyDatabase) (string, error) {
+	name := fmt.Sprintf("%s-%s-0", specs.DataVolumeName, specs.StatefulSetName(db))
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.PersistentVolumeClaim{})
+	switch {
+	case err == nil:
+		return name, nil
+	case apierrors.IsNotFound(err):
+		return "", nil
+	}
+	return "", err
+}
+
+// alignMetadata sets our labels and exactly the owner references we want on
+// a child we create once and never re-apply (Secrets, PVCs), keeping every
+// label and owner reference of others. It adopts what a deleted MyDatabase of
+// the same name retained, and follows changes of the deletion policy.
+func (r *MyDatabaseReconciler) alignMetadata(ctx context.Context, obj client.Object, labels map[string]string,
+	owners []metav1.OwnerReference, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	wantLabels := maps.Clone(obj.GetLabels())
+	if wantLabels == nil {
+		wantLabels = map[string]string{}
+	}
+	maps.Copy(wantLabels, labels)
+	var wantOwners []metav1.OwnerReference
+	for _, ref := range obj.GetOwnerReferences() {
+		if ref.Kind != "MyDatabase" || ref.APIVersion != databasev1alpha1.GroupVersion.String() {
+			wantOwners = append(wantOwners, ref)
+		}
+	}
+	wantOwners = append(wantOwners, owners...)
+	if maps.Equal(wantLabels, obj.GetLabels()) && slices.EqualFunc(wantOwners, obj.GetOwnerReferences(), sameOwner) {
+		return nil
+	}
+	before := obj.DeepCopyObject().(client.Object)
+	adopted := obj.GetLabels()[specs.LabelOwnerUID] != string(db.UID)
+	obj.SetLabels(wantLabels)
+	obj.SetOwnerReferences(wantOwners)
+	if err := r.Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return err
+	}
+	obs.wrote = true
+	if adopted {
+		r.event(db, corev1.EventTypeNormal, "Adopted", "Adopted %s %s left by a previous MyDatabase of the same name",
+			kindOf(obj), obj.GetName())
+	}
+	return nil
+}
+
+func sameOwner(a, b metav1.OwnerReference) bool {
+	return a.UID == b.UID && a.Kind == b.Kind && a.APIVersion == b.APIVersion && a.Name == b.Name &&
+		ptrEqual(a.Controller, b.Controller) && ptrEqual(a.BlockOwnerDeletion, b.BlockOwnerDeletion)
+}
+
+func ptrEqual(a, b *bool) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+
+// kindOf names the kind of a typed object for events and messages.
+func kindOf(obj client.Object) string {
+	return reflect.TypeOf(obj).Elem().Name()
+}
