@@ -193,4 +193,3 @@ func (r *MyDatabaseReconciler) adoptRetainedVolumes(ctx context.Context, db *dat
 	}
 	return nil
 }
-

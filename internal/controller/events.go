@@ -1,7 +1,6 @@
 package controller
 
 import (
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 
@@ -27,4 +26,3 @@ func (r *MyDatabaseReconciler) recordTransitions(before, after *databasev1alpha1
 		r.event(after, corev1.EventTypeWarning, stalled.Reason, "%s", stalled.Message)
 	}
 }
-

@@ -1,0 +1,246 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
+)
+
+// dataVolume creates the PVC the StatefulSet controller would create for
+// ordinal i (envtest has none), labelled from the volume claim template and,
+// as the StatefulSet controller does under a Delete retention policy, owned
+// by the StatefulSet.
+func dataVolume(t *testing.T, db *databasev1alpha1.MyDatabase, ordinal int, ownedBySts bool) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", exists(db.Namespace, db.Name, sts))
+	tmpl := sts.Spec.VolumeClaimTemplates[0]
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: db.Namespace,
+			Name:      fmt.Sprintf("%s-%s-%d", tmpl.Name, sts.Name, ordinal),
+			Labels:    tmpl.Labels,
+		},
+		Spec: tmpl.Spec,
+	}
+	if ownedBySts {
+		pvc.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID}}
+	}
+	if err := k8s.Create(context.Background(), pvc); err != nil {
+		t.Fatal(err)
+	}
+	return pvc
+}
+
+func deleteDB(t *testing.T, db *databasev1alpha1.MyDatabase) {
+	t.Helper()
+	if err := k8s.Delete(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the MyDatabase to be gone", func() error {
+		err := get(db.Namespace, db.Name, &databasev1alpha1.MyDatabase{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (err %v)", err)
+	})
+}
+
+func TestDeleteUnderRetainKeepsDataAndAdoptsIt(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "keep"))
+	eventually(t, "the credentials", exists(ns, "keep-credentials", &corev1.Secret{}))
+	// A PVC still owned by the StatefulSet, as after a switch from Delete:
+	// the finalizer must release it too.
+	pvc := dataVolume(t, db, 0, true)
+	oldUID := db.UID
+	password := secretValue(t, ns, "keep-credentials")
+
+	deleteDB(t, db)
+	for _, name := range []string{"keep-credentials", "keep-replication"} {
+		s := &corev1.Secret{}
+		if err := get(ns, name, s); err != nil {
+			t.Fatalf("Secret %s after delete under Retain: %v", name, err)
+		}
+		if len(s.OwnerReferences) != 0 {
+			t.Errorf("retained Secret %s still has owners %v", name, s.OwnerReferences)
+		}
+	}
+	kept := &corev1.PersistentVolumeClaim{}
+	if err := get(ns, pvc.Name, kept); err != nil {
+		t.Fatalf("PVC after delete under Retain: %v", err)
+	}
+	if len(kept.OwnerReferences) != 0 {
+		t.Errorf("retained PVC still has owners %v: the garbage collector would take it", kept.OwnerReferences)
+	}
+	// Everything else still points at the deleted MyDatabase, so the
+	// garbage collector (absent in envtest) removes it.
+	sts := &appsv1.StatefulSet{}
+	if err := get(ns, "keep", sts); err == nil {
+		if ref := metav1.GetControllerOf(sts); ref == nil || ref.UID != oldUID {
+			t.Errorf("StatefulSet controller reference %v, want the deleted MyDatabase", ref)
+		}
+		// Play the garbage collector, so the new instance starts clean.
+		_ = k8s.Delete(context.Background(), sts)
+	}
+
+	// The same name again: the Secrets and volume are adopted, the password
+	// is the one the data knows.
+	db2 := create(t, newDB(ns, "keep"))
+	eventually(t, "adoption of the Secret and PVC", func() error {
+		s := &corev1.Secret{}
+		if err := get(ns, "keep-credentials", s); err != nil {
+			return err
+		}
+		if s.Labels[specs.LabelOwnerUID] != string(db2.UID) {
+			return fmt.Errorf("Secret owner-uid %q, want %q", s.Labels[specs.LabelOwnerUID], db2.UID)
+		}
+		if err := get(ns, pvc.Name, kept); err != nil {
+			return err
+		}
+		if kept.Labels[specs.LabelOwnerUID] != string(db2.UID) {
+			return fmt.Errorf("PVC owner-uid %q, want %q", kept.Labels[specs.LabelOwnerUID], db2.UID)
+		}
+		return nil
+	})
+	if got := secretValue(t, ns, "keep-credentials"); got != password {
+		t.Errorf("password changed on adoption")
+	}
+	if kept.UID != pvc.UID {
+		t.Errorf("PVC UID %s, want the original %s", kept.UID, pvc.UID)
+	}
+}
+
+func secretValue(t *testing.T, ns, name string) string {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := get(ns, name, s); err != nil {
+		t.Fatal(err)
+	}
+	return string(s.Data[specs.SecretPasswordKey])
+}
+
+func TestDeleteUnderDeleteRemovesData(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "drop", func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
+	}))
+	for _, name := range []string{"drop-credentials", "drop-replication"} {
+		s := &corev1.Secret{}
+		eventually(t, name, exists(ns, name, s))
+		assertOwnedChild(t, db, s)
+	}
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", exists(ns, "drop", sts))
+	if p := sts.Spec.PersistentVolumeClaimRetentionPolicy; p.WhenDeleted != appsv1.DeletePersistentVolumeClaimRetentionPolicyType {
+		t.Errorf("PVC retention policy %+v under Delete", p)
+	}
+	pvc := dataVolume(t, db, 0, false)
+	// A PVC of the same instance name but another owner UID must survive.
+	foreign := pvc.DeepCopy()
+	foreign.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: "data-drop-7",
+		Labels: map[string]string{specs.LabelInstance: "drop", specs.LabelManagedBy: specs.ManagedBy, specs.LabelOwnerUID: "another-uid"}}
+	if err := k8s.Create(context.Background(), foreign); err != nil {
+		t.Fatal(err)
+	}
+
+	deleteDB(t, db)
+	eventually(t, "the data volume to be deleted", gone(ns, pvc.Name, &corev1.PersistentVolumeClaim{}))
+	for _, name := range []string{"drop-credentials", "drop-replication"} {
+		eventually(t, name+" to be deleted", gone(ns, name, &corev1.Secret{}))
+	}
+	if err := get(ns, foreign.Name, &corev1.PersistentVolumeClaim{}); err != nil {
+		t.Errorf("a PVC of another owner was touched: %v", err)
+	}
+}
+
+func TestUserSuppliedSecret(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "byo", func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Credentials = &databasev1alpha1.CredentialsSpec{SecretName: "my-creds"}
+	}))
+	waitFor(t, db, "Stalled on the missing Secret", phaseIs(databasev1alpha1.PhaseStalled))
+	c := condition(db, databasev1alpha1.ConditionStalled)
+	if c == nil || c.Reason != databasev1alpha1.ReasonCredentialsNotFound {
+		t.Fatalf("Stalled = %+v, want %s", c, databasev1alpha1.ReasonCredentialsNotFound)
+	}
+	for name, obj := range map[string]client.Object{
+		"byo": &appsv1.StatefulSet{}, "byo-config": &corev1.ConfigMap{}, "byo-rw": &corev1.Service{},
+	} {
+		if err := get(ns, name, obj); !apierrors.IsNotFound(err) {
+			t.Errorf("%s written while the credentials are missing (err %v)", name, err)
+		}
+	}
+
+	// A Secret without a password key is refused the same way.
+	bad := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "my-creds"},
+		Data: map[string][]byte{"username": []byte("app")}}
+	if err := k8s.Create(context.Background(), bad); err != nil {
+		t.Fatal(err)
+	}
+	reconcileOnce(t, db)
+	waitFor(t, db, "Stalled on the invalid Secret", func(db *databasev1alpha1.MyDatabase) error {
+		if c := condition(db, databasev1alpha1.ConditionStalled); c == nil || c.Reason != databasev1alpha1.ReasonCredentialsInvalid {
+			return fmt.Errorf("Stalled = %+v", c)
+		}
+		return nil
+	})
+
+	bad.Data["password"] = []byte("s3cret-from-the-user")
+	if err := k8s.Update(context.Background(), bad); err != nil {
+		t.Fatal(err)
+	}
+	reconcileOnce(t, db)
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", exists(ns, "byo", sts))
+	var ref string
+	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "POSTGRES_PASSWORD" {
+			ref = e.ValueFrom.SecretKeyRef.Name
+		}
+	}
+	if ref != "my-creds" {
+		t.Errorf("POSTGRES_PASSWORD comes from %q, want my-creds", ref)
+	}
+	if err := get(ns, "byo-credentials", &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a credentials Secret was generated although one is supplied: %v", err)
+	}
+	waitFor(t, db, "status", func(db *databasev1alpha1.MyDatabase) error {
+		if db.Status.CredentialsSecret != "my-creds" || condition(db, databasev1alpha1.ConditionStalled) != nil {
+			return fmt.Errorf("status %+v", db.Status)
+		}
+		return nil
+	})
+}
+
+func TestLostSecretIsNeverRegenerated(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "lost"))
+	secret := &corev1.Secret{}
+	eventually(t, "the credentials", exists(ns, "lost-credentials", secret))
+	dataVolume(t, db, 0, false)
+
+	if err := k8s.Delete(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, db, "Stalled", func(db *databasev1alpha1.MyDatabase) error {
+		c := condition(db, databasev1alpha1.ConditionStalled)
+		if c == nil || c.Reason != databasev1alpha1.ReasonCredentialsLost {
+			return fmt.Errorf("Stalled = %+v", c)
+		}
+		return nil
+	})
+	reconcileOnce(t, db)
+	if err := get(ns, "lost-credentials", &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a new password was minted for existing data: %v", err)
+	}
+}

@@ -1,0 +1,396 @@
+package specs
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+)
+
+// db returns a MyDatabase as the API server defaults it.
+func db(mutate ...func(*databasev1alpha1.MyDatabase)) *databasev1alpha1.MyDatabase {
+	d := &databasev1alpha1.MyDatabase{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "shop", UID: "uid-1"},
+		Spec: databasev1alpha1.MyDatabaseSpec{
+			Engine: databasev1alpha1.EnginePostgres, Version: "17", Replicas: ptr.To[int32](1),
+			Storage:      databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
+			DatabaseName: "app", User: "app",
+			Service:        databasev1alpha1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Port: 5432},
+			DeletionPolicy: databasev1alpha1.DeletionPolicyRetain,
+		},
+	}
+	for _, m := range mutate {
+		m(d)
+	}
+	return d
+}
+
+// typed turns an apply configuration into the API object it describes.
+func typed[T any](t *testing.T, ac any) *T {
+	t.Helper()
+	raw, err := json.Marshal(ac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := new(T)
+	if err := json.Unmarshal(raw, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestPostgresConf(t *testing.T) {
+	cases := map[string]struct {
+		params map[string]string
+		want   []string
+		absent []string
+	}{
+		"defaults": {
+			want: []string{"listen_addresses = '*'", "wal_level = 'replica'", "hot_standby = 'on'", "password_encryption = 'scram-sha-256'"},
+		},
+		"user setting": {
+			params: map[string]string{"max_connections": "250"},
+			want:   []string{"max_connections = '250'"},
+		},
+		"user overrides a default once": {
+			params: map[string]string{"wal_keep_size": "1GB"},
+			want:   []string{"wal_keep_size = '1GB'"},
+			absent: []string{"wal_keep_size = '128MB'"},
+		},
+		"quotes and line breaks cannot escape the value": {
+			params: map[string]string{"application_name": "it's\nport = 1"},
+			want:   []string{`application_name = 'it''s\nport = 1'`},
+			absent: []string{"\nport = 1"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			conf := PostgresConf(db(func(d *databasev1alpha1.MyDatabase) { d.Spec.Parameters = tc.params }))
+			for _, w := range tc.want {
+				if !strings.Contains(conf, w+"\n") {
+					t.Errorf("postgresql.conf lacks %q:\n%s", w, conf)
+				}
+			}
+			for _, a := range tc.absent {
+				if strings.Contains(conf, a) {
+					t.Errorf("postgresql.conf contains %q:\n%s", a, conf)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigHashFollowsSettingsOnly(t *testing.T) {
+	base := ConfigHash(db())
+	if ConfigHash(db()) != base {
+		t.Fatal("ConfigHash is not deterministic")
+	}
+	if ConfigHash(db(func(d *databasev1alpha1.MyDatabase) { d.Spec.Parameters = map[string]string{"work_mem": "8MB"} })) == base {
+		t.Error("a parameter change does not change the config hash: pods would not roll")
+	}
+	if ConfigHash(db(func(d *databasev1alpha1.MyDatabase) { d.Spec.Replicas = ptr.To[int32](3) })) != base {
+		t.Error("scaling changes the config hash: every pod would restart on a scale")
+	}
+}
+
+func TestImage(t *testing.T) {
+	cases := map[string]struct {
+		version, image, want string
+	}{
+		"major":    {"17", "", "postgres:17"},
+		"minor":    {"16.4", "", "postgres:16.4"},
+		"override": {"17", "registry.local/pg:17-custom", "registry.local/pg:17-custom"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := Image(db(func(d *databasev1alpha1.MyDatabase) { d.Spec.Version, d.Spec.Image = tc.version, tc.image }))
+			if got != tc.want {
+				t.Errorf("Image = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestServices(t *testing.T) {
+	d := db(func(d *databasev1alpha1.MyDatabase) { d.Spec.Service.Port = 6432 })
+	cases := map[string]struct {
+		svc          *corev1.Service
+		wantSelector map[string]string
+		wantPort     int32
+		headless     bool
+	}{
+		"headless": {typed[corev1.Service](t, HeadlessService(d)), SelectorLabels(d), 5432, true},
+		"read-write selects ordinal 0": {typed[corev1.Service](t, ReadWriteService(d)),
+			merge(SelectorLabels(d), map[string]string{"statefulset.kubernetes.io/pod-name": "orders-0"}), 6432, false},
+		"read-only selects replicas": {typed[corev1.Service](t, ReadOnlyService(d)),
+			merge(SelectorLabels(d), map[string]string{LabelRole: RoleReplica}), 6432, false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.wantSelector, tc.svc.Spec.Selector); diff != "" {
+				t.Errorf("selector (-want +got):\n%s", diff)
+			}
+			p := tc.svc.Spec.Ports[0]
+			if p.Port != tc.wantPort || p.TargetPort.StrVal != "postgres" {
+				t.Errorf("port %d -> %v, want %d -> postgres", p.Port, p.TargetPort, tc.wantPort)
+			}
+			if got := tc.svc.Spec.ClusterIP == corev1.ClusterIPNone; got != tc.headless {
+				t.Errorf("headless = %v, want %v", got, tc.headless)
+			}
+			assertChildMeta(t, d, &tc.svc.ObjectMeta)
+		})
+	}
+}
+
+func merge(a, b map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+func assertChildMeta(t *testing.T, d *databasev1alpha1.MyDatabase, m *metav1.ObjectMeta) {
+	t.Helper()
+	if m.Namespace != d.Namespace {
+		t.Errorf("namespace %q", m.Namespace)
+	}
+	if m.Labels[LabelOwnerUID] != string(d.UID) || m.Labels[LabelInstance] != d.Name || m.Labels[LabelManagedBy] != ManagedBy {
+		t.Errorf("labels %v", m.Labels)
+	}
+	if len(m.OwnerReferences) != 1 || !ptr.Deref(m.OwnerReferences[0].Controller, false) || m.OwnerReferences[0].UID != d.UID {
+		t.Errorf("owner references %v, want one controller reference to %s", m.OwnerReferences, d.UID)
+	}
+}
+
+func TestPodDisruptionBudget(t *testing.T) {
+	d := db(func(d *databasev1alpha1.MyDatabase) { d.Spec.Replicas = ptr.To[int32](3) })
+	pdb := typed[policyv1.PodDisruptionBudget](t, PodDisruptionBudget(d))
+	if pdb.Spec.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("maxUnavailable = %v", pdb.Spec.MaxUnavailable)
+	}
+	if diff := cmp.Diff(SelectorLabels(d), pdb.Spec.Selector.MatchLabels); diff != "" {
+		t.Errorf("selector (-want +got):\n%s", diff)
+	}
+	assertChildMeta(t, d, &pdb.ObjectMeta)
+}
+
+func TestStatefulSetFollowsSpec(t *testing.T) {
+	class := "fast"
+	cases := map[string]struct {
+		mutate func(*databasev1alpha1.MyDatabase)
+		check  func(*testing.T, *appsv1.StatefulSet)
+	}{
+		"replicas and ordered pods": {
+			func(d *databasev1alpha1.MyDatabase) { d.Spec.Replicas = ptr.To[int32](3) },
+			func(t *testing.T, s *appsv1.StatefulSet) {
+				if *s.Spec.Replicas != 3 || s.Spec.PodManagementPolicy != appsv1.OrderedReadyPodManagement ||
+					s.Spec.UpdateStrategy.Type != appsv1.RollingUpdateStatefulSetStrategyType || s.Spec.ServiceName != "orders-headless" {
+					t.Errorf("spec = %+v", s.Spec)
+				}
+			},
+		},
+		"storage size and class": {
+			func(d *databasev1alpha1.MyDatabase) {
+				d.Spec.Storage = databasev1alpha1.StorageSpec{Size: resource.MustParse("20Gi"), StorageClassName: &class}
+			},
+			func(t *testing.T, s *appsv1.StatefulSet) {
+				vct := s.Spec.VolumeClaimTemplates[0]
+				if vct.Name != DataVolumeName || vct.Spec.Resources.Requests.Storage().String() != "20Gi" || *vct.Spec.StorageClassName != "fast" {
+					t.Errorf("volumeClaimTemplate = %+v", vct)
+				}
+				if vct.APIVersion != "" || vct.Kind != "" {
+					t.Errorf("volumeClaimTemplate carries type meta %q/%q, which the server drops", vct.APIVersion, vct.Kind)
+				}
+			},
+		},
+		"Retain keeps volumes": {
+			nil,
+			func(t *testing.T, s *appsv1.StatefulSet) {
+				p := s.Spec.PersistentVolumeClaimRetentionPolicy
+				if p.WhenDeleted != appsv1.RetainPersistentVolumeClaimRetentionPolicyType || p.WhenScaled != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
+					t.Errorf("retention = %+v", p)
+				}
+			},
+		},
+		"Delete removes volumes": {
+			func(d *databasev1alpha1.MyDatabase) { d.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete },
+			func(t *testing.T, s *appsv1.StatefulSet) {
+				p := s.Spec.PersistentVolumeClaimRetentionPolicy
+				if p.WhenDeleted != appsv1.DeletePersistentVolumeClaimRetentionPolicyType || p.WhenScaled != appsv1.DeletePersistentVolumeClaimRetentionPolicyType {
+					t.Errorf("retention = %+v", p)
+				}
+			},
+		},
+		"scheduling, resources, pod labels and annotations": {
+			func(d *databasev1alpha1.MyDatabase) {
+				d.Spec.NodeSelector = map[string]string{"disk": "ssd"}
+				d.Spec.Tolerations = []corev1.Toleration{{Key: "db", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+				d.Spec.PriorityClassName = "critical"
+				d.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+					PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 10,
+						PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: "kubernetes.io/hostname"}}}}}
+				d.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "zone", WhenUnsatisfiable: corev1.ScheduleAnyway}}
+				d.Spec.Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}
+				d.Spec.PodLabels = map[string]string{"team": "payments"}
+				d.Spec.PodAnnotations = map[string]string{"example.com/scrape": "true"}
+			},
+			func(t *testing.T, s *appsv1.StatefulSet) {
+				p := s.Spec.Template.Spec
+				if p.NodeSelector["disk"] != "ssd" || len(p.Tolerations) != 1 || p.Tolerations[0].Key != "db" ||
+					p.PriorityClassName != "critical" || p.Affinity.PodAntiAffinity == nil || len(p.TopologySpreadConstraints) != 1 {
+					t.Errorf("scheduling not passed through: %+v", p)
+				}
+				if p.Containers[0].Resources.Limits.Memory().String() != "1Gi" {
+					t.Errorf("resources = %+v", p.Containers[0].Resources)
+				}
+				if s.Spec.Template.Labels["team"] != "payments" || s.Spec.Template.Annotations["example.com/scrape"] != "true" {
+					t.Errorf("template metadata = %+v", s.Spec.Template.ObjectMeta)
+				}
+			},
+		},
+		"pod labels cannot change the selector": {
+			func(d *databasev1alpha1.MyDatabase) { d.Spec.PodLabels = map[string]string{LabelInstance: "other"} },
+			func(t *testing.T, s *appsv1.StatefulSet) {
+				if s.Spec.Template.Labels[LabelInstance] != "orders" {
+					t.Errorf("pod label %s = %q", LabelInstance, s.Spec.Template.Labels[LabelInstance])
+				}
+			},
+		},
+		"credentials from a user Secret": {
+			func(d *databasev1alpha1.MyDatabase) {
+				d.Spec.Credentials = &databasev1alpha1.CredentialsSpec{SecretName: "mine"}
+			},
+			func(t *testing.T, s *appsv1.StatefulSet) {
+				env := map[string]corev1.EnvVar{}
+				for _, e := range s.Spec.Template.Spec.Containers[0].Env {
+					env[e.Name] = e
+				}
+				if ref := env["POSTGRES_PASSWORD"].ValueFrom.SecretKeyRef; ref.Name != "mine" || ref.Key != "password" {
+					t.Errorf("POSTGRES_PASSWORD from %+v", ref)
+				}
+				if ref := env["REPLICATION_PASSWORD"].ValueFrom.SecretKeyRef; ref.Name != "orders-replication" {
+					t.Errorf("REPLICATION_PASSWORD from %+v", ref)
+				}
+				if env["PRIMARY_HOST"].Value != "orders-0.orders-headless.shop.svc" {
+					t.Errorf("PRIMARY_HOST = %q", env["PRIMARY_HOST"].Value)
+				}
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			d := db()
+			if tc.mutate != nil {
+				tc.mutate(d)
+			}
+			s := typed[appsv1.StatefulSet](t, StatefulSet(d))
+			assertChildMeta(t, d, &s.ObjectMeta)
+			if diff := cmp.Diff(SelectorLabels(d), s.Spec.Selector.MatchLabels); diff != "" {
+				t.Errorf("selector (-want +got):\n%s", diff)
+			}
+			tc.check(t, s)
+		})
+	}
+}
+
+// TestPodSecurityRestricted checks the pod against the Pod Security
+// "restricted" profile, field by field.
+func TestPodSecurityRestricted(t *testing.T) {
+	s := typed[appsv1.StatefulSet](t, StatefulSet(db()))
+	pod := s.Spec.Template.Spec
+	psc := pod.SecurityContext
+	if !ptr.Deref(psc.RunAsNonRoot, false) || ptr.Deref(psc.RunAsUser, 0) == 0 || ptr.Deref(psc.FSGroup, 0) == 0 {
+		t.Errorf("pod security context %+v: must run as a non-root uid with an fsGroup", psc)
+	}
+	if psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("seccomp profile %+v, want RuntimeDefault", psc.SeccompProfile)
+	}
+	if ptr.Deref(pod.AutomountServiceAccountToken, true) {
+		t.Error("the database pod mounts a service account token it never uses")
+	}
+	for _, v := range pod.Volumes {
+		if v.HostPath != nil {
+			t.Errorf("volume %s is a hostPath", v.Name)
+		}
+	}
+	for _, c := range pod.Containers {
+		sc := c.SecurityContext
+		if sc == nil || ptr.Deref(sc.AllowPrivilegeEscalation, true) || ptr.Deref(sc.Privileged, true) ||
+			!ptr.Deref(sc.ReadOnlyRootFilesystem, false) {
+			t.Errorf("container %s security context %+v", c.Name, sc)
+			continue
+		}
+		if sc.Capabilities == nil || !cmp.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+			t.Errorf("container %s capabilities %+v, want drop ALL and add none", c.Name, sc.Capabilities)
+		}
+		if len(c.Ports) > 0 && c.Ports[0].HostPort != 0 {
+			t.Errorf("container %s uses a host port", c.Name)
+		}
+	}
+}
+
+func TestSecrets(t *testing.T) {
+	cases := map[string]struct {
+		policy     databasev1alpha1.DeletionPolicy
+		wantOwners int
+	}{
+		"Retain: no owner, the garbage collector can never take them": {databasev1alpha1.DeletionPolicyRetain, 0},
+		"Delete: owned by the MyDatabase":                             {databasev1alpha1.DeletionPolicyDelete, 1},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			d := db(func(d *databasev1alpha1.MyDatabase) { d.Spec.DeletionPolicy = tc.policy })
+			for _, s := range []*corev1.Secret{CredentialsSecret(d, "pw"), ReplicationSecret(d, "pw")} {
+				if len(s.OwnerReferences) != tc.wantOwners {
+					t.Errorf("%s owner references %v, want %d", s.Name, s.OwnerReferences, tc.wantOwners)
+				}
+				if s.Labels[LabelOwnerUID] != "uid-1" {
+					t.Errorf("%s labels %v", s.Name, s.Labels)
+				}
+			}
+		})
+	}
+	s := CredentialsSecret(db(), "p@ss:word/")
+	want := map[string]string{
+		"username": "app", "password": "p@ss:word/", "database": "app",
+		"host": "orders-rw.shop.svc", "port": "5432",
+		"uri": "postgresql://app:p%40ss%3Aword%2F@orders-rw.shop.svc:5432/app",
+	}
+	got := map[string]string{}
+	for k, v := range s.Data {
+		got[k] = string(v)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("credentials Secret data (-want +got):\n%s", diff)
+	}
+}
+
+func TestRandomPassword(t *testing.T) {
+	seen := map[string]bool{}
+	for range 100 {
+		p, err := RandomPassword()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p) != PasswordLength || strings.Trim(p, passwordAlphabet) != "" {
+			t.Fatalf("password %q: want %d characters from the alphabet", p, PasswordLength)
+		}
+		if seen[p] {
+			t.Fatalf("password repeated: %q", p)
+		}
+		seen[p] = true
+	}
+}
