@@ -255,4 +255,3 @@ func convert[T any](in any) *T {
 	}
 	return out
 }
-
