@@ -1,0 +1,359 @@
+package reliability
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/controller"
+	"example.com/myoperator/internal/specs"
+	"example.com/myoperator/internal/testenv"
+)
+
+// The scenarios here drive the reconciler directly, pass by pass, with an
+// uncached client, so that every fault lands at an exact, repeatable point.
+// "Restarting the operator" means a new reconciler with a healthy client.
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	var err error
+	env, err = testenv.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+// recorder keeps every event, to check that no secret value leaks into one.
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *recorder) Eventf(_ runtime.Object, _ runtime.Object, eventType, reason, action, note string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, fmt.Sprintf("%s %s %s: %s", eventType, reason, action, fmt.Sprintf(note, args...)))
+}
+
+func (r *recorder) all() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.events, "\n")
+}
+
+// operator is one incarnation of the operator.
+type operator struct {
+	*controller.MyDatabaseReconciler
+	events *recorder
+	errs   []string
+}
+
+func newOperator(c client.Client, reader client.Reader) *operator {
+	rec := &recorder{}
+	return &operator{
+		MyDatabaseReconciler: &controller.MyDatabaseReconciler{
+			Client:      c,
+			APIReader:   reader,
+			Recorder:    rec,
+			NewPassword: specs.RandomPassword,
+			Clock:       clocktesting.NewFakePassiveClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
+			Metrics:     controller.NewPhaseMetrics(prometheus.NewRegistry()),
+		},
+		events: rec,
+	}
+}
+
+func (o *operator) pass(key client.ObjectKey) (ctrl.Result, error) {
+	res, err := o.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
+	if err != nil {
+		o.errs = append(o.errs, err.Error())
+	}
+	return res, err
+}
+
+// converge runs passes until one makes no write and asks for no retry, or
+// the MyDatabase is gone.
+func (o *operator) converge(t *testing.T, key client.ObjectKey) {
+	t.Helper()
+	counter := testenv.NewCountingClient(o.Client)
+	inner := o.Client
+	o.Client = counter
+	defer func() { o.Client = inner }()
+	for i := 0; i < 15; i++ {
+		before := counter.Total()
+		res, err := o.pass(key)
+		if err == nil && counter.Total() == before && res.RequeueAfter == 0 {
+			return
+		}
+		if err == nil && res.RequeueAfter > 0 && counter.Total() == before {
+			return // stalled or waiting: nothing more to do now
+		}
+	}
+	t.Fatalf("no convergence after 15 passes; errors: %v", o.errs)
+}
+
+// errCrashed stands for the operator process dying.
+var errCrashed = errors.New("injected crash")
+
+// crashingClient lets the first k mutating calls through, then fails every
+// call, as if the process had died right after its k-th write.
+type crashingClient struct {
+	client.Client
+	mu      sync.Mutex
+	left    int
+	crashed bool
+}
+
+func (c *crashingClient) write() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.left == 0 {
+		c.crashed = true
+		return errCrashed
+	}
+	c.left--
+	return nil
+}
+
+func (c *crashingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if err := c.write(); err != nil {
+		return err
+	}
+	return c.Client.Create(ctx, obj, opts...)
+}
+
+func (c *crashingClient) Patch(ctx context.Context, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+	if err := c.write(); err != nil {
+		return err
+	}
+	return c.Client.Patch(ctx, obj, p, opts...)
+}
+
+func (c *crashingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+	if err := c.write(); err != nil {
+		return err
+	}
+	return c.Client.Apply(ctx, obj, opts...)
+}
+
+func (c *crashingClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	if err := c.write(); err != nil {
+		return err
+	}
+	return c.Client.Delete(ctx, obj, opts...)
+}
+
+func (c *crashingClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	if err := c.write(); err != nil {
+		return err
+	}
+	return c.Client.Update(ctx, obj, opts...)
+}
+
+func (c *crashingClient) Status() client.SubResourceWriter {
+	return &crashingStatus{SubResourceWriter: c.Client.Status(), c: c}
+}
+
+type crashingStatus struct {
+	client.SubResourceWriter
+	c *crashingClient
+}
+
+func (s *crashingStatus) Patch(ctx context.Context, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+	if err := s.c.write(); err != nil {
+		return err
+	}
+	return s.SubResourceWriter.Patch(ctx, obj, p, opts...)
+}
+
+func (s *crashingStatus) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	if err := s.c.write(); err != nil {
+		return err
+	}
+	return s.SubResourceWriter.Update(ctx, obj, opts...)
+}
+
+// runUntilCrash runs passes of an operator whose k-th write is its last.
+// It reports whether the crash happened before the work was done.
+func runUntilCrash(key client.ObjectKey, k int) bool {
+	c := &crashingClient{Client: env.Client, left: k}
+	o := newOperator(c, env.Client)
+	for i := 0; i < 15 && !c.crashed; i++ {
+		if _, err := o.pass(key); err == nil && !c.crashed {
+			if gone(key) {
+				break
+			}
+		}
+	}
+	return c.crashed
+}
+
+func gone(key client.ObjectKey) bool {
+	return apierrors.IsNotFound(env.Client.Get(context.Background(), key, &databasev1alpha1.MyDatabase{}))
+}
+
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "rel-"}}
+	if err := env.Client.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func newDB(ns string, mutate ...func(*databasev1alpha1.MyDatabase)) *databasev1alpha1.MyDatabase {
+	db := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pg"}}
+	for _, m := range mutate {
+		m(db)
+	}
+	if err := env.Client.Create(context.Background(), db); err != nil {
+		panic(err)
+	}
+	return db
+}
+
+// snapshot is everything the operator manages in a namespace, with what
+// differs between two equivalent runs (UIDs, resourceVersions, timestamps,
+// cluster IPs, the namespace name, password values) normalised away.
+func snapshot(t *testing.T, ns string) map[string]any {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]any{}
+	lists := map[string]client.ObjectList{
+		"Secret": &corev1.SecretList{}, "ConfigMap": &corev1.ConfigMapList{}, "Service": &corev1.ServiceList{},
+		"StatefulSet": &appsv1.StatefulSetList{}, "PodDisruptionBudget": &policyv1.PodDisruptionBudgetList{},
+		"PersistentVolumeClaim": &corev1.PersistentVolumeClaimList{}, "MyDatabase": &databasev1alpha1.MyDatabaseList{},
+	}
+	for kind, list := range lists {
+		if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := json.Marshal(list)
+		var m map[string]any
+		_ = json.Unmarshal(raw, &m)
+		items, _ := m["items"].([]any)
+		for _, item := range items {
+			obj := item.(map[string]any)
+			meta := obj["metadata"].(map[string]any)
+			name := meta["name"].(string)
+			if kind == "Secret" {
+				data := obj["data"].(map[string]any)
+				for k, v := range data {
+					plain, _ := base64.StdEncoding.DecodeString(v.(string))
+					data[k] = string(plain)
+					if k == specs.SecretPasswordKey || k == specs.SecretURIKey {
+						data[k] = fmt.Sprintf("<%d bytes>", len(plain))
+					}
+				}
+			}
+			out[kind+"/"+name] = normalise(obj, ns)
+		}
+	}
+	return out
+}
+
+var volatile = map[string]bool{
+	"uid": true, "resourceVersion": true, "creationTimestamp": true, "managedFields": true,
+	"lastTransitionTime": true, "clusterIP": true, "clusterIPs": true, "generation": true,
+	"deletionTimestamp": true, "deletionGracePeriodSeconds": true, specs.AnnotationSpecHash: true,
+}
+
+func normalise(v any, ns string) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, val := range x {
+			if volatile[k] {
+				continue
+			}
+			out[k] = normalise(val, ns)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i := range x {
+			out[i] = normalise(x[i], ns)
+		}
+		return out
+	case string:
+		s := strings.ReplaceAll(x, ns, "<ns>")
+		if looksLikeUID(s) {
+			return "<uid>"
+		}
+		return s
+	}
+	return v
+}
+
+func looksLikeUID(s string) bool {
+	return len(s) == 36 && strings.Count(s, "-") == 4
+}
+
+// dataVolume creates the PVC the StatefulSet controller would create for
+// ordinal 0 (envtest runs no StatefulSet controller).
+func dataVolume(t *testing.T, db *databasev1alpha1.MyDatabase) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	sts := &appsv1.StatefulSet{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, sts); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := sts.Spec.VolumeClaimTemplates[0]
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: tmpl.Name + "-" + sts.Name + "-0", Labels: tmpl.Labels},
+		Spec:       tmpl.Spec,
+	}
+	if err := env.Client.Create(context.Background(), pvc); err != nil {
+		t.Fatal(err)
+	}
+	return pvc
+}
+
+func password(t *testing.T, ns, name string) string {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
+		return ""
+	}
+	return string(s.Data[specs.SecretPasswordKey])
+}
+
+// assertNoLeak fails if a password appears in the events, errors or status.
+func assertNoLeak(t *testing.T, o *operator, db client.ObjectKey, secrets ...string) {
+	t.Helper()
+	var status string
+	got := &databasev1alpha1.MyDatabase{}
+	if err := env.Client.Get(context.Background(), db, got); err == nil {
+		raw, _ := json.Marshal(got.Status)
+		status = string(raw)
+	}
+	haystack := o.events.all() + strings.Join(o.errs, "\n") + status
+	for _, s := range secrets {
+		if s != "" && strings.Contains(haystack, s) {
+			t.Errorf("a password leaked into events, errors or status")
+		}
+	}
+}
