@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,6 +52,8 @@ func (r *MyDatabaseReconciler) apply(ctx context.Context, desired applyConfigura
 		outcome = created
 	case err != nil:
 		return unchanged, err
+	case ownedByAnother(raw, live):
+		return unchanged, &ownedElsewhereError{kind: kindOf(live), name: key.Name, owner: metav1.GetControllerOf(live).UID}
 	case live.GetAnnotations()[specs.AnnotationSpecHash] != hash:
 		log(ctx).V(1).Info("Spec changed", "kind", kindOf(live), "name", key.Name)
 	default:
@@ -77,6 +80,35 @@ func (r *MyDatabaseReconciler) apply(ctx context.Context, desired applyConfigura
 	}
 	log(ctx).V(1).Info("Applied", "kind", u.GetKind(), "name", key.Name)
 	return outcome, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, live)
+}
+
+// ownedByAnother reports whether live is controlled by another owner than
+// the desired object names: typically the previous MyDatabase of the same
+// name, whose children the garbage collector has not removed yet. Applying
+// over it would fight the collector (and hit immutable fields such as the
+// StatefulSet's volumeClaimTemplates), so it is left alone.
+func ownedByAnother(desiredJSON []byte, live client.Object) bool {
+	ref := metav1.GetControllerOf(live)
+	if ref == nil {
+		return false
+	}
+	var desired metav1.PartialObjectMetadata
+	if err := json.Unmarshal(desiredJSON, &desired); err != nil {
+		return false
+	}
+	want := metav1.GetControllerOfNoCopy(&desired)
+	return want != nil && want.UID != ref.UID
+}
+
+// ownedElsewhereError says a child of ours still belongs to another owner.
+type ownedElsewhereError struct {
+	kind, name string
+	owner      types.UID
+}
+
+func (e *ownedElsewhereError) Error() string {
+	return fmt.Sprintf("%s %q still belongs to a deleted MyDatabase of the same name (uid %s); waiting for the garbage collector to remove it",
+		e.kind, e.name, e.owner)
 }
 
 // applied is what apply did.

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -54,6 +55,10 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 func (r *MyDatabaseReconciler) applyChild(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
 	desired applyConfiguration, live client.Object) error {
 	outcome, err := r.apply(ctx, desired, live)
+	if owned := (*ownedElsewhereError)(nil); errors.As(err, &owned) {
+		obs.waiting = &blocker{databasev1alpha1.ReasonWaitingForOldInstance, owned.Error()}
+		return nil
+	}
 	if outcome != unchanged {
 		obs.wrote = true
 	}

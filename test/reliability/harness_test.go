@@ -280,6 +280,7 @@ var volatile = map[string]bool{
 	"uid": true, "resourceVersion": true, "creationTimestamp": true, "managedFields": true,
 	"lastTransitionTime": true, "clusterIP": true, "clusterIPs": true, "generation": true,
 	"deletionTimestamp": true, "deletionGracePeriodSeconds": true, specs.AnnotationSpecHash: true,
+	"observedGeneration": true, // equal to generation after converge, which differs by history
 }
 
 func normalise(v any, ns string) any {
