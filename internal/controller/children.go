@@ -192,7 +192,7 @@ func (r *MyDatabaseReconciler) adoptRetainedVolumes(ctx context.Context, db *dat
 			!strings.HasPrefix(pvc.Name, prefix) || !pvc.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if err := r.alignMetadata(ctx, pvc, map[string]string{specs.LabelOwnerUID: string(db.UID)}, nil, db, obs); err != nil {
+		if err := r.alignMetadata(ctx, pvc, map[string]string{specs.LabelOwnerUID: string(db.UID)}, nil, nil, db, obs); err != nil {
 			return err
 		}
 	}

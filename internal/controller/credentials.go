@@ -78,13 +78,25 @@ func (r *MyDatabaseReconciler) ensureGeneratedSecret(ctx context.Context, db *da
 			"Secret %q still belongs to a deleted MyDatabase of the same name (uid %s); waiting for the garbage collector", name, ref.UID)}
 		return nil
 	}
-	if len(secret.Data[specs.SecretPasswordKey]) == 0 {
+	password := secret.Data[specs.SecretPasswordKey]
+	if len(password) == 0 {
 		obs.stalled = &blocker{databasev1alpha1.ReasonCredentialsInvalid, fmt.Sprintf(
 			"Secret %q has lost its %q key; the operator will not generate a new password for existing data: restore the key from a backup",
 			name, specs.SecretPasswordKey)}
 		return nil
 	}
-	return r.alignMetadata(ctx, secret, specs.Labels(db, specs.ComponentCredentials), specs.SecretOwnerReferences(db), db, obs)
+	// The digest of the original password tells an edited Secret apart. Its
+	// absence means the user accepted the current password (or the Secret
+	// predates the digest): record it.
+	annotations := map[string]string{specs.AnnotationPasswordDigest: specs.PasswordDigest(password)}
+	if recorded, ok := secret.Annotations[specs.AnnotationPasswordDigest]; ok && recorded != annotations[specs.AnnotationPasswordDigest] {
+		obs.stalled = &blocker{databasev1alpha1.ReasonCredentialsChanged, fmt.Sprintf(
+			"the password in Secret %q was changed, but the database still accepts only the password it was created with: "+
+				"restore the original password; or, if you also changed it in PostgreSQL (ALTER ROLE), remove the annotation %s from the Secret to accept the new one",
+			name, specs.AnnotationPasswordDigest)}
+		return nil
+	}
+	return r.alignMetadata(ctx, secret, specs.Labels(db, specs.ComponentCredentials), annotations, specs.SecretOwnerReferences(db), db, obs)
 }
 
 func (r *MyDatabaseReconciler) createSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
@@ -143,13 +155,10 @@ func (r *MyDatabaseReconciler) dataExists(ctx context.Context, db *databasev1alp
 // a child we create once and never re-apply (Secrets, PVCs), keeping every
 // label and owner reference of others. It adopts what a deleted MyDatabase of
 // the same name retained, and follows changes of the deletion policy.
-func (r *MyDatabaseReconciler) alignMetadata(ctx context.Context, obj client.Object, labels map[string]string,
+func (r *MyDatabaseReconciler) alignMetadata(ctx context.Context, obj client.Object, labels, annotations map[string]string,
 	owners []metav1.OwnerReference, db *databasev1alpha1.MyDatabase, obs *observation) error {
-	wantLabels := maps.Clone(obj.GetLabels())
-	if wantLabels == nil {
-		wantLabels = map[string]string{}
-	}
-	maps.Copy(wantLabels, labels)
+	wantLabels := withEntries(obj.GetLabels(), labels)
+	wantAnnotations := withEntries(obj.GetAnnotations(), annotations)
 	var wantOwners []metav1.OwnerReference
 	for _, ref := range obj.GetOwnerReferences() {
 		if ref.Kind != "MyDatabase" || ref.APIVersion != databasev1alpha1.GroupVersion.String() {
@@ -157,12 +166,14 @@ func (r *MyDatabaseReconciler) alignMetadata(ctx context.Context, obj client.Obj
 		}
 	}
 	wantOwners = append(wantOwners, owners...)
-	if maps.Equal(wantLabels, obj.GetLabels()) && slices.EqualFunc(wantOwners, obj.GetOwnerReferences(), sameOwner) {
+	if maps.Equal(wantLabels, obj.GetLabels()) && maps.Equal(wantAnnotations, obj.GetAnnotations()) &&
+		slices.EqualFunc(wantOwners, obj.GetOwnerReferences(), sameOwner) {
 		return nil
 	}
 	before := obj.DeepCopyObject().(client.Object)
 	adopted := obj.GetLabels()[specs.LabelOwnerUID] != string(db.UID)
 	obj.SetLabels(wantLabels)
+	obj.SetAnnotations(wantAnnotations)
 	obj.SetOwnerReferences(wantOwners)
 	if err := r.Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
@@ -173,6 +184,16 @@ func (r *MyDatabaseReconciler) alignMetadata(ctx context.Context, obj client.Obj
 			kindOf(obj), obj.GetName())
 	}
 	return nil
+}
+
+// withEntries returns a copy of m with the entries of add set.
+func withEntries(m, add map[string]string) map[string]string {
+	out := maps.Clone(m)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, add)
+	return out
 }
 
 func sameOwner(a, b metav1.OwnerReference) bool {

@@ -3,10 +3,12 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -242,5 +244,61 @@ func TestLostSecretIsNeverRegenerated(t *testing.T) {
 	reconcileOnce(t, db)
 	if err := get(ns, "lost-credentials", &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a new password was minted for existing data: %v", err)
+	}
+}
+
+func TestEditedSecretIsReportedNotOverwritten(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "tamper"))
+	secret := &corev1.Secret{}
+	eventually(t, "the credentials", exists(ns, "tamper-credentials", secret))
+	if secret.Annotations[specs.AnnotationPasswordDigest] != specs.PasswordDigest(secret.Data["password"]) {
+		t.Fatalf("the generated Secret does not record the digest of its password")
+	}
+
+	secret.Data["password"] = []byte("someone-typed-this")
+	if err := k8s.Update(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, db, "Stalled", func(db *databasev1alpha1.MyDatabase) error {
+		if c := condition(db, databasev1alpha1.ConditionStalled); c == nil || c.Reason != databasev1alpha1.ReasonCredentialsChanged {
+			return fmt.Errorf("Stalled = %+v", c)
+		}
+		return nil
+	})
+	if got := secretValue(t, ns, "tamper-credentials"); got != "someone-typed-this" {
+		t.Errorf("the operator rewrote the edited Secret")
+	}
+	eventually(t, "a warning event", func() error {
+		list := &eventsv1.EventList{}
+		if err := k8s.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Reason == databasev1alpha1.ReasonCredentialsChanged && e.Type == corev1.EventTypeWarning {
+				if strings.Contains(e.Note, "someone-typed-this") {
+					return fmt.Errorf("the event carries the password")
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s event among %d", databasev1alpha1.ReasonCredentialsChanged, len(list.Items))
+	})
+
+	// The user changed it in PostgreSQL too and acknowledges it.
+	_ = get(ns, "tamper-credentials", secret)
+	delete(secret.Annotations, specs.AnnotationPasswordDigest)
+	if err := k8s.Update(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, db, "the Stalled condition to clear", func(db *databasev1alpha1.MyDatabase) error {
+		if c := condition(db, databasev1alpha1.ConditionStalled); c != nil {
+			return fmt.Errorf("Stalled = %+v", c)
+		}
+		return nil
+	})
+	_ = get(ns, "tamper-credentials", secret)
+	if secret.Annotations[specs.AnnotationPasswordDigest] != specs.PasswordDigest([]byte("someone-typed-this")) {
+		t.Errorf("the accepted password's digest was not recorded")
 	}
 }

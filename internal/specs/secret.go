@@ -2,6 +2,8 @@ package specs
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/url"
@@ -22,6 +24,17 @@ const (
 	SecretPortKey     = "port"
 	SecretURIKey      = "uri"
 )
+
+// AnnotationPasswordDigest on a generated Secret is the SHA-256 of the
+// password it was created with. A password of 190 random bits cannot be
+// recovered from it; it lets the operator notice an edited Secret.
+const AnnotationPasswordDigest = "database.example.com/password-digest"
+
+// PasswordDigest is the value of AnnotationPasswordDigest.
+func PasswordDigest(password []byte) string {
+	sum := sha256.Sum256(password)
+	return hex.EncodeToString(sum[:])
+}
 
 // PasswordLength is the length of generated passwords: 32 characters from a
 // 62-letter alphabet, about 190 bits.
@@ -91,6 +104,7 @@ func CredentialsSecret(db *databasev1alpha1.MyDatabase, password string) *corev1
 			Name:            GeneratedCredentialsSecretName(db),
 			Namespace:       db.Namespace,
 			Labels:          Labels(db, ComponentCredentials),
+			Annotations:     map[string]string{AnnotationPasswordDigest: PasswordDigest([]byte(password))},
 			OwnerReferences: SecretOwnerReferences(db),
 		},
 		Type: corev1.SecretTypeOpaque,
@@ -113,6 +127,7 @@ func ReplicationSecret(db *databasev1alpha1.MyDatabase, password string) *corev1
 			Name:            ReplicationSecretName(db),
 			Namespace:       db.Namespace,
 			Labels:          Labels(db, ComponentCredentials),
+			Annotations:     map[string]string{AnnotationPasswordDigest: PasswordDigest([]byte(password))},
 			OwnerReferences: SecretOwnerReferences(db),
 		},
 		Type: corev1.SecretTypeOpaque,

@@ -280,7 +280,8 @@ var volatile = map[string]bool{
 	"uid": true, "resourceVersion": true, "creationTimestamp": true, "managedFields": true,
 	"lastTransitionTime": true, "clusterIP": true, "clusterIPs": true, "generation": true,
 	"deletionTimestamp": true, "deletionGracePeriodSeconds": true, specs.AnnotationSpecHash: true,
-	"observedGeneration": true, // equal to generation after converge, which differs by history
+	"observedGeneration":           true, // equal to generation after converge, which differs by history
+	specs.AnnotationPasswordDigest: true, // passwords differ between runs
 }
 
 func normalise(v any, ns string) any {
