@@ -65,6 +65,17 @@ type MyDatabaseReconciler struct {
 // Reconcile reads the MyDatabase, runs its deletion or makes sure it has a
 // finalizer, aligns the children, and writes status once if it changed.
 func (r *MyDatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	result, err := r.reconcile(ctx, req)
+	if apierrors.IsConflict(err) {
+		// Someone wrote the object since we read it: the watch brings the new
+		// version. Retry soon, without logging an error for it.
+		log(ctx).V(1).Info("Conflict, retrying", "error", err.Error())
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	return result, err
+}
+
+func (r *MyDatabaseReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	db := &databasev1alpha1.MyDatabase{}
 	if err := r.Get(ctx, req.NamespacedName, db); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -3,7 +3,7 @@
 #
 # The operator owns this script instead of relying on the official image's
 # docker-entrypoint.sh: the very same file runs in the pod and in the
-# operator's tests against real PostgreSQL binaries (internal/pgtest), so
+# operator's tests against real PostgreSQL binaries (test/postgres), so
 # what the tests prove is what runs in production. It only uses initdb,
 # pg_ctl, psql, pg_isready, pg_basebackup and postgres with options that are
 # stable across every supported major (15 to 18).
@@ -39,10 +39,12 @@ init_primary() {
 	rm -rf "$scratch"
 	initdb --pgdata="$scratch" --username=postgres --encoding=UTF8 --locale=C \
 		--data-checksums --auth-local=trust --auth-host=scram-sha-256 >/dev/null
-	# A private server: no TCP listener, socket only in this pod's own directory.
+	# A private server: no TCP listener, and its socket in the scratch
+	# directory (mode 0700), not in $PGHOST where the probes would take it
+	# for the real server and report the pod ready before it is.
 	pg_ctl --pgdata="$scratch" --wait --silent \
-		-o "-c listen_addresses='' -c unix_socket_directories='$PGHOST' -c port=$PGPORT" start
-	psql --no-psqlrc --quiet --set=ON_ERROR_STOP=1 --username=postgres --dbname=postgres <<'SQL'
+		-o "-c listen_addresses='' -c unix_socket_directories='$scratch' -c port=$PGPORT" start
+	psql --no-psqlrc --quiet --set=ON_ERROR_STOP=1 --host="$scratch" --username=postgres --dbname=postgres <<'SQL'
 \getenv app_user POSTGRES_USER
 \getenv app_password POSTGRES_PASSWORD
 \getenv app_db POSTGRES_DB
@@ -83,5 +85,8 @@ if [ "$ordinal" != 0 ]; then
 	touch "$PGDATA/standby.signal"
 	args+=(-c "primary_conninfo=host=$PRIMARY_HOST port=$PRIMARY_PORT user=replicator passfile=$passfile application_name=$POD_NAME")
 fi
+# The server needs neither password: keep them out of its environment, which
+# every backend and every program it runs would inherit.
+unset POSTGRES_PASSWORD REPLICATION_PASSWORD
 log "starting postgres as $([ "$ordinal" = 0 ] && echo primary || echo replica)"
 exec postgres "${args[@]}"

@@ -1,0 +1,678 @@
+package postgres
+
+// The harness runs a "pod" of the generated StatefulSet as a process tree on
+// this machine. It maps only what cannot be the same on the host:
+//
+//   - every volume mount of the container (the data volume, the ConfigMap at
+//     specs.ConfigDir, the run and tmp emptyDirs) becomes a directory under
+//     one temporary directory, so PGDATA, PGHOST and CONFIG_DIR (and the path
+//     of run.sh in the container command) point into it;
+//   - PGPORT becomes a free port of this machine, PRIMARY_PORT the primary's
+//     and PRIMARY_HOST 127.0.0.1 (the primary's name on the headless Service);
+//   - POD_NAME (fieldRef metadata.name) is <statefulset>-<ordinal>;
+//   - secretKeyRef values are read from the Secrets the builders generate;
+//   - the container runs as the postgres OS user of this machine instead of
+//     uid 999, with PATH led by the bin directory of the major under test
+//     (the official image has its own on PATH) and HOME in the pod directory,
+//     so that nothing of the host user's (~/.pgpass, ~/.psqlrc) leaks in.
+//
+// Everything else is used byte for byte: the content of run.sh,
+// postgresql.conf and pg_hba.conf from specs.ConfigData, every other
+// environment variable of the container, and the argv of the startup,
+// readiness and liveness probes and of the preStop hook.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
+)
+
+// minMajor is the oldest supported major: run.sh's bootstrap uses psql's
+// \getenv, new in PostgreSQL 15.
+const minMajor = 15
+
+// server is one installed PostgreSQL major.
+type server struct {
+	major int
+	bin   string
+}
+
+// tools are the programs the pod uses (run.sh and the probes) and the test.
+var tools = []string{"postgres", "initdb", "pg_ctl", "psql", "pg_isready", "pg_basebackup"}
+
+// findServers lists every major >= 15 under /usr/lib/postgresql/*/bin, or
+// fails the test with what to do: no server binaries is an error, not a
+// reason to skip, unless MYDB_SKIP_POSTGRES=1.
+func findServers(t *testing.T) []server {
+	t.Helper()
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	var found []server
+	for _, dir := range dirs {
+		major, err := strconv.Atoi(filepath.Base(filepath.Dir(dir)))
+		if err != nil || major < minMajor || !executable(filepath.Join(dir, "postgres")) {
+			continue
+		}
+		for _, tool := range tools {
+			if !executable(filepath.Join(dir, tool)) {
+				t.Fatalf("%s has a PostgreSQL %d server but no %s: reinstall it (hack/postgres.sh)", dir, major, tool)
+			}
+		}
+		found = append(found, server{major: major, bin: dir})
+	}
+	slices.SortFunc(found, func(a, b server) int { return a.major - b.major })
+	if len(found) == 0 {
+		if os.Getenv("MYDB_SKIP_POSTGRES") == "1" {
+			t.Skip("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin; skipped because MYDB_SKIP_POSTGRES=1")
+		}
+		t.Fatalf("no PostgreSQL server binaries (major >= %d) under /usr/lib/postgresql/*/bin: "+
+			"run hack/postgres.sh (as root; it installs Debian's postgresql package) or `make test-postgres`, "+
+			"or set MYDB_SKIP_POSTGRES=1 to skip this test", minMajor)
+	}
+	return found
+}
+
+func executable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+// osUser is who the servers and every command run as: the postgres OS user.
+// As root the harness switches to it with setpriv (which execs, so the PID
+// it starts is the PID of bash and then of postgres); as the postgres user
+// itself it runs commands directly.
+type osUser struct {
+	uid, gid int
+	wrap     []string
+}
+
+func postgresUser(t *testing.T) osUser {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if u, err := user.Current(); err == nil && u.Username == "postgres" {
+			return osUser{uid: os.Getuid(), gid: os.Getgid()}
+		}
+		t.Fatalf("this test runs PostgreSQL as the postgres OS user: run it as root (it switches with setpriv) " +
+			"or as postgres, or set MYDB_SKIP_POSTGRES=1 to skip it")
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		t.Fatalf("no postgres OS user (%v): run hack/postgres.sh, Debian's postgresql package creates it", err)
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatalf("setpriv (util-linux) is needed to run PostgreSQL as the postgres user: %v", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return osUser{uid: uid, gid: gid,
+		wrap: []string{setpriv, "--reuid=" + u.Uid, "--regid=" + u.Gid, "--clear-groups", "--"}}
+}
+
+// cluster is the StatefulSet of one MyDatabase on one major.
+type cluster struct {
+	// t is the test of the whole cluster: newCluster's, which outlives
+	// every step's subtest and owns the cleanup.
+	t       *testing.T
+	srv     server
+	user    osUser
+	base    string
+	db      *databasev1alpha1.MyDatabase
+	secrets map[string]*corev1.Secret
+	podSpec *corev1ac.PodSpecApplyConfiguration
+	claims  []string // volumeClaimTemplates: a PVC per pod
+	ctr     *corev1ac.ContainerApplyConfiguration
+	pods    []*pod
+}
+
+func newCluster(t *testing.T, srv server, db *databasev1alpha1.MyDatabase, secrets ...*corev1.Secret) *cluster {
+	t.Helper()
+	c := &cluster{t: t, srv: srv, user: postgresUser(t), db: db, secrets: map[string]*corev1.Secret{}}
+	for _, s := range secrets {
+		c.secrets[s.Name] = s
+	}
+	sts := specs.StatefulSet(db)
+	c.podSpec = sts.Spec.Template.Spec
+	for _, claim := range sts.Spec.VolumeClaimTemplates {
+		c.claims = append(c.claims, *claim.Name)
+	}
+	if len(c.podSpec.Containers) != 1 {
+		t.Fatalf("the harness runs one container per pod, the StatefulSet has %d", len(c.podSpec.Containers))
+	}
+	c.ctr = &c.podSpec.Containers[0]
+
+	// A short base path: the socket path must fit in 107 bytes.
+	base, err := os.MkdirTemp("", "mydb-pg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.base = base
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Registered first, so it runs after every other cleanup of the test.
+	t.Cleanup(func() {
+		c.reapLeftovers()
+		if os.Getenv("MYDB_POSTGRES_KEEP") == "1" {
+			t.Logf("kept %s (MYDB_POSTGRES_KEEP=1)", base)
+			return
+		}
+		_ = os.RemoveAll(base)
+	})
+	if out, err := c.run(context.Background(), c.baseEnv(), "/bin/sh", "-c", `test -x "$HOME"`); err != nil {
+		t.Fatalf("the postgres OS user cannot reach %s (set TMPDIR to a directory it can traverse): %v\n%s", base, err, out)
+	}
+	return c
+}
+
+// baseEnv is the environment of every command the harness runs that is not
+// part of a pod (psql as a client).
+func (c *cluster) baseEnv() []string {
+	return []string{
+		"PATH=" + c.srv.bin + ":/usr/local/bin:/usr/bin:/bin",
+		"HOME=" + c.base,
+		// No password file: a password is only ever the one a check passes.
+		"PGPASSFILE=" + filepath.Join(c.base, "no-such-passfile"),
+		"PGCONNECT_TIMEOUT=10",
+	}
+}
+
+// run runs argv as the postgres OS user in its own process group, killed
+// as a group when ctx ends.
+func (c *cluster) run(ctx context.Context, env []string, argv ...string) (string, error) {
+	full := append(slices.Clone(c.user.wrap), argv...)
+	cmd := exec.CommandContext(ctx, full[0], full[1:]...)
+	cmd.Env = env
+	cmd.Dir = c.base
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// psql runs SQL statements with the psql of the major under test and returns
+// the unaligned, tuples-only output. password goes into PGPASSWORD of this
+// psql call only; empty means none.
+func (c *cluster) psql(conninfo, password string, statements ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	env := c.baseEnv()
+	if password != "" {
+		env = append(env, "PGPASSWORD="+password)
+	}
+	argv := []string{filepath.Join(c.srv.bin, "psql"), "--no-psqlrc", "--no-password", "--no-align",
+		"--tuples-only", "--quiet", "--set=ON_ERROR_STOP=1", "--dbname=" + conninfo}
+	for _, s := range statements {
+		argv = append(argv, "--command="+s)
+	}
+	out, err := c.run(ctx, env, argv...)
+	return strings.TrimRight(out, "\n"), err
+}
+
+// query is psql that must succeed.
+func (c *cluster) query(t *testing.T, conninfo, password string, statements ...string) string {
+	t.Helper()
+	out, err := c.psql(conninfo, password, statements...)
+	if err != nil {
+		t.Fatalf("psql %q %q: %v\n%s", conninfo, statements, err, out)
+	}
+	return out
+}
+
+// refused is psql that must fail with an error containing want.
+func (c *cluster) refused(t *testing.T, conninfo, password, want string, statements ...string) {
+	t.Helper()
+	out, err := c.psql(conninfo, password, statements...)
+	if err == nil {
+		t.Fatalf("psql %q %q succeeded, want it refused (%q): %s", conninfo, statements, want, out)
+	}
+	if !strings.Contains(out, want) {
+		t.Fatalf("psql %q %q failed, but not with %q:\n%s", conninfo, statements, want, out)
+	}
+}
+
+func tcp(port int, user, dbname string) string {
+	return fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s sslmode=disable", port, user, dbname)
+}
+
+// pod is one ordinal of the StatefulSet: its volumes, its environment and,
+// while it runs, the container's process.
+type pod struct {
+	c       *cluster
+	ordinal int
+	name    string
+	dir     string
+	port    int
+	mounts  map[string]string // container mount path -> host directory
+	env     []string
+	logPath string
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error // of the container process, once exited
+}
+
+// newPod lays out the volumes of an ordinal and resolves its environment.
+// primary is the pod the replicas stream from (nil for the primary itself).
+func (c *cluster) newPod(ordinal, port int, primary *pod) *pod {
+	t := c.t
+	t.Helper()
+	p := &pod{c: c, ordinal: ordinal, port: port, mounts: map[string]string{},
+		name: fmt.Sprintf("%s-%d", specs.StatefulSetName(c.db), ordinal)}
+	p.dir = filepath.Join(c.base, p.name)
+	p.logPath = filepath.Join(p.dir, "container.log")
+	if err := os.Mkdir(p.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range c.ctr.VolumeMounts {
+		dir := filepath.Join(p.dir, fmt.Sprintf("vol%d-%s", i, *m.Name))
+		p.mounts[*m.MountPath] = dir
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		vol := c.volume(*m.Name)
+		switch {
+		case vol.ConfigMap != nil:
+			// The ConfigMap: root's, read-only, files at the volume's mode.
+			mode := os.FileMode(0o644)
+			if vol.ConfigMap.DefaultMode != nil {
+				mode = os.FileMode(*vol.ConfigMap.DefaultMode)
+			}
+			if err := os.Chmod(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			p.writeConfig(t, specs.ConfigData(c.db), dir, mode)
+		case m.ReadOnly != nil && *m.ReadOnly:
+			t.Fatalf("volume mount %s is read-only but no ConfigMap: the harness does not know its content", *m.Name)
+		default:
+			// The data volume and the emptyDirs: writable by the server.
+			if err := os.Chown(dir, c.user.uid, c.user.gid); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, want := range []string{specs.DataMountPath, specs.SocketDir, specs.ConfigDir} {
+		if _, ok := p.mounts[want]; !ok {
+			t.Fatalf("the container mounts nothing at %s", want)
+		}
+	}
+
+	containerPort := fmt.Sprint(*c.ctr.Ports[0].ContainerPort)
+	p.env = []string{"PATH=" + c.srv.bin + ":/usr/local/bin:/usr/bin:/bin", "HOME=" + p.dir}
+	for _, e := range c.ctr.Env {
+		name, value := *e.Name, ""
+		switch {
+		case e.ValueFrom == nil:
+			if e.Value != nil {
+				value = *e.Value
+			}
+		case e.ValueFrom.SecretKeyRef != nil:
+			ref := e.ValueFrom.SecretKeyRef
+			s, ok := c.secrets[*ref.Name]
+			if !ok {
+				t.Fatalf("env %s refers to Secret %s, which the builders did not generate", name, *ref.Name)
+			}
+			v, ok := s.Data[*ref.Key]
+			if !ok {
+				t.Fatalf("env %s refers to key %s of Secret %s, which has no such key", name, *ref.Key, *ref.Name)
+			}
+			value = string(v)
+		case e.ValueFrom.FieldRef != nil && *e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			value = p.name
+		default:
+			t.Fatalf("env %s: the harness cannot resolve this valueFrom", name)
+		}
+		switch name {
+		case "PGDATA", "PGHOST", "CONFIG_DIR":
+			value = p.hostPath(t, value)
+		case "PGPORT":
+			if value != containerPort {
+				t.Fatalf("PGPORT is %s, the container port %s", value, containerPort)
+			}
+			value = strconv.Itoa(port)
+		case "PRIMARY_PORT":
+			if value != containerPort {
+				t.Fatalf("PRIMARY_PORT is %s, the container port %s", value, containerPort)
+			}
+			value = strconv.Itoa(port)
+			if primary != nil {
+				value = strconv.Itoa(primary.port)
+			}
+		case "PRIMARY_HOST":
+			want := fmt.Sprintf("%s-0.%s.", specs.StatefulSetName(c.db), specs.HeadlessServiceName(c.db))
+			if !strings.HasPrefix(value, want) {
+				t.Fatalf("PRIMARY_HOST is %q, not ordinal 0 on the headless Service (%s...)", value, want)
+			}
+			value = "127.0.0.1"
+		}
+		p.env = append(p.env, name+"="+value)
+	}
+	for _, name := range []string{"PGDATA", "PGHOST", "PGPORT", "POD_NAME"} {
+		if p.getenv(name) == "" {
+			t.Fatalf("the container has no env %s", name)
+		}
+	}
+	c.pods = append(c.pods, p)
+	return p
+}
+
+func (c *cluster) volume(name string) *corev1ac.VolumeApplyConfiguration {
+	for i := range c.podSpec.Volumes {
+		if *c.podSpec.Volumes[i].Name == name {
+			return &c.podSpec.Volumes[i]
+		}
+	}
+	if slices.Contains(c.claims, name) {
+		return &corev1ac.VolumeApplyConfiguration{Name: &name} // the pod's PVC
+	}
+	c.t.Fatalf("the container mounts volume %s, which the pod does not have", name)
+	return nil
+}
+
+// hostPath maps a path in the container to this pod's directories.
+func (p *pod) hostPath(t *testing.T, path string) string {
+	t.Helper()
+	for mount, dir := range p.mounts {
+		if path == mount {
+			return dir
+		}
+		if rest, ok := strings.CutPrefix(path, mount+"/"); ok {
+			return filepath.Join(dir, rest)
+		}
+	}
+	t.Fatalf("%s is on no volume of the container", path)
+	return ""
+}
+
+// writeConfig writes the ConfigMap's files, as a ConfigMap update does.
+func (p *pod) writeConfig(t *testing.T, data map[string]string, dir string, mode os.FileMode) {
+	t.Helper()
+	for name, content := range data {
+		path := filepath.Join(dir, name)
+		_ = os.Remove(path)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// updateConfig replaces the ConfigMap's files of this pod.
+func (p *pod) updateConfig(t *testing.T, data map[string]string) {
+	t.Helper()
+	dir := p.hostPath(t, specs.ConfigDir)
+	fi, err := os.Stat(filepath.Join(dir, specs.RunScriptKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.writeConfig(t, data, dir, fi.Mode().Perm())
+}
+
+func (p *pod) getenv(name string) string {
+	for _, kv := range p.env {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func (p *pod) pgdata() string    { return p.getenv("PGDATA") }
+func (p *pod) socketDir() string { return p.getenv("PGHOST") }
+
+// socket is a conninfo over this pod's Unix socket.
+func (p *pod) socket(user, dbname string) string {
+	return fmt.Sprintf("host=%s port=%d user=%s dbname=%s", p.socketDir(), p.port, user, dbname)
+}
+
+// start runs the container command, as the container does, and returns
+// the offset in the container log where this start's output begins.
+func (p *pod) start(t *testing.T) int64 {
+	t.Helper()
+	if p.running() {
+		t.Fatalf("%s is already running", p.name)
+	}
+	argv := slices.Clone(p.c.ctr.Command)
+	argv = append(argv, p.c.ctr.Args...)
+	for i, a := range argv {
+		if strings.HasPrefix(a, "/") && i > 0 {
+			argv[i] = p.hostPath(t, a)
+		}
+	}
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	offset, _ := logf.Seek(0, 2)
+	full := append(slices.Clone(p.c.user.wrap), argv...)
+	cmd := exec.Command(full[0], full[1:]...)
+	cmd.Env = p.env
+	cmd.Dir = p.dir
+	// A file, not a pipe: Wait must not wait for whatever keeps it open.
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", p.name, err)
+	}
+	p.cmd, p.exited = cmd, make(chan struct{})
+	go func(exited chan struct{}) {
+		p.err = cmd.Wait()
+		close(exited)
+	}(p.exited)
+	return offset
+}
+
+func (p *pod) running() bool {
+	if p.exited == nil {
+		return false
+	}
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// kill stops what still runs of the pod: a fast shutdown (SIGINT) of every
+// server on its data (the container's and a scratch one run.sh started),
+// then SIGKILL to the container's process group if it still runs.
+func (p *pod) kill() {
+	signalled := false
+	for _, dir := range []string{p.pgdata(), p.pgdata() + ".init", p.pgdata() + ".clone"} {
+		if pid := postmasterPID(dir); pid > 0 && cwdIn(pid, dir) {
+			_ = syscall.Kill(pid, syscall.SIGINT)
+			signalled = true
+		}
+	}
+	if !p.running() {
+		return
+	}
+	wait := time.Second
+	if signalled {
+		wait = 20 * time.Second
+	}
+	select {
+	case <-p.exited:
+		return
+	case <-time.After(wait):
+	}
+	pid := p.cmd.Process.Pid
+	p.c.t.Logf("%s still runs: killing process group %d", p.name, pid)
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	<-p.exited
+}
+
+// cwdIn reports whether process pid runs in dir (postgres chdirs to its
+// data directory), which guards against a stale postmaster.pid.
+func cwdIn(pid int, dir string) bool {
+	cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+	return err == nil && cwd == dir
+}
+
+// probe runs a probe's exec command in the pod, as the kubelet does: the
+// container's environment, the probe's timeout. It returns the exit code.
+func (p *pod) probe(t *testing.T, probe *corev1ac.ProbeApplyConfiguration) (int, string) {
+	t.Helper()
+	timeout := time.Second
+	if probe.TimeoutSeconds != nil {
+		timeout = time.Duration(*probe.TimeoutSeconds) * time.Second
+	}
+	return p.exec(t, probe.Exec.Command, timeout)
+}
+
+func (p *pod) exec(t *testing.T, argv []string, timeout time.Duration) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := p.c.run(ctx, p.env, argv...)
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, out
+	case errors.As(err, &exit) && exit.ExitCode() >= 0 && ctx.Err() == nil:
+		return exit.ExitCode(), out
+	default:
+		t.Fatalf("%s: running %q: %v\n%s", p.name, argv, err, out)
+		return -1, ""
+	}
+}
+
+func (p *pod) ready(t *testing.T) (int, string) { return p.probe(t, p.c.ctr.ReadinessProbe) }
+func (p *pod) alive(t *testing.T) (int, string) { return p.probe(t, p.c.ctr.LivenessProbe) }
+
+// waitReady runs the startup probe until it succeeds, failing if the
+// container exits first.
+func (p *pod) waitReady(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if !p.running() {
+			t.Fatalf("%s exited before it was ready: %v\n%s", p.name, p.err, p.log(0))
+		}
+		code, _ := p.probe(t, p.c.ctr.StartupProbe)
+		if code == 0 {
+			// What answered must be the container's own server (run.sh
+			// execs postgres), not a server run.sh starts on the side.
+			if pid := postmasterPID(p.pgdata()); pid != p.cmd.Process.Pid {
+				t.Fatalf("%s: the startup probe succeeded, but the container's server is not running "+
+					"(postmaster.pid in PGDATA: %d, container process: %d)\n%s", p.name, pid, p.cmd.Process.Pid, p.log(0))
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready after %s (startup probe exit %d)\n%s", p.name, timeout, code, p.log(0))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// preStop runs the preStop hook, as the kubelet does before it stops the
+// container, and waits for the container to exit by itself.
+func (p *pod) preStop(t *testing.T) {
+	t.Helper()
+	if !p.running() {
+		t.Fatalf("%s is not running", p.name)
+	}
+	grace := 30 * time.Second
+	if s := p.c.podSpec.TerminationGracePeriodSeconds; s != nil {
+		grace = time.Duration(*s) * time.Second
+	}
+	code, out := p.exec(t, p.c.ctr.Lifecycle.PreStop.Exec.Command, grace)
+	if code != 0 {
+		t.Fatalf("%s: preStop exited %d:\n%s", p.name, code, out)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: the preStop hook returned but the container still runs", p.name)
+	}
+	if p.err != nil {
+		t.Fatalf("%s: the container exited with %v after preStop, want a clean exit\n%s", p.name, p.err, p.log(0))
+	}
+}
+
+// log is the container log from offset on.
+func (p *pod) log(offset int64) string {
+	b, err := os.ReadFile(p.logPath)
+	if err != nil || offset > int64(len(b)) {
+		return ""
+	}
+	return string(b[offset:])
+}
+
+// postmasterPID reads the PID of the server running on dir, 0 if none.
+func postmasterPID(dir string) int {
+	f, err := os.Open(filepath.Join(dir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	if !s.Scan() {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(s.Text()))
+	return pid
+}
+
+// reapLeftovers kills whatever still runs from this cluster: any process
+// whose working directory is below the base directory (postgres and its
+// children chdir into PGDATA, run.sh runs in the pod directory), such as a
+// scratch server pg_ctl started in its own session. Each one is a test
+// failure: nothing may outlive the test.
+func (c *cluster) reapLeftovers() {
+	for _, p := range c.pods {
+		p.kill()
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, proc := range procs {
+		cwd, err := os.Readlink(filepath.Join(proc, "cwd"))
+		if err != nil || (cwd != c.base && !strings.HasPrefix(cwd, c.base+"/")) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(proc))
+		cmdline, _ := os.ReadFile(filepath.Join(proc, "cmdline"))
+		c.t.Errorf("leaked process %d in %s: %s", pid, cwd, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// freePorts returns n distinct ports free on every address of this machine.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", ":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}

@@ -1,0 +1,499 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
+)
+
+// parameters of the MyDatabase under test. Every value is written the way
+// PostgreSQL shows it back, so SHOW must return it unchanged. log_line_prefix
+// and the custom setting carry a quote and a backslash through the
+// rendering's quoting.
+var parameters = map[string]string{
+	"max_connections":            "40",
+	"shared_buffers":             "32MB",
+	"work_mem":                   "8MB",
+	"log_min_duration_statement": "250ms",
+	"log_line_prefix":            `%m [%p] %q%u@%d it's `,
+	"mydb.note":                  `it's C:\temp`,
+}
+
+// changedParameters is the spec after an edit: values changed (including
+// settings that need a restart), one removed, one added.
+func changedParameters() map[string]string {
+	p := maps.Clone(parameters)
+	p["max_connections"] = "60"
+	p["shared_buffers"] = "48MB"
+	p["work_mem"] = "16MB"
+	delete(p, "log_min_duration_statement")
+	p["statement_timeout"] = "30s"
+	return p
+}
+
+func newDatabase(major int, params map[string]string) *databasev1alpha1.MyDatabase {
+	replicas := int32(2)
+	return &databasev1alpha1.MyDatabase{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: "prod", UID: "6f1d0c2e-6a51-4d59-9d0e-3f1b2a7c9e10"},
+		Spec: databasev1alpha1.MyDatabaseSpec{
+			Version:      strconv.Itoa(major),
+			Replicas:     &replicas,
+			User:         "shopper",
+			DatabaseName: "shopdb",
+			Parameters:   params,
+		},
+	}
+}
+
+// TestGeneratedPostgres runs a MyDatabase of two servers, exactly as the
+// builders generate it, on every installed PostgreSQL major.
+func TestGeneratedPostgres(t *testing.T) {
+	for _, srv := range findServers(t) {
+		t.Run(fmt.Sprintf("postgres-%d", srv.major), func(t *testing.T) { testCluster(t, srv) })
+	}
+}
+
+func testCluster(t *testing.T, srv server) {
+	db := newDatabase(srv.major, parameters)
+	if n := specs.Replicas(db); n != 2 {
+		t.Fatalf("replicas = %d, want 2", n)
+	}
+	appPassword, err := specs.RandomPassword()
+	if err != nil {
+		t.Fatal(err)
+	}
+	replPassword, err := specs.RandomPassword()
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := specs.CredentialsSecret(db, appPassword)
+	repl := specs.ReplicationSecret(db, replPassword)
+	user := string(creds.Data[specs.SecretUsernameKey])
+	dbname := string(creds.Data[specs.SecretDatabaseKey])
+
+	c := newCluster(t, srv, db, creds, repl)
+	ports := freePorts(t, 2)
+	primary := c.newPod(0, ports[0], nil)
+	replica := c.newPod(1, ports[1], primary)
+	// Dump the container logs of a failed run.
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range c.pods {
+				t.Logf("container log of %s:\n%s", p.name, p.log(0))
+			}
+		}
+	})
+
+	app := func(p *pod) string { return tcp(p.port, user, dbname) }
+	superuser := func(p *pod) string { return p.socket("postgres", "postgres") }
+	replication := func(p *pod, role string) string {
+		return fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=replication replication=true sslmode=disable", p.port, role)
+	}
+	systemID := func(t *testing.T, p *pod) string {
+		return c.query(t, superuser(p), "", "SELECT system_identifier FROM pg_control_system()")
+	}
+	step := func(name string, f func(t *testing.T)) {
+		t.Helper()
+		if !t.Run(name, f) {
+			t.FailNow()
+		}
+	}
+
+	var primaryID string
+
+	step("primary initialises with the generated user, database and password", func(t *testing.T) {
+		off := primary.start(t)
+		primary.waitReady(t, 2*time.Minute)
+		logContains(t, primary.log(off), "initialising a new primary", "primary initialised", "starting postgres as primary")
+		checkContainerIsPostmaster(t, primary)
+		primaryID = systemID(t, primary)
+
+		if got := c.query(t, app(primary), appPassword, "SELECT current_user || ' ' || current_database()"); got != user+" "+dbname {
+			t.Errorf("connected as %q, want %q", got, user+" "+dbname)
+		}
+		c.refused(t, app(primary), "wrong"+appPassword, fmt.Sprintf(`password authentication failed for user "%s"`, user), "SELECT 1")
+		c.refused(t, app(primary), "", "no password supplied", "SELECT 1")
+		// The socket asks for the password too.
+		c.query(t, primary.socket(user, dbname), appPassword, "SELECT 1")
+		c.refused(t, primary.socket(user, dbname), "", "no password supplied", "SELECT 1")
+
+		if got := c.query(t, superuser(primary), "",
+			fmt.Sprintf("SELECT rolpassword LIKE 'SCRAM-SHA-256$%%' FROM pg_authid WHERE rolname = '%s'", user)); got != "t" {
+			t.Errorf("the password of %s is not stored as SCRAM-SHA-256 (%q)", user, got)
+		}
+		// The user owns its database and nothing more.
+		roleAttributes(t, c, primary, user, "super=f createrole=f createdb=f replication=f bypassrls=f login=t")
+		if got := c.query(t, app(primary), appPassword,
+			"SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = current_database()"); got != user {
+			t.Errorf("%s is owned by %q, want %q", dbname, got, user)
+		}
+		// It can create tables in its database's public schema (PostgreSQL 15
+		// gives CREATE there only to the database owner).
+		c.query(t, app(primary), appPassword,
+			"CREATE TABLE items (id int PRIMARY KEY, note text)",
+			"INSERT INTO items VALUES (1, 'written on the primary')")
+	})
+
+	step("replication role and pg_hba.conf are as generated and no more open", func(t *testing.T) {
+		if got, want := c.query(t, superuser(primary), "",
+			"SELECT string_agg(rolname, ',' ORDER BY rolname) FROM pg_roles WHERE rolcanlogin"),
+			strings.Join(slices.Sorted(slices.Values([]string{"postgres", "replicator", user})), ","); got != want {
+			t.Errorf("roles that can log in: %q, want %q", got, want)
+		}
+		roleAttributes(t, c, primary, "replicator", "super=f createrole=f createdb=f replication=t bypassrls=f login=t")
+		if got := c.query(t, superuser(primary), "",
+			fmt.Sprintf("SELECT has_database_privilege('replicator', '%s', 'CONNECT')", dbname)); got != "f" {
+			t.Errorf("PUBLIC (so replicator) may connect to %s: CONNECT was not revoked", dbname)
+		}
+
+		// The server loaded the generated pg_hba.conf, rule for rule, with no error.
+		hbaFile := filepath.Join(primary.hostPath(t, specs.ConfigDir), specs.HBAConfKey)
+		if got := c.query(t, superuser(primary), "", "SHOW hba_file"); got != hbaFile {
+			t.Errorf("hba_file = %q, want %q", got, hbaFile)
+		}
+		got := c.query(t, superuser(primary), "", `SELECT concat_ws(' ', type, array_to_string(database, ','),
+			array_to_string(user_name, ','), address, auth_method, error) FROM pg_hba_file_rules ORDER BY line_number`)
+		if want := strings.Join(hbaRules(t, specs.ConfigData(db)[specs.HBAConfKey]), "\n"); got != want {
+			t.Errorf("pg_hba_file_rules:\n%s\nwant the generated rules:\n%s", got, want)
+		}
+
+		// Behaviour. The superuser logs in over the socket by peer (the server
+		// runs as the postgres OS user) and never over TCP.
+		if got := c.query(t, superuser(primary), "", "SELECT current_user"); got != "postgres" {
+			t.Errorf("peer login as postgres: %q", got)
+		}
+		c.refused(t, tcp(primary.port, "postgres", "postgres"), "any",
+			`pg_hba.conf rejects connection for host "127.0.0.1", user "postgres", database "postgres"`, "SELECT 1")
+		c.refused(t, tcp(primary.port, "postgres", dbname), "any",
+			`pg_hba.conf rejects connection for host "127.0.0.1", user "postgres", database "`+dbname+`"`, "SELECT 1")
+		c.refused(t, replication(primary, "postgres"), "any",
+			`no pg_hba.conf entry for replication connection from host "127.0.0.1", user "postgres"`, "IDENTIFY_SYSTEM")
+		// The replicator replicates with its password, and does nothing else.
+		if got := c.query(t, replication(primary, "replicator"), replPassword, "IDENTIFY_SYSTEM"); !strings.HasPrefix(got, primaryID+"|") {
+			t.Errorf("IDENTIFY_SYSTEM as replicator: %q, want the primary's system identifier %s", got, primaryID)
+		}
+		c.refused(t, replication(primary, "replicator"), "wrong"+replPassword,
+			`password authentication failed for user "replicator"`, "IDENTIFY_SYSTEM")
+		for _, d := range []string{dbname, "postgres", "template1"} {
+			c.refused(t, tcp(primary.port, "replicator", d), replPassword,
+				`pg_hba.conf rejects connection for host "127.0.0.1", user "replicator", database "`+d+`"`, "SELECT 1")
+		}
+		c.refused(t, primary.socket("replicator", "postgres"), replPassword,
+			`pg_hba.conf rejects connection for host "[local]", user "replicator", database "postgres"`, "SELECT 1")
+		// The application user cannot replicate.
+		c.refused(t, replication(primary, user), appPassword,
+			`no pg_hba.conf entry for replication connection from host "127.0.0.1", user "`+user+`"`, "IDENTIFY_SYSTEM")
+		// Neither password is on the server's command line or in its environment.
+		checkNoSecrets(t, primary, appPassword, replPassword)
+	})
+
+	step("the spec's parameters are in effect on the primary", func(t *testing.T) {
+		checkParameters(t, c, primary, db)
+	})
+
+	step("readiness and liveness report a healthy primary", func(t *testing.T) {
+		checkProbes(t, primary, true)
+	})
+
+	step("a replica clones the primary and streams as a hot standby", func(t *testing.T) {
+		off := replica.start(t)
+		replica.waitReady(t, 2*time.Minute)
+		logContains(t, replica.log(off), fmt.Sprintf("cloning the primary at 127.0.0.1:%d", primary.port),
+			"replica cloned", "starting postgres as replica")
+		logLacks(t, replica.log(off), "initialising")
+		checkContainerIsPostmaster(t, replica)
+		if _, err := os.Stat(filepath.Join(replica.pgdata(), "standby.signal")); err != nil {
+			t.Errorf("no standby.signal: %v", err)
+		}
+		if id := systemID(t, replica); id != primaryID {
+			t.Errorf("replica system identifier %s, want the primary's %s", id, primaryID)
+		}
+		if got := c.query(t, app(replica), appPassword, "SELECT pg_is_in_recovery()"); got != "t" {
+			t.Errorf("replica: pg_is_in_recovery() = %q, want t", got)
+		}
+		if got := c.query(t, app(primary), appPassword, "SELECT pg_is_in_recovery()"); got != "f" {
+			t.Errorf("primary: pg_is_in_recovery() = %q, want f", got)
+		}
+		waitStreaming(t, c, primary, replica)
+		waitRow(t, c, app(replica), appPassword, 1, "written on the primary")
+		c.refused(t, app(replica), appPassword, "cannot execute INSERT in a read-only transaction",
+			"INSERT INTO items VALUES (2, 'written on the replica')")
+		checkProbes(t, replica, true)
+		checkParameters(t, c, replica, db)
+		checkNoSecrets(t, replica, appPassword, replPassword)
+		passfile := filepath.Join(replica.socketDir(), ".pgpass-replication")
+		if fi, err := os.Stat(passfile); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("replication password file %s: %v, mode %v, want 0600", passfile, err, fi.Mode())
+		}
+	})
+
+	// A settings change: the ConfigMap changes under every pod, then the
+	// StatefulSet rolls the pods, highest ordinal first.
+	changed := newDatabase(srv.major, changedParameters())
+	if specs.ConfigHash(changed) == specs.ConfigHash(db) {
+		t.Fatal("changing spec.parameters does not change the config hash: the pods would not roll")
+	}
+	primary.updateConfig(t, specs.ConfigData(changed))
+	replica.updateConfig(t, specs.ConfigData(changed))
+
+	step("the replica restarts over its data with the changed parameters", func(t *testing.T) {
+		replica.preStop(t)
+		logContains(t, replica.log(0), "received fast shutdown request")
+		checkProbes(t, replica, false)
+		off := replica.start(t)
+		replica.waitReady(t, 2*time.Minute)
+		logContains(t, replica.log(off), "starting postgres as replica")
+		logLacks(t, replica.log(off), "cloning", "initialising")
+		if id := systemID(t, replica); id != primaryID {
+			t.Errorf("replica system identifier %s, want %s", id, primaryID)
+		}
+		if got := c.query(t, app(replica), appPassword, "SELECT pg_is_in_recovery()"); got != "t" {
+			t.Errorf("replica: pg_is_in_recovery() = %q after a restart", got)
+		}
+		checkParameters(t, c, replica, changed)
+		waitRow(t, c, app(replica), appPassword, 1, "written on the primary")
+		waitStreaming(t, c, primary, replica)
+	})
+
+	step("the primary restarts over its data with the changed parameters", func(t *testing.T) {
+		primary.preStop(t)
+		logContains(t, primary.log(0), "received fast shutdown request")
+		checkProbes(t, primary, false)
+		// A replica keeps serving reads while its primary is away.
+		if code, out := replica.ready(t); code != 0 {
+			t.Errorf("replica not ready while the primary is down: exit %d %s", code, out)
+		}
+		off := primary.start(t)
+		primary.waitReady(t, 2*time.Minute)
+		logContains(t, primary.log(off), "starting postgres as primary")
+		logLacks(t, primary.log(off), "initialising")
+		if id := systemID(t, primary); id != primaryID {
+			t.Errorf("primary system identifier %s after a restart, want %s: it was initialised again", id, primaryID)
+		}
+		checkParameters(t, c, primary, changed)
+		checkProbes(t, primary, true)
+		// Nothing lost: the data, the passwords, the replication.
+		waitRow(t, c, app(primary), appPassword, 1, "written on the primary")
+		c.refused(t, app(primary), "wrong"+appPassword, "password authentication failed", "SELECT 1")
+		c.query(t, app(primary), appPassword, "INSERT INTO items VALUES (2, 'written after the restarts')")
+		waitStreaming(t, c, primary, replica)
+		waitRow(t, c, app(replica), appPassword, 2, "written after the restarts")
+	})
+
+	step("preStop shuts down fast, with clients connected", func(t *testing.T) {
+		for _, p := range []*pod{replica, primary} {
+			// A smart shutdown (the SIGTERM Kubernetes sends) would wait for this
+			// session; a fast one ends it.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			done := make(chan string, 1)
+			go func() {
+				out, _ := c.run(ctx, append(c.baseEnv(), "PGPASSWORD="+appPassword), filepath.Join(srv.bin, "psql"),
+					"--no-psqlrc", "--no-password", "--dbname="+app(p), "--command=SELECT pg_sleep(600)")
+				done <- out
+			}()
+			eventually(t, 30*time.Second, "the client session to start", func() (bool, string) {
+				out, _ := c.psql(superuser(p), "", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'")
+				return out == "1", out
+			})
+			start := time.Now()
+			p.preStop(t)
+			if d := time.Since(start); d > 20*time.Second {
+				t.Errorf("%s: preStop took %s", p.name, d)
+			}
+			if out := <-done; !strings.Contains(out, "terminating connection due to administrator command") {
+				t.Errorf("%s: the client was not disconnected by a fast shutdown: %s", p.name, out)
+			}
+			checkProbes(t, p, false)
+		}
+	})
+}
+
+// roleAttributes checks a role's attributes.
+func roleAttributes(t *testing.T, c *cluster, p *pod, role, want string) {
+	t.Helper()
+	got := c.query(t, p.socket("postgres", "postgres"), "", fmt.Sprintf(`SELECT format('super=%%s createrole=%%s createdb=%%s replication=%%s bypassrls=%%s login=%%s',
+		rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls, rolcanlogin) FROM pg_roles WHERE rolname = '%s'`, role))
+	got = strings.NewReplacer("true", "t", "false", "f").Replace(got)
+	if got != want {
+		t.Errorf("role %s: %q, want %q", role, got, want)
+	}
+}
+
+// hbaRules parses the generated pg_hba.conf into the form the query on
+// pg_hba_file_rules prints: type, databases, users, address, method.
+func hbaRules(t *testing.T, conf string) []string {
+	t.Helper()
+	var rules []string
+	for line := range strings.Lines(conf) {
+		line, _, _ = strings.Cut(line, "#")
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 0:
+		case f[0] == "local" && len(f) == 4:
+			rules = append(rules, strings.Join(f, " "))
+		case f[0] != "local" && len(f) == 5:
+			rules = append(rules, strings.Join(f, " "))
+		default:
+			t.Fatalf("the harness cannot read pg_hba.conf line %q", line)
+		}
+	}
+	return rules
+}
+
+// checkParameters checks that the server runs on the postgresql.conf
+// rendered from db: every line of it read without error, every spec
+// parameter in effect with its value, the settings the operator relies on
+// in place.
+func checkParameters(t *testing.T, c *cluster, p *pod, db *databasev1alpha1.MyDatabase) {
+	t.Helper()
+	su := p.socket("postgres", "postgres")
+	confFile := filepath.Join(p.hostPath(t, specs.ConfigDir), specs.PostgresConfKey)
+	if got := c.query(t, su, "", "SHOW config_file"); got != confFile {
+		t.Errorf("%s: config_file = %q, want %q", p.name, got, confFile)
+	}
+	lines := 0
+	for line := range strings.Lines(specs.PostgresConf(db)) {
+		if s := strings.TrimSpace(line); s != "" && !strings.HasPrefix(s, "#") {
+			lines++
+		}
+	}
+	if got, want := c.query(t, su, "", fmt.Sprintf(
+		"SELECT count(*) FROM pg_file_settings WHERE sourcefile = '%s' AND applied AND error IS NULL", confFile)),
+		strconv.Itoa(lines); got != want {
+		t.Errorf("%s: %s settings of postgresql.conf applied, want all %s:\n%s", p.name, got, want,
+			c.query(t, su, "", "SELECT concat_ws(' ', sourcefile, sourceline, name, setting, applied, error) FROM pg_file_settings"))
+	}
+	want := map[string]string{
+		// What the operator relies on.
+		"wal_level":           "replica",
+		"hot_standby":         "on",
+		"listen_addresses":    "*",
+		"password_encryption": "scram-sha-256",
+		"port":                strconv.Itoa(p.port),
+	}
+	maps.Copy(want, db.Spec.Parameters)
+	if _, set := db.Spec.Parameters["log_min_duration_statement"]; !set {
+		want["log_min_duration_statement"] = "-1" // removed from the spec: back to the default
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		got := c.query(t, su, "", fmt.Sprintf("SELECT current_setting('%s')", name))
+		if got != want[name] {
+			t.Errorf("%s: SHOW %s = %q, want %q", p.name, name, got, want[name])
+		}
+		if v, ok := db.Spec.Parameters[name]; ok {
+			// Read from the file exactly as written in the spec.
+			if got := c.query(t, su, "", fmt.Sprintf(
+				"SELECT setting FROM pg_file_settings WHERE name = '%s' AND sourcefile = '%s'", name, confFile)); got != v {
+				t.Errorf("%s: postgresql.conf gives %s = %q, want %q", p.name, name, got, v)
+			}
+		}
+	}
+}
+
+// checkProbes runs the readiness and liveness probes: both succeed on a
+// healthy server, both fail on a stopped one.
+func checkProbes(t *testing.T, p *pod, healthy bool) {
+	t.Helper()
+	for _, probe := range []struct {
+		name string
+		run  func(*testing.T) (int, string)
+	}{{"readiness", p.ready}, {"liveness", p.alive}} {
+		code, out := probe.run(t)
+		if healthy && code != 0 {
+			t.Errorf("%s: %s probe failed on a healthy server: exit %d %s", p.name, probe.name, code, out)
+		}
+		if !healthy && code == 0 {
+			t.Errorf("%s: %s probe succeeded on a stopped server", p.name, probe.name)
+		}
+	}
+}
+
+// checkContainerIsPostmaster: run.sh must exec postgres, so that the
+// container's process is the server and gets the kubelet's signals.
+func checkContainerIsPostmaster(t *testing.T, p *pod) {
+	t.Helper()
+	if pid := postmasterPID(p.pgdata()); pid != p.cmd.Process.Pid {
+		t.Errorf("%s: the postmaster is PID %d, the container process %d: run.sh must exec postgres", p.name, pid, p.cmd.Process.Pid)
+	}
+}
+
+// checkNoSecrets: the passwords are on neither the server's command line nor
+// in its environment (where every backend and child process inherits them).
+func checkNoSecrets(t *testing.T, p *pod, secrets ...string) {
+	t.Helper()
+	for _, f := range []string{"cmdline", "environ"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", p.cmd.Process.Pid, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range secrets {
+			if bytes.Contains(b, []byte(s)) {
+				t.Errorf("%s: password %d is in the server's %s", p.name, i, f)
+			}
+		}
+	}
+}
+
+func waitStreaming(t *testing.T, c *cluster, primary, replica *pod) {
+	t.Helper()
+	eventually(t, 30*time.Second, replica.name+" streaming from "+primary.name, func() (bool, string) {
+		out, err := c.psql(primary.socket("postgres", "postgres"), "",
+			"SELECT application_name || ' ' || state FROM pg_stat_replication")
+		return err == nil && out == replica.name+" streaming", out
+	})
+}
+
+func waitRow(t *testing.T, c *cluster, conninfo, password string, id int, note string) {
+	t.Helper()
+	eventually(t, 30*time.Second, fmt.Sprintf("row %d in %q", id, conninfo), func() (bool, string) {
+		out, err := c.psql(conninfo, password, fmt.Sprintf("SELECT note FROM items WHERE id = %d", id))
+		return err == nil && out == note, out
+	})
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, ok func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		done, last := ok()
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s; last: %s", timeout, what, last)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func logContains(t *testing.T, log string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(log, w) {
+			t.Errorf("the container log lacks %q:\n%s", w, log)
+		}
+	}
+}
+
+func logLacks(t *testing.T, log string, unwanted ...string) {
+	t.Helper()
+	for _, u := range unwanted {
+		if strings.Contains(log, u) {
+			t.Errorf("the container log has %q:\n%s", u, log)
+		}
+	}
+}
