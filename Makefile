@@ -72,7 +72,10 @@ k8s-binaries: ## Build (once) and print the directory of the Kubernetes test bin
 .PHONY: test
 test: manifests generate fmt vet ## Run unit and envtest tests against a real kube-apiserver built from source.
 	@assets="$$(hack/k8s-binaries.sh)" && \
-	KUBEBUILDER_ASSETS="$$assets" go test $$(go list ./... | grep -v /test/e2e) -coverprofile cover.out
+	KUBEBUILDER_ASSETS="$$assets" go test $$(go list ./... | grep -v -e /test/e2e -e /test/postgres) -coverprofile cover.out
+
+.PHONY: test-all
+test-all: verify test test-postgres test-e2e ## Everything CI runs (.ci/run): the README's test command.
 
 .PHONY: verify
 verify: ## Fail if generated files, formatting or go.mod/go.sum differ from what is committed.
@@ -83,6 +86,11 @@ verify: ## Fail if generated files, formatting or go.mod/go.sum differ from what
 	@if [ -n "$$(git status --porcelain -- api config go.mod go.sum)" ]; then \
 		echo "Generated files or go.mod/go.sum are out of date; run 'make manifests generate' and 'go mod tidy', then commit:"; \
 		git status --porcelain -- api config go.mod go.sum; git --no-pager diff --stat -- api config go.mod go.sum; exit 1; fi
+
+.PHONY: test-postgres
+test-postgres: ## Run what internal/specs generates on real PostgreSQL servers (test/postgres); installs them first if none (hack/postgres.sh).
+	@hack/postgres.sh
+	go test ./test/postgres/ -count=1 -v
 
 .PHONY: lint
 lint: golangci-lint ## Run golangci-lint linter
@@ -95,6 +103,26 @@ lint-fix: golangci-lint ## Run golangci-lint linter and perform fixes
 .PHONY: lint-config
 lint-config: golangci-lint ## Verify golangci-lint linter configuration
 	"$(GOLANGCI_LINT)" config verify
+
+##@ Local cluster
+
+# A simulated cluster on this machine (hack/dev-cluster.sh): a real control
+# plane built from source plus KWOK's fake nodes, on which pods are marked
+# Running and Ready but no container runs. cmd/dev-provisioner gives it
+# volumes. State, logs and PIDs are in bin/dev.
+.PHONY: dev
+dev: ## Demo: start (or reuse) the local cluster, install the CRD, run the operator locally, apply the sample until Ready. DEV_EXIT=1 exits after.
+	@hack/dev-cluster.sh demo
+
+.PHONY: dev-down
+dev-down: ## Stop the processes make dev started and delete its cluster.
+	@hack/dev-cluster.sh down
+
+E2E_TIMEOUT ?= 30m
+.PHONY: test-e2e
+test-e2e: ## Run the end-to-end tests (test/e2e) on their own local cluster, with the operator as a process.
+	@assets="$$(hack/k8s-binaries.sh)" && \
+	E2E_K8S_BINARIES="$$assets" go test -tags e2e ./test/e2e/ -v -count=1 -timeout $(E2E_TIMEOUT)
 
 ##@ Build
 

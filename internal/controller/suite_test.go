@@ -1,9 +1,13 @@
 package controller
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
+	"sync"
 	"os"
 	"testing"
 	"time"
@@ -11,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -43,10 +48,11 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	// TEST_LOG=1 shows the operator's logs, with every apply (V(1)).
-	logOut := io.Discard
+	// Every log line is kept to be scanned for secrets at the end;
+	// TEST_LOG=1 also shows them, with every apply (V(1)).
+	var logOut io.Writer = logs
 	if os.Getenv("TEST_LOG") != "" {
-		logOut = os.Stderr
+		logOut = io.MultiWriter(logs, os.Stderr)
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true), zap.Level(zapcore.Level(-1))))
 	var err error
@@ -85,7 +91,62 @@ func run(m *testing.M) int {
 	done := make(chan error)
 	go func() { done <- mgr.Start(ctx) }()
 	defer func() { cancel(); <-done }()
-	return m.Run()
+	code := m.Run()
+	if leak := findSecretLeak(); leak != "" {
+		fmt.Fprintln(os.Stderr, "FAIL: a password leaked:", leak)
+		return 1
+	}
+	return code
+}
+
+// logs holds everything the operator logged during the tests.
+var logs = &syncBuffer{}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// leakMarkers are substrings of every password the tests generate or type.
+var leakMarkers = []string{"test-password-", "someone-typed-this", "s3cret-from-the-user"}
+
+// findSecretLeak scans the operator's logs, every event and every status
+// written during the tests for a password.
+func findSecretLeak() string {
+	ctx := context.Background()
+	haystacks := map[string]string{"logs": logs.String()}
+	events := &eventsv1.EventList{}
+	dbs := &databasev1alpha1.MyDatabaseList{}
+	for name, list := range map[string]client.ObjectList{"events": events, "status": dbs} {
+		if err := k8s.List(ctx, list); err != nil {
+			return "cannot list " + name + ": " + err.Error()
+		}
+		raw, _ := json.Marshal(list)
+		haystacks[name] = string(raw)
+	}
+	if len(events.Items) == 0 || !strings.Contains(haystacks["logs"], "Applied") {
+		return "nothing was captured to scan"
+	}
+	for where, text := range haystacks {
+		for _, marker := range leakMarkers {
+			if strings.Contains(text, marker) {
+				return fmt.Sprintf("%q found in %s", marker, where)
+			}
+		}
+	}
+	return ""
 }
 
 // sequentialPasswords returns distinct, recognisable passwords.
