@@ -20,13 +20,13 @@ func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Secret{}:                {Label: managed.Label},
-			&corev1.ConfigMap{}:             {Label: managed.Label},
-			&corev1.Service{}:               {Label: managed.Label},
-			&corev1.Pod{}:                   {Label: managed.Label},
-			&corev1.PersistentVolumeClaim{}: {Label: managed.Label},
-			&appsv1.StatefulSet{}:           {Label: managed.Label},
-			&policyv1.PodDisruptionBudget{}: {Label: managed.Label},
+			&corev1.Secret{}:                managed,
+			&corev1.ConfigMap{}:             managed,
+			&corev1.Service{}:               managed,
+			&corev1.Pod{}:                   managed,
+			&corev1.PersistentVolumeClaim{}: managed,
+			&appsv1.StatefulSet{}:           managed,
+			&policyv1.PodDisruptionBudget{}: managed,
 		},
 	}
 }

@@ -11,6 +11,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -23,9 +24,9 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 	obs := &observation{}
 	sts := &appsv1.StatefulSet{}
 	switch err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.StatefulSetName(db)}, sts); {
-	case err == nil:
+	case err == nil && metav1.IsControlledBy(sts, db):
 		obs.sts = sts
-	case !apierrors.IsNotFound(err):
+	case err != nil && !apierrors.IsNotFound(err):
 		return nil, err
 	}
 	if db.Spec.Paused {
@@ -122,7 +123,7 @@ func (r *MyDatabaseReconciler) reconcileStatefulSet(ctx context.Context, db *dat
 		before = *obs.sts.Spec.Replicas
 	}
 	sts := &appsv1.StatefulSet{}
-	if err := r.applyChild(ctx, db, obs, specs.StatefulSet(want), sts); err != nil {
+	if err := r.applyChild(ctx, db, obs, specs.StatefulSet(want), sts); err != nil || !metav1.IsControlledBy(sts, db) {
 		return err
 	}
 	if obs.sts != nil && before != specs.Replicas(db) {
