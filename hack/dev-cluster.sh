@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# The local simulated cluster behind `make dev`, and the demo itself.
+#
+#   hack/dev-cluster.sh up          start the cluster (or reuse it), 3 nodes, volumes
+#   hack/dev-cluster.sh demo        up + CRD + operator + sample MyDatabase until Ready
+#                                   (make dev; DEV_EXIT=1 stops the operator and exits
+#                                   after the demo instead of following its log)
+#   hack/dev-cluster.sh down        stop what this script started, delete the cluster
+#   hack/dev-cluster.sh kubeconfig  print the path of the cluster's kubeconfig:
+#                                   export KUBECONFIG=$(hack/dev-cluster.sh kubeconfig)
+#   hack/dev-cluster.sh status      say what is running
+#
+# The cluster is KWOK's (kwokctl, binary runtime): a real etcd, kube-apiserver,
+# kube-controller-manager and kube-scheduler, built from source by
+# hack/k8s-binaries.sh, plus kwok-controller, which simulates the nodes. Pods
+# scheduled on those nodes are marked Running and Ready, but NO CONTAINER
+# EVER RUNS: PostgreSQL itself is not exercised here (make test-postgres
+# does that).
+#
+# Nothing is downloaded at run time: kwokctl gets local binaries, every
+# component listens on 127.0.0.1 only, on free ports picked at creation.
+#
+# Volumes: KWOK has no storage, so cmd/dev-provisioner runs as a local
+# process next to the cluster. It installs a default StorageClass and
+# creates a hostPath PersistentVolume for every claim, and deletes it when
+# the claim is deleted. A provisioner rather than a pool of pre-made PVs:
+# deletionPolicy Delete and scale-down delete claims, and a pool's Released
+# volumes would never be reclaimed (the pool would drain), and tests could
+# not check that deleted data really goes.
+#
+# State (kwokctl work dir, kubeconfig, PIDs, logs, volume directories) lives
+# in bin/dev of this checkout (gitignored); override with DEV_STATE_DIR.
+# Every process is stopped by the PID this script recorded, never by name.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+STATE=${DEV_STATE_DIR:-$repo/bin/dev}
+CLUSTER=${DEV_CLUSTER_NAME:-myoperator-dev}
+NODES=${DEV_NODES:-3}
+SAMPLE=${DEV_SAMPLE:-$repo/config/samples/database_v1alpha1_mydatabase.yaml}
+READY_TIMEOUT=${DEV_READY_TIMEOUT:-180s}
+
+KUBECONFIG_FILE=$STATE/kubeconfig
+export KWOK_WORKDIR=$STATE/kwok
+
+if [ -t 2 ]; then bold=$'\033[1m' red=$'\033[1;31m' off=$'\033[0m'; else bold='' red='' off=''; fi
+say() { printf '%s[dev]%s %s\n' "$bold" "$off" "$*" >&2; }
+die() { printf '%s[dev] ERROR:%s %s\n' "$red" "$off" "$*" >&2; exit 1; }
+
+# binaries: build (once) and put the Kubernetes binaries first on PATH.
+binaries() {
+  [ -n "${BINDIR:-}" ] && return
+  # Prints its progress when it has to build (the first time only: ~6-12
+  # minutes on 2 cores), nothing when the binaries are cached.
+  BINDIR=$("$repo/hack/k8s-binaries.sh") || die "hack/k8s-binaries.sh failed"
+  say "Kubernetes binaries: $BINDIR"
+  export PATH="$BINDIR:$PATH"
+}
+
+# alive <pidfile> <expected substring of the command line>: the recorded
+# process still runs and is the one we started (a PID can be reused).
+alive() {
+  local pid
+  [ -f "$1" ] || return 1
+  pid=$(cat "$1")
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$2"
+}
+
+# stop <pidfile> <expected command line substring> <what> [grace seconds]:
+# after the grace period (for a process already stopping after a Ctrl-C),
+# SIGTERM, then SIGKILL if it is still there 10 s later.
+stop() {
+  local pidfile=$1 expect=$2 what=$3 grace=${4:-0} pid i
+  if alive "$pidfile" "$expect"; then
+    pid=$(cat "$pidfile")
+    for i in $(seq 1 $((grace * 5))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  fi
+  if alive "$pidfile" "$expect"; then
+    say "Stopping $what (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    if kill -0 "$pid" 2>/dev/null; then
+      say "  $what did not stop within 10 s; killing it"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  fi
+  rm -f "$pidfile"
+}
+
+healthy() {
+  [ -f "$KUBECONFIG_FILE" ] && kubectl --kubeconfig "$KUBECONFIG_FILE" --request-timeout=5s get --raw /readyz >/dev/null 2>&1
+}
+
+cluster_exists() {
+  [ -d "$KWOK_WORKDIR/clusters/$CLUSTER" ]
+}
+
+# free_port: a port nothing listens on, outside the ephemeral range
+# (32768+), not yet handed out by this script.
+picked=" "
+free_port() {
+  local p i
+  for i in $(seq 1 200); do
+    p=$((20000 + RANDOM % 12000))
+    [[ "$picked" == *" $p "* ]] && continue
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      picked+="$p "
+      echo "$p"
+      return
+    fi
+  done
+  die "found no free port"
+}
+
+create_cluster() {
+  mkdir -p "$STATE"
+  local cfg=$STATE/kwokctl.yaml
+  # Everything on 127.0.0.1 (kwokctl's default is 0.0.0.0, which would put an
+  # unauthenticated etcd on the network) and on ports picked here, so that
+  # two clusters created at once (make dev while make test-e2e runs) cannot
+  # both take kwokctl's first-free default.
+  cat >"$cfg" <<EOF
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+options:
+  runtime: binary
+  bindAddress: 127.0.0.1
+  etcdPort: $(free_port)
+  etcdPeerPort: $(free_port)
+  kubeApiserverPort: $(free_port)
+  kubeControllerManagerPort: $(free_port)
+  kubeSchedulerPort: $(free_port)
+  kwokControllerPort: $(free_port)
+  etcdBinary: $BINDIR/etcd
+  kubeApiserverBinary: $BINDIR/kube-apiserver
+  kubeControllerManagerBinary: $BINDIR/kube-controller-manager
+  kubeSchedulerBinary: $BINDIR/kube-scheduler
+  kwokControllerBinary: $BINDIR/kwok
+  kubectlBinary: $BINDIR/kubectl
+EOF
+  say "Creating KWOK cluster '$CLUSTER' (state in ${STATE#"$repo"/}) ..."
+  if ! kwokctl -c "$cfg" create cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG_FILE" --wait 2m >>"$STATE/kwokctl.log" 2>&1; then
+    cat "$STATE/kwokctl.log" >&2
+    die "kwokctl create cluster failed (logs of the components: $KWOK_WORKDIR/clusters/$CLUSTER/logs)"
+  fi
+}
+
+# components_alive: every component kwokctl recorded still runs.
+components_alive() {
+  local f dir=$KWOK_WORKDIR/clusters/$CLUSTER n=0
+  for f in "$dir"/pids/*.pid; do
+    [ -e "$f" ] || return 1
+    alive "$f" "$dir/bin/" || return 1
+    n=$((n + 1))
+  done
+  [ "$n" -gt 0 ]
+}
+
+# clear_component_pids: kwokctl start skips a component whose PID file
+# exists, even if that process is long gone (killed, machine restarted).
+# Stop what still runs from this cluster's directory (a half-dead cluster)
+# and remove the PID files, so that start brings every component up.
+clear_component_pids() {
+  local f dir=$KWOK_WORKDIR/clusters/$CLUSTER
+  for f in "$dir"/pids/*.pid; do
+    [ -e "$f" ] || continue
+    alive "$f" "$dir/bin/" && stop "$f" "$dir/bin/" "$(basename "$f" .pid)"
+    rm -f "$f"
+  done
+}
+
+delete_cluster() {
+  if cluster_exists; then
+    say "Deleting KWOK cluster '$CLUSTER'"
+    kwokctl delete cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG_FILE" >>"$STATE/kwokctl.log" 2>&1 ||
+      { cat "$STATE/kwokctl.log" >&2; die "kwokctl delete cluster failed"; }
+  fi
+}
+
+start_provisioner() {
+  local pidfile=$STATE/provisioner.pid bin=$STATE/dev-provisioner
+  if alive "$pidfile" "$bin"; then
+    say "Volume provisioner already running (pid $(cat "$pidfile"))"
+    return
+  fi
+  say "Building and starting the volume provisioner (cmd/dev-provisioner) ..."
+  (cd "$repo" && go build -o "$bin" ./cmd/dev-provisioner) || die "building cmd/dev-provisioner failed"
+  mkdir -p "$STATE/volumes"
+  # setsid: its own session, so that Ctrl-C on `make dev` (which stops the
+  # operator) leaves the cluster's storage running, like the cluster itself.
+  setsid "$bin" --kubeconfig "$KUBECONFIG_FILE" --root "$STATE/volumes" >>"$STATE/provisioner.log" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+  sleep 0.5
+  alive "$pidfile" "$bin" || { tail -20 "$STATE/provisioner.log" >&2; die "the volume provisioner exited at once"; }
+}
+
+up() {
+  binaries
+  mkdir -p "$STATE"
+  if healthy || { components_alive && say "Waiting for the KWOK cluster to answer ..." && wait_healthy 30; }; then
+    say "Reusing the running KWOK cluster '$CLUSTER'"
+  elif cluster_exists; then
+    say "KWOK cluster '$CLUSTER' exists but does not answer (machine restarted?); starting it again ..."
+    clear_component_pids
+    if ! { kwokctl start cluster --name "$CLUSTER" --timeout 90s >>"$STATE/kwokctl.log" 2>&1 && wait_healthy 60; }; then
+      say "  it did not come back; recreating it"
+      stop "$STATE/provisioner.pid" "$STATE/dev-provisioner" "volume provisioner"
+      delete_cluster
+      create_cluster
+    fi
+  else
+    create_cluster
+  fi
+  wait_healthy 60 || die "the cluster's API server does not answer (logs: $KWOK_WORKDIR/clusters/$CLUSTER/logs)"
+  kwokctl scale node --replicas "$NODES" --name "$CLUSTER" >>"$STATE/kwokctl.log" 2>&1 || die "kwokctl scale node failed"
+  start_provisioner
+  say "Cluster ready: $NODES simulated nodes, default StorageClass 'standard' (dev-provisioner)."
+  say "  export KUBECONFIG=$KUBECONFIG_FILE"
+}
+
+wait_healthy() {
+  local i
+  for i in $(seq 1 "$1"); do healthy && return 0; sleep 1; done
+  return 1
+}
+
+down() {
+  stop "$STATE/operator.pid" "$STATE/manager" "operator"
+  stop "$STATE/provisioner.pid" "$STATE/dev-provisioner" "volume provisioner"
+  if cluster_exists; then
+    binaries
+    delete_cluster
+  fi
+  if [ -d "$STATE" ]; then
+    rm -rf -- "$STATE"
+  fi
+  say "Local cluster removed."
+}
+
+status() {
+  if healthy; then say "cluster '$CLUSTER': running (KUBECONFIG=$KUBECONFIG_FILE)"
+  elif cluster_exists; then say "cluster '$CLUSTER': exists, not answering"
+  else say "cluster '$CLUSTER': none"; fi
+  if alive "$STATE/provisioner.pid" "$STATE/dev-provisioner"; then
+    say "volume provisioner: pid $(cat "$STATE/provisioner.pid")"
+  else say "volume provisioner: not running"; fi
+  if alive "$STATE/operator.pid" "$STATE/manager"; then
+    say "operator: pid $(cat "$STATE/operator.pid") (log: $STATE/operator.log)"
+  else say "operator: not running"; fi
+}
+
+# stop_operator [grace seconds]
+stop_operator() {
+  stop "$STATE/operator.pid" "$STATE/manager" "operator" "${1:-0}"
+  say "Operator stopped. The cluster keeps running: make dev starts the operator again in seconds, make dev-down removes everything."
+}
+
+demo() {
+  local start=$SECONDS
+  up
+  export KUBECONFIG=$KUBECONFIG_FILE
+
+  say "Installing the CRD (make install) ..."
+  make -s -C "$repo" install
+  # Until the CRD is served the operator refuses to start. (kubectl wait
+  # fails at once, rather than waiting, while a new CRD has no conditions.)
+  local i
+  for i in $(seq 1 60); do
+    kubectl wait --for=condition=Established crd/mydatabases.database.example.com --timeout=10s >/dev/null 2>&1 && break
+    [ "$i" = 60 ] && die "the MyDatabase CRD is not established"
+    sleep 0.5
+  done
+
+  say "Building the operator ..."
+  (cd "$repo" && go build -o "$STATE/manager" ./cmd/main.go) || die "building the operator failed"
+  stop "$STATE/operator.pid" "$STATE/manager" "the operator of a previous make dev"
+  : >"$STATE/operator.log"
+  "$STATE/manager" --health-probe-bind-address=0 --metrics-bind-address=0 >>"$STATE/operator.log" 2>&1 </dev/null &
+  local op=$!
+  echo "$op" >"$STATE/operator.pid"
+  say "Operator running as a local process (pid $op), log: ${STATE#"$repo"/}/operator.log"
+  # Ctrl-C reaches the operator too (same process group) and it shuts down
+  # by itself; a SIGTERM to this script alone is passed on by stop. A second
+  # signal (make sends its children one more SIGTERM) must not cut the
+  # cleanup short.
+  trap stop_operator EXIT
+  trap 'trap "" INT TERM; trap "stop_operator 5" EXIT; exit 130' INT TERM
+
+  local name ns
+  name=$(kubectl create --dry-run=client -o jsonpath='{.metadata.name}' -f "$SAMPLE")
+  ns=$(kubectl config view --minify -o jsonpath='{..namespace}'); ns=${ns:-default}
+  say "Applying ${SAMPLE#"$repo"/} (MyDatabase '$name' in namespace '$ns') ..."
+  kubectl apply -f "$SAMPLE"
+  say "Waiting until mydatabase/$name is Ready (timeout $READY_TIMEOUT) ..."
+  if ! kubectl wait --for=condition=Ready "mydatabase/$name" --timeout="$READY_TIMEOUT"; then
+    kubectl get mydatabase "$name" -o yaml >&2 || true
+    kubectl get events --sort-by=.lastTimestamp >&2 || true
+    say "operator log (last 40 lines):"; tail -40 "$STATE/operator.log" >&2
+    die "mydatabase/$name did not become Ready"
+  fi
+  echo
+  kubectl get mydatabase,statefulset,pod,pvc,svc
+  echo
+  local secret
+  secret=$(kubectl get mydatabase "$name" -o jsonpath='{.status.credentialsSecret}')
+  say "Connection Secret '$secret' holds the keys (values not shown; kubectl get secret $secret -o yaml):"
+  # shellcheck disable=SC2016 # a Go template, not shell
+  kubectl get secret "$secret" -o go-template='{{range $k, $v := .data}}  {{$k}}{{"\n"}}{{end}}'
+  echo
+  say "NOTE: the nodes are simulated by KWOK. Pods on them run NO containers: KWOK only marks them"
+  say "      Running and Ready, so the database is not actually reachable. Everything the operator"
+  say "      does with Kubernetes objects is real (make test-postgres exercises PostgreSQL itself)."
+  say "Ready in $((SECONDS - start)) s. Try, in another terminal:"
+  say "  export KUBECONFIG=$KUBECONFIG_FILE"
+  say "  kubectl scale mydatabase/$name --replicas=3 && kubectl get mydatabase,pod,pvc,pdb -w"
+  if [ "${DEV_EXIT:-}" = 1 ]; then
+    say "DEV_EXIT=1: exiting after the demo."
+    return 0
+  fi
+  say "Following the operator log. Ctrl-C stops the operator; the cluster keeps running (make dev-down removes it)."
+  tail -n 0 -f "$STATE/operator.log" --pid="$op" &
+  local rc=0
+  wait "$op" || rc=$?
+  rm -f "$STATE/operator.pid"
+  trap - EXIT
+  say "Operator stopped (exit $rc; log: ${STATE#"$repo"/}/operator.log). The cluster keeps running:"
+  say "make dev starts the operator again in seconds, make dev-down removes everything."
+  return "$rc"
+}
+
+case "${1:-}" in
+  up) up ;;
+  demo) demo ;;
+  down) down ;;
+  kubeconfig) echo "$KUBECONFIG_FILE" ;;
+  status) binaries; status ;;
+  *) echo "usage: $0 up|demo|down|kubeconfig|status" >&2; exit 2 ;;
+esac
