@@ -3,6 +3,7 @@ package v1alpha1_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -186,16 +187,16 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 }
 
 // merge returns a with b's fields set over it; a nil in b removes the field
-// and everything below it.
+// and everything below it. Keys are dotted paths below spec.
 func merge(a, b map[string]any) map[string]any {
 	out := map[string]any{}
-	for k, v := range a {
-		out[k] = v
-	}
+	maps.Copy(out, a)
 	for k, v := range b {
-		for nested := range out {
-			if strings.HasPrefix(nested, k+".") {
-				delete(out, nested)
+		for other := range out {
+			// a field replaces what was set below it, and what was set
+			// (or removed) above it
+			if strings.HasPrefix(other, k+".") || strings.HasPrefix(k, other+".") {
+				delete(out, other)
 			}
 		}
 		out[k] = v
@@ -256,7 +257,7 @@ func TestPrinterColumns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
+	names := make([]string, 0, len(table.ColumnDefinitions))
 	for _, c := range table.ColumnDefinitions {
 		names = append(names, c.Name)
 	}

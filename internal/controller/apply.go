@@ -74,7 +74,7 @@ func (r *MyDatabaseReconciler) apply(ctx context.Context, desired applyConfigura
 	}
 	annotations[specs.AnnotationSpecHash] = hash
 	u.SetAnnotations(annotations)
-	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
+	if err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
 		client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return unchanged, fmt.Errorf("applying %s %s: %w", u.GetKind(), key.Name, err)
 	}

@@ -82,7 +82,7 @@ func ConfigHash(db *databasev1alpha1.MyDatabase) string {
 	data := ConfigData(db)
 	h := sha256.New()
 	for _, k := range slices.Sorted(maps.Keys(data)) {
-		fmt.Fprintf(h, "%s\x00%s\x00", k, data[k])
+		_, _ = fmt.Fprintf(h, "%s\x00%s\x00", k, data[k]) // a hash.Hash never fails to write
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }

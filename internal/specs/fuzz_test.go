@@ -31,7 +31,7 @@ func FuzzBuilders(f *testing.F) {
 		}
 		d := db(func(d *databasev1alpha1.MyDatabase) {
 			d.Name, d.Spec.Version, d.Spec.Image = name, version, image
-			d.Spec.Replicas = ptr.To(replicas)
+			d.Spec.Replicas = new(replicas)
 			d.Spec.Storage.Size = q
 			d.Spec.Parameters = map[string]string{pkey: pval}
 			d.Spec.PodLabels = map[string]string{lkey: lval}

@@ -2,6 +2,7 @@ package specs
 
 import (
 	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 
@@ -153,12 +154,8 @@ func TestServices(t *testing.T) {
 
 func merge(a, b map[string]string) map[string]string {
 	out := map[string]string{}
-	for k, v := range a {
-		out[k] = v
-	}
-	for k, v := range b {
-		out[k] = v
-	}
+	maps.Copy(out, a)
+	maps.Copy(out, b)
 	return out
 }
 

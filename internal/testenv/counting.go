@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"sync"
 
@@ -37,11 +38,7 @@ func (c *CountingClient) count(verb string, obj any) {
 func (c *CountingClient) Writes() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]int, len(c.writes))
-	for k, v := range c.writes {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(c.writes)
 }
 
 // Total is the number of writes so far.

@@ -84,7 +84,7 @@ func TestConflictsAndAnotherWriter(t *testing.T) {
 
 	cc := &conflictingClient{Client: env.Client}
 	o := newOperator(cc, env.Client)
-	for i := 0; i < 20; i++ {
+	for range 20 {
 		if _, err := o.pass(key); err != nil {
 			t.Fatalf("a conflict surfaced as an error: %v", err)
 		}

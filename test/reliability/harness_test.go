@@ -103,7 +103,7 @@ func (o *operator) converge(t *testing.T, key client.ObjectKey) {
 	inner := o.Client
 	o.Client = counter
 	defer func() { o.Client = inner }()
-	for i := 0; i < 15; i++ {
+	for range 15 {
 		before := counter.Total()
 		res, err := o.pass(key)
 		if err == nil && counter.Total() == before && res.RequeueAfter == 0 {

@@ -83,7 +83,7 @@ func TestLifecycleWithOnlyTheGeneratedRBAC(t *testing.T) {
 		Scheme:     env.Scheme,
 		Cache:      controller.CacheOptions(),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		Controller: config.Controller{SkipNameValidation: new(true)},
 	})
 	if err != nil {
 		t.Fatal(err)
