@@ -80,6 +80,9 @@ func Start() (*Env, error) {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		// Start leaves etcd and kube-apiserver running when a later step
+		// (installing the CRD) fails.
+		_ = env.Stop()
 		return nil, fmt.Errorf("starting envtest with binaries from %s: %w", assets, err)
 	}
 	scheme := Scheme()
