@@ -74,9 +74,9 @@ func main() {
 	var workers int
 	var qps float64
 	var burst int
-	flag.IntVar(&workers, "workers", 4, "How many MyDatabases are reconciled in parallel.")
-	flag.Float64Var(&qps, "kube-api-qps", 50, "Client-side limit of API requests per second.")
-	flag.IntVar(&burst, "kube-api-burst", 100, "Client-side burst of API requests.")
+	flag.IntVar(&workers, "workers", 8, "How many MyDatabases are reconciled in parallel (see docs/benchmarks.md).")
+	flag.Float64Var(&qps, "kube-api-qps", 100, "Client-side limit of API requests per second, per kind (see docs/benchmarks.md).")
+	flag.IntVar(&burst, "kube-api-burst", 200, "Client-side burst of API requests, per kind.")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
 		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")

@@ -101,16 +101,6 @@ func (r *MyDatabaseReconciler) ensureGeneratedSecret(ctx context.Context, db *da
 
 func (r *MyDatabaseReconciler) createSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
 	name string, build func(*databasev1alpha1.MyDatabase, string) *corev1.Secret) error {
-	// The cache only holds our labelled Secrets: look around it before
-	// creating, so a Secret of someone else's is reported, not overwritten.
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.Secret{}); err == nil {
-		obs.stalled = &blocker{databasev1alpha1.ReasonSecretConflict, fmt.Sprintf(
-			"Secret %q exists but was not created by this operator (it lacks the label %s=%s); rename or delete it, or name it in spec.credentials.secretName",
-			name, specs.LabelManagedBy, specs.ManagedBy)}
-		return nil
-	} else if !apierrors.IsNotFound(err) {
-		return err
-	}
 	if pvc, err := r.dataExists(ctx, db); err != nil || pvc != "" {
 		if err == nil {
 			obs.stalled = &blocker{databasev1alpha1.ReasonCredentialsLost, fmt.Sprintf(
@@ -124,15 +114,33 @@ func (r *MyDatabaseReconciler) createSecret(ctx context.Context, db *databasev1a
 	if err != nil {
 		return err
 	}
-	secret := build(db, password)
-	if err := r.Create(ctx, secret, client.FieldOwner(FieldOwner)); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("secret %q appeared while creating it; retrying: %w", name, err)
-		}
+	err = r.Create(ctx, build(db, password), client.FieldOwner(FieldOwner))
+	if apierrors.IsAlreadyExists(err) {
+		return r.explainExistingSecret(ctx, db, obs, name)
+	}
+	if err != nil {
 		return err
 	}
 	obs.wrote = true
 	r.event(db, corev1.EventTypeNormal, "Created", "Created Secret %s", name)
+	return nil
+}
+
+// explainExistingSecret handles a Create refused because the Secret exists
+// although the cache (which holds only our labelled Secrets) did not show
+// it: either the cache lags behind our own earlier create (retry), or it is
+// someone else's Secret, which is reported and never overwritten.
+func (r *MyDatabaseReconciler) explainExistingSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, name string) error {
+	existing := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, existing); err != nil {
+		return err
+	}
+	if existing.Labels[specs.LabelManagedBy] == specs.ManagedBy {
+		return fmt.Errorf("secret %q exists but is not in the cache yet; retrying", name)
+	}
+	obs.stalled = &blocker{databasev1alpha1.ReasonSecretConflict, fmt.Sprintf(
+		"Secret %q exists but was not created by this operator (it lacks the label %s=%s); rename or delete it, or name it in spec.credentials.secretName",
+		name, specs.LabelManagedBy, specs.ManagedBy)}
 	return nil
 }
 
