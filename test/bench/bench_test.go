@@ -1,0 +1,108 @@
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHarness runs every benchmark small (20 MyDatabases, one round) so
+// that `make test` keeps the harness working. It asserts what must hold at
+// any size, never a timing: everything converges, the raw client makes
+// exactly its writes, and a converged operator writes nothing, on a quiet
+// period, across a resync and after a restart.
+func TestHarness(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three control planes")
+	}
+	opts := DefaultOptions()
+	opts.N, opts.Rounds = 20, 1
+	opts.SteadyN = 20
+	opts.Resync, opts.QuietWindow, opts.Settle = 2*time.Second, 2*time.Second, time.Second
+	opts.Unrelated, opts.UnrelatedSize = 40, 1024
+	opts.Edits, opts.EditRate = 10, 50
+	opts.Timeout = 40 * time.Second
+	opts.Log = testLog{t}
+
+	res, err := RunAll(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Converge) != 2 {
+		t.Fatalf("got %d convergence runs, want an operator and a raw one", len(res.Converge))
+	}
+	for _, run := range res.Converge {
+		if run.Converged != opts.N || run.Seconds <= 0 || len(run.Curve) != opts.N {
+			t.Errorf("%s run: %d of %d converged in %.2fs", run.Mode, run.Converged, opts.N, run.Seconds)
+		}
+		switch run.Mode {
+		case "raw":
+			// create the MyDatabase, finalizer, two Secrets, four applies, status
+			if want := 9 * opts.N; run.Requests.Writes != want || run.Requests.Conflicts != 0 {
+				t.Errorf("raw run: %d writes (%d conflicts), want %d: %v", run.Requests.Writes, run.Requests.Conflicts, want, run.Requests.ByRequest)
+			}
+		case "operator":
+			if run.Requests.Writes < 8*opts.N || len(run.WritesByKind) == 0 || run.Reconciles < float64(opts.N) {
+				t.Errorf("operator run: %d writes %v, %.0f reconciles: the probes see too little", run.Requests.Writes, run.WritesByKind, run.Reconciles)
+			}
+		}
+	}
+
+	st := res.Steady
+	if st == nil {
+		t.Fatal("no steady-state results")
+	}
+	if st.QuietWrites != 0 || st.QuietRequests.Writes != 0 || st.QuietRequests.EventWrites != 0 {
+		t.Errorf("converged and idle, the operator wrote: client %d, requests %v", st.QuietWrites, st.QuietRequests.ByRequest)
+	}
+	if st.ResyncReconciles < float64(opts.SteadyN) {
+		t.Errorf("resync window: %.0f reconciles, want at least %d (did the informers resync?)", st.ResyncReconciles, opts.SteadyN)
+	}
+	if st.ResyncWrites != 0 || st.ResyncRequests.Writes != 0 || st.ResyncRequests.EventWrites != 0 {
+		t.Errorf("on resync the operator wrote: client %d, requests %v", st.ResyncWrites, st.ResyncRequests.ByRequest)
+	}
+	if st.RestartReconciled != opts.SteadyN {
+		t.Errorf("after a restart %d of %d MyDatabases were reconciled", st.RestartReconciled, opts.SteadyN)
+	}
+	if st.RestartWrites != 0 || st.RestartRequests.Writes != 0 || st.RestartRequests.EventWrites != 0 {
+		t.Errorf("after a restart the operator wrote: client %d, requests %v", st.RestartWrites, st.RestartRequests.ByRequest)
+	}
+	if st.UnrelatedReqs.Writes != 0 || st.UnrelatedReqs.LiveReads != 0 {
+		t.Errorf("unrelated objects made the operator call the API server: %v", st.UnrelatedReqs.ByRequest)
+	}
+	if st.HeapEmpty == 0 || st.HeapConverged == 0 {
+		t.Errorf("heap not measured: %+v", st)
+	}
+	if len(st.EditLatencyMs) != opts.Edits || st.EditMissed != 0 {
+		t.Errorf("edits: %d latencies, %d missed, want %d", len(st.EditLatencyMs), st.EditMissed, opts.Edits)
+	}
+
+	// The report renders.
+	dir := t.TempDir()
+	if err := WriteReport(res, dir, "go test ./test/bench"); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "benchmarks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"B1", "B2", "B3", "B4", "B5", "B6", "B7"} {
+		if !strings.Contains(string(md), "| "+want) {
+			t.Errorf("benchmarks.md has no %s row", want)
+		}
+	}
+	for _, f := range []string{"benchmarks.json", "benchmarks-converge.png"} {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

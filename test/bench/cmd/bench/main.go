@@ -1,0 +1,113 @@
+// Command bench runs the operator's benchmarks against a control plane of
+// its own and writes docs/benchmarks.md, docs/benchmarks.json and
+// docs/benchmarks-converge.png. `make bench` runs it; see test/bench.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+
+	"example.com/myoperator/internal/testenv"
+	"example.com/myoperator/test/bench"
+)
+
+func main() {
+	opts := bench.DefaultOptions()
+	settings := flag.String("settings", "default,8/100/200",
+		"operator settings to compare in B1/B2/B6, comma-separated: workers/qps/burst, workers/off (no client-side limit) or default (cmd/main.go's defaults); +cachedreads makes the reconciler's APIReader read the cache (an experiment)")
+	steady := flag.String("steady-settings", "default", "operator settings for B3, B4 and B5")
+	heap := flag.String("heap-settings", "", "further operator settings (e.g. default+intern) whose heap per MyDatabase is measured at -steady-n, comma-separated")
+	flag.IntVar(&opts.N, "n", opts.N, "MyDatabases per convergence run (B1, B2, B6)")
+	flag.IntVar(&opts.Rounds, "rounds", opts.Rounds, "rounds of convergence runs; medians are reported")
+	flag.IntVar(&opts.SteadyN, "steady-n", opts.SteadyN, "MyDatabases present for B3, B4, B5")
+	flag.DurationVar(&opts.Resync, "resync", opts.Resync, "informer resync period for the B3 resync window")
+	flag.DurationVar(&opts.QuietWindow, "idle", opts.QuietWindow, "how long a converged operator is watched for writes (B3)")
+	flag.IntVar(&opts.Unrelated, "unrelated", opts.Unrelated, "unrelated Secrets and ConfigMaps for B4 (0: skip)")
+	flag.IntVar(&opts.UnrelatedSize, "unrelated-size", opts.UnrelatedSize, "bytes of data in each unrelated object")
+	flag.IntVar(&opts.Edits, "edits", opts.Edits, "spec edits for B5 (0: skip)")
+	flag.Float64Var(&opts.EditRate, "edit-rate", opts.EditRate, "spec edits per second for B5")
+	flag.BoolVar(&opts.SkipSteady, "skip-steady", false, "skip B3, B4 and B5")
+	flag.DurationVar(&opts.Timeout, "timeout", opts.Timeout, "bound of every wait for convergence")
+	out := flag.String("out", filepath.Join(testenv.RepoRoot(), "docs"), "directory of benchmarks.md, benchmarks.json and the chart")
+	command := flag.String("command", "", "the command to print in the report (default: this one)")
+	flag.StringVar(&opts.HeapProfile, "heapprofile", "", "write a heap profile with the steady-state MyDatabases converged to this file")
+	fromJSON := flag.String("from-json", "", "only render the report again from this benchmarks.json (no benchmark runs)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the harness process (operator included) to this file")
+	flag.Parse()
+	if *fromJSON != "" {
+		res, cmd, err := bench.ReadResults(*fromJSON)
+		if err != nil {
+			fail(err)
+		}
+		if err := bench.WriteReport(res, *out, cmd); err != nil {
+			fail(err)
+		}
+		return
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fail(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	opts.Settings = nil
+	for v := range strings.SplitSeq(*settings, ",") {
+		s, err := bench.ParseSettings(v)
+		if err != nil {
+			fail(err)
+		}
+		opts.Settings = append(opts.Settings, s)
+	}
+	s, err := bench.ParseSettings(*steady)
+	if err != nil {
+		fail(err)
+	}
+	opts.SteadySettings = s
+	for v := range strings.SplitSeq(*heap, ",") {
+		if v == "" {
+			continue
+		}
+		s, err := bench.ParseSettings(v)
+		if err != nil {
+			fail(err)
+		}
+		opts.HeapSettings = append(opts.HeapSettings, s)
+	}
+	if opts.Defaults, err = bench.CmdMainDefaults(); err != nil {
+		fail(err)
+	}
+	if *command == "" {
+		*command = "go run ./test/bench/cmd/bench " + strings.Join(os.Args[1:], " ")
+	}
+
+	res, err := bench.RunAll(opts)
+	if err != nil {
+		if res != nil {
+			_ = bench.WriteReport(res, os.TempDir(), *command+" (failed)")
+			fmt.Fprintf(os.Stderr, "partial results in %s\n", filepath.Join(os.TempDir(), "benchmarks.json"))
+		}
+		fail(err)
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fail(err)
+	}
+	if err := bench.WriteReport(res, *out, *command); err != nil {
+		fail(err)
+	}
+	fmt.Printf("wrote %s in %.0f s\n", filepath.Join(*out, "benchmarks.md"), res.Seconds)
+}
+
+func fail(err error) {
+	pprof.StopCPUProfile()
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}

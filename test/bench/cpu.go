@@ -1,0 +1,73 @@
+package bench
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// cpuTimes is the CPU time used so far by this process (the operator and
+// the harness) and by its child processes that are still running (etcd and
+// kube-apiserver).
+type cpuTimes struct {
+	self, children time.Duration
+}
+
+func readCPU() cpuTimes {
+	var t cpuTimes
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+		t.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return t
+	}
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ppid, cpu, ok := procStat(pid)
+		if ok && ppid == self {
+			t.children += cpu
+		}
+	}
+	return t
+}
+
+// clockTicks is USER_HZ, 100 on every Linux this runs on.
+const clockTicks = 100
+
+// procStat reads the parent and the user+system CPU time of a process from
+// /proc/<pid>/stat.
+func procStat(pid int) (ppid int, cpu time.Duration, ok bool) {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// The command name, field 2, is in parentheses and may contain spaces.
+	i := strings.LastIndexByte(string(raw), ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(raw[i+1:]))
+	// f[0] is field 3 (state): ppid is field 4, utime 14, stime 15.
+	if len(f) < 13 {
+		return 0, 0, false
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	utime, err2 := strconv.ParseInt(f[11], 10, 64)
+	stime, err3 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return 0, 0, false
+	}
+	return ppid, time.Duration(utime+stime) * time.Second / clockTicks, true
+}
+
+func (t cpuTimes) sub(u cpuTimes) cpuTimes {
+	return cpuTimes{self: t.self - u.self, children: t.children - u.children}
+}

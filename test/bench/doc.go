@@ -1,0 +1,14 @@
+// Package bench measures the operator against a real kube-apiserver and etcd
+// (envtest, see internal/testenv): time to converge against a raw client
+// doing the same writes, writes and reconciles per MyDatabase, steady-state
+// writes on resync and restart, heap per MyDatabase and against unrelated
+// objects, and the latency of a spec edit. cmd/bench runs it and writes
+// docs/benchmarks.md, docs/benchmarks.json and a chart (make bench); the test
+// in this package runs it small, so that `make test` keeps the harness
+// working.
+//
+// The operator runs in this process, wired like cmd/main.go (same cache
+// options, client QPS/burst, workers); the API server and etcd are separate
+// processes. Every timed run of the convergence benchmark gets a fresh
+// control plane, so runs never see each other's objects.
+package bench

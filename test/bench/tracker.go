@@ -1,0 +1,281 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
+)
+
+// The children every MyDatabase with one server has, by kind and name
+// suffix: two Secrets, the ConfigMap, two Services and the StatefulSet.
+var childSuffixes = map[string][]string{
+	kindSecret:      {"-credentials", "-replication"},
+	kindConfigMap:   {"-config"},
+	kindService:     {"-headless", "-rw"},
+	kindStatefulSet: {""},
+}
+
+const (
+	kindSecret      = "Secret"
+	kindConfigMap   = "ConfigMap"
+	kindService     = "Service"
+	kindStatefulSet = "StatefulSet"
+)
+
+const allChildren = 1<<6 - 1
+
+func childBit(kind, name string) (db string, bit uint8, ok bool) {
+	i := 0
+	for _, k := range []string{kindSecret, kindConfigMap, kindService, kindStatefulSet} {
+		for _, suffix := range childSuffixes[k] {
+			if k == kind && strings.HasSuffix(name, suffix) {
+				return strings.TrimSuffix(name, suffix), 1 << i, true
+			}
+			i++
+		}
+	}
+	return "", 0, false
+}
+
+// tracker follows the MyDatabases of one namespace and their children
+// through watches of its own (children as metadata only) and notes when
+// each MyDatabase converges: every child exists and status.observedGeneration
+// equals metadata.generation, in a phase other than Stalled. Times are
+// those at which the watch events arrive here.
+type tracker struct {
+	mu          sync.Mutex
+	t0          time.Time
+	dbs         map[string]*dbState
+	converged   int
+	stalled     map[string]bool // ever seen Stalled
+	regressions int             // converged, then not any more
+	changed     chan struct{}
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+}
+
+type dbState struct {
+	gen, obsGen int64
+	phase       databasev1alpha1.Phase
+	children    uint8
+	conv        bool
+	convAt      time.Time
+	// observed notes when each observedGeneration was first seen.
+	observed []genSeen
+}
+
+type genSeen struct {
+	gen int64
+	at  time.Time
+}
+
+func (t *tracker) state(name string) *dbState {
+	s := t.dbs[name]
+	if s == nil {
+		s = &dbState{}
+		t.dbs[name] = s
+	}
+	return s
+}
+
+// startTracker starts watching namespace ns. It returns once every watch is
+// established, so nothing that happens afterwards is missed.
+func startTracker(c client.WithWatch, ns string) (*tracker, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &tracker{t0: time.Now(), dbs: map[string]*dbState{}, stalled: map[string]bool{},
+		changed: make(chan struct{}, 1), cancel: cancel}
+	managed := client.MatchingLabels{specs.LabelManagedBy: specs.ManagedBy}
+	children := []schema.GroupVersionKind{
+		{Version: "v1", Kind: kindSecret}, {Version: "v1", Kind: kindConfigMap},
+		{Version: "v1", Kind: kindService}, {Group: "apps", Version: "v1", Kind: kindStatefulSet},
+	}
+	kinds := make([]string, 0, 1+len(children))
+	kinds = append(kinds, "MyDatabase")
+	lists := make([]func() client.ObjectList, 0, 1+len(children))
+	lists = append(lists, func() client.ObjectList { return &databasev1alpha1.MyDatabaseList{} })
+	for _, gvk := range children {
+		kinds = append(kinds, gvk.Kind)
+		lists = append(lists, func() client.ObjectList {
+			l := &metav1.PartialObjectMetadataList{}
+			l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+			return l
+		})
+	}
+	for i, newList := range lists {
+		var opts []client.ListOption
+		opts = append(opts, client.InNamespace(ns))
+		if i > 0 {
+			opts = append(opts, managed)
+		}
+		w, err := c.Watch(ctx, newList(), opts...)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		t.wg.Add(1)
+		go t.follow(ctx, c, kinds[i], w, newList, opts)
+	}
+	return t, nil
+}
+
+// follow consumes one watch, re-establishing it from the last resource
+// version when the server ends it.
+func (t *tracker) follow(ctx context.Context, c client.WithWatch, kind string, w watch.Interface, newList func() client.ObjectList, opts []client.ListOption) {
+	defer t.wg.Done()
+	rv := ""
+	for {
+		for ev := range w.ResultChan() {
+			switch ev.Type {
+			case watch.Added, watch.Modified:
+				obj := ev.Object.(client.Object)
+				rv = obj.GetResourceVersion()
+				t.observe(kind, obj)
+			case watch.Error:
+				rv = "" // expired: start over with the current state
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return
+		}
+		var err error
+		for {
+			w, err = c.Watch(ctx, newList(), append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})...)
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			rv = ""
+			time.Sleep(100 * time.Millisecond)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+func (t *tracker) observe(kind string, obj client.Object) {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var s *dbState
+	switch o := obj.(type) {
+	case *databasev1alpha1.MyDatabase:
+		s = t.state(o.Name)
+		s.gen, s.obsGen, s.phase = o.Generation, o.Status.ObservedGeneration, o.Status.Phase
+		if n := len(s.observed); n == 0 || s.observed[n-1].gen < s.obsGen {
+			s.observed = append(s.observed, genSeen{s.obsGen, now})
+		}
+		if s.phase == databasev1alpha1.PhaseStalled {
+			t.stalled[o.Name] = true
+		}
+	case *metav1.PartialObjectMetadata:
+		db, bit, ok := childBit(kind, o.Name)
+		if !ok {
+			return
+		}
+		s = t.state(db)
+		s.children |= bit
+	default:
+		return
+	}
+	conv := s.children == allChildren && s.gen > 0 && s.obsGen == s.gen && s.phase != databasev1alpha1.PhaseStalled
+	switch {
+	case conv && !s.conv:
+		s.conv, s.convAt = true, now
+		t.converged++
+	case !conv && s.conv:
+		s.conv = false
+		t.converged--
+		t.regressions++
+	}
+	select {
+	case t.changed <- struct{}{}:
+	default:
+	}
+}
+
+// waitConverged waits until n MyDatabases are converged, or the timeout.
+func (t *tracker) waitConverged(n int, timeout time.Duration) bool {
+	deadline := time.After(timeout)
+	for {
+		t.mu.Lock()
+		done := t.converged >= n
+		t.mu.Unlock()
+		if done {
+			return true
+		}
+		select {
+		case <-t.changed:
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+// convergedTimes returns, sorted, how long after since each converged
+// MyDatabase took to converge (for the last time).
+func (t *tracker) convergedTimes(since time.Time) []float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []float64
+	for _, s := range t.dbs {
+		if s.conv {
+			out = append(out, s.convAt.Sub(since).Seconds())
+		}
+	}
+	sortFloats(out)
+	return out
+}
+
+func (t *tracker) counts() (converged, stalled, regressions int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.converged, len(t.stalled), t.regressions
+}
+
+// observedAt returns when status.observedGeneration of db was first seen at
+// gen or above.
+func (t *tracker) observedAt(db string, gen int64) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.dbs[db]
+	if s == nil {
+		return time.Time{}, false
+	}
+	for _, o := range s.observed {
+		if o.gen >= gen {
+			return o.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// waitObserved waits until observedAt(db, gen) is known, or the timeout.
+func (t *tracker) waitObserved(db string, gen int64, timeout time.Duration) (time.Time, bool) {
+	deadline := time.After(timeout)
+	for {
+		if at, ok := t.observedAt(db, gen); ok {
+			return at, true
+		}
+		select {
+		case <-t.changed:
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			return time.Time{}, false
+		}
+	}
+}
+
+func (t *tracker) stop() {
+	t.cancel()
+	t.wg.Wait()
+}
