@@ -190,17 +190,7 @@ func create(t *testing.T, db *databasev1alpha1.MyDatabase) *databasev1alpha1.MyD
 // eventually polls check until it returns nil, failing the test after 30s.
 func eventually(t *testing.T, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, what, check)
 }
 
 // get reads obj by namespace and name into obj.

@@ -148,15 +148,5 @@ func TestLifecycleWithOnlyTheGeneratedRBAC(t *testing.T) {
 
 func waitUntil(t *testing.T, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %v", what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, what, check)
 }
