@@ -77,7 +77,7 @@ test: manifests generate fmt vet ## Run unit and envtest tests against a real ku
 # BENCH_FLAGS sizes the benchmarks (go run ./test/bench/cmd/bench -h), e.g.
 # BENCH_FLAGS='-n 100 -rounds 1 -steady-n 200 -unrelated 1000'.
 .PHONY: bench
-bench: ## Run the benchmarks on a control plane of their own; writes docs/benchmarks.{md,json} and a chart (about 15 minutes).
+bench: ## Run the benchmarks on a control plane of their own; writes docs/benchmarks.{md,json} and a chart (about 10 minutes).
 	@assets="$$(hack/k8s-binaries.sh)" && \
 	KUBEBUILDER_ASSETS="$$assets" go run ./test/bench/cmd/bench -command "make bench$(if $(BENCH_FLAGS), BENCH_FLAGS='$(BENCH_FLAGS)')" $(BENCH_FLAGS)
 

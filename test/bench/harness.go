@@ -89,13 +89,17 @@ func DefaultOptions() Options {
 
 // Results are every figure of one invocation.
 type Results struct {
-	Options  Options    `json:"options"`
-	Started  time.Time  `json:"started"`
-	Seconds  float64    `json:"seconds"`
-	Machine  Machine    `json:"machine"`
-	Converge []*Run     `json:"converge_runs"`
-	Steady   *Steady    `json:"steady,omitempty"`
-	Heap     []*HeapRun `json:"heap_runs,omitempty"`
+	Options  Options   `json:"options"`
+	Started  time.Time `json:"started"`
+	Seconds  float64   `json:"seconds"`
+	Machine  Machine   `json:"machine"`
+	Converge []*Run    `json:"converge_runs"`
+	Steady   *Steady   `json:"steady,omitempty"`
+	// TrackerRelists: how often a tracker found nothing moving for 45 s
+	// before convergence and read the state with lists instead (0 when its
+	// watches saw everything).
+	TrackerRelists int64      `json:"tracker_relists"`
+	Heap           []*HeapRun `json:"heap_runs,omitempty"`
 }
 
 // HeapRun is the heap per MyDatabase with other operator settings.
@@ -162,6 +166,8 @@ type Run struct {
 	// client) and of etcd and kube-apiserver together.
 	ProcessCPU      float64 `json:"process_cpu_seconds"`
 	ControlPlaneCPU float64 `json:"control_plane_cpu_seconds"`
+	// TrackerRelists: see Results.TrackerRelists.
+	TrackerRelists int64 `json:"tracker_relists,omitempty"`
 }
 
 // Run runs every benchmark.
@@ -170,6 +176,7 @@ func RunAll(opts Options) (*Results, error) {
 		opts.Log = io.Discard
 	}
 	installLogger(opts.Log)
+	progress = opts.Log
 	assets, err := testenv.Assets()
 	if err != nil {
 		return nil, err
@@ -229,6 +236,7 @@ func RunAll(opts Options) (*Results, error) {
 			h.HeapPerDB/1024, h.HeapPerDBMarginal/1024)
 		res.Heap = append(res.Heap, h)
 	}
+	res.TrackerRelists = trackerRelists.Load()
 	res.Machine.LoadAfter = loadavg()
 	res.Seconds = time.Since(res.Started).Seconds()
 	return res, nil
@@ -300,6 +308,7 @@ func convergeRun(opts Options, mode string, s Settings, round int) (*Run, error)
 	throttleBefore, logBefore := theLog.snapshot()
 	waitsBefore := theLog.waitSnapshot()
 
+	relists0 := trackerRelists.Load()
 	cpu0 := readCPU()
 	t0 := time.Now()
 	work := make(chan error, 1)
@@ -317,6 +326,7 @@ func convergeRun(opts Options, mode string, s Settings, round int) (*Run, error)
 	}()
 	ok := tr.waitConverged(opts.N, opts.Timeout)
 	crConverged := readCR()
+	run.TrackerRelists = trackerRelists.Load() - relists0
 	cpu := readCPU().sub(cpu0)
 	run.ProcessCPU, run.ControlPlaneCPU = cpu.self.Seconds(), cpu.children.Seconds()
 	if err := <-work; err != nil {
@@ -328,7 +338,7 @@ func convergeRun(opts Options, mode string, s Settings, round int) (*Run, error)
 		run.Seconds = run.Curve[len(run.Curve)-1]
 	}
 	if !ok {
-		return run, fmt.Errorf("%d of %d MyDatabases converged within %s", run.Converged, opts.N, opts.Timeout)
+		return run, fmt.Errorf("%d of %d MyDatabases converged within %s; not: %s", run.Converged, opts.N, opts.Timeout, tr.pending(5))
 	}
 	if op == nil {
 		run.Requests = diffRequests(nil, rawHTTP.snapshot())
@@ -558,7 +568,11 @@ func steadyRun(opts Options) (*Steady, error) {
 	// the first tick of an informer's resync timer (after 0.9 to 1.1
 	// periods) can find no handler due yet; the second finds every one due.
 	markedAt := time.Now()
-	time.Sleep(time.Until(t.Add(opts.Resync * 23 / 10)))
+	end := t.Add(opts.Resync * 23 / 10)
+	if e := markedAt.Add(opts.Resync * 6 / 5); e.After(end) {
+		end = e // the start-up took longer than the window
+	}
+	time.Sleep(time.Until(end))
 	st.ResyncSeconds = time.Since(markedAt).Seconds()
 	st.ResyncRequests, st.ResyncWrites, st.ResyncReconciles = op.since(mark)
 	logf(log, "  resync window %.0fs: %.0f reconciles, %d writes", st.ResyncSeconds, st.ResyncReconciles, st.ResyncWrites)
@@ -603,7 +617,7 @@ func createAndConverge(c client.WithWatch, ns string, from, to, workers int, tim
 	}
 	if !tr.waitConverged(to, timeout) {
 		got, _, _ := tr.counts()
-		return 0, fmt.Errorf("%d of %d MyDatabases converged", got, to)
+		return 0, fmt.Errorf("%d of %d MyDatabases converged; not: %s", got, to, tr.pending(5))
 	}
 	times := tr.convergedTimes(t0)
 	return times[len(times)-1], nil

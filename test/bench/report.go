@@ -203,6 +203,20 @@ const (
 	targetReconcilesPerD = 4
 )
 
+// mainSummary is the summary of cmd/main.go's defaults, or of the first
+// settings if they were not measured.
+func mainSummary(res *Results, sums []*SettingsSummary) *SettingsSummary {
+	for _, s := range sums {
+		if s.Settings == res.Options.Defaults {
+			return s
+		}
+	}
+	if len(sums) > 0 {
+		return sums[0]
+	}
+	return nil
+}
+
 func verdict(met bool, missedBy string) string {
 	if met {
 		return "met"
@@ -227,8 +241,7 @@ func summaryRows(res *Results, sums []*SettingsSummary) []Row {
 			Result:   verdict(s.Ratio <= targetRatio, fmt.Sprintf("by %.0f%%", (s.Ratio/targetRatio-1)*100)),
 		})
 	}
-	if len(sums) > 0 {
-		s := sums[0]
+	if s := mainSummary(res, sums); s != nil {
 		rows = append(rows, Row{
 			ID:       "B2",
 			Metric:   fmt.Sprintf("API writes per MyDatabase to converge (%s); by verb below", s.Settings),
@@ -309,8 +322,7 @@ func summaryRows(res *Results, sums []*SettingsSummary) []Row {
 			rows = append(rows, Row{ID: id, Metric: "steady state", Ours: "not measured (skipped)", Result: "not measured"})
 		}
 	}
-	if len(sums) > 0 {
-		s := sums[0]
+	if s := mainSummary(res, sums); s != nil {
 		rows = append(rows, Row{
 			ID:     "B6",
 			Metric: fmt.Sprintf("reconciles per MyDatabase until converged (controller_runtime_reconcile_total, %s); until quiet", s.Settings),
@@ -360,7 +372,7 @@ func markdown(res *Results, sums []*SettingsSummary, rows []Row, command, notes 
 		}
 		p("\n\"Client-side throttling\" is the summed wait in client-go's rate limiters (rest_client_rate_limiter_duration_seconds; only the operator's client is rate-limited in this process), the requests that waited over 25 ms, and client-go's \"Waited before sending request\" log lines (waits over 50 ms); \"wait outside events\" sums, from those log lines, the waits of every request but the event recorder's, which it sends in the background: that is the part that slows reconciles. \"CPU until converged\" is the user+system time of etcd and kube-apiserver together (from /proc) and of the harness process (the operator, the tracker's watches, the creating client; in raw runs the raw client), from the first create until the last MyDatabase converged; the two CPUs of the machine are shared with other work. controller-runtime gives every kind its own rate limiter, so --kube-api-qps applies per kind, and the event recorder has its own.\n\n")
 
-		s := sums[0]
+		s := mainSummary(res, sums)
 		p("### B2: writes per MyDatabase by request (%s, median round)\n\n", s.Settings.Flags())
 		p("| request | per MyDatabase |\n|---|---|\n")
 		for _, k := range sortedKeys(s.WritesByVerb) {
@@ -386,7 +398,7 @@ func markdown(res *Results, sums []*SettingsSummary, rows []Row, command, notes 
 			mib(st.HeapEmpty), mib(st.HeapHalf), st.N/2, mib(st.HeapConverged), st.N, st.HeapPerDBMarginal/1024, st.HeapPerDB/1024, st.N,
 			mib(st.HeapAfterRestart), st.HeapPerDBAfterRestart/1024)
 		p("- Idle %.0f s: %d writes, %d event writes, %d reads.\n", st.QuietSeconds, st.QuietRequests.Writes, st.QuietRequests.EventWrites, st.QuietRequests.LiveReads)
-		p("- Resync: the operator restarted with this resync period and was watched from the end of its start-up reconciles until 2.3 periods after it started (%.0f s), so that every informer resynced at least once (periods are jittered ±10%%, and a handler registered just after its informer started is first due on the second tick): %.0f reconciles, %d writes, %d event writes, %d reads.\n",
+		p("- Resync: the operator restarted with this resync period and was watched from the end of its start-up reconciles until 2.3 periods after it started, and for at least 1.2 periods (%.0f s), so that every informer resynced at least once (periods are jittered ±10%%, and a handler registered just after its informer started is first due on the second tick): %.0f reconciles, %d writes, %d event writes, %d reads.\n",
 			st.ResyncSeconds, st.ResyncReconciles, st.ResyncRequests.Writes, st.ResyncRequests.EventWrites, st.ResyncRequests.LiveReads)
 		p("- Restart: informers synced %.1f s after the manager started; all %d MyDatabases reconciled %.1f s after it started (%d reconciles); %d writes, %d event writes; requests: %s.\n",
 			st.RestartStartSeconds, st.RestartReconciled, st.RestartReverifySeconds, st.RestartReconciles, st.RestartRequests.Writes, st.RestartRequests.EventWrites, countsString(st.RestartRequests.ByRequest))
@@ -402,6 +414,14 @@ func markdown(res *Results, sums []*SettingsSummary, rows []Row, command, notes 
 		p("\n")
 	}
 
+	if res.TrackerRelists > 0 {
+		var inRuns int64
+		for _, r := range res.Converge {
+			inRuns += r.TrackerRelists
+		}
+		p("Note: %d times a tracker saw no watch event for a while although MyDatabases had not all converged, and read the state with lists instead (%d of them in the convergence runs below, whose times then include that wait; the others in the steady-state or heap phases, whose convergence times are not targets).\n\n",
+			res.TrackerRelists, inRuns)
+	}
 	p("## Every convergence run\n\n| round | mode | settings | load | seconds | CPU s: etcd+apiserver; harness | writes | event writes | reconciles (converged; quiet) | reconcile errors | throttle wait (outside events, by request) | Stalled seen |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range res.Converge {
 		settings := r.Settings.String()

@@ -2,11 +2,16 @@ package bench
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -61,6 +66,9 @@ type tracker struct {
 	changed     chan struct{}
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup
+	// relist reads the current state with lists, in case a watch event
+	// was lost.
+	relist func() error
 }
 
 type dbState struct {
@@ -109,6 +117,25 @@ func startTracker(c client.WithWatch, ns string) (*tracker, error) {
 			l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 			return l
 		})
+	}
+	t.relist = func() error {
+		for i, newList := range lists {
+			list := newList()
+			opts := []client.ListOption{client.InNamespace(ns)}
+			if i > 0 {
+				opts = append(opts, managed)
+			}
+			if err := c.List(ctx, list, opts...); err != nil {
+				return err
+			}
+			if err := meta.EachListItem(list, func(o runtime.Object) error {
+				t.observe(kinds[i], o.(client.Object))
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	for i, newList := range lists {
 		var opts []client.ListOption
@@ -204,6 +231,8 @@ func (t *tracker) observe(kind string, obj client.Object) {
 }
 
 // waitConverged waits until n MyDatabases are converged, or the timeout.
+// When nothing changes for a while although some have not converged, it
+// reads the state with lists once, in case the watches missed an event.
 func (t *tracker) waitConverged(n int, timeout time.Duration) bool {
 	deadline := time.After(timeout)
 	for {
@@ -215,10 +244,33 @@ func (t *tracker) waitConverged(n int, timeout time.Duration) bool {
 		}
 		select {
 		case <-t.changed:
+		case <-time.After(stuckAfter):
+			trackerRelists.Add(1)
+			logf(progress, "tracker: no watch event for %s with %d of %d converged (not: %s); listing", stuckAfter,
+				t.convergedCount(), n, t.pending(3))
+			_ = t.relist()
 		case <-deadline:
 			return false
 		}
 	}
+}
+
+// trackerRelists counts the relists of every tracker: the report says so
+// when there were any.
+var trackerRelists atomic.Int64
+
+// stuckAfter is how long waitConverged waits without any watch event
+// before it lists. While MyDatabases converge, events arrive many times a
+// second.
+const stuckAfter = 15 * time.Second
+
+// progress receives the harness's progress lines (Options.Log).
+var progress io.Writer = io.Discard
+
+func (t *tracker) convergedCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.converged
 }
 
 // convergedTimes returns, sorted, how long after since each converged
@@ -234,6 +286,19 @@ func (t *tracker) convergedTimes(since time.Time) []float64 {
 	}
 	sortFloats(out)
 	return out
+}
+
+// pending describes up to max MyDatabases that are not converged.
+func (t *tracker) pending(limit int) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for name, s := range t.dbs {
+		if !s.conv && len(out) < limit {
+			out = append(out, fmt.Sprintf("%s (children %06b, generation %d, observed %d, phase %q)", name, s.children, s.gen, s.obsGen, s.phase))
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 func (t *tracker) counts() (converged, stalled, regressions int) {
