@@ -32,10 +32,16 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 	if db.Spec.Paused {
 		return obs, nil
 	}
-	// A blocked credentials check writes no child at all: pods must never
-	// start against a password the data does not know.
-	if err := r.reconcileCredentials(ctx, db, obs); err != nil || obs.blocked() {
-		return obs, err
+	// A blocked preflight writes no child at all: pods must never start
+	// against a password the data does not know, nor claim volumes no class
+	// can provision.
+	for _, check := range []func(context.Context, *databasev1alpha1.MyDatabase, *observation) error{
+		r.checkStorageClass,
+		r.reconcileCredentials,
+	} {
+		if err := check(ctx, db, obs); err != nil || obs.blocked() {
+			return obs, err
+		}
 	}
 	steps := []func(context.Context, *databasev1alpha1.MyDatabase, *observation) error{
 		r.reconcileConfig,

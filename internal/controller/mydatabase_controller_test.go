@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -366,6 +367,40 @@ func TestStorageGrowthStallsWithoutErrorLoop(t *testing.T) {
 		}
 		if *sts.Spec.Replicas != 2 {
 			return fmt.Errorf("replicas %d", *sts.Spec.Replicas)
+		}
+		return nil
+	})
+}
+
+func TestUnknownStorageClassStallsBeforeAnyWrite(t *testing.T) {
+	ns := namespace(t)
+	class := "missing-" + ns
+	db := create(t, newDB(ns, "nowhere", func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Storage.StorageClassName = &class
+	}))
+	waitFor(t, db, "Stalled on the unknown class", phaseIs(databasev1alpha1.PhaseStalled))
+	c := condition(db, databasev1alpha1.ConditionStalled)
+	if c == nil || c.Reason != databasev1alpha1.ReasonStorageClassNotFound || !strings.Contains(c.Message, class) {
+		t.Fatalf("Stalled = %+v, want %s naming %q", c, databasev1alpha1.ReasonStorageClassNotFound, class)
+	}
+	for name, obj := range map[string]client.Object{
+		"nowhere": &appsv1.StatefulSet{}, "nowhere-config": &corev1.ConfigMap{}, "nowhere-credentials": &corev1.Secret{},
+	} {
+		if err := get(ns, name, obj); !apierrors.IsNotFound(err) {
+			t.Errorf("%s written while the storage class is unknown (err %v)", name, err)
+		}
+	}
+
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Provisioner: "example.com/none"}
+	if err := k8s.Create(context.Background(), sc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), sc) })
+	reconcileOnce(t, db)
+	eventually(t, "the StatefulSet once the class exists", exists(ns, "nowhere", &appsv1.StatefulSet{}))
+	waitFor(t, db, "no longer Stalled", func(db *databasev1alpha1.MyDatabase) error {
+		if c := condition(db, databasev1alpha1.ConditionStalled); c != nil {
+			return fmt.Errorf("Stalled = %+v", c)
 		}
 		return nil
 	})

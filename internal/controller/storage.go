@@ -1,0 +1,42 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get
+
+// checkStorageClass stalls a MyDatabase whose spec.storage.storageClassName
+// names a class the cluster does not have, before anything is created: its
+// claims would stay Pending forever with the reason visible only on the
+// PVCs. It is checked only until the StatefulSet exists (the class is
+// immutable, and later its claims tell the story), read around the cache
+// since classes are few and cluster-scoped. Where the operator may not read
+// StorageClasses (a namespace-scoped install without that grant), the check
+// is skipped rather than blocking every database.
+func (r *MyDatabaseReconciler) checkStorageClass(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	name := db.Spec.Storage.StorageClassName
+	if name == nil || *name == "" || obs.sts != nil {
+		return nil
+	}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Name: *name}, &storagev1.StorageClass{})
+	switch {
+	case apierrors.IsNotFound(err):
+		obs.stalled = &blocker{databasev1alpha1.ReasonStorageClassNotFound, fmt.Sprintf(
+			"StorageClass %q named in spec.storage.storageClassName does not exist: create it, "+
+				"or delete and recreate this MyDatabase with an existing class (kubectl get storageclass); "+
+				"nothing has been created yet", *name)}
+		return nil
+	case apierrors.IsForbidden(err):
+		log(ctx).V(1).Info("Not allowed to read StorageClasses, not checking the class", "storageClass", *name)
+		return nil
+	}
+	return err
+}
