@@ -70,9 +70,9 @@ k8s-binaries: ## Build (once) and print the directory of the Kubernetes test bin
 	@hack/k8s-binaries.sh
 
 .PHONY: test
-test: manifests generate fmt vet ## Run unit and envtest tests against a real kube-apiserver built from source.
+test: manifests generate fmt vet kustomize ## Run unit and envtest tests against a real kube-apiserver built from source.
 	@assets="$$(hack/k8s-binaries.sh)" && \
-	KUBEBUILDER_ASSETS="$$assets" go test $$(go list ./... | grep -v -e /test/e2e -e /test/postgres) -coverprofile cover.out
+	KUBEBUILDER_ASSETS="$$assets" KUSTOMIZE="$(KUSTOMIZE)" go test $$(go list ./... | grep -v -e /test/e2e -e /test/postgres) -coverprofile cover.out
 
 # BENCH_FLAGS sizes the benchmarks (go run ./test/bench/cmd/bench -h), e.g.
 # BENCH_FLAGS='-n 100 -rounds 1 -steady-n 200 -unrelated 1000'.

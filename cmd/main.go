@@ -17,10 +17,13 @@ limitations under the License.
 package main
 
 import (
+	"cmp"
 	"crypto/tls"
 	"flag"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/discovery"
@@ -77,6 +80,10 @@ func main() {
 	flag.IntVar(&workers, "workers", 8, "How many MyDatabases are reconciled in parallel (see docs/benchmarks.md).")
 	flag.Float64Var(&qps, "kube-api-qps", 100, "Client-side limit of API requests per second, per kind (see docs/benchmarks.md).")
 	flag.IntVar(&burst, "kube-api-burst", 200, "Client-side burst of API requests, per kind.")
+	var watchNamespace string
+	flag.StringVar(&watchNamespace, "watch-namespace", os.Getenv("WATCH_NAMESPACE"),
+		"Comma-separated namespaces whose MyDatabases this operator manages; empty: all namespaces. "+
+			"Defaults to $WATCH_NAMESPACE (config/namespaced sets it to the operator's own namespace).")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
 		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
@@ -172,6 +179,9 @@ func main() {
 		metricsServerOptions.KeyName = metricsCertKey
 	}
 
+	namespaces := splitNamespaces(watchNamespace)
+	setupLog.Info("Watching", "namespaces", cmp.Or(strings.Join(namespaces, ","), "all"))
+
 	cfg := ctrl.GetConfigOrDie()
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	if err := requireCRD(cfg); err != nil {
@@ -189,7 +199,7 @@ func main() {
 		// The process exits as soon as the manager stops, so releasing the
 		// lease on the way out is safe and lets a successor start at once.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controller.CacheOptions(),
+		Cache:                         controller.CacheOptions(namespaces...),
 	})
 	if err != nil {
 		setupLog.Error(err, "Failed to start manager")
@@ -242,4 +252,16 @@ func requireCRD(cfg *rest.Config) error {
 		return fmt.Errorf("checking for the MyDatabase CRD at %s: %w", cfg.Host, err)
 	}
 	return nil
+}
+
+// splitNamespaces parses --watch-namespace: names separated by commas,
+// blanks and repeats ignored.
+func splitNamespaces(list string) []string {
+	var out []string
+	for ns := range strings.SplitSeq(list, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" && !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	return out
 }

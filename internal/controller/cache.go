@@ -14,11 +14,21 @@ import (
 // CacheOptions keeps the informer cache to what the operator manages: every
 // child kind is watched only through the managed-by label, so the Secrets,
 // ConfigMaps and pods of everything else in a large cluster cost no memory,
-// and managedFields (often half an object's size) are dropped.
-func CacheOptions() cache.Options {
+// and managedFields (often half an object's size) are dropped. With
+// namespaces, the operator watches only those (a namespace-scoped install,
+// config/namespaced); without, every namespace.
+func CacheOptions(namespaces ...string) cache.Options {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{specs.LabelManagedBy: specs.ManagedBy})}
+	var only map[string]cache.Config
+	for _, ns := range namespaces {
+		if only == nil {
+			only = map[string]cache.Config{}
+		}
+		only[ns] = cache.Config{}
+	}
 	return cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
+		DefaultNamespaces: only,
+		DefaultTransform:  cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Secret{}:                managed,
 			&corev1.ConfigMap{}:             managed,

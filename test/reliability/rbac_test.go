@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -61,7 +62,6 @@ func TestGeneratedRoleHasNoWildcards(t *testing.T) {
 // generated ClusterRole, goes through the whole lifecycle: its cache's
 // list/watch, every write, events, and the deletion policy.
 func TestLifecycleWithOnlyTheGeneratedRBAC(t *testing.T) {
-	ctx := context.Background()
 	ns := namespace(t)
 	role := generatedRole(t)
 	role.Name = "myoperator-" + ns
@@ -71,17 +71,33 @@ func TestLifecycleWithOnlyTheGeneratedRBAC(t *testing.T) {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: sa.Name}},
 	}
-	for _, obj := range []client.Object{role, sa, binding} {
-		if err := env.Client.Create(ctx, obj); err != nil {
+	createAll(t, role, sa, binding)
+	runLifecycle(t, ns, asServiceAccount(sa), controller.CacheOptions())
+}
+
+func createAll(t *testing.T, objs ...client.Object) {
+	t.Helper()
+	for _, obj := range objs {
+		if err := env.Client.Create(context.Background(), obj); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: fmt.Sprintf("system:serviceaccount:%s:%s", ns, sa.Name)}
+}
 
+func asServiceAccount(sa *corev1.ServiceAccount) *rest.Config {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: fmt.Sprintf("system:serviceaccount:%s:%s", sa.Namespace, sa.Name)}
+	return cfg
+}
+
+// runLifecycle runs an operator with cfg's identity and creates, scales and
+// deletes (policy Delete) a MyDatabase in ns.
+func runLifecycle(t *testing.T, ns string, cfg *rest.Config, cacheOpts cache.Options) {
+	t.Helper()
+	ctx := context.Background()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:     env.Scheme,
-		Cache:      controller.CacheOptions(),
+		Cache:      cacheOpts,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: new(true)},
 	})
