@@ -1,0 +1,26 @@
+package specs
+
+import (
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+)
+
+// SharedStrings are the strings the children of every MyDatabase repeat
+// verbatim: label and annotation keys, the label values that do not depend
+// on the MyDatabase, the ConfigMap's keys and its files when
+// spec.parameters is empty, owner reference kinds, and the labels
+// Kubernetes adds to StatefulSet pods. The operator's cache points equal
+// strings at one copy of these (internal/controller/cache.go); a test
+// keeps the list complete.
+func SharedStrings() []string {
+	defaults := ConfigData(&databasev1alpha1.MyDatabase{})
+	return []string{
+		LabelName, LabelInstance, LabelComponent, LabelManagedBy, LabelOwnerUID, LabelRole,
+		AnnotationSpecHash, AnnotationConfigHash, AnnotationPasswordDigest,
+		ManagedBy, RolePrimary, RoleReplica, string(databasev1alpha1.EnginePostgres),
+		ComponentDatabase, ComponentCredentials, ComponentConfig, ComponentService,
+		RunScriptKey, PostgresConfKey, HBAConfKey,
+		defaults[RunScriptKey], defaults[PostgresConfKey], defaults[HBAConfKey],
+		"controller-revision-hash", "statefulset.kubernetes.io/pod-name", "apps.kubernetes.io/pod-index",
+		databasev1alpha1.GroupVersion.String(), "MyDatabase", "apps/v1", "StatefulSet", // owner references
+	}
+}
