@@ -22,6 +22,7 @@ import (
 // and returns what it observed. A paused MyDatabase is only observed.
 func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databasev1alpha1.MyDatabase) (*observation, error) {
 	obs := &observation{}
+	defer r.recordCreated(db, obs)
 	sts := &appsv1.StatefulSet{}
 	switch err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.StatefulSetName(db)}, sts); {
 	case err == nil && metav1.IsControlledBy(sts, db):
@@ -70,7 +71,7 @@ func (r *MyDatabaseReconciler) applyChild(ctx context.Context, db *databasev1alp
 		obs.wrote = true
 	}
 	if outcome == created {
-		r.event(db, corev1.EventTypeNormal, "Created", "Created %s %s", kindOf(live), live.GetName())
+		obs.created = append(obs.created, kindOf(live)+" "+live.GetName())
 	}
 	return err
 }

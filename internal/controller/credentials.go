@@ -122,7 +122,7 @@ func (r *MyDatabaseReconciler) createSecret(ctx context.Context, db *databasev1a
 		return err
 	}
 	obs.wrote = true
-	r.event(db, corev1.EventTypeNormal, "Created", "Created Secret %s", name)
+	obs.created = append(obs.created, "Secret "+name)
 	return nil
 }
 

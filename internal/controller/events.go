@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 
@@ -11,6 +13,15 @@ import (
 // value: only names of objects and of keys.
 func (r *MyDatabaseReconciler) event(db *databasev1alpha1.MyDatabase, eventType, reason, format string, args ...any) {
 	r.Recorder.Eventf(db, nil, eventType, reason, "Reconcile", format, args...)
+}
+
+// recordCreated emits one event for every child a pass created: a new
+// MyDatabase gets one "Created" event naming all of them, rather than one
+// per child, which the event API would fold into a series and lose.
+func (r *MyDatabaseReconciler) recordCreated(db *databasev1alpha1.MyDatabase, obs *observation) {
+	if len(obs.created) > 0 {
+		r.event(db, corev1.EventTypeNormal, "Created", "Created %s", strings.Join(obs.created, ", "))
+	}
 }
 
 // recordTransitions emits an event when the MyDatabase becomes Ready or

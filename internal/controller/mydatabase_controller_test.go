@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -155,6 +156,26 @@ func TestCreateBuildsEveryChild(t *testing.T) {
 	if !strings.Contains(strings.Join(db.Finalizers, ","), Finalizer) {
 		t.Errorf("finalizers = %v, want %s", db.Finalizers, Finalizer)
 	}
+
+	// One event names every child created, in the order they were made.
+	want := "Created Secret orders-replication, Secret orders-credentials, ConfigMap orders-config, " +
+		"Service orders-headless, Service orders-rw, StatefulSet orders"
+	eventually(t, "one Created event", func() error {
+		events := &eventsv1.EventList{}
+		if err := k8s.List(context.Background(), events, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		var created []string
+		for _, e := range events.Items {
+			if e.Reason == "Created" {
+				created = append(created, e.Note)
+			}
+		}
+		if len(created) != 1 || created[0] != want {
+			return fmt.Errorf("Created events %q, want one: %q", created, want)
+		}
+		return nil
+	})
 }
 
 func assertOwnedChild(t *testing.T, db *databasev1alpha1.MyDatabase, obj client.Object) {

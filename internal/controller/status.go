@@ -21,6 +21,9 @@ type observation struct {
 	// wrote is true when this pass changed a child: what the cache shows
 	// is then older than what the server has, so nothing is Ready yet.
 	wrote bool
+	// created names the children this pass created ("Service pg-rw"),
+	// reported in one event.
+	created []string
 	// stalled is set when only the user can unblock the MyDatabase.
 	stalled *blocker
 	// waiting is set when something outside our control must happen first
