@@ -90,11 +90,10 @@ func asServiceAccount(sa *corev1.ServiceAccount) *rest.Config {
 	return cfg
 }
 
-// runLifecycle runs an operator with cfg's identity and creates, scales and
-// deletes (policy Delete) a MyDatabase in ns.
-func runLifecycle(t *testing.T, ns string, cfg *rest.Config, cacheOpts cache.Options) {
+// startManager runs the operator as cmd/main.go wires it (cached client,
+// every watch) with cfg's connection and identity, until the test ends.
+func startManager(t *testing.T, cfg *rest.Config, cacheOpts cache.Options) {
 	t.Helper()
-	ctx := context.Background()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:     env.Scheme,
 		Cache:      cacheOpts,
@@ -108,13 +107,26 @@ func runLifecycle(t *testing.T, ns string, cfg *rest.Config, cacheOpts cache.Opt
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("mydatabase-controller"),
 		NewPassword: specs.RandomPassword, Clock: clock.RealClock{}, Metrics: controller.NewPhaseMetrics(prometheus.NewRegistry()),
 	}
-	if err := r.SetupWithManager(mgr, 1); err != nil {
+	if err := r.SetupWithManager(mgr, 2); err != nil {
 		t.Fatal(err)
 	}
-	mctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- mgr.Start(mctx) }()
-	defer func() { cancel(); <-done }()
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+}
+
+// runLifecycle runs an operator with cfg's identity and creates, scales and
+// deletes (policy Delete) a MyDatabase in ns.
+func runLifecycle(t *testing.T, ns string, cfg *rest.Config, cacheOpts cache.Options) {
+	t.Helper()
+	ctx := context.Background()
+	startManager(t, cfg, cacheOpts)
 
 	db := newDB(ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete })
 	key := client.ObjectKeyFromObject(db)

@@ -1,0 +1,235 @@
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/controller"
+	"example.com/myoperator/internal/testenv"
+)
+
+// faultyProxy stands between the operator and the API server, at the TCP
+// level: it can cut every connection and refuse new ones (the server
+// unreachable), or hold back every chunk it forwards (a slow server).
+type faultyProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	down   bool
+	delay  time.Duration
+}
+
+func startProxy(t *testing.T, target string) *faultyProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &faultyProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	go p.serve()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.cut()
+	})
+	return p
+}
+
+func (p *faultyProxy) serve() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return // closed
+		}
+		p.mu.Lock()
+		down := p.down
+		p.mu.Unlock()
+		if down {
+			_ = in.Close()
+			continue
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = in.Close()
+			continue
+		}
+		p.track(in, out)
+		go p.pipe(in, out)
+		go p.pipe(out, in)
+	}
+}
+
+func (p *faultyProxy) track(conns ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range conns {
+		p.conns[c] = true
+	}
+}
+
+// pipe copies src to dst, late by the current delay, until either closes.
+func (p *faultyProxy) pipe(dst, src net.Conn) {
+	defer func() { _ = dst.Close(); _ = src.Close() }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			delay := p.delay
+			p.mu.Unlock()
+			time.Sleep(delay)
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// cut closes every open connection and refuses new ones until restore;
+// it returns how many connections it closed.
+func (p *faultyProxy) cut() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	n := len(p.conns)
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	clear(p.conns)
+	return n
+}
+
+func (p *faultyProxy) restore() { p.mu.Lock(); p.down = false; p.mu.Unlock() }
+
+func (p *faultyProxy) slow(d time.Duration) { p.mu.Lock(); p.delay = d; p.mu.Unlock() }
+
+// Scenario 6, at the network level: the operator (cached, every watch, as
+// in production) reaches the API server through a proxy that goes slow,
+// then cuts every connection and refuses new ones while the spec changes
+// and the MyDatabase is deleted. Nothing the operator must keep is
+// recreated or lost: the Secrets keep their UIDs and passwords, the data
+// volume its UID; once the server is reachable again the last spec is
+// applied and then the deletion policy (Retain) runs.
+func TestUnreachableAndSlowServer(t *testing.T) {
+	ctx := context.Background()
+	host, err := url.Parse(env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startProxy(t, host.Host)
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Host = "https://" + proxy.ln.Addr().String()
+	ns := namespace(t)
+	startManager(t, cfg, controller.CacheOptions())
+
+	db := newDB(ns)
+	key := client.ObjectKeyFromObject(db)
+	converged := func(replicas int32) func() error {
+		return func() error {
+			sts := &appsv1.StatefulSet{}
+			if err := env.Client.Get(ctx, key, sts); err != nil {
+				return err
+			}
+			if err := env.Client.Get(ctx, key, db); err != nil {
+				return err
+			}
+			if *sts.Spec.Replicas != replicas || db.Status.ObservedGeneration != db.Generation {
+				return fmt.Errorf("replicas %d, observedGeneration %d of %d", *sts.Spec.Replicas, db.Status.ObservedGeneration, db.Generation)
+			}
+			return nil
+		}
+	}
+	waitUntil(t, "the first convergence", converged(1))
+	pvc := dataVolume(t, db)
+	kept := map[string]types.UID{"PVC " + pvc.Name: pvc.UID}
+	passwords := map[string]string{}
+	for _, name := range []string{"pg-credentials", "pg-replication"} {
+		s := &corev1.Secret{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
+			t.Fatal(err)
+		}
+		kept["Secret "+name], passwords[name] = s.UID, string(s.Data["password"])
+	}
+	unchanged := func(t *testing.T) {
+		t.Helper()
+		for what, uid := range kept {
+			var obj client.Object = &corev1.Secret{}
+			name := what[len("Secret "):]
+			if what[:3] == "PVC" {
+				obj, name = &corev1.PersistentVolumeClaim{}, pvc.Name
+			}
+			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
+				t.Errorf("%s: %v", what, err)
+			} else if obj.GetUID() != uid || !obj.GetDeletionTimestamp().IsZero() {
+				t.Errorf("%s was replaced or is being deleted (uid %s, was %s)", what, obj.GetUID(), uid)
+			}
+			if s, ok := obj.(*corev1.Secret); ok && string(s.Data["password"]) != passwords[name] {
+				t.Errorf("%s has a new password", what)
+			}
+		}
+	}
+
+	proxy.slow(300 * time.Millisecond)
+	update := func(mutate func(*databasev1alpha1.MyDatabase)) {
+		t.Helper()
+		if err := env.Client.Get(ctx, key, db); err != nil {
+			t.Fatal(err)
+		}
+		mutate(db)
+		if err := env.Client.Update(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update(func(db *databasev1alpha1.MyDatabase) { db.Spec.Replicas = ptr.To[int32](2) })
+	testenv.Eventually(t, 60*time.Second, "convergence through a slow server", converged(2))
+
+	// The server becomes unreachable while the operator is at work on the
+	// next spec: its requests in flight fail half-way.
+	update(func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Replicas = ptr.To[int32](3)
+		db.Spec.Parameters = map[string]string{"work_mem": "8MB"}
+	})
+	time.Sleep(time.Second)
+	if proxy.cut() == 0 {
+		t.Fatal("the operator had no connection open to cut")
+	}
+	time.Sleep(5 * time.Second) // the outage lasts; the operator retries meanwhile
+	unchanged(t)
+	proxy.slow(0)
+	proxy.restore()
+	testenv.Eventually(t, 90*time.Second, "convergence once the server is back", converged(3))
+	unchanged(t)
+
+	proxy.cut()
+	if err := env.Client.Delete(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second)
+	if gone(key) {
+		t.Fatal("the MyDatabase went away while the operator could not run its deletion policy")
+	}
+	proxy.restore()
+	testenv.Eventually(t, 90*time.Second, "the deletion once the server is back", func() error {
+		if !gone(key) {
+			return fmt.Errorf("MyDatabase still there")
+		}
+		return nil
+	})
+	unchanged(t) // Retain: the data volume and the Secrets outlive it
+}
