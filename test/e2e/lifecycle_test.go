@@ -349,8 +349,8 @@ func TestDeleteDeleteRemovesEverything(t *testing.T) {
 	}
 }
 
-// 6. An operator restarted after convergence writes nothing: the
-// resourceVersions of the MyDatabase and of its children do not change.
+// 6. A converged operator writes nothing for a minute, nor once restarted:
+// the resourceVersions of the MyDatabase and of its children do not change.
 func TestRestartWritesNothing(t *testing.T) {
 	ns := newNamespace(t, "restart", nil)
 	applyDB(t, ns, 2, retain)
@@ -369,6 +369,12 @@ func TestRestartWritesNothing(t *testing.T) {
 		if _, ok := before[key]; !ok {
 			t.Fatalf("%s does not exist", key)
 		}
+	}
+
+	idleSince := time.Now()
+	time.Sleep(time.Minute)
+	if idle := snapshotRVs(t, ns, "x"); !maps.Equal(before, idle) {
+		t.Errorf("the operator wrote while idle for %s:\n%s", time.Since(idleSince).Round(time.Second), rvDiff(before, idle))
 	}
 
 	if err := env.restartOperator(); err != nil {
