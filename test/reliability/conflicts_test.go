@@ -2,15 +2,26 @@ package reliability
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/controller"
 )
 
 // conflictingClient answers every third write with 409 Conflict, as a busy
@@ -105,4 +116,138 @@ func TestConflictsAndAnotherWriter(t *testing.T) {
 	if db.Annotations["example.com/note"] != "keep me" || db.Status.ObservedGeneration != db.Generation {
 		t.Errorf("annotations %v, observedGeneration %d of %d", db.Annotations, db.Status.ObservedGeneration, db.Generation)
 	}
+}
+
+func (c *conflictingClient) count() (writes, failed int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n, c.failed
+}
+
+// errorLog counts what is logged at error level.
+type errorLog struct {
+	mu       sync.Mutex
+	messages []string
+}
+
+func (l *errorLog) Init(logr.RuntimeInfo)          {}
+func (l *errorLog) Enabled(int) bool               { return false }
+func (l *errorLog) Info(int, string, ...any)       {}
+func (l *errorLog) WithValues(...any) logr.LogSink { return l }
+func (l *errorLog) WithName(string) logr.LogSink   { return l }
+func (l *errorLog) Error(err error, msg string, _ ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.messages = append(l.messages, fmt.Sprintf("%s: %v", msg, err))
+}
+
+func (l *errorLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.messages)
+}
+
+// Scenario 5, with the operator running: while another writer patches the
+// MyDatabase and its StatefulSet and ConfigMap every 100 ms, and a third of
+// the operator's writes get a 409, the spec changes. The operator converges
+// on it, logs no error (a conflict is retried quietly), the other writer's
+// labels and annotations survive, and once converged the operator has
+// nothing to write however often the other writer changes its own fields.
+func TestConcurrentWriterEvery100ms(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	errs := &errorLog{}
+	var conflicts *conflictingClient
+	startManager(t, env.Config, controller.CacheOptions(), managerSetup{
+		logger: logr.New(errs),
+		wrapClient: func(c client.Client) client.Client {
+			conflicts = &conflictingClient{Client: c}
+			return conflicts
+		},
+	})
+	db := newDB(ns)
+	key := client.ObjectKeyFromObject(db)
+	waitUntil(t, "the first convergence", func() error {
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pg-config"}, &corev1.ConfigMap{})
+	})
+
+	marked := []client.Object{
+		&databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pg"}},
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pg"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pg-config"}},
+	}
+	stop := make(chan struct{})
+	writerDone := make(chan int)
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		n := 0
+		for {
+			select {
+			case <-stop:
+				writerDone <- n
+				return
+			case <-tick.C:
+			}
+			n++
+			mark := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"labels":{"example.com/tick":"%d"},"annotations":{"example.com/tick":"%d"}}}`, n, n))
+			for _, obj := range marked {
+				_ = env.Client.Patch(ctx, obj, mark, client.FieldOwner("someone-else"))
+			}
+		}
+	}()
+
+	time.Sleep(time.Second) // the other writer is at work before the spec changes
+	if err := env.Client.Get(ctx, key, db); err != nil {
+		t.Fatal(err)
+	}
+	specChange := client.MergeFrom(db.DeepCopy())
+	db.Spec.Replicas = ptr.To[int32](3)
+	db.Spec.Parameters = map[string]string{"work_mem": "32MB"}
+	if err := env.Client.Patch(ctx, db, specChange); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "convergence on the new spec under the other writer", func() error {
+		sts, cm := &appsv1.StatefulSet{}, &corev1.ConfigMap{}
+		if err := env.Client.Get(ctx, key, sts); err != nil {
+			return err
+		}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pg-config"}, cm); err != nil {
+			return err
+		}
+		if err := env.Client.Get(ctx, key, db); err != nil {
+			return err
+		}
+		if *sts.Spec.Replicas != 3 || !strings.Contains(cm.Data["postgresql.conf"], "work_mem = '32MB'") ||
+			db.Status.ObservedGeneration != db.Generation {
+			return fmt.Errorf("replicas %d, observedGeneration %d of %d", *sts.Spec.Replicas, db.Status.ObservedGeneration, db.Generation)
+		}
+		return nil
+	})
+	// Converged, the operator sees every change of the other writer and
+	// has nothing to write for it.
+	before, _ := conflicts.count()
+	time.Sleep(2 * time.Second)
+	close(stop)
+	ticks := <-writerDone
+	if after, _ := conflicts.count(); after != before {
+		t.Errorf("%d writes after convergence, answering the other writer's changes", after-before)
+	}
+
+	want := fmt.Sprint(ticks)
+	for _, obj := range marked {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			t.Fatal(err)
+		}
+		if obj.GetLabels()["example.com/tick"] != want || obj.GetAnnotations()["example.com/tick"] != want {
+			t.Errorf("%T %s: the other writer's tick %s was not kept: labels %v", obj, obj.GetName(), want, obj.GetLabels())
+		}
+	}
+	if writes, failed := conflicts.count(); failed == 0 {
+		t.Errorf("no conflict was injected in %d writes", writes)
+	}
+	if logged := errs.all(); len(logged) > 0 {
+		t.Errorf("%d errors logged, want none (conflicts are retried quietly):\n%s", len(logged), strings.Join(logged, "\n"))
+	}
+	t.Logf("the other writer patched 3 objects %d times", ticks)
 }

@@ -136,7 +136,7 @@ func TestUnreachableAndSlowServer(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Host = "https://" + proxy.ln.Addr().String()
 	ns := namespace(t)
-	startManager(t, cfg, controller.CacheOptions())
+	startManager(t, cfg, controller.CacheOptions(), managerSetup{})
 
 	db := newDB(ns)
 	key := client.ObjectKeyFromObject(db)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -90,21 +91,32 @@ func asServiceAccount(sa *corev1.ServiceAccount) *rest.Config {
 	return cfg
 }
 
+// managerSetup adjusts the operator startManager runs for one test.
+type managerSetup struct {
+	logger     logr.Logger                       // zero: controller-runtime's default
+	wrapClient func(client.Client) client.Client // stands between the reconciler and the API
+}
+
 // startManager runs the operator as cmd/main.go wires it (cached client,
 // every watch) with cfg's connection and identity, until the test ends.
-func startManager(t *testing.T, cfg *rest.Config, cacheOpts cache.Options) {
+func startManager(t *testing.T, cfg *rest.Config, cacheOpts cache.Options, setup managerSetup) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:     env.Scheme,
 		Cache:      cacheOpts,
+		Logger:     setup.logger,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: new(true)},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := mgr.GetClient()
+	if setup.wrapClient != nil {
+		c = setup.wrapClient(c)
+	}
 	r := &controller.MyDatabaseReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("mydatabase-controller"),
+		Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("mydatabase-controller"),
 		NewPassword: specs.RandomPassword, Clock: clock.RealClock{}, Metrics: controller.NewPhaseMetrics(prometheus.NewRegistry()),
 	}
 	if err := r.SetupWithManager(mgr, 2); err != nil {
@@ -126,7 +138,7 @@ func startManager(t *testing.T, cfg *rest.Config, cacheOpts cache.Options) {
 func runLifecycle(t *testing.T, ns string, cfg *rest.Config, cacheOpts cache.Options) {
 	t.Helper()
 	ctx := context.Background()
-	startManager(t, cfg, cacheOpts)
+	startManager(t, cfg, cacheOpts, managerSetup{})
 
 	db := newDB(ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete })
 	key := client.ObjectKeyFromObject(db)
