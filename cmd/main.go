@@ -24,10 +24,12 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	// Import all Kubernetes client auth plugins (e.g. Azure, GCP, OIDC, etc.)
 	// to ensure that exec-entrypoint and run can make use of them.
@@ -47,6 +49,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/controller"
+	"example.com/myoperator/internal/leader"
 	"example.com/myoperator/internal/specs"
 	// +kubebuilder:scaffold:imports
 )
@@ -90,6 +93,16 @@ func main() {
 	flag.BoolVar(&enableLeaderElection, "leader-elect", false,
 		"Enable leader election for controller manager. "+
 			"Enabling this will ensure there is only one active controller manager.")
+	var leaseDuration, renewDeadline, retryPeriod time.Duration
+	var leaderElectNamespace string
+	flag.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second,
+		"How long after the leader's last renewal another replica may take over.")
+	flag.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second,
+		"How long the leader may go without renewing before it stops writing and exits; less than the lease duration.")
+	flag.DurationVar(&retryPeriod, "leader-elect-retry-period", 2*time.Second,
+		"How often the leader renews the lease, and the other replicas try to acquire it.")
+	flag.StringVar(&leaderElectNamespace, "leader-elect-namespace", "",
+		"Namespace of the leader election Lease; empty: the operator's own namespace, in a cluster.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true,
 		"If set, the metrics endpoint is served securely via HTTPS. Use --metrics-secure=false to use HTTP instead.")
 	flag.StringVar(&webhookCertPath, "webhook-cert-path", "", "The directory that contains the webhook certificate.")
@@ -189,13 +202,35 @@ func main() {
 		os.Exit(1)
 	}
 
+	const leaderElectionID = "myoperator.database.example.com"
+	var lease *leader.Lease
+	var leaseLock resourcelock.Interface // nil without leader election
+	if enableLeaderElection {
+		var err error
+		lease, err = leader.NewLease(cfg, leaderElectNamespace, leaderElectionID, renewDeadline)
+		if err != nil {
+			setupLog.Error(err, "Cannot set up leader election")
+			os.Exit(1)
+		}
+		leaseLock = lease
+		setupLog.Info("Leader election", "lease", lease.Describe(), "identity", lease.Identity())
+		// Fence every write of the manager, the event broadcaster's too; the
+		// lease's own client, built above, stays unfenced.
+		cfg.Wrap(lease.WrapTransport)
+	}
+
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsServerOptions,
 		WebhookServer:          webhookServer,
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         enableLeaderElection,
-		LeaderElectionID:       "myoperator.database.example.com",
+		LeaderElectionID:       leaderElectionID,
+		// Fences writes too: see internal/leader.
+		LeaderElectionResourceLockInterface: leaseLock,
+		LeaseDuration:                       &leaseDuration,
+		RenewDeadline:                       &renewDeadline,
+		RetryPeriod:                         &retryPeriod,
 		// The process exits as soon as the manager stops, so releasing the
 		// lease on the way out is safe and lets a successor start at once.
 		LeaderElectionReleaseOnCancel: true,
