@@ -77,6 +77,8 @@ func main() {
 			"Directory under which the volumes' directories are created (required).")
 		storageClass = flag.String("storage-class", "standard",
 			"Name of the default StorageClass to create for this provisioner; empty to create none.")
+		qps   = flag.Float64("kube-api-qps", 50, "Client-side limit of API requests per second.")
+		burst = flag.Int("kube-api-burst", 100, "Client-side burst of API requests.")
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -84,13 +86,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "dev-provisioner: --root is required")
 		os.Exit(2)
 	}
-	if err := run(*kubeconfig, *name, *root, *storageClass); err != nil {
+	if err := run(*kubeconfig, *name, *root, *storageClass, float32(*qps), *burst); err != nil {
 		klog.ErrorS(err, "dev-provisioner failed")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
 }
 
-func run(kubeconfig, name, root, storageClass string) error {
+func run(kubeconfig, name, root, storageClass string, qps float32, burst int) error {
 	root, err := filepath.Abs(root)
 	if err != nil {
 		return err
@@ -104,6 +106,7 @@ func run(kubeconfig, name, root, storageClass string) error {
 		return fmt.Errorf("loading kubeconfig %q: %w", kubeconfig, err)
 	}
 	cfg.UserAgent = "dev-provisioner"
+	cfg.QPS, cfg.Burst = qps, burst
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err

@@ -8,11 +8,12 @@ import (
 	"time"
 )
 
-// TestHarness runs every benchmark small (20 MyDatabases, one round) so
-// that `make test` keeps the harness working. It asserts what must hold at
-// any size, never a timing: everything converges, the raw client makes
-// exactly its writes, and a converged operator writes nothing, on a quiet
-// period, across a resync and after a restart.
+// TestHarness runs every benchmark small (20 MyDatabases, one round; the
+// full tier with 3, on two KWOK clusters) so that `make test` keeps the
+// harness working. It asserts what must hold at any size, never a timing:
+// everything converges, the raw client makes exactly its writes, a
+// converged operator writes nothing, on a quiet period, across a resync and
+// after a restart, and on KWOK every pod ends Running and Ready.
 func TestHarness(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three control planes")
@@ -23,6 +24,7 @@ func TestHarness(t *testing.T) {
 	opts.Resync, opts.QuietWindow, opts.Settle = 2*time.Second, 2*time.Second, time.Second
 	opts.Unrelated, opts.UnrelatedSize = 40, 1024
 	opts.Edits, opts.EditRate = 10, 50
+	opts.FullN, opts.FullRounds = 3, 1
 	opts.Timeout = 40 * time.Second
 	opts.Log = testLog{t}
 
@@ -47,6 +49,23 @@ func TestHarness(t *testing.T) {
 			if run.Requests.Writes < 8*opts.N || len(run.WritesByKind) == 0 || run.Reconciles < float64(opts.N) {
 				t.Errorf("operator run: %d writes %v, %.0f reconciles: the probes see too little", run.Requests.Writes, run.WritesByKind, run.Reconciles)
 			}
+		}
+	}
+
+	if len(res.Full) != 2 {
+		t.Fatalf("got %d full-tier runs, want an operator and a raw one", len(res.Full))
+	}
+	for _, run := range res.Full {
+		if run.Done != opts.FullN || run.PodsReady != opts.FullN || run.Seconds <= 0 {
+			t.Errorf("full tier, %s run: %d of %d reached %q, %d pods Running and Ready, in %.2fs", run.Mode, run.Done, opts.FullN,
+				run.target(), run.PodsReady, run.Seconds)
+		}
+		if run.Mode == modeOperator && len(run.ReadyLag) != opts.FullN {
+			t.Errorf("full tier, operator run: Ready lag of %d MyDatabases, want %d", len(run.ReadyLag), opts.FullN)
+		}
+		_, kcm := run.CPU["kube-controller-manager"]
+		if _, prov := run.CPU["dev-provisioner"]; !kcm || !prov {
+			t.Errorf("full tier, %s run: no CPU figures of the cluster: %v", run.Mode, run.CPU)
 		}
 	}
 
@@ -93,7 +112,10 @@ func TestHarness(t *testing.T) {
 			t.Errorf("benchmarks.md has no %s row", want)
 		}
 	}
-	for _, f := range []string{"benchmarks.json", "benchmarks-converge.png"} {
+	if !strings.Contains(string(md), "## B7: full tier") {
+		t.Error("benchmarks.md has no B7 section")
+	}
+	for _, f := range []string{"benchmarks.json", "benchmarks-converge.png", "benchmarks-full.png"} {
 		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}

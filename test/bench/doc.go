@@ -11,4 +11,10 @@
 // options, client QPS/burst, workers); the API server and etcd are separate
 // processes. Every timed run of the convergence benchmark gets a fresh
 // control plane, so runs never see each other's objects.
+//
+// B7, the full tier (full.go), runs instead on a KWOK cluster of its own
+// per run (kwok.go: kwokctl's binary runtime, a real kube-controller-manager
+// and kube-scheduler, fake nodes, cmd/dev-provisioner for volumes) and times
+// MyDatabases to Ready with their pods Running, against the raw client's
+// writes with the StatefulSet controller alone.
 package bench

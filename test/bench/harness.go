@@ -62,6 +62,18 @@ type Options struct {
 	// HeapProfile, when set, is where a heap profile is written with the
 	// SteadyN MyDatabases converged.
 	HeapProfile string `json:"-"`
+	// FullN MyDatabases (one server each) are taken to Ready on a KWOK
+	// cluster in each run of the full tier (B7), by the operator and by the
+	// raw client with the StatefulSet controller alone; 0 skips B7.
+	FullN      int `json:"full_n"`
+	FullRounds int `json:"full_rounds"`
+	// FullNodes fake nodes; 0: one per 50 pods, at least 3.
+	FullNodes int `json:"full_nodes,omitempty"`
+	// FullLimits of the KWOK cluster's kube-controller-manager and
+	// kube-scheduler.
+	FullLimits ClusterLimits `json:"full_cluster_limits"`
+	// FullKeepLogs keeps the work dirs (logs) of the KWOK clusters.
+	FullKeepLogs bool `json:"-"`
 	// SkipSteady skips B3, B4 and B5.
 	SkipSteady bool `json:"skip_steady"`
 	// Settle is how long the operator must have been idle (no request, no
@@ -83,6 +95,7 @@ func DefaultOptions() Options {
 		N: 500, Rounds: 3, Settings: []Settings{defaults}, Defaults: defaults,
 		SteadyN: 1000, SteadySettings: defaults, Resync: 20 * time.Second, QuietWindow: 10 * time.Second,
 		Unrelated: 10000, UnrelatedSize: 32 << 10, Edits: 300, EditRate: 10,
+		FullN: 100, FullRounds: 3, FullLimits: ClusterLimits{QPS: 1000, Burst: 2000, StatefulSetSyncs: 20},
 		Settle: 3 * time.Second, Timeout: 15 * time.Minute, Log: os.Stderr,
 	}
 }
@@ -95,6 +108,8 @@ type Results struct {
 	Machine  Machine   `json:"machine"`
 	Converge []*Run    `json:"converge_runs"`
 	Steady   *Steady   `json:"steady,omitempty"`
+	// Full are the runs of the full tier (B7).
+	Full []*FullRun `json:"full_runs,omitempty"`
 	// TrackerRelists: how often a tracker found nothing moving for 45 s
 	// before convergence and read the state with lists instead (0 when its
 	// watches saw everything).
@@ -217,6 +232,13 @@ func RunAll(opts Options) (*Results, error) {
 			logf(opts.Log, "  converged %d/%d in %.1fs; writes %d (+%d events), reconciles %.0f, throttled %.1fs",
 				run.Converged, run.N, run.Seconds, run.Requests.Writes, run.Requests.EventWrites, run.Reconciles, run.ThrottleWaitSeconds)
 			res.Converge = append(res.Converge, run)
+		}
+	}
+	if opts.FullN > 0 && opts.FullRounds > 0 {
+		runs, err := fullTier(opts)
+		res.Full = runs
+		if err != nil {
+			return res, err
 		}
 	}
 	if !opts.SkipSteady {

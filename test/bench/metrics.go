@@ -35,6 +35,11 @@ type crSnapshot struct {
 	ThrottleCount  uint64
 	ThrottleSum    float64
 	ThrottleOver25 uint64 // waits longer than 25 ms
+	// workqueue_queue_duration_seconds and
+	// controller_runtime_reconcile_time_seconds of the mydatabase
+	// controller: how long requests waited in the queue, and reconciles took.
+	QueueWaitSum, ReconcileTimeSum     float64
+	QueueWaitCount, ReconcileTimeCount uint64
 }
 
 var enableRateLimiterMetric sync.Once
@@ -64,6 +69,16 @@ func readCR() crSnapshot {
 			case "controller_runtime_active_workers":
 				if label(m, "controller") == controllerName {
 					s.Active += m.GetGauge().GetValue()
+				}
+			case "workqueue_queue_duration_seconds":
+				if label(m, "name") == controllerName {
+					s.QueueWaitSum += m.GetHistogram().GetSampleSum()
+					s.QueueWaitCount += m.GetHistogram().GetSampleCount()
+				}
+			case "controller_runtime_reconcile_time_seconds":
+				if label(m, "controller") == controllerName {
+					s.ReconcileTimeSum += m.GetHistogram().GetSampleSum()
+					s.ReconcileTimeCount += m.GetHistogram().GetSampleCount()
 				}
 			case "rest_client_rate_limiter_duration_seconds":
 				h := m.GetHistogram()

@@ -41,11 +41,6 @@ type Settings struct {
 	// what its reads around the cache cost. Never use it to decide
 	// anything but "what if those reads were free".
 	CachedReads bool `json:"cached_reads,omitempty"`
-	// Intern is an experiment on the cache options: a transform (after
-	// controller.CacheOptions' own) makes every cached object share one
-	// copy of equal label and annotation keys, shared label values and
-	// ConfigMap data (internTransform).
-	Intern bool `json:"intern,omitempty"`
 }
 
 // DefaultSettings are cmd/main.go's flag defaults when this was written;
@@ -60,9 +55,6 @@ func (s Settings) String() string {
 	if s.CachedReads {
 		v += "+cachedreads"
 	}
-	if s.Intern {
-		v += "+intern"
-	}
 	return v
 }
 
@@ -76,15 +68,12 @@ func (s Settings) Flags() string {
 	if s.CachedReads {
 		v += " (experiment: APIReader reads the cache)"
 	}
-	if s.Intern {
-		v += " (experiment: cache transform interns strings)"
-	}
 	return v
 }
 
 // ParseSettings reads "workers/qps/burst" (e.g. 4/50/100), "workers/off"
 // or "default" (cmd/main.go's defaults), optionally followed by the
-// experiments "+cachedreads" and "+intern".
+// experiment "+cachedreads".
 func ParseSettings(v string) (Settings, error) {
 	var s Settings
 	v, experiments, _ := strings.Cut(strings.TrimSpace(v), "+")
@@ -93,15 +82,13 @@ func ParseSettings(v string) (Settings, error) {
 		case "":
 		case "cachedreads":
 			s.CachedReads = true
-		case "intern":
-			s.Intern = true
 		default:
 			return s, fmt.Errorf("settings %q: unknown experiment %q", v, e)
 		}
 	}
 	if v == "default" {
 		d, err := CmdMainDefaults()
-		d.CachedReads, d.Intern = s.CachedReads, s.Intern
+		d.CachedReads = s.CachedReads
 		return d, err
 	}
 	parts := strings.Split(v, "/")
@@ -151,9 +138,6 @@ func startOperator(env *controlPlane, s Settings, syncPeriod time.Duration) (*op
 	cacheOpts := controller.CacheOptions()
 	if syncPeriod > 0 {
 		cacheOpts.SyncPeriod = &syncPeriod
-	}
-	if s.Intern {
-		cacheOpts.DefaultTransform = internTransform(cacheOpts.DefaultTransform)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 env.Scheme,

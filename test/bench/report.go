@@ -159,13 +159,15 @@ func ReadResults(path string) (*Results, string, error) {
 // The block between the notes markers of an existing benchmarks.md is kept.
 func WriteReport(res *Results, dir, command string) error {
 	sums := summarize(res)
+	full := summarizeFull(res)
 	rows := summaryRows(res, sums)
 	raw, err := json.MarshalIndent(struct {
 		Command  string             `json:"command"`
 		Summary  []Row              `json:"summary"`
 		Settings []*SettingsSummary `json:"by_settings"`
+		Full     *FullSummary       `json:"full_tier,omitempty"`
 		*Results
-	}{command, rows, sums, res}, "", "  ")
+	}{command, rows, sums, full, res}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -174,6 +176,11 @@ func WriteReport(res *Results, dir, command string) error {
 	}
 	if err := chart(sums, filepath.Join(dir, "benchmarks-converge.png")); err != nil {
 		return err
+	}
+	if full != nil {
+		if err := fullChart(full, filepath.Join(dir, "benchmarks-full.png")); err != nil {
+			return err
+		}
 	}
 	mdPath := filepath.Join(dir, "benchmarks.md")
 	notes := defaultNotes
@@ -331,11 +338,7 @@ func summaryRows(res *Results, sums []*SettingsSummary) []Row {
 			Result: verdict(s.ReconcilesConv <= targetReconcilesPerD, fmt.Sprintf("by %.2f", s.ReconcilesConv-targetReconcilesPerD)),
 		})
 	}
-	rows = append(rows, Row{
-		ID: "B7", Metric: "full tier on a KWOK cluster (StatefulSet controller, pods Ready)",
-		Ours: "not measured", Target: "(optional)", Result: "not measured: envtest only; see notes",
-	})
-	return rows
+	return append(rows, fullRow(res, summarizeFull(res)))
 }
 
 func markdown(res *Results, sums []*SettingsSummary, rows []Row, command, notes string) string {
@@ -351,7 +354,11 @@ func markdown(res *Results, sums []*SettingsSummary, rows []Row, command, notes 
 	p("- Control plane: etcd and kube-apiserver (envtest, binaries from hack/k8s-binaries.sh), a fresh one for every convergence run; no StatefulSet controller, so \"converged\" means every child exists and status.observedGeneration is current (phase Provisioning, never Stalled).\n")
 	p("- The operator runs in the harness process, wired as in cmd/main.go (same cache options, client QPS/burst per `--kube-api-qps`/`--kube-api-burst`, workers). Its requests are counted at the HTTP transport, its writes by the counting client, its reconciles by controller-runtime's metrics.\n")
 	p("- Baseline: a raw client making the same writes from the same builders (create the MyDatabase, finalizer patch, two Secret creates, four applies, status patch) with as many goroutines as the operator has workers, no client-side rate limit, in the same round.\n")
-	p("- Medians of %d rounds; ratios are taken within a round (operator and raw runs alternate order between rounds).\n\n", o.Rounds)
+	p("- Medians of %d rounds; ratios are taken within a round (operator and raw runs alternate order between rounds).\n", o.Rounds)
+	if len(res.Full) > 0 {
+		p("- B7 alone runs on a whole simulated cluster (KWOK, real kube-controller-manager and kube-scheduler, pods Running and Ready): see its section.\n")
+	}
+	p("\n")
 
 	p("## Summary\n\n")
 	p("| | metric | ours | baseline | ratio | target | result | command |\n|---|---|---|---|---|---|---|---|\n")
@@ -414,6 +421,8 @@ func markdown(res *Results, sums []*SettingsSummary, rows []Row, command, notes 
 		p("\n")
 	}
 
+	b.WriteString(fullMarkdown(res, summarizeFull(res)))
+
 	if res.TrackerRelists > 0 {
 		var inRuns int64
 		for _, r := range res.Converge {
@@ -453,24 +462,12 @@ func chart(sums []*SettingsSummary, path string) error {
 		{R: 0x2c, G: 0xa0, B: 0x2c, A: 255}, {R: 0x94, G: 0x67, B: 0xbd, A: 255}}
 	greys := []color.RGBA{{A: 255}, {R: 0x80, G: 0x80, B: 0x80, A: 255}}
 	add := func(run *Run, name string, c color.Color, dashes []vg.Length) error {
-		pts := make(plotter.XYs, 0, len(run.Curve)+1)
-		pts = append(pts, plotter.XY{X: 0, Y: 0})
-		for j, t := range run.Curve {
-			pts = append(pts, plotter.XY{X: t, Y: float64(j + 1)})
-		}
-		l, err := plotter.NewLine(pts)
-		if err != nil {
-			return err
-		}
-		l.Color, l.Width, l.Dashes = c, vg.Points(1.5), dashes
-		p.Add(l)
-		p.Legend.Add(name, l)
-		return nil
+		return addCurve(p, run.Curve, name, c, dashes)
 	}
 	rawDrawn := map[int]bool{}
 	drawn := 0
 	for _, s := range sums {
-		if s.Settings.CachedReads || s.Settings.Intern || s.medianRun == nil || drawn == len(colors) {
+		if s.Settings.CachedReads || s.medianRun == nil || drawn == len(colors) {
 			continue
 		}
 		if err := add(s.medianRun, fmt.Sprintf("operator %s: %.1f s", s.Settings, s.medianRun.Seconds), colors[drawn], nil); err != nil {
