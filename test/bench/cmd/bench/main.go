@@ -18,8 +18,8 @@ import (
 
 func main() {
 	opts := bench.DefaultOptions()
-	settings := flag.String("settings", "default,4/50/100",
-		"operator settings to compare in B1/B2/B6, comma-separated: workers/qps/burst, workers/off (no client-side limit) or default (cmd/main.go's defaults; 4/50/100 were the defaults before the benchmarks); experiments: +cachedreads (the reconciler's APIReader reads the cache)")
+	settings := flag.String("settings", "default,4/50/100,16/100/200",
+		"operator settings to compare in B1/B2/B6, comma-separated: workers/qps/burst, workers/off (no client-side limit) or default (cmd/main.go's defaults; 4/50/100 were the defaults before the benchmarks, 16/100/200 tests more workers); experiments: +cachedreads (the reconciler's APIReader reads the cache)")
 	steady := flag.String("steady-settings", "default", "operator settings for B3, B4 and B5")
 	heap := flag.String("heap-settings", "", "further operator settings (e.g. default+cachedreads) whose heap per MyDatabase is measured at -steady-n, comma-separated")
 	flag.IntVar(&opts.N, "n", opts.N, "MyDatabases per convergence run (B1, B2, B6)")
