@@ -195,6 +195,12 @@ func main() {
 	namespaces := splitNamespaces(watchNamespace)
 	setupLog.Info("Watching", "namespaces", cmp.Or(strings.Join(namespaces, ","), "all"))
 
+	if enableLeaderElection && (renewDeadline >= leaseDuration || retryPeriod >= renewDeadline) {
+		setupLog.Error(nil, "Leader election needs --leader-elect-retry-period < --leader-elect-renew-deadline < --leader-elect-lease-duration",
+			"retryPeriod", retryPeriod, "renewDeadline", renewDeadline, "leaseDuration", leaseDuration)
+		os.Exit(1)
+	}
+
 	cfg := ctrl.GetConfigOrDie()
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	if err := requireCRD(cfg); err != nil {
@@ -203,11 +209,9 @@ func main() {
 	}
 
 	const leaderElectionID = "myoperator.database.example.com"
-	var lease *leader.Lease
 	var leaseLock resourcelock.Interface // nil without leader election
 	if enableLeaderElection {
-		var err error
-		lease, err = leader.NewLease(cfg, leaderElectNamespace, leaderElectionID, renewDeadline)
+		lease, err := leader.NewLease(cfg, leaderElectNamespace, leaderElectionID, renewDeadline)
 		if err != nil {
 			setupLog.Error(err, "Cannot set up leader election")
 			os.Exit(1)
