@@ -161,16 +161,12 @@ func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databa
 	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(specs.SelectorLabels(db))); err != nil {
 		return err
 	}
-	primary := specs.StatefulSetName(db) + "-0"
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		if pod.Labels[specs.LabelOwnerUID] != string(db.UID) || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
-		role := specs.RoleReplica
-		if pod.Name == primary {
-			role = specs.RolePrimary
-		}
+		role := specs.PodRole(specs.StatefulSetName(db), pod.Name)
 		if pod.Labels[specs.LabelRole] == role {
 			continue
 		}

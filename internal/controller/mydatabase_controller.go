@@ -120,7 +120,7 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 // SetupWithManager watches MyDatabases and every kind of child. Children
 // with a controller reference map back through it; the retained Secrets,
 // PVCs and the pods (owned by the StatefulSet) map back through the
-// instance label.
+// instance label; pods only while they lack their role label.
 func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	byInstance := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name, ok := o.GetLabels()[specs.LabelInstance]
@@ -136,10 +136,19 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 		Owns(&corev1.ConfigMap{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&corev1.Secret{}, byInstance).
-		Watches(&corev1.Pod{}, byInstance).
+		Watches(&corev1.Pod{}, byInstance, builder.WithPredicates(predicate.NewPredicateFuncs(lacksRole))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Named("mydatabase").
 		Complete(r)
+}
+
+// lacksRole passes the pod events the operator acts on: a pod without its
+// role label (new, or edited by someone). Readiness reaches the status
+// through the StatefulSet's own status, so every other pod change would
+// only cost a reconcile (about two per MyDatabase on a busy cluster).
+func lacksRole(pod client.Object) bool {
+	instance := pod.GetLabels()[specs.LabelInstance]
+	return pod.GetLabels()[specs.LabelRole] != specs.PodRole(instance, pod.GetName())
 }
 
 // requeueAfterStall is how often a Stalled MyDatabase looks again at what

@@ -426,3 +426,46 @@ func TestUnknownStorageClassStallsBeforeAnyWrite(t *testing.T) {
 		return nil
 	})
 }
+
+func TestPodRolesFollowOrdinals(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "roles", func(db *databasev1alpha1.MyDatabase) { db.Spec.Replicas = ptr.To[int32](2) }))
+	eventually(t, "the StatefulSet", exists(ns, "roles", &appsv1.StatefulSet{}))
+	// envtest has no StatefulSet controller: make its pods as it would.
+	for _, name := range []string{"roles-0", "roles-1"} {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+				Labels: specs.Labels(db, specs.ComponentDatabase)},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres:17"}}},
+		}
+		if err := k8s.Create(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	roleIs := func(name, want string) func() error {
+		return func() error {
+			pod := &corev1.Pod{}
+			if err := get(ns, name, pod); err != nil {
+				return err
+			}
+			if got := pod.Labels[specs.LabelRole]; got != want {
+				return fmt.Errorf("%s role %q, want %q", name, got, want)
+			}
+			return nil
+		}
+	}
+	eventually(t, "the primary's role", roleIs("roles-0", specs.RolePrimary))
+	eventually(t, "the replica's role", roleIs("roles-1", specs.RoleReplica))
+
+	// Someone removes a role label: the pod event alone brings it back.
+	pod := &corev1.Pod{}
+	if err := get(ns, "roles-1", pod); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(pod.DeepCopy())
+	delete(pod.Labels, specs.LabelRole)
+	if err := k8s.Patch(context.Background(), pod, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the replica's role restored", roleIs("roles-1", specs.RoleReplica))
+}

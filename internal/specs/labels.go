@@ -105,6 +105,15 @@ func Labels(db *databasev1alpha1.MyDatabase, component string) map[string]string
 	}
 }
 
+// PodRole is the role label a pod of the StatefulSet named statefulSet
+// should carry: ordinal 0 is the primary, every other pod a replica.
+func PodRole(statefulSet, pod string) string {
+	if pod == statefulSet+"-0" {
+		return RolePrimary
+	}
+	return RoleReplica
+}
+
 // InstanceLabels select every child of the MyDatabase of this name, whatever
 // its owner UID; callers add LabelOwnerUID to narrow to one owner.
 func InstanceLabels(db *databasev1alpha1.MyDatabase) map[string]string {

@@ -391,3 +391,13 @@ func TestRandomPassword(t *testing.T) {
 		seen[p] = true
 	}
 }
+
+func TestPodRole(t *testing.T) {
+	for pod, want := range map[string]string{
+		"orders-0": RolePrimary, "orders-1": RoleReplica, "orders-10": RoleReplica, "orders-2-0": RoleReplica,
+	} {
+		if got := PodRole("orders", pod); got != want {
+			t.Errorf("PodRole(orders, %s) = %s, want %s", pod, got, want)
+		}
+	}
+}
