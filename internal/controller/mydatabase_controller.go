@@ -49,6 +49,9 @@ type MyDatabaseReconciler struct {
 	NewPassword func() (string, error)
 	Clock       clock.PassiveClock
 	Metrics     *PhaseMetrics
+
+	// written remembers the status writes the cache does not show yet.
+	written statusWrites
 }
 
 // +kubebuilder:rbac:groups=database.example.com,resources=mydatabases,verbs=get;list;watch;patch
@@ -80,6 +83,7 @@ func (r *MyDatabaseReconciler) reconcile(ctx context.Context, req ctrl.Request) 
 	if err := r.Get(ctx, req.NamespacedName, db); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Metrics.Forget(req.NamespacedName)
+			r.written.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -105,16 +109,25 @@ func (r *MyDatabaseReconciler) reconcile(ctx context.Context, req ctrl.Request) 
 }
 
 // writeStatus computes the status from what was observed and patches it only
-// when it differs from what is stored: a converged MyDatabase costs no write.
+// when it differs from what is stored: a converged MyDatabase costs no write,
+// and neither does a pass that reads, from a cache not yet showing this
+// process's last status write, the object that write was made over, and
+// computes the same status again (nor does it repeat the transition
+// events).
 func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	key := types.NamespacedName{Namespace: db.Namespace, Name: db.Name}
 	before := db.DeepCopy()
 	computeStatus(db, obs, r.Clock.Now())
-	r.Metrics.Set(types.NamespacedName{Namespace: db.Namespace, Name: db.Name}, db.Status.Phase)
-	r.recordTransitions(before, db)
-	if equality.Semantic.DeepEqual(before.Status, db.Status) {
+	r.Metrics.Set(key, db.Status.Phase)
+	if equality.Semantic.DeepEqual(before.Status, db.Status) || r.written.repeats(key, before, db.Status) {
 		return nil
 	}
-	return r.Status().Patch(ctx, db, client.MergeFrom(before))
+	if err := r.Status().Patch(ctx, db, client.MergeFrom(before)); err != nil {
+		return err
+	}
+	r.written.remember(key, before, db.Status)
+	r.recordTransitions(before, db)
+	return nil
 }
 
 // SetupWithManager watches MyDatabases and every kind of child. Children

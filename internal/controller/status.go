@@ -2,11 +2,14 @@ package controller
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -32,6 +35,54 @@ type observation struct {
 }
 
 type blocker struct{ reason, message string }
+
+// statusWrites remembers, per MyDatabase, the last status this process
+// wrote and the resourceVersion of the object it was computed from, until
+// the informer cache shows a newer object. The watch event of a child this
+// pass applied often wakes the next pass before the MyDatabase's own status
+// write reaches the cache; that pass would send the same status again.
+// Entries live only while the cache lags, so the map stays small.
+type statusWrites struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]writtenStatus
+}
+
+type writtenStatus struct {
+	over   string // resourceVersion the status was written over
+	status databasev1alpha1.MyDatabaseStatus
+}
+
+// repeats reports whether writing status over db would repeat the last
+// write: db is still the object that write was made over, and the status is
+// the same. It forgets the write once the cache shows a newer object.
+func (w *statusWrites) repeats(key types.NamespacedName, db *databasev1alpha1.MyDatabase, status databasev1alpha1.MyDatabaseStatus) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	last, ok := w.m[key]
+	if !ok {
+		return false
+	}
+	if last.over != db.ResourceVersion {
+		delete(w.m, key)
+		return false
+	}
+	return equality.Semantic.DeepEqual(last.status, status)
+}
+
+func (w *statusWrites) remember(key types.NamespacedName, over *databasev1alpha1.MyDatabase, status databasev1alpha1.MyDatabaseStatus) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = map[types.NamespacedName]writtenStatus{}
+	}
+	w.m[key] = writtenStatus{over: over.ResourceVersion, status: *status.DeepCopy()}
+}
+
+func (w *statusWrites) forget(key types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.m, key)
+}
 
 func (o *observation) result() ctrl.Result {
 	switch {
