@@ -101,7 +101,7 @@ func (r *MyDatabaseReconciler) ensureGeneratedSecret(ctx context.Context, db *da
 
 func (r *MyDatabaseReconciler) createSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
 	name string, build func(*databasev1alpha1.MyDatabase, string) *corev1.Secret) error {
-	if pvc, err := r.dataExists(ctx, db); err != nil || pvc != "" {
+	if pvc, err := r.dataExists(ctx, db, obs); err != nil || pvc != "" {
 		if err == nil {
 			obs.stalled = &blocker{databasev1alpha1.ReasonCredentialsLost, fmt.Sprintf(
 				"Secret %q is gone but the data volume %q still exists, and the data only accepts the password it was created with; "+
@@ -146,17 +146,22 @@ func (r *MyDatabaseReconciler) explainExistingSecret(ctx context.Context, db *da
 
 // dataExists returns the name of the primary's data volume if it exists,
 // read from the API server itself: a stale cache must never be the reason a
-// new password is minted for old data.
-func (r *MyDatabaseReconciler) dataExists(ctx context.Context, db *databasev1alpha1.MyDatabase) (string, error) {
+// new password is minted for old data. It asks once per pass, for both
+// Secrets.
+func (r *MyDatabaseReconciler) dataExists(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (string, error) {
+	if obs.dataVolume != nil {
+		return *obs.dataVolume, nil
+	}
 	name := fmt.Sprintf("%s-%s-0", specs.DataVolumeName, specs.StatefulSetName(db))
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.PersistentVolumeClaim{})
 	switch {
-	case err == nil:
-		return name, nil
 	case apierrors.IsNotFound(err):
-		return "", nil
+		name = ""
+	case err != nil:
+		return "", err
 	}
-	return "", err
+	obs.dataVolume = &name
+	return name, nil
 }
 
 // alignMetadata sets our labels and exactly the owner references we want on

@@ -27,6 +27,9 @@ type observation struct {
 	// created names the children this pass created ("Service pg-rw"),
 	// reported in one event.
 	created []string
+	// dataVolume is the primary's data volume as this pass read it from
+	// the API server ("" when there is none), nil before it looked.
+	dataVolume *string
 	// stalled is set when only the user can unblock the MyDatabase.
 	stalled *blocker
 	// waiting is set when something outside our control must happen first
