@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -139,10 +138,6 @@ func startKWOK(bindir, provisionerBin string, nodes int, limits ClusterLimits) (
 // ports the kernel just handed out (two clusters at once cannot collide),
 // with the local binaries (nothing is downloaded), then adds the nodes.
 func (kc *kwokCluster) create(limits ClusterLimits) error {
-	ports, err := freePorts(6)
-	if err != nil {
-		return err
-	}
 	var extra strings.Builder
 	arg := func(key string, value any) {
 		fmt.Fprintf(&extra, "  - key: %s\n    value: %q\n", key, fmt.Sprint(value))
@@ -154,24 +149,10 @@ func (kc *kwokCluster) create(limits ClusterLimits) error {
 	extra.WriteString("- name: kube-scheduler\n  extraArgs:\n")
 	arg("kube-api-qps", limits.QPS)
 	arg("kube-api-burst", limits.Burst)
-	cfg := fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokctlConfiguration
-options:
-  runtime: binary
-  bindAddress: 127.0.0.1
-  etcdPort: %d
-  etcdPeerPort: %d
-  kubeApiserverPort: %d
-  kubeControllerManagerPort: %d
-  kubeSchedulerPort: %d
-  kwokControllerPort: %d
-  etcdBinary: %[7]s/etcd
-  kubeApiserverBinary: %[7]s/kube-apiserver
-  kubeControllerManagerBinary: %[7]s/kube-controller-manager
-  kubeSchedulerBinary: %[7]s/kube-scheduler
-  kwokControllerBinary: %[7]s/kwok
-  kubectlBinary: %[7]s/kubectl
-%s`, ports[0], ports[1], ports[2], ports[3], ports[4], ports[5], kc.bindir, extra.String())
+	cfg, err := testenv.KwokctlConfig(kc.bindir, extra.String())
+	if err != nil {
+		return err
+	}
 	cfgPath := filepath.Join(kc.dir, "kwokctl.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
@@ -358,18 +339,6 @@ func (kc *kwokCluster) provisionerThrottle(offset int64) (waits int, seconds flo
 
 // freePorts returns n distinct ports that were free on 127.0.0.1 a moment
 // ago (all held open until the last is picked).
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer func() { _ = l.Close() }()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
 
 // cleanStaleClusters deletes the clusters of harness processes that no
 // longer run (killed before they could clean up): kwokctl's components

@@ -39,7 +39,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -61,6 +60,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/testenv"
 )
 
 const clusterName = "myoperator-e2e"
@@ -238,7 +238,7 @@ func (h *harness) setup() error {
 	}
 	logf("installed the CRD with make install in %s", time.Since(start).Round(time.Second))
 
-	ports, err := freePorts(2)
+	ports, err := testenv.FreePorts(2)
 	if err != nil {
 		return err
 	}
@@ -282,28 +282,10 @@ func (h *harness) goBuild(out, pkg string) error {
 // downloads nothing then), and three fake nodes.
 func (h *harness) createCluster() error {
 	start := time.Now()
-	ports, err := freePorts(6)
+	cfg, err := testenv.KwokctlConfig(h.bindir, "")
 	if err != nil {
 		return err
 	}
-	cfg := fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokctlConfiguration
-options:
-  runtime: binary
-  bindAddress: 127.0.0.1
-  etcdPort: %d
-  etcdPeerPort: %d
-  kubeApiserverPort: %d
-  kubeControllerManagerPort: %d
-  kubeSchedulerPort: %d
-  kwokControllerPort: %d
-  etcdBinary: %[7]s/etcd
-  kubeApiserverBinary: %[7]s/kube-apiserver
-  kubeControllerManagerBinary: %[7]s/kube-controller-manager
-  kubeSchedulerBinary: %[7]s/kube-scheduler
-  kwokControllerBinary: %[7]s/kwok
-  kubectlBinary: %[7]s/kubectl
-`, ports[0], ports[1], ports[2], ports[3], ports[4], ports[5], h.bindir)
 	cfgPath := filepath.Join(h.work, "kwokctl.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
@@ -315,8 +297,7 @@ options:
 	if err := h.kwokctl("scale", "node", "--replicas", "3", "--name", clusterName); err != nil {
 		return err
 	}
-	logf("created KWOK cluster %s (3 nodes, API server 127.0.0.1:%d) in %s",
-		clusterName, ports[2], time.Since(start).Round(time.Second))
+	logf("created KWOK cluster %s (3 nodes) in %s", clusterName, time.Since(start).Round(time.Second))
 	return nil
 }
 
@@ -575,18 +556,6 @@ func recordedPID(pidfile, bin string) (int, bool) {
 
 // freePorts returns n distinct ports that were free on 127.0.0.1 a moment
 // ago (all held open until the last is picked).
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer func() { _ = l.Close() }()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
 
 func readFile(path string) string {
 	b, _ := os.ReadFile(path)
