@@ -81,7 +81,8 @@ func main() {
 	var qps float64
 	var burst int
 	flag.IntVar(&workers, "workers", 8, "How many MyDatabases are reconciled in parallel (see docs/benchmarks.md).")
-	flag.Float64Var(&qps, "kube-api-qps", 100, "Client-side limit of API requests per second, per kind (see docs/benchmarks.md).")
+	flag.Float64Var(&qps, "kube-api-qps", 100,
+		"Client-side limit of API requests per second, per kind (see docs/benchmarks.md).")
 	flag.IntVar(&burst, "kube-api-burst", 200, "Client-side burst of API requests, per kind.")
 	var watchNamespace string
 	flag.StringVar(&watchNamespace, "watch-namespace", os.Getenv("WATCH_NAMESPACE"),
@@ -196,7 +197,8 @@ func main() {
 	setupLog.Info("Watching", "namespaces", cmp.Or(strings.Join(namespaces, ","), "all"))
 
 	if enableLeaderElection && (renewDeadline >= leaseDuration || retryPeriod >= renewDeadline) {
-		setupLog.Error(nil, "Leader election needs --leader-elect-retry-period < --leader-elect-renew-deadline < --leader-elect-lease-duration",
+		setupLog.Error(nil, "Leader election needs --leader-elect-retry-period < "+
+			"--leader-elect-renew-deadline < --leader-elect-lease-duration",
 			"retryPeriod", retryPeriod, "renewDeadline", renewDeadline, "leaseDuration", leaseDuration)
 		os.Exit(1)
 	}

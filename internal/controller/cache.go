@@ -17,8 +17,8 @@ import (
 // child kind is watched only through the managed-by label, so the Secrets,
 // ConfigMaps and pods of everything else in a large cluster cost no memory,
 // managedFields (often half an object's size) are dropped, and the strings
-// every child repeats are shared (canonicalStrings). With
-// namespaces, the operator watches only those (a namespace-scoped install,
+// every child repeats are shared (canonicalStrings). With namespaces, the
+// operator watches only those (a namespace-scoped install,
 // config/namespaced); without, every namespace.
 func CacheOptions(namespaces ...string) cache.Options {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{specs.LabelManagedBy: specs.ManagedBy})}

@@ -60,7 +60,7 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 	return obs, nil
 }
 
-func (r *MyDatabaseReconciler) applyChild(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
+func (r *MyDatabaseReconciler) applyChild(ctx context.Context, obs *observation,
 	desired applyConfiguration, live client.Object) error {
 	outcome, err := r.apply(ctx, desired, live)
 	if owned := (*ownedElsewhereError)(nil); errors.As(err, &owned) {
@@ -77,27 +77,27 @@ func (r *MyDatabaseReconciler) applyChild(ctx context.Context, db *databasev1alp
 }
 
 func (r *MyDatabaseReconciler) reconcileConfig(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
-	return r.applyChild(ctx, db, obs, specs.ConfigMap(db), &corev1.ConfigMap{})
+	return r.applyChild(ctx, obs, specs.ConfigMap(db), &corev1.ConfigMap{})
 }
 
 // reconcileServices keeps the headless and read-write Services, and the
 // read-only one while there are replicas to read from.
 func (r *MyDatabaseReconciler) reconcileServices(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
-	if err := r.applyChild(ctx, db, obs, specs.HeadlessService(db), &corev1.Service{}); err != nil {
+	if err := r.applyChild(ctx, obs, specs.HeadlessService(db), &corev1.Service{}); err != nil {
 		return err
 	}
-	if err := r.applyChild(ctx, db, obs, specs.ReadWriteService(db), &corev1.Service{}); err != nil {
+	if err := r.applyChild(ctx, obs, specs.ReadWriteService(db), &corev1.Service{}); err != nil {
 		return err
 	}
 	if specs.Replicas(db) > 1 {
-		return r.applyChild(ctx, db, obs, specs.ReadOnlyService(db), &corev1.Service{})
+		return r.applyChild(ctx, obs, specs.ReadOnlyService(db), &corev1.Service{})
 	}
 	return r.deleteChild(ctx, db, obs, &corev1.Service{}, specs.ReadOnlyServiceName(db))
 }
 
 func (r *MyDatabaseReconciler) reconcileDisruptionBudget(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	if specs.Replicas(db) > 1 {
-		return r.applyChild(ctx, db, obs, specs.PodDisruptionBudget(db), &policyv1.PodDisruptionBudget{})
+		return r.applyChild(ctx, obs, specs.PodDisruptionBudget(db), &policyv1.PodDisruptionBudget{})
 	}
 	return r.deleteChild(ctx, db, obs, &policyv1.PodDisruptionBudget{}, specs.PodDisruptionBudgetName(db))
 }
@@ -130,7 +130,7 @@ func (r *MyDatabaseReconciler) reconcileStatefulSet(ctx context.Context, db *dat
 		before = *obs.sts.Spec.Replicas
 	}
 	sts := &appsv1.StatefulSet{}
-	if err := r.applyChild(ctx, db, obs, specs.StatefulSet(want), sts); err != nil || !metav1.IsControlledBy(sts, db) {
+	if err := r.applyChild(ctx, obs, specs.StatefulSet(want), sts); err != nil || !metav1.IsControlledBy(sts, db) {
 		return err
 	}
 	if obs.sts != nil && before != specs.Replicas(db) {

@@ -441,7 +441,7 @@ func (r *readiness) wait(m string, n int, timeout time.Duration, log io.Writer) 
 func (r *readiness) summary() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var parts []string
+	parts := make([]string, 0, len(milestones))
 	for _, m := range milestones {
 		parts = append(parts, fmt.Sprintf("%s %d", m, len(r.reached[m])))
 	}
@@ -486,7 +486,7 @@ func (r *readiness) stop() {
 }
 
 func cpuString(cpu map[string]float64) string {
-	var parts []string
+	parts := make([]string, 0, len(cpu))
 	for _, k := range sortedKeys(cpu) {
 		parts = append(parts, fmt.Sprintf("%s %.1fs", k, cpu[k]))
 	}

@@ -221,8 +221,9 @@ func (c *cluster) psql(conninfo, password string, statements ...string) (string,
 	if password != "" {
 		env = append(env, "PGPASSWORD="+password)
 	}
-	argv := []string{filepath.Join(c.srv.bin, "psql"), "--no-psqlrc", "--no-password", "--no-align",
-		"--tuples-only", "--quiet", "--set=ON_ERROR_STOP=1", "--dbname=" + conninfo}
+	argv := make([]string, 0, 8+len(statements))
+	argv = append(argv, filepath.Join(c.srv.bin, "psql"), "--no-psqlrc", "--no-password", "--no-align",
+		"--tuples-only", "--quiet", "--set=ON_ERROR_STOP=1", "--dbname="+conninfo)
 	for _, s := range statements {
 		argv = append(argv, "--command="+s)
 	}
@@ -252,8 +253,8 @@ func (c *cluster) refused(t *testing.T, conninfo, password, want string, stateme
 	}
 }
 
-func tcp(port int, user, dbname string) string {
-	return fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s sslmode=disable", port, user, dbname)
+func tcp(port int, role, dbname string) string {
+	return fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s sslmode=disable", port, role, dbname)
 }
 
 // pod is one ordinal of the StatefulSet: its volumes, its environment and,
@@ -444,8 +445,8 @@ func (p *pod) pgdata() string    { return p.getenv("PGDATA") }
 func (p *pod) socketDir() string { return p.getenv("PGHOST") }
 
 // socket is a conninfo over this pod's Unix socket.
-func (p *pod) socket(user, dbname string) string {
-	return fmt.Sprintf("host=%s port=%d user=%s dbname=%s", p.socketDir(), p.port, user, dbname)
+func (p *pod) socket(role, dbname string) string {
+	return fmt.Sprintf("host=%s port=%d user=%s dbname=%s", p.socketDir(), p.port, role, dbname)
 }
 
 // start runs the container command, as the container does, and returns
@@ -466,7 +467,7 @@ func (p *pod) start(t *testing.T) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }()
 	offset, _ := logf.Seek(0, 2)
 	full := append(slices.Clone(p.c.user.wrap), argv...)
 	cmd := exec.Command(full[0], full[1:]...)
@@ -565,11 +566,14 @@ func (p *pod) exec(t *testing.T, argv []string, timeout time.Duration) (int, str
 func (p *pod) ready(t *testing.T) (int, string) { return p.probe(t, p.c.ctr.ReadinessProbe) }
 func (p *pod) alive(t *testing.T) (int, string) { return p.probe(t, p.c.ctr.LivenessProbe) }
 
+// readyTimeout bounds a server's start, initdb or base backup included.
+const readyTimeout = 2 * time.Minute
+
 // waitReady runs the startup probe until it succeeds, failing if the
-// container exits first.
-func (p *pod) waitReady(t *testing.T, timeout time.Duration) {
+// container exits first or after readyTimeout.
+func (p *pod) waitReady(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(readyTimeout)
 	for {
 		if !p.running() {
 			t.Fatalf("%s exited before it was ready: %v\n%s", p.name, p.err, p.log(0))
@@ -585,7 +589,7 @@ func (p *pod) waitReady(t *testing.T, timeout time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready after %s (startup probe exit %d)\n%s", p.name, timeout, code, p.log(0))
+			t.Fatalf("%s not ready after %s (startup probe exit %d)\n%s", p.name, readyTimeout, code, p.log(0))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -631,7 +635,7 @@ func postmasterPID(dir string) int {
 	if err != nil {
 		return 0
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	s := bufio.NewScanner(f)
 	if !s.Scan() {
 		return 0
@@ -665,13 +669,13 @@ func (c *cluster) reapLeftovers() {
 // freePorts returns n distinct ports free on every address of this machine.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	var ports []int
+	ports := make([]int, 0, n)
 	for range n {
 		l, err := net.Listen("tcp", ":0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer l.Close()
+		defer func() { _ = l.Close() }()
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports

@@ -116,7 +116,7 @@ func testCluster(t *testing.T, srv server) {
 
 	step("primary initialises with the generated user, database and password", func(t *testing.T) {
 		off := primary.start(t)
-		primary.waitReady(t, 2*time.Minute)
+		primary.waitReady(t)
 		logContains(t, primary.log(off), "initialising a new primary", "primary initialised", "starting postgres as primary")
 		checkContainerIsPostmaster(t, primary)
 		primaryID = systemID(t, primary)
@@ -210,7 +210,7 @@ func testCluster(t *testing.T, srv server) {
 
 	step("a replica clones the primary and streams as a hot standby", func(t *testing.T) {
 		off := replica.start(t)
-		replica.waitReady(t, 2*time.Minute)
+		replica.waitReady(t)
 		logContains(t, replica.log(off), fmt.Sprintf("cloning the primary at 127.0.0.1:%d", primary.port),
 			"replica cloned", "starting postgres as replica")
 		logLacks(t, replica.log(off), "initialising")
@@ -254,7 +254,7 @@ func testCluster(t *testing.T, srv server) {
 		logContains(t, replica.log(0), "received fast shutdown request")
 		checkProbes(t, replica, false)
 		off := replica.start(t)
-		replica.waitReady(t, 2*time.Minute)
+		replica.waitReady(t)
 		logContains(t, replica.log(off), "starting postgres as replica")
 		logLacks(t, replica.log(off), "cloning", "initialising")
 		if id := systemID(t, replica); id != primaryID {
@@ -277,7 +277,7 @@ func testCluster(t *testing.T, srv server) {
 			t.Errorf("replica not ready while the primary is down: exit %d %s", code, out)
 		}
 		off := primary.start(t)
-		primary.waitReady(t, 2*time.Minute)
+		primary.waitReady(t)
 		logContains(t, primary.log(off), "starting postgres as primary")
 		logLacks(t, primary.log(off), "initialising")
 		if id := systemID(t, primary); id != primaryID {

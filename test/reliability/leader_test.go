@@ -61,7 +61,7 @@ func TestLeaderElectionFencesAPausedLeader(t *testing.T) {
 	c := cp.client
 	leaseNS, ns := cp.namespace(t, "lease-"), cp.namespace(t, "db-")
 
-	var ops []*operatorProcess
+	ops := make([]*operatorProcess, 0, 2)
 	for i := range 2 {
 		user := fmt.Sprintf("operator-%d", i)
 		ops = append(ops, startOperatorProcess(t, bin, user, cp.kubeconfig(t, user),
