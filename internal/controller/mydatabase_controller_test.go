@@ -469,3 +469,27 @@ func TestPodRolesFollowOrdinals(t *testing.T) {
 	}
 	eventually(t, "the replica's role restored", roleIs("roles-1", specs.RoleReplica))
 }
+
+func TestLacksRole(t *testing.T) {
+	pod := func(name, role string) *corev1.Pod {
+		labels := map[string]string{specs.LabelInstance: "orders"}
+		if role != "" {
+			labels[specs.LabelRole] = role
+		}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	}
+	for _, tc := range []struct {
+		pod  *corev1.Pod
+		want bool
+	}{
+		{pod("orders-0", ""), true},
+		{pod("orders-0", specs.RolePrimary), false},
+		{pod("orders-0", specs.RoleReplica), true},
+		{pod("orders-1", specs.RoleReplica), false},
+		{pod("orders-1", specs.RolePrimary), true},
+	} {
+		if got := lacksRole(tc.pod); got != tc.want {
+			t.Errorf("lacksRole(%s, role %q) = %v, want %v", tc.pod.Name, tc.pod.Labels[specs.LabelRole], got, tc.want)
+		}
+	}
+}

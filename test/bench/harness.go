@@ -278,23 +278,36 @@ func createNamespace(ctx context.Context, c client.Client, name string) error {
 	return c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
 }
 
+// ns is the namespace of the measured MyDatabases.
+const ns = "bench"
+
+// startBenchPlane starts a fresh control plane with the harness's client
+// and the namespace ns; the caller stops it.
+func startBenchPlane() (*controlPlane, client.WithWatch, error) {
+	env, err := startControlPlane()
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := harnessClient(env, nil)
+	if err == nil {
+		err = createNamespace(context.Background(), c, ns)
+	}
+	if err != nil {
+		_ = env.Stop()
+		return nil, nil, err
+	}
+	return env, c, nil
+}
+
 // convergeRun starts a fresh control plane, creates N MyDatabases and waits
 // for them to converge, with the operator or the raw client doing the work.
 func convergeRun(opts Options, mode string, s Settings, round int) (*Run, error) {
 	ctx := context.Background()
-	env, err := startControlPlane()
+	env, c, err := startBenchPlane()
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = env.Stop() }()
-	c, err := harnessClient(env, nil)
-	if err != nil {
-		return nil, err
-	}
-	const ns = "bench"
-	if err := createNamespace(ctx, c, ns); err != nil {
-		return nil, err
-	}
 	// A fresh API server is slow on its first request of each kind (type
 	// converters for server-side apply, CEL programs): warm it up with one
 	// MyDatabase in another namespace, so that both modes measure the
@@ -488,19 +501,11 @@ func steadyRun(opts Options) (*Steady, error) {
 	ctx := context.Background()
 	st := &Steady{N: opts.SteadyN, Settings: opts.SteadySettings, Resync: opts.Resync}
 	log := opts.Log
-	env, err := startControlPlane()
+	env, c, err := startBenchPlane()
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = env.Stop() }()
-	c, err := harnessClient(env, nil)
-	if err != nil {
-		return nil, err
-	}
-	const ns = "bench"
-	if err := createNamespace(ctx, c, ns); err != nil {
-		return nil, err
-	}
 	op, err := startOperator(env, opts.SteadySettings, 0)
 	if err != nil {
 		return nil, err
@@ -647,19 +652,11 @@ func createAndConverge(c client.WithWatch, ns string, from, to, workers int, tim
 
 // heapRun measures the heap per MyDatabase with settings s.
 func heapRun(opts Options, s Settings) (*HeapRun, error) {
-	env, err := startControlPlane()
+	env, c, err := startBenchPlane()
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = env.Stop() }()
-	c, err := harnessClient(env, nil)
-	if err != nil {
-		return nil, err
-	}
-	const ns = "bench"
-	if err := createNamespace(context.Background(), c, ns); err != nil {
-		return nil, err
-	}
 	op, err := startOperator(env, s, 0)
 	if err != nil {
 		return nil, err
