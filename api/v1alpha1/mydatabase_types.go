@@ -266,7 +266,12 @@ const (
 
 // MyDatabaseStatus is the observed state of a MyDatabase.
 type MyDatabaseStatus struct {
-	// observedGeneration is the spec generation the status describes.
+	// observedGeneration is the last generation of the spec the operator
+	// has fully acted on: every child applied, and the MyDatabase Ready,
+	// Stalled or Paused at that generation. While a newer generation is
+	// still rolling out (Reconciling), it keeps the previous value, as
+	// kstatus and Flux expect; each condition carries the generation it
+	// describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
@@ -299,6 +304,12 @@ type MyDatabaseStatus struct {
 	// replicas.
 	// +optional
 	ReadEndpoint string `json:"readEndpoint,omitempty"`
+
+	// currentPrimary is the pod that runs the primary, the one the
+	// read-write Service routes to. The operator decides it and every part
+	// of the operator reads it from here.
+	// +optional
+	CurrentPrimary string `json:"currentPrimary,omitempty"`
 
 	// credentialsSecret is the Secret with the connection details.
 	// +optional

@@ -8,33 +8,8 @@ import (
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 )
 
-// Label keys. The app.kubernetes.io ones follow the Kubernetes recommended
-// labels; the others are this operator's own.
+// Component label values.
 const (
-	LabelName      = "app.kubernetes.io/name"
-	LabelInstance  = "app.kubernetes.io/instance"
-	LabelComponent = "app.kubernetes.io/component"
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	// LabelOwnerUID carries the UID of the MyDatabase that owns the object.
-	// Cleanup selects by it, never by name alone, so a new MyDatabase of the
-	// same name never loses what belongs to it.
-	LabelOwnerUID = "database.example.com/owner-uid"
-	// LabelRole is set by the operator on each pod: primary or replica.
-	LabelRole = "database.example.com/role"
-	// AnnotationSpecHash is the hash of the applied configuration of a child;
-	// the reconciler skips the write when it and the live object agree.
-	AnnotationSpecHash = "database.example.com/spec-hash"
-	// AnnotationConfigHash on the pod template rolls the pods when the
-	// PostgreSQL configuration changes.
-	AnnotationConfigHash = "database.example.com/config-hash"
-
-	// ManagedBy is the value of app.kubernetes.io/managed-by on every child;
-	// the operator's cache only holds objects with this label.
-	ManagedBy = "myoperator"
-
-	RolePrimary = "primary"
-	RoleReplica = "replica"
-
 	ComponentDatabase    = "database"
 	ComponentCredentials = "credentials"
 	ComponentConfig      = "config"
@@ -82,10 +57,10 @@ const DataVolumeName = "data"
 // life of a StatefulSet (its selector is immutable).
 func SelectorLabels(db *databasev1alpha1.MyDatabase) map[string]string {
 	return map[string]string{
-		LabelName:      string(engine(db)),
-		LabelInstance:  db.Name,
-		LabelComponent: ComponentDatabase,
-		LabelManagedBy: ManagedBy,
+		databasev1alpha1.LabelName:      string(engine(db)),
+		databasev1alpha1.LabelInstance:  db.Name,
+		databasev1alpha1.LabelComponent: ComponentDatabase,
+		databasev1alpha1.LabelManagedBy: databasev1alpha1.ManagedBy,
 	}
 }
 
@@ -97,27 +72,42 @@ func Selector(db *databasev1alpha1.MyDatabase) string {
 // Labels are the labels of a child of the given component.
 func Labels(db *databasev1alpha1.MyDatabase, component string) map[string]string {
 	return map[string]string{
-		LabelName:      string(engine(db)),
-		LabelInstance:  db.Name,
-		LabelComponent: component,
-		LabelManagedBy: ManagedBy,
-		LabelOwnerUID:  string(db.UID),
+		databasev1alpha1.LabelName:      string(engine(db)),
+		databasev1alpha1.LabelInstance:  db.Name,
+		databasev1alpha1.LabelComponent: component,
+		databasev1alpha1.LabelManagedBy: databasev1alpha1.ManagedBy,
+		databasev1alpha1.LabelOwnerUID:  string(db.UID),
 	}
 }
 
-// PodRole is the role label a pod of the StatefulSet named statefulSet
-// should carry: ordinal 0 is the primary, every other pod a replica.
-func PodRole(statefulSet, pod string) string {
-	if pod == statefulSet+"-0" {
-		return RolePrimary
+// PrimaryPod is the pod that runs the primary. Every builder and the
+// reconciler ask here, and only here: it is status.currentPrimary, which the
+// operator sets, or ordinal 0 while the operator has not chosen one yet (a
+// new MyDatabase, whose ordinal 0 initialises the data).
+func PrimaryPod(db *databasev1alpha1.MyDatabase) string {
+	if db.Status.CurrentPrimary != "" {
+		return db.Status.CurrentPrimary
 	}
-	return RoleReplica
+	return StatefulSetName(db) + "-0"
+}
+
+// PodRole is the role label the pod named pod should carry.
+func PodRole(db *databasev1alpha1.MyDatabase, pod string) string {
+	if pod == PrimaryPod(db) {
+		return databasev1alpha1.RolePrimary
+	}
+	return databasev1alpha1.RoleReplica
+}
+
+// KnownRole reports whether role is one the operator sets.
+func KnownRole(role string) bool {
+	return role == databasev1alpha1.RolePrimary || role == databasev1alpha1.RoleReplica
 }
 
 // InstanceLabels select every child of the MyDatabase of this name, whatever
-// its owner UID; callers add LabelOwnerUID to narrow to one owner.
+// its owner UID; callers add databasev1alpha1.LabelOwnerUID to narrow to one owner.
 func InstanceLabels(db *databasev1alpha1.MyDatabase) map[string]string {
-	return map[string]string{LabelInstance: db.Name, LabelManagedBy: ManagedBy}
+	return map[string]string{databasev1alpha1.LabelInstance: db.Name, databasev1alpha1.LabelManagedBy: databasev1alpha1.ManagedBy}
 }
 
 // OwnerReference is the controller reference of every owned child.

@@ -25,12 +25,7 @@ const (
 	SecretURIKey      = "uri"
 )
 
-// AnnotationPasswordDigest on a generated Secret is the SHA-256 of the
-// password it was created with. A password of 190 random bits cannot be
-// recovered from it; it lets the operator notice an edited Secret.
-const AnnotationPasswordDigest = "database.example.com/password-digest"
-
-// PasswordDigest is the value of AnnotationPasswordDigest.
+// PasswordDigest is the value of databasev1alpha1.AnnotationPasswordDigest.
 func PasswordDigest(password []byte) string {
 	sum := sha256.Sum256(password)
 	return hex.EncodeToString(sum[:])
@@ -104,7 +99,7 @@ func CredentialsSecret(db *databasev1alpha1.MyDatabase, password string) *corev1
 			Name:            GeneratedCredentialsSecretName(db),
 			Namespace:       db.Namespace,
 			Labels:          Labels(db, ComponentCredentials),
-			Annotations:     map[string]string{AnnotationPasswordDigest: PasswordDigest([]byte(password))},
+			Annotations:     map[string]string{databasev1alpha1.AnnotationPasswordDigest: PasswordDigest([]byte(password))},
 			OwnerReferences: SecretOwnerReferences(db),
 		},
 		Type: corev1.SecretTypeOpaque,
@@ -127,7 +122,7 @@ func ReplicationSecret(db *databasev1alpha1.MyDatabase, password string) *corev1
 			Name:            ReplicationSecretName(db),
 			Namespace:       db.Namespace,
 			Labels:          Labels(db, ComponentCredentials),
-			Annotations:     map[string]string{AnnotationPasswordDigest: PasswordDigest([]byte(password))},
+			Annotations:     map[string]string{databasev1alpha1.AnnotationPasswordDigest: PasswordDigest([]byte(password))},
 			OwnerReferences: SecretOwnerReferences(db),
 		},
 		Type: corev1.SecretTypeOpaque,

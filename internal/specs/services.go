@@ -31,7 +31,7 @@ func HeadlessService(db *databasev1alpha1.MyDatabase) *corev1ac.ServiceApplyConf
 // label exists from the moment the pod does.
 func ReadWriteService(db *databasev1alpha1.MyDatabase) *corev1ac.ServiceApplyConfiguration {
 	selector := SelectorLabels(db)
-	selector["statefulset.kubernetes.io/pod-name"] = StatefulSetName(db) + "-0"
+	selector["statefulset.kubernetes.io/pod-name"] = PrimaryPod(db)
 	return clientService(db, ReadWriteServiceName(db), selector)
 }
 
@@ -39,7 +39,7 @@ func ReadWriteService(db *databasev1alpha1.MyDatabase) *corev1ac.ServiceApplyCon
 // role=replica. It exists only while spec.replicas > 1.
 func ReadOnlyService(db *databasev1alpha1.MyDatabase) *corev1ac.ServiceApplyConfiguration {
 	selector := SelectorLabels(db)
-	selector[LabelRole] = RoleReplica
+	selector[databasev1alpha1.LabelRole] = databasev1alpha1.RoleReplica
 	return clientService(db, ReadOnlyServiceName(db), selector)
 }
 

@@ -14,9 +14,9 @@ import (
 func SharedStrings() []string {
 	defaults := ConfigData(&databasev1alpha1.MyDatabase{})
 	return []string{
-		LabelName, LabelInstance, LabelComponent, LabelManagedBy, LabelOwnerUID, LabelRole,
-		AnnotationSpecHash, AnnotationConfigHash, AnnotationPasswordDigest,
-		ManagedBy, RolePrimary, RoleReplica, string(databasev1alpha1.EnginePostgres),
+		databasev1alpha1.LabelName, databasev1alpha1.LabelInstance, databasev1alpha1.LabelComponent, databasev1alpha1.LabelManagedBy, databasev1alpha1.LabelOwnerUID, databasev1alpha1.LabelRole,
+		databasev1alpha1.AnnotationSpecHash, databasev1alpha1.AnnotationConfigHash, databasev1alpha1.AnnotationPasswordDigest,
+		databasev1alpha1.ManagedBy, databasev1alpha1.RolePrimary, databasev1alpha1.RoleReplica, string(databasev1alpha1.EnginePostgres),
 		ComponentDatabase, ComponentCredentials, ComponentConfig, ComponentService,
 		RunScriptKey, PostgresConfKey, HBAConfKey,
 		defaults[RunScriptKey], defaults[PostgresConfKey], defaults[HBAConfKey],

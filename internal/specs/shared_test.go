@@ -29,7 +29,7 @@ func TestSharedStringsCoverEveryChild(t *testing.T) {
 		CredentialsSecret(d, "pw").ObjectMeta, ReplicationSecret(d, "pw").ObjectMeta,
 	}
 	shared := SharedStrings()
-	perDatabase := map[string]bool{LabelInstance: true, LabelOwnerUID: true}
+	perDatabase := map[string]bool{databasev1alpha1.LabelInstance: true, databasev1alpha1.LabelOwnerUID: true}
 	for _, m := range metas {
 		for k, v := range m.Labels {
 			if !slices.Contains(shared, k) || (!perDatabase[k] && !slices.Contains(shared, v)) {

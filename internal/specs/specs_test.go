@@ -133,7 +133,7 @@ func TestServices(t *testing.T) {
 		"read-write selects ordinal 0": {typed[corev1.Service](t, ReadWriteService(d)),
 			merge(SelectorLabels(d), map[string]string{"statefulset.kubernetes.io/pod-name": "orders-0"}), 6432, false},
 		"read-only selects replicas": {typed[corev1.Service](t, ReadOnlyService(d)),
-			merge(SelectorLabels(d), map[string]string{LabelRole: RoleReplica}), 6432, false},
+			merge(SelectorLabels(d), map[string]string{databasev1alpha1.LabelRole: databasev1alpha1.RoleReplica}), 6432, false},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -164,7 +164,7 @@ func assertChildMeta(t *testing.T, d *databasev1alpha1.MyDatabase, m *metav1.Obj
 	if m.Namespace != d.Namespace {
 		t.Errorf("namespace %q", m.Namespace)
 	}
-	if m.Labels[LabelOwnerUID] != string(d.UID) || m.Labels[LabelInstance] != d.Name || m.Labels[LabelManagedBy] != ManagedBy {
+	if m.Labels[databasev1alpha1.LabelOwnerUID] != string(d.UID) || m.Labels[databasev1alpha1.LabelInstance] != d.Name || m.Labels[databasev1alpha1.LabelManagedBy] != databasev1alpha1.ManagedBy {
 		t.Errorf("labels %v", m.Labels)
 	}
 	if len(m.OwnerReferences) != 1 || !ptr.Deref(m.OwnerReferences[0].Controller, false) || m.OwnerReferences[0].UID != d.UID {
@@ -259,10 +259,12 @@ func TestStatefulSetFollowsSpec(t *testing.T) {
 			},
 		},
 		"pod labels cannot change the selector": {
-			func(d *databasev1alpha1.MyDatabase) { d.Spec.PodLabels = map[string]string{LabelInstance: "other"} },
+			func(d *databasev1alpha1.MyDatabase) {
+				d.Spec.PodLabels = map[string]string{databasev1alpha1.LabelInstance: "other"}
+			},
 			func(t *testing.T, s *appsv1.StatefulSet) {
-				if s.Spec.Template.Labels[LabelInstance] != "orders" {
-					t.Errorf("pod label %s = %q", LabelInstance, s.Spec.Template.Labels[LabelInstance])
+				if s.Spec.Template.Labels[databasev1alpha1.LabelInstance] != "orders" {
+					t.Errorf("pod label %s = %q", databasev1alpha1.LabelInstance, s.Spec.Template.Labels[databasev1alpha1.LabelInstance])
 				}
 			},
 		},
@@ -354,7 +356,7 @@ func TestSecrets(t *testing.T) {
 				if len(s.OwnerReferences) != tc.wantOwners {
 					t.Errorf("%s owner references %v, want %d", s.Name, s.OwnerReferences, tc.wantOwners)
 				}
-				if s.Labels[LabelOwnerUID] != "uid-1" {
+				if s.Labels[databasev1alpha1.LabelOwnerUID] != "uid-1" {
 					t.Errorf("%s labels %v", s.Name, s.Labels)
 				}
 			}
@@ -393,11 +395,32 @@ func TestRandomPassword(t *testing.T) {
 }
 
 func TestPodRole(t *testing.T) {
+	db := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Name: "orders"}}
 	for pod, want := range map[string]string{
-		"orders-0": RolePrimary, "orders-1": RoleReplica, "orders-10": RoleReplica, "orders-2-0": RoleReplica,
+		"orders-0": databasev1alpha1.RolePrimary, "orders-1": databasev1alpha1.RoleReplica,
+		"orders-10": databasev1alpha1.RoleReplica, "orders-2-0": databasev1alpha1.RoleReplica,
 	} {
-		if got := PodRole("orders", pod); got != want {
-			t.Errorf("PodRole(orders, %s) = %s, want %s", pod, got, want)
+		if got := PodRole(db, pod); got != want {
+			t.Errorf("new MyDatabase: PodRole(%s) = %s, want %s", pod, got, want)
 		}
+	}
+	// Once the operator names another primary in status, every builder
+	// follows it: the role labels, the read-write Service, the replicas'
+	// upstream.
+	db.Status.CurrentPrimary = "orders-1"
+	if PodRole(db, "orders-1") != databasev1alpha1.RolePrimary || PodRole(db, "orders-0") != databasev1alpha1.RoleReplica {
+		t.Errorf("with currentPrimary orders-1: roles %s/%s", PodRole(db, "orders-0"), PodRole(db, "orders-1"))
+	}
+	if got := ReadWriteService(db).Spec.Selector["statefulset.kubernetes.io/pod-name"]; got != "orders-1" {
+		t.Errorf("read-write Service selects %q, want orders-1", got)
+	}
+	env := map[string]string{}
+	for _, e := range Env(db) {
+		if e.Value != nil {
+			env[*e.Name] = *e.Value
+		}
+	}
+	if env["PRIMARY_POD"] != "orders-1" || !strings.HasPrefix(env["PRIMARY_HOST"], "orders-1.") {
+		t.Errorf("PRIMARY_POD %q, PRIMARY_HOST %q: want orders-1", env["PRIMARY_POD"], env["PRIMARY_HOST"])
 	}
 }

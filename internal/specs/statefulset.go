@@ -108,13 +108,13 @@ func podTemplate(db *databasev1alpha1.MyDatabase) *corev1ac.PodTemplateSpecApply
 		podLabels = map[string]string{}
 	}
 	maps.Copy(podLabels, SelectorLabels(db))
-	podLabels[LabelOwnerUID] = string(db.UID)
+	podLabels[databasev1alpha1.LabelOwnerUID] = string(db.UID)
 
 	annotations := maps.Clone(db.Spec.PodAnnotations)
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	annotations[AnnotationConfigHash] = ConfigHash(db)
+	annotations[databasev1alpha1.AnnotationConfigHash] = ConfigHash(db)
 
 	spec := corev1ac.PodSpec().
 		WithAutomountServiceAccountToken(false).
@@ -217,7 +217,7 @@ func execProbe(command []string, period, failures int32) *corev1ac.ProbeApplyCon
 // Env is the environment of the PostgreSQL container, the contract between
 // the operator and files/run.sh.
 func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
-	primary := fmt.Sprintf("%s-0.%s.%s.svc", StatefulSetName(db), HeadlessServiceName(db), db.Namespace)
+	primary := fmt.Sprintf("%s.%s.%s.svc", PrimaryPod(db), HeadlessServiceName(db), db.Namespace)
 	secretRef := func(name, key string) *corev1ac.EnvVarSourceApplyConfiguration {
 		return corev1ac.EnvVarSource().WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(name).WithKey(key))
 	}
@@ -237,6 +237,7 @@ func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 			WithValueFrom(secretRef(CredentialsSecretName(db), SecretPasswordKey)),
 		corev1ac.EnvVar().WithName("REPLICATION_PASSWORD").
 			WithValueFrom(secretRef(ReplicationSecretName(db), replicationSecret)),
+		env("PRIMARY_POD", PrimaryPod(db)),
 		env("PRIMARY_HOST", primary),
 		env("PRIMARY_PORT", fmt.Sprint(containerPort)),
 	}

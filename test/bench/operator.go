@@ -25,7 +25,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/controller"
+	"example.com/myoperator/internal/controller/mydatabase"
+	"example.com/myoperator/internal/manager"
+	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
@@ -135,7 +137,7 @@ func startOperator(env *controlPlane, s Settings, syncPeriod time.Duration) (*op
 	op := &operator{settings: s, http: newHTTPCounter(), recs: newReconcileLog(), done: make(chan error, 1)}
 	cfg.WrapTransport = op.http.wrap
 
-	cacheOpts := controller.CacheOptions()
+	cacheOpts := manager.CacheOptions()
 	if syncPeriod > 0 {
 		cacheOpts.SyncPeriod = &syncPeriod
 	}
@@ -156,14 +158,14 @@ func startOperator(env *controlPlane, s Settings, syncPeriod time.Duration) (*op
 	if s.CachedReads {
 		apiReader = mgr.GetClient()
 	}
-	r := &controller.MyDatabaseReconciler{
+	r := &mydatabase.MyDatabaseReconciler{
 		Client:      &probeClient{CountingClient: op.writes, recs: op.recs},
 		APIReader:   apiReader,
 		Recorder:    mgr.GetEventRecorder("mydatabase-controller"),
 		NewPassword: specs.RandomPassword,
 		Clock:       clock.RealClock{},
 		// A registry of its own: the gauge is registered once per start.
-		Metrics: controller.NewPhaseMetrics(prometheus.NewRegistry()),
+		Metrics: metrics.NewPhaseMetrics(prometheus.NewRegistry()),
 	}
 	if err := r.SetupWithManager(mgr, s.Workers); err != nil {
 		return nil, err

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/controller"
+	"example.com/myoperator/internal/controller/mydatabase"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -83,7 +83,7 @@ func rawConverge(ctx context.Context, c client.Client, ns string, n, workers int
 
 func rawChildren(ctx context.Context, c client.Client, db *databasev1alpha1.MyDatabase) error {
 	patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.AddFinalizer(db, controller.Finalizer)
+	controllerutil.AddFinalizer(db, databasev1alpha1.Finalizer)
 	if err := c.Patch(ctx, db, patch); err != nil {
 		return err
 	}
@@ -92,13 +92,13 @@ func rawChildren(ctx context.Context, c client.Client, db *databasev1alpha1.MyDa
 		if err != nil {
 			return err
 		}
-		if err := c.Create(ctx, build(db, password), client.FieldOwner(controller.FieldOwner)); err != nil {
+		if err := c.Create(ctx, build(db, password), client.FieldOwner(mydatabase.FieldOwner)); err != nil {
 			return err
 		}
 	}
 	for _, ac := range []runtime.ApplyConfiguration{specs.ConfigMap(db), specs.HeadlessService(db),
 		specs.ReadWriteService(db), specs.StatefulSet(db)} {
-		if err := c.Apply(ctx, ac, client.FieldOwner(controller.FieldOwner), client.ForceOwnership); err != nil {
+		if err := c.Apply(ctx, ac, client.FieldOwner(mydatabase.FieldOwner), client.ForceOwnership); err != nil {
 			return err
 		}
 	}

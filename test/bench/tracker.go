@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/specs"
 )
 
 // The children every MyDatabase with one server has, by kind and name
@@ -101,7 +100,7 @@ func startTracker(c client.WithWatch, ns string) (*tracker, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &tracker{t0: time.Now(), dbs: map[string]*dbState{}, stalled: map[string]bool{},
 		changed: make(chan struct{}, 1), cancel: cancel}
-	managed := client.MatchingLabels{specs.LabelManagedBy: specs.ManagedBy}
+	managed := client.MatchingLabels{databasev1alpha1.LabelManagedBy: databasev1alpha1.ManagedBy}
 	children := []schema.GroupVersionKind{
 		{Version: "v1", Kind: kindSecret}, {Version: "v1", Kind: kindConfigMap},
 		{Version: "v1", Kind: kindService}, {Group: "apps", Version: "v1", Kind: kindStatefulSet},

@@ -361,9 +361,9 @@ func (c *cluster) newPod(ordinal, port int, primary *pod) *pod {
 				value = strconv.Itoa(primary.port)
 			}
 		case "PRIMARY_HOST":
-			want := fmt.Sprintf("%s-0.%s.", specs.StatefulSetName(c.db), specs.HeadlessServiceName(c.db))
+			want := fmt.Sprintf("%s.%s.", specs.PrimaryPod(c.db), specs.HeadlessServiceName(c.db))
 			if !strings.HasPrefix(value, want) {
-				t.Fatalf("PRIMARY_HOST is %q, not ordinal 0 on the headless Service (%s...)", value, want)
+				t.Fatalf("PRIMARY_HOST is %q, not the primary pod on the headless Service (%s...)", value, want)
 			}
 			value = "127.0.0.1"
 		}

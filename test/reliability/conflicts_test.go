@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/controller"
+	"example.com/myoperator/internal/manager"
 )
 
 // conflictingClient answers every third write with 409 Conflict, as a busy
@@ -158,7 +158,7 @@ func TestConcurrentWriterEvery100ms(t *testing.T) {
 	ns := namespace(t)
 	errs := &errorLog{}
 	var conflicts *conflictingClient
-	startManager(t, env.Config, controller.CacheOptions(), managerSetup{
+	startManager(t, env.Config, manager.CacheOptions(), managerSetup{
 		logger: logr.New(errs),
 		wrapClient: func(c client.Client) client.Client {
 			conflicts = &conflictingClient{Client: c}

@@ -24,7 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/controller"
+	"example.com/myoperator/internal/controller/mydatabase"
+	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
@@ -67,7 +68,7 @@ func (r *recorder) all() string {
 
 // operator is one incarnation of the operator.
 type operator struct {
-	*controller.MyDatabaseReconciler
+	*mydatabase.MyDatabaseReconciler
 	events *recorder
 	errs   []string
 }
@@ -75,13 +76,13 @@ type operator struct {
 func newOperator(c client.Client, reader client.Reader) *operator {
 	rec := &recorder{}
 	return &operator{
-		MyDatabaseReconciler: &controller.MyDatabaseReconciler{
+		MyDatabaseReconciler: &mydatabase.MyDatabaseReconciler{
 			Client:      c,
 			APIReader:   reader,
 			Recorder:    rec,
 			NewPassword: specs.RandomPassword,
 			Clock:       clocktesting.NewFakePassiveClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
-			Metrics:     controller.NewPhaseMetrics(prometheus.NewRegistry()),
+			Metrics:     metrics.NewPhaseMetrics(prometheus.NewRegistry()),
 		},
 		events: rec,
 	}
@@ -279,9 +280,9 @@ func snapshot(t *testing.T, ns string) map[string]any {
 var volatile = map[string]bool{
 	"uid": true, "resourceVersion": true, "creationTimestamp": true, "managedFields": true,
 	"lastTransitionTime": true, "clusterIP": true, "clusterIPs": true, "generation": true,
-	"deletionTimestamp": true, "deletionGracePeriodSeconds": true, specs.AnnotationSpecHash: true,
-	"observedGeneration":           true, // equal to generation after converge, which differs by history
-	specs.AnnotationPasswordDigest: true, // passwords differ between runs
+	"deletionTimestamp": true, "deletionGracePeriodSeconds": true, databasev1alpha1.AnnotationSpecHash: true,
+	"observedGeneration":                      true, // equal to generation after converge, which differs by history
+	databasev1alpha1.AnnotationPasswordDigest: true, // passwords differ between runs
 }
 
 func normalise(v any, ns string) any {

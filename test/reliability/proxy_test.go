@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/controller"
+	"example.com/myoperator/internal/manager"
 	"example.com/myoperator/internal/testenv"
 )
 
@@ -136,7 +136,7 @@ func TestUnreachableAndSlowServer(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Host = "https://" + proxy.ln.Addr().String()
 	ns := namespace(t)
-	startManager(t, cfg, controller.CacheOptions(), managerSetup{})
+	startManager(t, cfg, manager.CacheOptions(), managerSetup{})
 
 	db := newDB(ns)
 	key := client.ObjectKeyFromObject(db)

@@ -28,7 +28,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/controller"
+	"example.com/myoperator/internal/controller/mydatabase"
+	"example.com/myoperator/internal/manager"
+	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
@@ -73,7 +75,7 @@ func TestLifecycleWithOnlyTheGeneratedRBAC(t *testing.T) {
 		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: sa.Name}},
 	}
 	createAll(t, role, sa, binding)
-	runLifecycle(t, ns, asServiceAccount(sa), controller.CacheOptions())
+	runLifecycle(t, ns, asServiceAccount(sa), manager.CacheOptions())
 }
 
 func createAll(t *testing.T, objs ...client.Object) {
@@ -115,9 +117,9 @@ func startManager(t *testing.T, cfg *rest.Config, cacheOpts cache.Options, setup
 	if setup.wrapClient != nil {
 		c = setup.wrapClient(c)
 	}
-	r := &controller.MyDatabaseReconciler{
+	r := &mydatabase.MyDatabaseReconciler{
 		Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("mydatabase-controller"),
-		NewPassword: specs.RandomPassword, Clock: clock.RealClock{}, Metrics: controller.NewPhaseMetrics(prometheus.NewRegistry()),
+		NewPassword: specs.RandomPassword, Clock: clock.RealClock{}, Metrics: metrics.NewPhaseMetrics(prometheus.NewRegistry()),
 	}
 	if err := r.SetupWithManager(mgr, 2); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,8 @@
 # pg_ctl, psql, pg_isready, pg_basebackup and postgres with options that are
 # stable across every supported major (15 to 18).
 #
-# Ordinal 0 is the primary; every other ordinal is a streaming hot standby.
+# The pod named PRIMARY_POD is the primary (the operator decides which: see
+# specs.PrimaryPod); every other pod is a streaming hot standby.
 # On the first start the primary initialises its data directory and the
 # replicas clone it with pg_basebackup; both steps work in a scratch
 # directory that is renamed into place only when complete, so a crash half
@@ -18,9 +19,8 @@ set -Eeuo pipefail
 
 : "${PGDATA:?}" "${PGHOST:?}" "${PGPORT:?}" "${POD_NAME:?}" "${CONFIG_DIR:?}"
 : "${POSTGRES_USER:?}" "${POSTGRES_DB:?}" "${POSTGRES_PASSWORD:?}"
-: "${REPLICATION_PASSWORD:?}" "${PRIMARY_HOST:?}" "${PRIMARY_PORT:?}"
+: "${REPLICATION_PASSWORD:?}" "${PRIMARY_POD:?}" "${PRIMARY_HOST:?}" "${PRIMARY_PORT:?}"
 
-ordinal=${POD_NAME##*-}
 passfile="$PGHOST/.pgpass-replication"
 
 log() { printf '%s mydatabase[%s]: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$POD_NAME" "$*" >&2; }
@@ -76,17 +76,17 @@ clone_replica() {
 
 write_passfile
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
-	if [ "$ordinal" = 0 ]; then init_primary; else clone_replica; fi
+	if [ "$POD_NAME" = "$PRIMARY_POD" ]; then init_primary; else clone_replica; fi
 fi
 
 args=(-D "$PGDATA" -c "config_file=$CONFIG_DIR/postgresql.conf" -c "hba_file=$CONFIG_DIR/pg_hba.conf"
 	-c "unix_socket_directories=$PGHOST" -c "port=$PGPORT")
-if [ "$ordinal" != 0 ]; then
+if [ "$POD_NAME" != "$PRIMARY_POD" ]; then
 	touch "$PGDATA/standby.signal"
 	args+=(-c "primary_conninfo=host=$PRIMARY_HOST port=$PRIMARY_PORT user=replicator passfile=$passfile application_name=$POD_NAME")
 fi
 # The server needs neither password: keep them out of its environment, which
 # every backend and every program it runs would inherit.
 unset POSTGRES_PASSWORD REPLICATION_PASSWORD
-log "starting postgres as $([ "$ordinal" = 0 ] && echo primary || echo replica)"
+log "starting postgres as $([ "$POD_NAME" = "$PRIMARY_POD" ] && echo primary || echo replica)"
 exec postgres "${args[@]}"

@@ -1,4 +1,4 @@
-package controller
+package mydatabase
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/apply"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -61,17 +62,17 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 }
 
 func (r *MyDatabaseReconciler) applyChild(ctx context.Context, obs *observation,
-	desired applyConfiguration, live client.Object) error {
-	outcome, err := r.apply(ctx, desired, live)
-	if owned := (*ownedElsewhereError)(nil); errors.As(err, &owned) {
+	desired apply.Configuration, live client.Object) error {
+	outcome, err := (&apply.Engine{Client: r.Client, FieldOwner: FieldOwner}).Apply(ctx, desired, live)
+	if owned := (*apply.OwnedElsewhereError)(nil); errors.As(err, &owned) {
 		obs.waiting = &blocker{databasev1alpha1.ReasonWaitingForOldInstance, owned.Error()}
 		return nil
 	}
-	if outcome != unchanged {
+	if outcome != apply.Unchanged {
 		obs.wrote = true
 	}
-	if outcome == created {
-		obs.created = append(obs.created, kindOf(live)+" "+live.GetName())
+	if outcome == apply.Created {
+		obs.created = append(obs.created, apply.KindOf(live)+" "+live.GetName())
 	}
 	return err
 }
@@ -106,7 +107,7 @@ func (r *MyDatabaseReconciler) deleteChild(ctx context.Context, db *databasev1al
 	deleted, err := r.deleteOwned(ctx, db, obj, name)
 	if deleted {
 		obs.wrote = true
-		r.event(db, corev1.EventTypeNormal, "Deleted", "Deleted %s %s", kindOf(obj), name)
+		r.event(db, corev1.EventTypeNormal, "Deleted", "Deleted %s %s", apply.KindOf(obj), name)
 	}
 	return err
 }
@@ -154,8 +155,8 @@ func claimSize(sts *appsv1.StatefulSet) *resource.Quantity {
 	return nil
 }
 
-// reconcilePodRoles labels each pod primary (ordinal 0) or replica, which
-// is how the read-only Service finds the replicas.
+// reconcilePodRoles labels each pod primary or replica (specs.PodRole),
+// which is how the read-only Service finds the replicas.
 func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databasev1alpha1.MyDatabase, _ *observation) error {
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(specs.SelectorLabels(db))); err != nil {
@@ -163,15 +164,15 @@ func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databa
 	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		if pod.Labels[specs.LabelOwnerUID] != string(db.UID) || !pod.DeletionTimestamp.IsZero() {
+		if pod.Labels[databasev1alpha1.LabelOwnerUID] != string(db.UID) || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
-		role := specs.PodRole(specs.StatefulSetName(db), pod.Name)
-		if pod.Labels[specs.LabelRole] == role {
+		role := specs.PodRole(db, pod.Name)
+		if pod.Labels[databasev1alpha1.LabelRole] == role {
 			continue
 		}
 		patch := client.MergeFrom(pod.DeepCopy())
-		pod.Labels[specs.LabelRole] = role
+		pod.Labels[databasev1alpha1.LabelRole] = role
 		if err := r.Patch(ctx, pod, patch); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
@@ -192,13 +193,36 @@ func (r *MyDatabaseReconciler) adoptRetainedVolumes(ctx context.Context, db *dat
 	prefix := specs.DataVolumeName + "-" + specs.StatefulSetName(db) + "-"
 	for i := range pvcs.Items {
 		pvc := &pvcs.Items[i]
-		if pvc.Labels[specs.LabelOwnerUID] == string(db.UID) || len(pvc.OwnerReferences) > 0 ||
+		if pvc.Labels[databasev1alpha1.LabelOwnerUID] == string(db.UID) || len(pvc.OwnerReferences) > 0 ||
 			!strings.HasPrefix(pvc.Name, prefix) || !pvc.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if err := r.alignMetadata(ctx, pvc, map[string]string{specs.LabelOwnerUID: string(db.UID)}, nil, nil, db, obs); err != nil {
+		if err := r.alignMetadata(ctx, pvc, map[string]string{databasev1alpha1.LabelOwnerUID: string(db.UID)}, nil, nil, db, obs); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// deleteOwned deletes the named child if it exists and belongs to this
+// MyDatabase (by owner UID label), with a UID precondition so that an object
+// re-created under the same name in the meantime is never touched.
+func (r *MyDatabaseReconciler) deleteOwned(ctx context.Context, db *databasev1alpha1.MyDatabase, obj client.Object, name string) (bool, error) {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, obj); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	if obj.GetLabels()[databasev1alpha1.LabelOwnerUID] != string(db.UID) || !obj.GetDeletionTimestamp().IsZero() {
+		return false, nil
+	}
+	return true, r.deleteExact(ctx, obj)
+}
+
+// deleteExact deletes obj only if it is still the object with obj's UID.
+func (r *MyDatabaseReconciler) deleteExact(ctx context.Context, obj client.Object) error {
+	uid := obj.GetUID()
+	err := r.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone already, or a different object now has the name
+	}
+	return err
 }

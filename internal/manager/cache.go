@@ -1,4 +1,4 @@
-package controller
+package manager
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -21,7 +22,7 @@ import (
 // operator watches only those (a namespace-scoped install,
 // config/namespaced); without, every namespace.
 func CacheOptions(namespaces ...string) cache.Options {
-	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{specs.LabelManagedBy: specs.ManagedBy})}
+	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{databasev1alpha1.LabelManagedBy: databasev1alpha1.ManagedBy})}
 	var only map[string]cache.Config
 	for _, ns := range namespaces {
 		if only == nil {

@@ -1,4 +1,7 @@
-package controller
+// Package apply aligns objects with their desired state by server-side
+// apply, writing nothing when the live object already agrees. It is the
+// engine every reconciler of this operator writes its children through.
+package apply
 
 import (
 	"context"
@@ -6,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"reflect"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,20 +18,28 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/specs"
 )
 
-// applyConfiguration is a client-go apply configuration of a namespaced
+// Engine applies desired objects under one field owner.
+type Engine struct {
+	// Client reads the live object (from the informer cache) and writes.
+	Client client.Client
+	// FieldOwner is the server-side apply field manager of every write.
+	FieldOwner string
+}
+
+// Configuration is a client-go apply configuration of a namespaced
 // object.
-type applyConfiguration interface {
+type Configuration interface {
 	runtime.ApplyConfiguration
 	GetName() *string
 	GetNamespace() *string
 }
 
-// apply aligns one child with its desired apply configuration, with
+// Apply aligns one object with its desired apply configuration, with
 // server-side apply under our field owner. It writes nothing when the live
 // object (from the cache) already agrees:
 //   - its spec-hash annotation equals the hash of the desired configuration,
@@ -37,48 +49,48 @@ type applyConfiguration interface {
 //
 // live must be an empty object of the child's kind; it is filled with the
 // live object, or left as returned by the server after a write.
-func (r *MyDatabaseReconciler) apply(ctx context.Context, desired applyConfiguration, live client.Object) (applied, error) {
+func (e *Engine) Apply(ctx context.Context, desired Configuration, live client.Object) (Outcome, error) {
 	raw, err := json.Marshal(desired)
 	if err != nil {
-		return unchanged, fmt.Errorf("encoding desired %T: %w", desired, err)
+		return Unchanged, fmt.Errorf("encoding desired %T: %w", desired, err)
 	}
 	sum := sha256.Sum256(raw)
 	hash := hex.EncodeToString(sum[:])[:16]
 
 	key := client.ObjectKey{Namespace: ptr.Deref(desired.GetNamespace(), ""), Name: ptr.Deref(desired.GetName(), "")}
-	outcome := updated
-	switch err := r.Get(ctx, key, live); {
+	outcome := Updated
+	switch err := e.Client.Get(ctx, key, live); {
 	case apierrors.IsNotFound(err):
-		outcome = created
+		outcome = Created
 	case err != nil:
-		return unchanged, err
+		return Unchanged, &ObjectError{Verb: "get", Kind: KindOf(live), Name: key.Name, Err: err}
 	case ownedByAnother(raw, live):
-		return unchanged, &ownedElsewhereError{kind: kindOf(live), name: key.Name, owner: metav1.GetControllerOf(live).UID}
-	case live.GetAnnotations()[specs.AnnotationSpecHash] != hash:
-		log(ctx).V(1).Info("Spec changed", "kind", kindOf(live), "name", key.Name)
+		return Unchanged, &OwnedElsewhereError{Kind: KindOf(live), Name: key.Name, Owner: metav1.GetControllerOf(live).UID}
+	case live.GetAnnotations()[databasev1alpha1.AnnotationSpecHash] != hash:
+		logf.FromContext(ctx).V(1).Info("Spec changed", "kind", KindOf(live), "name", key.Name)
 	default:
 		field := disagreement(raw, live)
 		if field == "" {
-			return unchanged, nil
+			return Unchanged, nil
 		}
-		log(ctx).V(1).Info("Drift", "kind", kindOf(live), "name", key.Name, "field", field)
+		logf.FromContext(ctx).V(1).Info("Drift", "kind", KindOf(live), "name", key.Name, "field", field)
 	}
 
 	u := &unstructured.Unstructured{}
 	if err := json.Unmarshal(raw, &u.Object); err != nil {
-		return unchanged, err
+		return Unchanged, err
 	}
 	annotations := u.GetAnnotations()
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	annotations[specs.AnnotationSpecHash] = hash
+	annotations[databasev1alpha1.AnnotationSpecHash] = hash
 	u.SetAnnotations(annotations)
-	if err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
-		client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return unchanged, fmt.Errorf("applying %s %s: %w", u.GetKind(), key.Name, err)
+	if err := e.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
+		client.FieldOwner(e.FieldOwner), client.ForceOwnership); err != nil {
+		return Unchanged, &ObjectError{Verb: "apply", Kind: u.GetKind(), Name: key.Name, Err: err}
 	}
-	log(ctx).V(1).Info("Applied", "kind", u.GetKind(), "name", key.Name)
+	logf.FromContext(ctx).V(1).Info("Applied", "kind", u.GetKind(), "name", key.Name)
 	return outcome, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, live)
 }
 
@@ -100,25 +112,44 @@ func ownedByAnother(desiredJSON []byte, live client.Object) bool {
 	return want != nil && want.UID != ref.UID
 }
 
-// ownedElsewhereError says a child of ours still belongs to another owner.
-type ownedElsewhereError struct {
-	kind, name string
-	owner      types.UID
+// OwnedElsewhereError says a child of ours still belongs to another owner.
+type OwnedElsewhereError struct {
+	Kind, Name string
+	Owner      types.UID
 }
 
-func (e *ownedElsewhereError) Error() string {
+func (e *OwnedElsewhereError) Error() string {
 	return fmt.Sprintf("%s %q still belongs to a deleted MyDatabase of the same name (uid %s); waiting for the garbage collector to remove it",
-		e.kind, e.name, e.owner)
+		e.Kind, e.Name, e.Owner)
 }
 
-// applied is what apply did.
-type applied int
+// Outcome is what Apply did.
+type Outcome int
 
 const (
-	unchanged applied = iota
-	created
-	updated
+	Unchanged Outcome = iota
+	Created
+	Updated
 )
+
+// ObjectError is a request about one object that the API server refused
+// or could not answer. It names the object, so that a status message can
+// say which child failed, and wraps the server's own error.
+type ObjectError struct {
+	Verb, Kind, Name string
+	Err              error
+}
+
+func (e *ObjectError) Error() string {
+	return fmt.Sprintf("%s %s %s: %v", e.Verb, e.Kind, e.Name, e.Err)
+}
+
+func (e *ObjectError) Unwrap() error { return e.Err }
+
+// KindOf names the kind of a typed object for messages and events.
+func KindOf(obj client.Object) string {
+	return reflect.TypeOf(obj).Elem().Name()
+}
 
 // disagreement returns the path of the first field set in the desired JSON
 // whose value differs in live, or "" when live agrees with every field we
@@ -170,27 +201,4 @@ func subset(want, got any, path string) string {
 		}
 	}
 	return ""
-}
-
-// deleteOwned deletes the named child if it exists and belongs to this
-// MyDatabase (by owner UID label), with a UID precondition so that an object
-// re-created under the same name in the meantime is never touched.
-func (r *MyDatabaseReconciler) deleteOwned(ctx context.Context, db *databasev1alpha1.MyDatabase, obj client.Object, name string) (bool, error) {
-	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, obj); err != nil {
-		return false, client.IgnoreNotFound(err)
-	}
-	if obj.GetLabels()[specs.LabelOwnerUID] != string(db.UID) || !obj.GetDeletionTimestamp().IsZero() {
-		return false, nil
-	}
-	return true, r.deleteExact(ctx, obj)
-}
-
-// deleteExact deletes obj only if it is still the object with obj's UID.
-func (r *MyDatabaseReconciler) deleteExact(ctx context.Context, obj client.Object) error {
-	uid := obj.GetUID()
-	err := r.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil // gone already, or a different object now has the name
-	}
-	return err
 }

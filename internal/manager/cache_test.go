@@ -1,4 +1,4 @@
-package controller
+package manager
 
 import (
 	"strings"
@@ -17,9 +17,9 @@ import (
 func TestCanonicalStringsShareOneCopy(t *testing.T) {
 	decoded := func() *corev1.ConfigMap {
 		// Fresh copies, as a decoder makes them.
-		key := strings.Clone(specs.LabelManagedBy)
+		key := strings.Clone(databasev1alpha1.LabelManagedBy)
 		return &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{key: strings.Clone(specs.ManagedBy), "team": "a"}},
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{key: strings.Clone(databasev1alpha1.ManagedBy), "team": "a"}},
 			Data:       map[string]string{specs.HBAConfKey: strings.Clone(specs.ConfigData(&databasev1alpha1.MyDatabase{})[specs.HBAConfKey])},
 		}
 	}
@@ -35,7 +35,7 @@ func TestCanonicalStringsShareOneCopy(t *testing.T) {
 	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
 	keyOf := func(cm *corev1.ConfigMap) string {
 		for k := range cm.Labels {
-			if k == specs.LabelManagedBy {
+			if k == databasev1alpha1.LabelManagedBy {
 				return k
 			}
 		}
@@ -44,7 +44,7 @@ func TestCanonicalStringsShareOneCopy(t *testing.T) {
 	if !same(keyOf(objs[0]), keyOf(objs[1])) {
 		t.Error("the label key is not shared")
 	}
-	if !same(objs[0].Labels[specs.LabelManagedBy], objs[1].Labels[specs.LabelManagedBy]) {
+	if !same(objs[0].Labels[databasev1alpha1.LabelManagedBy], objs[1].Labels[databasev1alpha1.LabelManagedBy]) {
 		t.Error("the shared label value is not shared")
 	}
 	if !same(objs[0].Data[specs.HBAConfKey], objs[1].Data[specs.HBAConfKey]) {

@@ -1,4 +1,4 @@
-package controller
+package mydatabase
 
 import (
 	"bytes"
@@ -27,6 +27,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/manager"
+	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/testenv"
 )
 
@@ -66,7 +68,7 @@ func run(m *testing.M) int {
 
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:     env.Scheme,
-		Cache:      CacheOptions(),
+		Cache:      manager.CacheOptions(),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: new(true)},
 	})
@@ -81,7 +83,7 @@ func run(m *testing.M) int {
 		Recorder:    mgr.GetEventRecorder("mydatabase-controller"),
 		NewPassword: sequentialPasswords(),
 		Clock:       clocktesting.NewFakePassiveClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
-		Metrics:     NewPhaseMetrics(prometheus.NewRegistry()),
+		Metrics:     metrics.NewPhaseMetrics(prometheus.NewRegistry()),
 	}
 	if err := reconciler.SetupWithManager(mgr, 2); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,10 +1,9 @@
-package controller
+package mydatabase
 
 import (
 	"context"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/apply"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -88,12 +88,12 @@ func (r *MyDatabaseReconciler) ensureGeneratedSecret(ctx context.Context, db *da
 	// The digest of the original password tells an edited Secret apart. Its
 	// absence means the user accepted the current password (or the Secret
 	// predates the digest): record it.
-	annotations := map[string]string{specs.AnnotationPasswordDigest: specs.PasswordDigest(password)}
-	if recorded, ok := secret.Annotations[specs.AnnotationPasswordDigest]; ok && recorded != annotations[specs.AnnotationPasswordDigest] {
+	annotations := map[string]string{databasev1alpha1.AnnotationPasswordDigest: specs.PasswordDigest(password)}
+	if recorded, ok := secret.Annotations[databasev1alpha1.AnnotationPasswordDigest]; ok && recorded != annotations[databasev1alpha1.AnnotationPasswordDigest] {
 		obs.stalled = &blocker{databasev1alpha1.ReasonCredentialsChanged, fmt.Sprintf(
 			"the password in Secret %q was changed, but the database still accepts only the password it was created with: "+
 				"restore the original password; or, if you also changed it in PostgreSQL (ALTER ROLE), remove the annotation %s from the Secret to accept the new one",
-			name, specs.AnnotationPasswordDigest)}
+			name, databasev1alpha1.AnnotationPasswordDigest)}
 		return nil
 	}
 	return r.alignMetadata(ctx, secret, specs.Labels(db, specs.ComponentCredentials), annotations, specs.SecretOwnerReferences(db), db, obs)
@@ -135,12 +135,12 @@ func (r *MyDatabaseReconciler) explainExistingSecret(ctx context.Context, db *da
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, existing); err != nil {
 		return err
 	}
-	if existing.Labels[specs.LabelManagedBy] == specs.ManagedBy {
+	if existing.Labels[databasev1alpha1.LabelManagedBy] == databasev1alpha1.ManagedBy {
 		return fmt.Errorf("secret %q exists but is not in the cache yet; retrying", name)
 	}
 	obs.stalled = &blocker{databasev1alpha1.ReasonSecretConflict, fmt.Sprintf(
 		"Secret %q exists but was not created by this operator (it lacks the label %s=%s); rename or delete it, or name it in spec.credentials.secretName",
-		name, specs.LabelManagedBy, specs.ManagedBy)}
+		name, databasev1alpha1.LabelManagedBy, databasev1alpha1.ManagedBy)}
 	return nil
 }
 
@@ -184,7 +184,7 @@ func (r *MyDatabaseReconciler) alignMetadata(ctx context.Context, obj client.Obj
 		return nil
 	}
 	before := obj.DeepCopyObject().(client.Object)
-	adopted := obj.GetLabels()[specs.LabelOwnerUID] != string(db.UID)
+	adopted := obj.GetLabels()[databasev1alpha1.LabelOwnerUID] != string(db.UID)
 	obj.SetLabels(wantLabels)
 	obj.SetAnnotations(wantAnnotations)
 	obj.SetOwnerReferences(wantOwners)
@@ -194,7 +194,7 @@ func (r *MyDatabaseReconciler) alignMetadata(ctx context.Context, obj client.Obj
 	obs.wrote = true
 	if adopted {
 		r.event(db, corev1.EventTypeNormal, "Adopted", "Adopted %s %s left by a previous MyDatabase of the same name",
-			kindOf(obj), obj.GetName())
+			apply.KindOf(obj), obj.GetName())
 	}
 	return nil
 }
@@ -215,8 +215,3 @@ func sameOwner(a, b metav1.OwnerReference) bool {
 }
 
 func ptrEqual(a, b *bool) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
-
-// kindOf names the kind of a typed object for events and messages.
-func kindOf(obj client.Object) string {
-	return reflect.TypeOf(obj).Elem().Name()
-}

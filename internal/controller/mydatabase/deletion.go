@@ -1,4 +1,4 @@
-package controller
+package mydatabase
 
 import (
 	"context"
@@ -27,13 +27,13 @@ import (
 // The data and Secrets are listed from the API server, not the cache: a
 // stale read must neither miss a volume nor touch one of a newer owner.
 func (r *MyDatabaseReconciler) reconcileDelete(ctx context.Context, db *databasev1alpha1.MyDatabase) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(db, Finalizer) {
+	if !controllerutil.ContainsFinalizer(db, databasev1alpha1.Finalizer) {
 		return ctrl.Result{}, nil
 	}
 	r.event(db, corev1.EventTypeNormal, "Deleting", "Deleting with deletionPolicy %s", db.Spec.DeletionPolicy)
 	r.Metrics.Set(client.ObjectKeyFromObject(db), databasev1alpha1.PhaseDeleting)
 
-	owned := client.MatchingLabels{specs.LabelOwnerUID: string(db.UID), specs.LabelManagedBy: specs.ManagedBy}
+	owned := client.MatchingLabels{databasev1alpha1.LabelOwnerUID: string(db.UID), databasev1alpha1.LabelManagedBy: databasev1alpha1.ManagedBy}
 	pvcs := &corev1.PersistentVolumeClaimList{}
 	secrets := &corev1.SecretList{}
 	for _, list := range []client.ObjectList{pvcs, secrets} {
@@ -62,7 +62,7 @@ func (r *MyDatabaseReconciler) reconcileDelete(ctx context.Context, db *database
 	}
 
 	patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(db, Finalizer)
+	controllerutil.RemoveFinalizer(db, databasev1alpha1.Finalizer)
 	return ctrl.Result{}, client.IgnoreNotFound(r.Patch(ctx, db, patch))
 }
 

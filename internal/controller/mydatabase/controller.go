@@ -1,4 +1,4 @@
-package controller
+package mydatabase
 
 import (
 	"context"
@@ -18,18 +18,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/specs"
 )
 
 const (
-	// Finalizer runs the deletion policy before a MyDatabase goes away.
-	Finalizer = "database.example.com/finalizer"
 	// FieldOwner is the server-side apply field manager of every write.
 	FieldOwner = "myoperator"
 )
@@ -48,7 +48,7 @@ type MyDatabaseReconciler struct {
 	// NewPassword generates passwords (crypto/rand in production).
 	NewPassword func() (string, error)
 	Clock       clock.PassiveClock
-	Metrics     *PhaseMetrics
+	Metrics     *metrics.PhaseMetrics
 
 	// written remembers the status writes the cache does not show yet.
 	written statusWrites
@@ -90,9 +90,9 @@ func (r *MyDatabaseReconciler) reconcile(ctx context.Context, req ctrl.Request) 
 	if !db.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, db)
 	}
-	if !controllerutil.ContainsFinalizer(db, Finalizer) {
+	if !controllerutil.ContainsFinalizer(db, databasev1alpha1.Finalizer) {
 		patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		controllerutil.AddFinalizer(db, Finalizer)
+		controllerutil.AddFinalizer(db, databasev1alpha1.Finalizer)
 		if err := r.Patch(ctx, db, patch); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -136,7 +136,7 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 // instance label; pods only while they lack their role label.
 func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	byInstance := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		name, ok := o.GetLabels()[specs.LabelInstance]
+		name, ok := o.GetLabels()[databasev1alpha1.LabelInstance]
 		if !ok {
 			return nil
 		}
@@ -149,19 +149,27 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 		Owns(&corev1.ConfigMap{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&corev1.Secret{}, byInstance).
-		Watches(&corev1.Pod{}, byInstance, builder.WithPredicates(predicate.NewPredicateFuncs(lacksRole))).
+		Watches(&corev1.Pod{}, byInstance, builder.WithPredicates(roleChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Named("mydatabase").
 		Complete(r)
 }
 
-// lacksRole passes the pod events the operator acts on: a pod without its
-// role label (new, or edited by someone). Readiness reaches the status
-// through the StatefulSet's own status, so every other pod change would
-// only cost a reconcile (about two per MyDatabase on a busy cluster).
-func lacksRole(pod client.Object) bool {
-	instance := pod.GetLabels()[specs.LabelInstance]
-	return pod.GetLabels()[specs.LabelRole] != specs.PodRole(instance, pod.GetName())
+// roleChanged passes the pod events the operator acts on: a pod created
+// without a role label, or whose role label someone changed or removed.
+// Readiness reaches the status through the StatefulSet's own status, so
+// every other pod change would only cost a reconcile (about two per
+// MyDatabase on a busy cluster).
+var roleChanged = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool {
+		return !specs.KnownRole(e.Object.GetLabels()[databasev1alpha1.LabelRole])
+	},
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		role := e.ObjectNew.GetLabels()[databasev1alpha1.LabelRole]
+		return !specs.KnownRole(role) || role != e.ObjectOld.GetLabels()[databasev1alpha1.LabelRole]
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
 // requeueAfterStall is how often a Stalled MyDatabase looks again at what

@@ -1,4 +1,4 @@
-package controller
+package mydatabase
 
 import (
 	"context"
@@ -103,14 +103,14 @@ func TestDeleteUnderRetainKeepsDataAndAdoptsIt(t *testing.T) {
 		if err := get(ns, "keep-credentials", s); err != nil {
 			return err
 		}
-		if s.Labels[specs.LabelOwnerUID] != string(db2.UID) {
-			return fmt.Errorf("Secret owner-uid %q, want %q", s.Labels[specs.LabelOwnerUID], db2.UID)
+		if s.Labels[databasev1alpha1.LabelOwnerUID] != string(db2.UID) {
+			return fmt.Errorf("Secret owner-uid %q, want %q", s.Labels[databasev1alpha1.LabelOwnerUID], db2.UID)
 		}
 		if err := get(ns, pvc.Name, kept); err != nil {
 			return err
 		}
-		if kept.Labels[specs.LabelOwnerUID] != string(db2.UID) {
-			return fmt.Errorf("PVC owner-uid %q, want %q", kept.Labels[specs.LabelOwnerUID], db2.UID)
+		if kept.Labels[databasev1alpha1.LabelOwnerUID] != string(db2.UID) {
+			return fmt.Errorf("PVC owner-uid %q, want %q", kept.Labels[databasev1alpha1.LabelOwnerUID], db2.UID)
 		}
 		return nil
 	})
@@ -150,7 +150,7 @@ func TestDeleteUnderDeleteRemovesData(t *testing.T) {
 	// A PVC of the same instance name but another owner UID must survive.
 	foreign := pvc.DeepCopy()
 	foreign.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: "data-drop-7",
-		Labels: map[string]string{specs.LabelInstance: "drop", specs.LabelManagedBy: specs.ManagedBy, specs.LabelOwnerUID: "another-uid"}}
+		Labels: map[string]string{databasev1alpha1.LabelInstance: "drop", databasev1alpha1.LabelManagedBy: databasev1alpha1.ManagedBy, databasev1alpha1.LabelOwnerUID: "another-uid"}}
 	if err := k8s.Create(context.Background(), foreign); err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestEditedSecretIsReportedNotOverwritten(t *testing.T) {
 	db := create(t, newDB(ns, "tamper"))
 	secret := &corev1.Secret{}
 	eventually(t, "the credentials", exists(ns, "tamper-credentials", secret))
-	if secret.Annotations[specs.AnnotationPasswordDigest] != specs.PasswordDigest(secret.Data["password"]) {
+	if secret.Annotations[databasev1alpha1.AnnotationPasswordDigest] != specs.PasswordDigest(secret.Data["password"]) {
 		t.Fatalf("the generated Secret does not record the digest of its password")
 	}
 
@@ -287,7 +287,7 @@ func TestEditedSecretIsReportedNotOverwritten(t *testing.T) {
 
 	// The user changed it in PostgreSQL too and acknowledges it.
 	_ = get(ns, "tamper-credentials", secret)
-	delete(secret.Annotations, specs.AnnotationPasswordDigest)
+	delete(secret.Annotations, databasev1alpha1.AnnotationPasswordDigest)
 	if err := k8s.Update(context.Background(), secret); err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestEditedSecretIsReportedNotOverwritten(t *testing.T) {
 		return nil
 	})
 	_ = get(ns, "tamper-credentials", secret)
-	if secret.Annotations[specs.AnnotationPasswordDigest] != specs.PasswordDigest([]byte("someone-typed-this")) {
+	if secret.Annotations[databasev1alpha1.AnnotationPasswordDigest] != specs.PasswordDigest([]byte("someone-typed-this")) {
 		t.Errorf("the accepted password's digest was not recorded")
 	}
 }

@@ -1,4 +1,4 @@
-package controller
+package mydatabase
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
@@ -115,7 +116,7 @@ func TestCreateBuildsEveryChild(t *testing.T) {
 		if len(secret.OwnerReferences) != 0 {
 			t.Errorf("Secret %s has owner references %v under Retain", name, secret.OwnerReferences)
 		}
-		if got := secret.Labels[specs.LabelOwnerUID]; got != string(db.UID) {
+		if got := secret.Labels[databasev1alpha1.LabelOwnerUID]; got != string(db.UID) {
 			t.Errorf("Secret %s owner-uid label = %q, want %q", name, got, db.UID)
 		}
 		if n := len(secret.Data[specs.SecretPasswordKey]); n < 24 {
@@ -153,8 +154,8 @@ func TestCreateBuildsEveryChild(t *testing.T) {
 			t.Errorf("status.%s = %q, want %q", k, got[k], v)
 		}
 	}
-	if !strings.Contains(strings.Join(db.Finalizers, ","), Finalizer) {
-		t.Errorf("finalizers = %v, want %s", db.Finalizers, Finalizer)
+	if !strings.Contains(strings.Join(db.Finalizers, ","), databasev1alpha1.Finalizer) {
+		t.Errorf("finalizers = %v, want %s", db.Finalizers, databasev1alpha1.Finalizer)
 	}
 
 	// One event names every child created, in the order they were made.
@@ -185,15 +186,15 @@ func assertOwnedChild(t *testing.T, db *databasev1alpha1.MyDatabase, obj client.
 		t.Errorf("%s: controller reference %v, want MyDatabase %s", obj.GetName(), ref, db.UID)
 	}
 	for k, v := range map[string]string{
-		specs.LabelInstance: db.Name, specs.LabelManagedBy: specs.ManagedBy,
-		specs.LabelName: "postgres", specs.LabelOwnerUID: string(db.UID),
+		databasev1alpha1.LabelInstance: db.Name, databasev1alpha1.LabelManagedBy: databasev1alpha1.ManagedBy,
+		databasev1alpha1.LabelName: "postgres", databasev1alpha1.LabelOwnerUID: string(db.UID),
 	} {
 		if obj.GetLabels()[k] != v {
 			t.Errorf("%s: label %s = %q, want %q", obj.GetName(), k, obj.GetLabels()[k], v)
 		}
 	}
-	if obj.GetLabels()[specs.LabelComponent] == "" {
-		t.Errorf("%s: no %s label", obj.GetName(), specs.LabelComponent)
+	if obj.GetLabels()[databasev1alpha1.LabelComponent] == "" {
+		t.Errorf("%s: no %s label", obj.GetName(), databasev1alpha1.LabelComponent)
 	}
 }
 
@@ -250,7 +251,7 @@ func TestSpecChangesReachChildren(t *testing.T) {
 	db := create(t, newDB(ns, "grow"))
 	sts := &appsv1.StatefulSet{}
 	eventually(t, "the StatefulSet", exists(ns, "grow", sts))
-	oldHash := sts.Spec.Template.Annotations[specs.AnnotationConfigHash]
+	oldHash := sts.Spec.Template.Annotations[databasev1alpha1.AnnotationConfigHash]
 
 	update(t, db, func(db *databasev1alpha1.MyDatabase) {
 		db.Spec.Replicas = ptr.To[int32](3)
@@ -267,7 +268,7 @@ func TestSpecChangesReachChildren(t *testing.T) {
 			return fmt.Errorf("replicas %d", *sts.Spec.Replicas)
 		case c.Image != "postgres:17.6":
 			return fmt.Errorf("image %s", c.Image)
-		case sts.Spec.Template.Annotations[specs.AnnotationConfigHash] == oldHash:
+		case sts.Spec.Template.Annotations[databasev1alpha1.AnnotationConfigHash] == oldHash:
 			return fmt.Errorf("config hash unchanged")
 		}
 		return nil
@@ -448,14 +449,14 @@ func TestPodRolesFollowOrdinals(t *testing.T) {
 			if err := get(ns, name, pod); err != nil {
 				return err
 			}
-			if got := pod.Labels[specs.LabelRole]; got != want {
+			if got := pod.Labels[databasev1alpha1.LabelRole]; got != want {
 				return fmt.Errorf("%s role %q, want %q", name, got, want)
 			}
 			return nil
 		}
 	}
-	eventually(t, "the primary's role", roleIs("roles-0", specs.RolePrimary))
-	eventually(t, "the replica's role", roleIs("roles-1", specs.RoleReplica))
+	eventually(t, "the primary's role", roleIs("roles-0", databasev1alpha1.RolePrimary))
+	eventually(t, "the replica's role", roleIs("roles-1", databasev1alpha1.RoleReplica))
 
 	// Someone removes a role label: the pod event alone brings it back.
 	pod := &corev1.Pod{}
@@ -463,33 +464,42 @@ func TestPodRolesFollowOrdinals(t *testing.T) {
 		t.Fatal(err)
 	}
 	patch := client.MergeFrom(pod.DeepCopy())
-	delete(pod.Labels, specs.LabelRole)
+	delete(pod.Labels, databasev1alpha1.LabelRole)
 	if err := k8s.Patch(context.Background(), pod, patch); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the replica's role restored", roleIs("roles-1", specs.RoleReplica))
+	eventually(t, "the replica's role restored", roleIs("roles-1", databasev1alpha1.RoleReplica))
 }
 
-func TestLacksRole(t *testing.T) {
-	pod := func(name, role string) *corev1.Pod {
-		labels := map[string]string{specs.LabelInstance: "orders"}
+func TestRoleChangedPredicate(t *testing.T) {
+	pod := func(role string) *corev1.Pod {
+		labels := map[string]string{databasev1alpha1.LabelInstance: "orders"}
 		if role != "" {
-			labels[specs.LabelRole] = role
+			labels[databasev1alpha1.LabelRole] = role
 		}
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "orders-1", Labels: labels}}
 	}
+	primary, replica := databasev1alpha1.RolePrimary, databasev1alpha1.RoleReplica
 	for _, tc := range []struct {
-		pod  *corev1.Pod
-		want bool
+		old, new string // old "-" is a create
+		want     bool
 	}{
-		{pod("orders-0", ""), true},
-		{pod("orders-0", specs.RolePrimary), false},
-		{pod("orders-0", specs.RoleReplica), true},
-		{pod("orders-1", specs.RoleReplica), false},
-		{pod("orders-1", specs.RolePrimary), true},
+		{"-", "", true},
+		{"-", "bogus", true},
+		{"-", replica, false},
+		{replica, replica, false}, // a readiness change, say
+		{replica, "", true},
+		{replica, primary, true},
+		{primary, primary, false},
 	} {
-		if got := lacksRole(tc.pod); got != tc.want {
-			t.Errorf("lacksRole(%s, role %q) = %v, want %v", tc.pod.Name, tc.pod.Labels[specs.LabelRole], got, tc.want)
+		var got bool
+		if tc.old == "-" {
+			got = roleChanged.Create(event.CreateEvent{Object: pod(tc.new)})
+		} else {
+			got = roleChanged.Update(event.UpdateEvent{ObjectOld: pod(tc.old), ObjectNew: pod(tc.new)})
+		}
+		if got != tc.want {
+			t.Errorf("role %q -> %q: passes %v, want %v", tc.old, tc.new, got, tc.want)
 		}
 	}
 }

@@ -1,0 +1,56 @@
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+// The label, annotation and finalizer keys users see on a MyDatabase and its
+// children. They are part of the API: selectors, policies and dashboards are
+// written against them, so they change only with a new API version.
+const (
+	// Finalizer runs the deletion policy before a MyDatabase goes away.
+	Finalizer = "database.example.com/finalizer"
+
+	// The Kubernetes recommended labels, on every child.
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelComponent = "app.kubernetes.io/component"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedBy is the value of app.kubernetes.io/managed-by on every child;
+	// the operator's cache only holds objects with this label.
+	ManagedBy = "myoperator"
+
+	// LabelOwnerUID carries the UID of the MyDatabase that owns the object.
+	// Cleanup selects by it, never by name alone, so a new MyDatabase of the
+	// same name never loses what belongs to it.
+	LabelOwnerUID = "database.example.com/owner-uid"
+	// LabelRole is set by the operator on each pod: RolePrimary or
+	// RoleReplica. The read-write and read-only Services select by it.
+	LabelRole   = "database.example.com/role"
+	RolePrimary = "primary"
+	RoleReplica = "replica"
+
+	// AnnotationSpecHash is the hash of the applied configuration of a child;
+	// the operator skips the write when it and the live object agree.
+	AnnotationSpecHash = "database.example.com/spec-hash"
+	// AnnotationConfigHash on the pod template rolls the pods when the
+	// PostgreSQL configuration changes.
+	AnnotationConfigHash = "database.example.com/config-hash"
+	// AnnotationPasswordDigest on a generated Secret is the SHA-256 of the
+	// password it was created with. A password of 190 random bits cannot be
+	// recovered from it; it lets the operator notice an edited Secret.
+	// Removing it accepts the Secret's current password.
+	AnnotationPasswordDigest = "database.example.com/password-digest"
+)
