@@ -262,6 +262,14 @@ const (
 	ReasonStorageResize         = "StorageResizeUnsupported"
 	ReasonStorageClassNotFound  = "StorageClassNotFound"
 	ReasonWaitingForOldInstance = "WaitingForPreviousInstance"
+	ReasonServersNotReady       = "ServersNotReady"
+	// Failures: the API server refused or could not answer a request about
+	// a child. All but APIError stall until someone lifts the cause.
+	ReasonQuotaExceeded   = "QuotaExceeded"
+	ReasonAdmissionDenied = "AdmissionDenied"
+	ReasonForbidden       = "Forbidden"
+	ReasonInvalidChild    = "InvalidChild"
+	ReasonAPIError        = "APIError"
 )
 
 // MyDatabaseStatus is the observed state of a MyDatabase.
@@ -327,6 +335,30 @@ type MyDatabaseStatus struct {
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// MaxNameLength is the longest metadata.name a MyDatabase may have; longer
+// names are refused at admission (the XValidation rule on MyDatabase holds
+// this number as a literal, and a test checks that the two agree).
+//
+// The children are named from metadata.name, and the tightest of their
+// limits is the StatefulSet's: its controller labels every pod
+// controller-revision-hash=<statefulset>-<hash>, with a hash of up to 10
+// characters, and a label value may be at most 63 characters, so the
+// StatefulSet, named like the MyDatabase, may have at most 63-1-10 = 52.
+// A longer name would be accepted by every other API but its pods could
+// never be created. The other limits are looser: the Services
+// (<name>-headless, a DNS-1035 label of at most 63, allows 54) and the pod
+// names, which become hostnames and the statefulset.kubernetes.io/pod-name
+// label (<name>-<ordinal>, at most 63, allows 61).
+const MaxNameLength = 52
+
+// The name rule (52 is MaxNameLength) runs on create only: metadata.name is
+// immutable, and a MyDatabase created before the rule existed must stay
+// updatable, or its finalizer could never come off.
+// A name with a dot is a valid object name but not a Service name nor a
+// hostname, so it is refused too, on create only for the same reason.
+// +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || !self.metadata.name.contains('.')",optionalOldSelf=true,message="metadata.name may not contain dots: it names the database's Services and pod hostnames, which are DNS labels"
+// +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || size(self.metadata.name) <= 52",optionalOldSelf=true,message="metadata.name may be at most 52 characters: the StatefulSet of the same name labels its pods controller-revision-hash=<name>-<hash of up to 10 characters>, and a label value may be at most 63 characters"
 
 // MyDatabase is a PostgreSQL database: one primary and streaming read
 // replicas, with its volumes, Services and credentials.

@@ -2,14 +2,21 @@ package v1alpha1_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
+	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -17,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
 
@@ -128,6 +136,12 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 			}
 		})
 	}
+	t.Run("name with a dot", func(t *testing.T) {
+		err := env.Client.Create(context.Background(), manifest("orders.eu", nil), client.DryRunAll)
+		if want := "metadata.name may not contain dots"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("create of orders.eu: %v, want an error containing %q", err, want)
+		}
+	})
 }
 
 func TestInvalidUpdatesAreRejected(t *testing.T) {
@@ -267,5 +281,149 @@ func TestPrinterColumns(t *testing.T) {
 	}
 	if len(table.Rows) != 1 || table.Rows[0].Cells[1] != "postgres" || table.Rows[0].Cells[2] != "17" {
 		t.Errorf("row = %v, want engine postgres and version 17", table.Rows)
+	}
+}
+
+// nameRule matches the CRD rule that bounds metadata.name.
+var nameRule = regexp.MustCompile(`^oldSelf\.hasValue\(\) \|\| size\(self\.metadata\.name\) <= ([0-9]+)$`)
+
+// The CRD rule holds the bound as a literal; it must be MaxNameLength, in the
+// rule and in its message, and it must run on create only.
+func TestNameRuleIsMaxNameLength(t *testing.T) {
+	crd := &unstructured.Unstructured{}
+	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "mydatabases." + gvk.Group}, crd); err != nil {
+		t.Fatal(err)
+	}
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	if len(versions) != 1 {
+		t.Fatalf("the CRD has %d versions, want 1", len(versions))
+	}
+	rules, _, _ := unstructured.NestedSlice(versions[0].(map[string]any), "schema", "openAPIV3Schema", "x-kubernetes-validations")
+	found := 0
+	for _, r := range rules {
+		rule := r.(map[string]any)
+		m := nameRule.FindStringSubmatch(fmt.Sprint(rule["rule"]))
+		if m == nil {
+			continue
+		}
+		found++
+		if m[1] != strconv.Itoa(databasev1alpha1.MaxNameLength) {
+			t.Errorf("the CRD rule %q bounds the name at %s, MaxNameLength is %d", rule["rule"], m[1], databasev1alpha1.MaxNameLength)
+		}
+		if want := fmt.Sprintf("metadata.name may be at most %d characters", databasev1alpha1.MaxNameLength); !strings.HasPrefix(fmt.Sprint(rule["message"]), want) {
+			t.Errorf("message %q does not start with %q", rule["message"], want)
+		}
+		if rule["optionalOldSelf"] != true {
+			t.Errorf("the name rule has optionalOldSelf %v, want true (it must also run on create)", rule["optionalOldSelf"])
+		}
+	}
+	if found != 1 {
+		t.Fatalf("found %d rules matching %s at the root of the schema, want 1: %v", found, nameRule, rules)
+	}
+}
+
+// longName is a valid MyDatabase name of n characters.
+func longName(n int) string {
+	return ("longest-" + strings.Repeat("x", n))[:n-1] + "z"
+}
+
+// asObject turns a builder's apply configuration into the object it
+// describes, for a plain create.
+func asObject[T any](t *testing.T, ac any) *T {
+	t.Helper()
+	raw, err := json.Marshal(ac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := new(T)
+	if err := json.Unmarshal(raw, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// statefulSetPod is the pod of the given ordinal as the StatefulSet
+// controller makes it: the template, named <statefulset>-<ordinal>, with the
+// controller's labels (controller-revision-hash=<statefulset>-<hash of up to
+// 10 characters>), its identity (hostname, subdomain) and its claims.
+func statefulSetPod(sts *appsv1.StatefulSet, ordinal int) *corev1.Pod {
+	name := fmt.Sprintf("%s-%d", sts.Name, ordinal)
+	pod := &corev1.Pod{
+		ObjectMeta: *sts.Spec.Template.ObjectMeta.DeepCopy(),
+		Spec:       *sts.Spec.Template.Spec.DeepCopy(),
+	}
+	pod.Name, pod.Namespace = name, sts.Namespace
+	pod.Labels[appsv1.ControllerRevisionHashLabelKey] = sts.Name + "-" + strings.Repeat("7", 10)
+	pod.Labels[appsv1.StatefulSetPodNameLabel] = name
+	pod.Labels[appsv1.PodIndexLabel] = strconv.Itoa(ordinal)
+	pod.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: sts.Name, UID: "b5c7d0e4-1f0a-4b4c-9f8e-3d2a1c0b9a87"}}, appsv1.SchemeGroupVersion.WithKind("StatefulSet"))}
+	pod.Spec.Hostname, pod.Spec.Subdomain = name, sts.Spec.ServiceName
+	for _, claim := range sts.Spec.VolumeClaimTemplates {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: claim.Name, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name + "-" + name},
+		}})
+	}
+	return pod
+}
+
+// The longest accepted name works: the MyDatabase is accepted, and so is
+// every child derived from it, down to the last pod the StatefulSet
+// controller would create for it. One character more is refused at
+// admission, and a pod for it would be refused too.
+func TestLongestName(t *testing.T) {
+	ctx := context.Background()
+	limit := databasev1alpha1.MaxNameLength
+
+	obj := manifest(longName(limit), map[string]any{"replicas": int64(9)})
+	if err := env.Client.Create(ctx, obj); err != nil {
+		t.Fatalf("create a MyDatabase named with %d characters: %v", limit, err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, obj) })
+	db := &databasev1alpha1.MyDatabase{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), db); err != nil {
+		t.Fatal(err)
+	}
+
+	sts := asObject[appsv1.StatefulSet](t, specs.StatefulSet(db))
+	pod := statefulSetPod(sts, int(*sts.Spec.Replicas)-1)
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: *sts.Spec.VolumeClaimTemplates[0].ObjectMeta.DeepCopy(),
+		Spec:       *sts.Spec.VolumeClaimTemplates[0].Spec.DeepCopy(),
+	}
+	claim.Name, claim.Namespace = pod.Spec.Volumes[len(pod.Spec.Volumes)-1].PersistentVolumeClaim.ClaimName, db.Namespace
+	children := []client.Object{
+		sts,
+		asObject[corev1.Service](t, specs.HeadlessService(db)),
+		asObject[corev1.Service](t, specs.ReadWriteService(db)),
+		asObject[corev1.Service](t, specs.ReadOnlyService(db)),
+		asObject[corev1.ConfigMap](t, specs.ConfigMap(db)),
+		asObject[policyv1.PodDisruptionBudget](t, specs.PodDisruptionBudget(db)),
+		specs.CredentialsSecret(db, "password"),
+		specs.ReplicationSecret(db, "password"),
+		claim,
+		pod,
+	}
+	for _, child := range children {
+		kind := reflect.TypeOf(child).Elem().Name()
+		if err := env.Client.Create(ctx, child, client.DryRunAll); err != nil {
+			t.Errorf("%s %s, derived from a name of %d characters, refused: %v", kind, child.GetName(), limit, err)
+		}
+	}
+
+	// One character more.
+	err := env.Client.Create(ctx, manifest(longName(limit+1), nil), client.DryRunAll)
+	want := fmt.Sprintf("metadata.name may be at most %d characters", limit)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a name of %d characters: got %v, want an error containing %q", limit+1, err, want)
+	}
+	// Its pods could never have been created.
+	over := db.DeepCopy()
+	over.Name = longName(limit + 1)
+	pod = statefulSetPod(asObject[appsv1.StatefulSet](t, specs.StatefulSet(over)), 0)
+	revision := pod.Labels[appsv1.ControllerRevisionHashLabelKey]
+	err = env.Client.Create(ctx, pod, client.DryRunAll)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q: must be no more than 63", revision)) {
+		t.Errorf("the pod of a MyDatabase named with %d characters: got %v, want its label %s=%s refused", limit+1, err, appsv1.ControllerRevisionHashLabelKey, revision)
 	}
 }

@@ -111,8 +111,8 @@ func rawChildren(ctx context.Context, c client.Client, db *databasev1alpha1.MyDa
 // whose children exist and whose server is not ready yet.
 func provisioningStatus(db *databasev1alpha1.MyDatabase, now time.Time) {
 	st := &db.Status
-	st.ObservedGeneration = db.Generation
 	st.Phase = databasev1alpha1.PhaseProvisioning
+	st.CurrentPrimary = specs.PrimaryPod(db)
 	st.Selector = specs.Selector(db)
 	st.CredentialsSecret = specs.CredentialsSecretName(db)
 	st.Endpoint = fmt.Sprintf("%s:%d", specs.ReadWriteHost(db), specs.ServicePort(db))

@@ -188,6 +188,17 @@ func (t *tracker) follow(ctx context.Context, c client.WithWatch, kind string, w
 	}
 }
 
+// passedGeneration is the generation the operator's last pass described:
+// every condition carries it. status.observedGeneration moves only once a
+// generation is Ready or Stalled, which no MyDatabase reaches on a control
+// plane without a StatefulSet controller.
+func passedGeneration(db *databasev1alpha1.MyDatabase) int64 {
+	if c := meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionReady); c != nil {
+		return c.ObservedGeneration
+	}
+	return 0
+}
+
 func (t *tracker) observe(kind string, obj client.Object) {
 	now := time.Now()
 	t.mu.Lock()
@@ -196,7 +207,7 @@ func (t *tracker) observe(kind string, obj client.Object) {
 	switch o := obj.(type) {
 	case *databasev1alpha1.MyDatabase:
 		s = t.state(o.Name)
-		s.gen, s.obsGen, s.phase = o.Generation, o.Status.ObservedGeneration, o.Status.Phase
+		s.gen, s.obsGen, s.phase = o.Generation, passedGeneration(o), o.Status.Phase
 		if n := len(s.observed); n == 0 || s.observed[n-1].gen < s.obsGen {
 			s.observed = append(s.observed, genSeen{s.obsGen, now})
 		}

@@ -21,18 +21,17 @@ import (
 
 // reconcileChildren aligns every child with the spec, in dependency order,
 // and returns what it observed. A paused MyDatabase is only observed.
-func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databasev1alpha1.MyDatabase) (*observation, error) {
-	obs := &observation{}
+func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	defer r.recordCreated(db, obs)
 	sts := &appsv1.StatefulSet{}
 	switch err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.StatefulSetName(db)}, sts); {
 	case err == nil && metav1.IsControlledBy(sts, db):
 		obs.sts = sts
 	case err != nil && !apierrors.IsNotFound(err):
-		return nil, err
+		return objectError("get", sts, specs.StatefulSetName(db), err)
 	}
 	if db.Spec.Paused {
-		return obs, nil
+		return nil
 	}
 	// A blocked preflight writes no child at all: pods must never start
 	// against a password the data does not know, nor claim volumes no class
@@ -42,7 +41,7 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 		r.reconcileCredentials,
 	} {
 		if err := check(ctx, db, obs); err != nil || obs.blocked() {
-			return obs, err
+			return err
 		}
 	}
 	steps := []func(context.Context, *databasev1alpha1.MyDatabase, *observation) error{
@@ -55,10 +54,10 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 	}
 	for _, step := range steps {
 		if err := step(ctx, db, obs); err != nil {
-			return obs, err
+			return err
 		}
 	}
-	return obs, nil
+	return nil
 }
 
 func (r *MyDatabaseReconciler) applyChild(ctx context.Context, obs *observation,
@@ -160,7 +159,7 @@ func claimSize(sts *appsv1.StatefulSet) *resource.Quantity {
 func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databasev1alpha1.MyDatabase, _ *observation) error {
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(specs.SelectorLabels(db))); err != nil {
-		return err
+		return objectError("list", &corev1.Pod{}, "", err)
 	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
@@ -174,7 +173,7 @@ func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databa
 		patch := client.MergeFrom(pod.DeepCopy())
 		pod.Labels[databasev1alpha1.LabelRole] = role
 		if err := r.Patch(ctx, pod, patch); err != nil && !apierrors.IsNotFound(err) {
-			return err
+			return objectError("label", pod, pod.Name, err)
 		}
 	}
 	return nil
@@ -188,7 +187,7 @@ func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databa
 func (r *MyDatabaseReconciler) adoptRetainedVolumes(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	pvcs := &corev1.PersistentVolumeClaimList{}
 	if err := r.List(ctx, pvcs, client.InNamespace(db.Namespace), client.MatchingLabels(specs.InstanceLabels(db))); err != nil {
-		return err
+		return objectError("list", &corev1.PersistentVolumeClaim{}, "", err)
 	}
 	prefix := specs.DataVolumeName + "-" + specs.StatefulSetName(db) + "-"
 	for i := range pvcs.Items {
@@ -209,7 +208,7 @@ func (r *MyDatabaseReconciler) adoptRetainedVolumes(ctx context.Context, db *dat
 // re-created under the same name in the meantime is never touched.
 func (r *MyDatabaseReconciler) deleteOwned(ctx context.Context, db *databasev1alpha1.MyDatabase, obj client.Object, name string) (bool, error) {
 	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, obj); err != nil {
-		return false, client.IgnoreNotFound(err)
+		return false, objectError("get", obj, name, client.IgnoreNotFound(err))
 	}
 	if obj.GetLabels()[databasev1alpha1.LabelOwnerUID] != string(db.UID) || !obj.GetDeletionTimestamp().IsZero() {
 		return false, nil
@@ -224,5 +223,5 @@ func (r *MyDatabaseReconciler) deleteExact(ctx context.Context, obj client.Objec
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil // gone already, or a different object now has the name
 	}
-	return err
+	return objectError("delete", obj, obj.GetName(), err)
 }

@@ -49,6 +49,9 @@ type MyDatabaseReconciler struct {
 	NewPassword func() (string, error)
 	Clock       clock.PassiveClock
 	Metrics     *metrics.PhaseMetrics
+	// StallRetry is how often a Stalled MyDatabase is looked at again
+	// (30 s when zero).
+	StallRetry time.Duration
 
 	// written remembers the status writes the cache does not show yet.
 	written statusWrites
@@ -65,20 +68,11 @@ type MyDatabaseReconciler struct {
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile reads the MyDatabase, runs its deletion or makes sure it has a
-// finalizer, aligns the children, and writes status once if it changed.
+// Reconcile reads the MyDatabase, runs its deletion or aligns its children,
+// and then, whatever happened, writes the status that pass observed: a
+// failed step shows in status (Ready False, with the reason and the
+// server's words), never only in the log.
 func (r *MyDatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	result, err := r.reconcile(ctx, req)
-	if apierrors.IsConflict(err) {
-		// Someone wrote the object since we read it: the watch brings the new
-		// version. Retry soon, without logging an error for it.
-		log(ctx).V(1).Info("Conflict, retrying", "error", err.Error())
-		return ctrl.Result{RequeueAfter: time.Second}, nil
-	}
-	return result, err
-}
-
-func (r *MyDatabaseReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	db := &databasev1alpha1.MyDatabase{}
 	if err := r.Get(ctx, req.NamespacedName, db); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -87,46 +81,84 @@ func (r *MyDatabaseReconciler) reconcile(ctx context.Context, req ctrl.Request) 
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !db.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, db)
+	obs := &observation{}
+	var err error
+	if db.DeletionTimestamp.IsZero() {
+		err = r.reconcileSpec(ctx, db, obs)
+	} else {
+		err = r.reconcileDelete(ctx, db, obs)
 	}
+	if apierrors.IsConflict(err) {
+		return conflict(ctx, err)
+	}
+	if err != nil {
+		var stalled bool
+		if obs.failure, stalled = classify(db, err); stalled {
+			obs.stalled, obs.failure = obs.failure, nil
+		}
+	}
+	if obs.gone {
+		return ctrl.Result{}, nil
+	}
+	if werr := r.writeStatus(ctx, db, obs); werr != nil {
+		if apierrors.IsConflict(werr) {
+			return conflict(ctx, werr)
+		}
+		return ctrl.Result{}, werr
+	}
+	if obs.failure != nil {
+		// Through the queue's rate limiter: backoff, and one log line per
+		// retry at most.
+		return ctrl.Result{}, err
+	}
+	return obs.result(r.stallRetry()), nil
+}
+
+// conflict retries a pass that lost a race with another writer (or read a
+// cache behind this process's own last write) through the queue's rate
+// limiter, without an error in the log: the watch brings the newer object.
+func conflict(ctx context.Context, err error) (ctrl.Result, error) {
+	log(ctx).V(1).Info("Conflict, retrying", "error", err.Error())
+	return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // the rate-limited requeue without an error log
+}
+
+// reconcileSpec makes sure the MyDatabase has its finalizer, then aligns the
+// children.
+func (r *MyDatabaseReconciler) reconcileSpec(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	if !controllerutil.ContainsFinalizer(db, databasev1alpha1.Finalizer) {
 		patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(db, databasev1alpha1.Finalizer)
 		if err := r.Patch(ctx, db, patch); err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 	}
-
-	obs, err := r.reconcileChildren(ctx, db)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.writeStatus(ctx, db, obs); err != nil {
-		return ctrl.Result{}, err
-	}
-	return obs.result(), nil
+	return r.reconcileChildren(ctx, db, obs)
 }
 
-// writeStatus computes the status from what was observed and patches it only
-// when it differs from what is stored: a converged MyDatabase costs no write,
-// and neither does a pass that reads, from a cache not yet showing this
-// process's last status write, the object that write was made over, and
-// computes the same status again (nor does it repeat the transition
-// events).
+// writeStatus computes the status from what was observed and patches it
+// when it differs from what the server holds. That is the cached object's
+// status, unless this process wrote a status over exactly that object and
+// the cache does not show the write yet: then it is the status written.
+// Comparing with the cache alone would skip a needed write (the cache says
+// Provisioning, the server the Ready we wrote a moment ago) and leave a
+// lie in place; comparing with the last write alone would repeat it. The
+// patch carries the resourceVersion it was computed against: if anyone
+// wrote since, it conflicts and the pass is retried on the newer object.
 func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	key := types.NamespacedName{Namespace: db.Namespace, Name: db.Name}
-	before := db.DeepCopy()
+	seen := db.ResourceVersion
+	base := r.written.baseline(key, db)
+	db.ResourceVersion, db.Status = base.ResourceVersion, *base.Status.DeepCopy()
 	computeStatus(db, obs, r.Clock.Now())
 	r.Metrics.Set(key, db.Status.Phase)
-	if equality.Semantic.DeepEqual(before.Status, db.Status) || r.written.repeats(key, before, db.Status) {
+	if equality.Semantic.DeepEqual(base.Status, db.Status) {
 		return nil
 	}
-	if err := r.Status().Patch(ctx, db, client.MergeFrom(before)); err != nil {
+	if err := r.Status().Patch(ctx, db, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
-	r.written.remember(key, before, db.Status)
-	r.recordTransitions(before, db)
+	r.written.remember(key, seen, db)
+	r.recordTransitions(base, db)
 	return nil
 }
 
@@ -172,9 +204,17 @@ var roleChanged = predicate.Funcs{
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
-// requeueAfterStall is how often a Stalled MyDatabase looks again at what
-// it waits for, for the things no watch can see (a user-supplied Secret
-// carries none of our labels, so it is not in the cache).
-const requeueAfterStall = 30 * time.Second
+// defaultStallRetry is how often a Stalled MyDatabase looks again at what
+// it waits for, for the things no watch can see: a user-supplied Secret
+// carries none of our labels, and a ResourceQuota, an admission policy or
+// a role being changed wakes nothing.
+const defaultStallRetry = 30 * time.Second
+
+func (r *MyDatabaseReconciler) stallRetry() time.Duration {
+	if r.StallRetry > 0 {
+		return r.StallRetry
+	}
+	return defaultStallRetry
+}
 
 func log(ctx context.Context) logr.Logger { return logf.FromContext(ctx) }

@@ -71,7 +71,7 @@ func (r *MyDatabaseReconciler) ensureGeneratedSecret(ctx context.Context, db *da
 		return r.createSecret(ctx, db, obs, name, build)
 	}
 	if err != nil {
-		return err
+		return objectError("get", secret, name, err)
 	}
 	if ref := metav1.GetControllerOf(secret); ref != nil && ref.UID != db.UID {
 		obs.waiting = &blocker{databasev1alpha1.ReasonWaitingForOldInstance, fmt.Sprintf(
@@ -114,12 +114,13 @@ func (r *MyDatabaseReconciler) createSecret(ctx context.Context, db *databasev1a
 	if err != nil {
 		return err
 	}
-	err = r.Create(ctx, build(db, password), client.FieldOwner(FieldOwner))
+	secret := build(db, password)
+	err = r.Create(ctx, secret, client.FieldOwner(FieldOwner))
 	if apierrors.IsAlreadyExists(err) {
 		return r.explainExistingSecret(ctx, db, obs, name)
 	}
 	if err != nil {
-		return err
+		return objectError("create", secret, name, err)
 	}
 	obs.wrote = true
 	obs.created = append(obs.created, "Secret "+name)
@@ -133,7 +134,7 @@ func (r *MyDatabaseReconciler) createSecret(ctx context.Context, db *databasev1a
 func (r *MyDatabaseReconciler) explainExistingSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, name string) error {
 	existing := &corev1.Secret{}
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, existing); err != nil {
-		return err
+		return objectError("get", existing, name, err)
 	}
 	if existing.Labels[databasev1alpha1.LabelManagedBy] == databasev1alpha1.ManagedBy {
 		return fmt.Errorf("secret %q exists but is not in the cache yet; retrying", name)
@@ -153,12 +154,13 @@ func (r *MyDatabaseReconciler) dataExists(ctx context.Context, db *databasev1alp
 		return *obs.dataVolume, nil
 	}
 	name := fmt.Sprintf("%s-%s-0", specs.DataVolumeName, specs.StatefulSetName(db))
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, &corev1.PersistentVolumeClaim{})
+	pvc := &corev1.PersistentVolumeClaim{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, pvc)
 	switch {
 	case apierrors.IsNotFound(err):
 		name = ""
 	case err != nil:
-		return "", err
+		return "", objectError("get", pvc, name, err)
 	}
 	obs.dataVolume = &name
 	return name, nil
@@ -189,7 +191,7 @@ func (r *MyDatabaseReconciler) alignMetadata(ctx context.Context, obj client.Obj
 	obj.SetAnnotations(wantAnnotations)
 	obj.SetOwnerReferences(wantOwners)
 	if err := r.Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return err
+		return objectError("patch", obj, obj.GetName(), err)
 	}
 	obs.wrote = true
 	if adopted {

@@ -5,8 +5,8 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -26,9 +26,14 @@ import (
 //
 // The data and Secrets are listed from the API server, not the cache: a
 // stale read must neither miss a volume nor touch one of a newer owner.
-func (r *MyDatabaseReconciler) reconcileDelete(ctx context.Context, db *databasev1alpha1.MyDatabase) (ctrl.Result, error) {
+//
+// The pass reports Deleting in status only when something keeps the
+// MyDatabase: an error here, or finalizers of others after ours.
+func (r *MyDatabaseReconciler) reconcileDelete(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	obs.deleting = true
 	if !controllerutil.ContainsFinalizer(db, databasev1alpha1.Finalizer) {
-		return ctrl.Result{}, nil
+		obs.gone = true // ours has run; what others wait for is theirs to report
+		return nil
 	}
 	r.event(db, corev1.EventTypeNormal, "Deleting", "Deleting with deletionPolicy %s", db.Spec.DeletionPolicy)
 	r.Metrics.Set(client.ObjectKeyFromObject(db), databasev1alpha1.PhaseDeleting)
@@ -38,7 +43,7 @@ func (r *MyDatabaseReconciler) reconcileDelete(ctx context.Context, db *database
 	secrets := &corev1.SecretList{}
 	for _, list := range []client.ObjectList{pvcs, secrets} {
 		if err := r.APIReader.List(ctx, list, client.InNamespace(db.Namespace), owned); err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 	}
 	var data []client.Object
@@ -57,13 +62,15 @@ func (r *MyDatabaseReconciler) reconcileDelete(ctx context.Context, db *database
 			err = r.release(ctx, db, obj)
 		}
 		if err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 	}
 
 	patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(db, databasev1alpha1.Finalizer)
-	return ctrl.Result{}, client.IgnoreNotFound(r.Patch(ctx, db, patch))
+	err := r.Patch(ctx, db, patch)
+	obs.gone = apierrors.IsNotFound(err) || (err == nil && len(db.Finalizers) == 0)
+	return client.IgnoreNotFound(err)
 }
 
 // release removes the owner references through which the garbage collector

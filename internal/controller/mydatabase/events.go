@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 )
@@ -24,16 +25,34 @@ func (r *MyDatabaseReconciler) recordCreated(db *databasev1alpha1.MyDatabase, ob
 	}
 }
 
-// recordTransitions emits an event when the MyDatabase becomes Ready or
-// Stalled, once per transition.
+// recordTransitions emits an event when the MyDatabase becomes Ready, and
+// a Warning for each distinct failure (a reason or message the Ready
+// condition did not already carry): a failure retried a hundred times is
+// one event, not a hundred.
 func (r *MyDatabaseReconciler) recordTransitions(before, after *databasev1alpha1.MyDatabase) {
-	if ready := meta.FindStatusCondition(after.Status.Conditions, databasev1alpha1.ConditionReady); ready != nil &&
-		ready.Status == "True" && !meta.IsStatusConditionTrue(before.Status.Conditions, databasev1alpha1.ConditionReady) {
-		r.event(after, corev1.EventTypeNormal, "Ready", "%s", ready.Message)
+	ready := meta.FindStatusCondition(after.Status.Conditions, databasev1alpha1.ConditionReady)
+	if ready == nil {
+		return
 	}
-	stalled := meta.FindStatusCondition(after.Status.Conditions, databasev1alpha1.ConditionStalled)
-	old := meta.FindStatusCondition(before.Status.Conditions, databasev1alpha1.ConditionStalled)
-	if stalled != nil && (old == nil || old.Reason != stalled.Reason) {
-		r.event(after, corev1.EventTypeWarning, stalled.Reason, "%s", stalled.Message)
+	old := meta.FindStatusCondition(before.Status.Conditions, databasev1alpha1.ConditionReady)
+	switch {
+	case ready.Status == metav1.ConditionTrue:
+		if old == nil || old.Status != metav1.ConditionTrue {
+			r.event(after, corev1.EventTypeNormal, "Ready", "%s", ready.Message)
+		}
+	case failing(ready.Reason) && (old == nil || old.Reason != ready.Reason || old.Message != ready.Message):
+		r.event(after, corev1.EventTypeWarning, ready.Reason, "%s", ready.Message)
 	}
+}
+
+// failing tells the reasons of a Ready condition that report a failure
+// from those that report progress.
+func failing(reason string) bool {
+	switch reason {
+	case databasev1alpha1.ReasonProvisioning, databasev1alpha1.ReasonUpdating, databasev1alpha1.ReasonScaling,
+		databasev1alpha1.ReasonServersNotReady, databasev1alpha1.ReasonPaused, databasev1alpha1.ReasonDeleting,
+		databasev1alpha1.ReasonWaitingForOldInstance, databasev1alpha1.ReasonAvailable:
+		return false
+	}
+	return true
 }

@@ -1,12 +1,12 @@
 package mydatabase
 
 import (
+	"cmp"
 	"fmt"
 	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,8 +21,7 @@ import (
 type observation struct {
 	// sts is the live StatefulSet, nil when there is none yet.
 	sts *appsv1.StatefulSet
-	// wrote is true when this pass changed a child: what the cache shows
-	// is then older than what the server has, so nothing is Ready yet.
+	// wrote is true when this pass changed a child.
 	wrote bool
 	// created names the children this pass created ("Service pg-rw"),
 	// reported in one event.
@@ -35,15 +34,22 @@ type observation struct {
 	// waiting is set when something outside our control must happen first
 	// (the previous instance's Secret being collected); it resolves itself.
 	waiting *blocker
+	// failure is set when the pass ended early on a transient error; it is
+	// retried with backoff.
+	failure *blocker
+	// deleting is set while the finalizer runs; gone once the MyDatabase
+	// has no finalizer left and nothing remains to report.
+	deleting, gone bool
 }
 
 type blocker struct{ reason, message string }
 
 // statusWrites remembers, per MyDatabase, the last status this process
-// wrote and the resourceVersion of the object it was computed from, until
-// the informer cache shows a newer object. The watch event of a child this
-// pass applied often wakes the next pass before the MyDatabase's own status
-// write reaches the cache; that pass would send the same status again.
+// wrote, the resourceVersion that write produced, and the resourceVersion
+// of the object it was written over, until the informer cache shows
+// another object. The watch event of a child a pass applied often wakes
+// the next pass before the MyDatabase's own status write reaches the
+// cache: that pass must compare with what it wrote, not with the cache.
 // Entries live only while the cache lags, so the map stays small.
 type statusWrites struct {
 	mu sync.Mutex
@@ -51,34 +57,39 @@ type statusWrites struct {
 }
 
 type writtenStatus struct {
-	over   string // resourceVersion the status was written over
-	status databasev1alpha1.MyDatabaseStatus
+	over    string // resourceVersion the pass read, the write was made over
+	version string // resourceVersion the write produced
+	status  databasev1alpha1.MyDatabaseStatus
 }
 
-// repeats reports whether writing status over db would repeat the last
-// write: db is still the object that write was made over, and the status is
-// the same. It forgets the write once the cache shows a newer object.
-func (w *statusWrites) repeats(key types.NamespacedName, db *databasev1alpha1.MyDatabase, status databasev1alpha1.MyDatabaseStatus) bool {
+// baseline returns what the server holds of db as far as this process
+// knows: db itself, or, while the cache still shows the object this
+// process last wrote a status over, that object with the status written
+// and the resourceVersion the write produced.
+func (w *statusWrites) baseline(key types.NamespacedName, db *databasev1alpha1.MyDatabase) *databasev1alpha1.MyDatabase {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	base := db.DeepCopy()
 	last, ok := w.m[key]
-	if !ok {
-		return false
+	switch {
+	case !ok:
+	case last.over == db.ResourceVersion:
+		base.ResourceVersion, base.Status = last.version, *last.status.DeepCopy()
+	default:
+		delete(w.m, key) // the cache has moved on
 	}
-	if last.over != db.ResourceVersion {
-		delete(w.m, key)
-		return false
-	}
-	return equality.Semantic.DeepEqual(last.status, status)
+	return base
 }
 
-func (w *statusWrites) remember(key types.NamespacedName, over *databasev1alpha1.MyDatabase, status databasev1alpha1.MyDatabaseStatus) {
+// remember records the status written over the object at resourceVersion
+// over; written is the object as the write returned it.
+func (w *statusWrites) remember(key types.NamespacedName, over string, written *databasev1alpha1.MyDatabase) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m == nil {
 		w.m = map[types.NamespacedName]writtenStatus{}
 	}
-	w.m[key] = writtenStatus{over: over.ResourceVersion, status: *status.DeepCopy()}
+	w.m[key] = writtenStatus{over: over, version: written.ResourceVersion, status: *written.Status.DeepCopy()}
 }
 
 func (w *statusWrites) forget(key types.NamespacedName) {
@@ -87,12 +98,12 @@ func (w *statusWrites) forget(key types.NamespacedName) {
 	delete(w.m, key)
 }
 
-func (o *observation) result() ctrl.Result {
+func (o *observation) result(stallRetry time.Duration) ctrl.Result {
 	switch {
 	case o.waiting != nil:
 		return ctrl.Result{RequeueAfter: 5 * time.Second}
 	case o.stalled != nil:
-		return ctrl.Result{RequeueAfter: requeueAfterStall}
+		return ctrl.Result{RequeueAfter: stallRetry}
 	}
 	return ctrl.Result{}
 }
@@ -109,15 +120,27 @@ func rolledOut(sts *appsv1.StatefulSet, desired int32) bool {
 		(s.UpdateRevision == "" || s.CurrentRevision == s.UpdateRevision)
 }
 
-// computeStatus sets db.Status from the observation. Conditions follow
-// kstatus: Ready is the summary; Reconciling and Stalled exist only while
-// True.
+// computeStatus sets db.Status from the observation. The conditions follow
+// kstatus, with one meaning each:
+//   - Ready: the servers run the current spec and are all ready, and this
+//     pass applied every child. It says nothing about whether the pass
+//     wrote: a repair no client can see (a ConfigMap edited by hand and
+//     put back) leaves it True, with its lastTransitionTime.
+//   - Reconciling: present (True) while the operator works towards the
+//     spec: rolling out, scaling, waiting for servers, or retrying a
+//     transient error. Ready is then False.
+//   - Stalled: present (True) when only a person can unblock it; the
+//     message says what to do. Ready is then False.
+//
+// status.observedGeneration moves to the generation once the operator has
+// fully acted on it (Ready, Stalled or Paused), never while a new
+// generation is still Reconciling.
 func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.Time) {
 	st := &db.Status
 	desired := specs.Replicas(db)
-	st.ObservedGeneration = db.Generation
 	st.Selector = specs.Selector(db)
 	st.CredentialsSecret = specs.CredentialsSecretName(db)
+	st.CurrentPrimary = specs.PrimaryPod(db)
 	st.Endpoint = fmt.Sprintf("%s:%d", specs.ReadWriteHost(db), specs.ServicePort(db))
 	st.ReadEndpoint = ""
 	if desired > 1 {
@@ -129,52 +152,68 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	}
 	st.Ready = fmt.Sprintf("%d/%d", st.ReadyReplicas, desired)
 
-	ready := !obs.wrote && rolledOut(obs.sts, desired)
-	if ready {
-		st.CurrentVersion = db.Spec.Version
-	}
-
 	set := func(typ string, status metav1.ConditionStatus, reason, message string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type: typ, Status: status, Reason: reason, Message: message,
 			ObservedGeneration: db.Generation, LastTransitionTime: metav1.NewTime(now),
 		})
 	}
-	readyCondition := func(reason, message string) {
-		if ready {
-			set(databasev1alpha1.ConditionReady, metav1.ConditionTrue, databasev1alpha1.ReasonAvailable,
-				fmt.Sprintf("%d/%d servers ready; read-write endpoint %s", desired, desired, st.Endpoint))
-			return
+	// only keeps one of Reconciling and Stalled (or neither), True.
+	only := func(typ, reason, message string) {
+		for _, t := range []string{databasev1alpha1.ConditionReconciling, databasev1alpha1.ConditionStalled} {
+			if t != typ {
+				meta.RemoveStatusCondition(&st.Conditions, t)
+			}
 		}
+		if typ != "" {
+			set(typ, metav1.ConditionTrue, reason, message)
+		}
+	}
+	notReady := func(reason, message string) {
 		set(databasev1alpha1.ConditionReady, metav1.ConditionFalse, reason, message)
 	}
+	observed := func() { st.ObservedGeneration = db.Generation }
 
 	switch {
+	case obs.deleting:
+		st.Phase = databasev1alpha1.PhaseDeleting
+		reason, message := databasev1alpha1.ReasonDeleting, fmt.Sprintf("deleting with deletionPolicy %s", db.Spec.DeletionPolicy)
+		if obs.failure != nil || obs.stalled != nil {
+			b := cmp.Or(obs.failure, obs.stalled)
+			message = fmt.Sprintf("%s: %s", message, b.message)
+		} else if rest := db.GetFinalizers(); len(rest) > 0 {
+			message = fmt.Sprintf("%s; done, waiting for the finalizers %v of others", message, rest)
+		}
+		only("", "", "")
+		notReady(reason, message)
 	case obs.stalled != nil:
 		st.Phase = databasev1alpha1.PhaseStalled
-		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionReconciling)
-		set(databasev1alpha1.ConditionStalled, metav1.ConditionTrue, obs.stalled.reason, obs.stalled.message)
-		readyCondition(obs.stalled.reason, obs.stalled.message)
-	case db.Spec.Paused:
+		only(databasev1alpha1.ConditionStalled, obs.stalled.reason, obs.stalled.message)
+		notReady(obs.stalled.reason, obs.stalled.message)
+		observed()
+	case db.Spec.Paused && obs.failure == nil:
 		st.Phase = databasev1alpha1.PhasePaused
-		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionReconciling)
-		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionStalled)
-		readyCondition(databasev1alpha1.ReasonPaused,
-			"spec.paused is true: the operator changes nothing; set it to false to resume")
-	case ready:
+		only("", "", "")
+		notReady(databasev1alpha1.ReasonPaused, "spec.paused is true: the operator changes nothing; set it to false to resume")
+		observed()
+	case obs.failure == nil && obs.waiting == nil && rolledOut(obs.sts, desired):
 		st.Phase = databasev1alpha1.PhaseReady
-		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionReconciling)
-		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionStalled)
-		readyCondition("", "")
+		st.CurrentVersion = db.Spec.Version
+		only("", "", "")
+		set(databasev1alpha1.ConditionReady, metav1.ConditionTrue, databasev1alpha1.ReasonAvailable,
+			fmt.Sprintf("%d/%d servers ready; read-write endpoint %s", desired, desired, st.Endpoint))
+		observed()
 	default:
-		reason, message := progress(db, obs, desired)
 		st.Phase = databasev1alpha1.PhaseUpdating
-		if st.CurrentVersion == "" {
+		switch {
+		case obs.sts == nil:
+			st.Phase = databasev1alpha1.PhasePending
+		case st.CurrentVersion == "":
 			st.Phase = databasev1alpha1.PhaseProvisioning
 		}
-		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionStalled)
-		set(databasev1alpha1.ConditionReconciling, metav1.ConditionTrue, reason, message)
-		readyCondition(reason, message)
+		reason, message := progress(db, obs, desired)
+		only(databasev1alpha1.ConditionReconciling, reason, message)
+		notReady(reason, message)
 	}
 }
 
@@ -182,12 +221,18 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 func progress(db *databasev1alpha1.MyDatabase, obs *observation, desired int32) (reason, message string) {
 	sts := obs.sts
 	switch {
+	case obs.failure != nil:
+		return obs.failure.reason, obs.failure.message
 	case obs.waiting != nil:
 		return obs.waiting.reason, obs.waiting.message
-	case db.Status.CurrentVersion == "":
+	case db.Status.CurrentVersion == "" || sts == nil:
 		return databasev1alpha1.ReasonProvisioning, fmt.Sprintf("%d/%d servers ready", readyReplicas(sts), desired)
-	case sts != nil && sts.Status.Replicas != desired:
+	case sts.Status.Replicas != desired || sts.Spec.Replicas == nil || *sts.Spec.Replicas != desired:
 		return databasev1alpha1.ReasonScaling, fmt.Sprintf("scaling from %d to %d servers", sts.Status.Replicas, desired)
+	case sts.Status.ObservedGeneration >= sts.Generation && sts.Status.UpdatedReplicas == desired &&
+		sts.Status.CurrentRevision == sts.Status.UpdateRevision:
+		return databasev1alpha1.ReasonServersNotReady, fmt.Sprintf(
+			"%d/%d servers ready: the servers run the current spec, waiting for the others to become ready", readyReplicas(sts), desired)
 	default:
 		return databasev1alpha1.ReasonUpdating, fmt.Sprintf("rolling out the spec: %d/%d servers ready", readyReplicas(sts), desired)
 	}

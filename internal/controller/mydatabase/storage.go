@@ -26,7 +26,8 @@ func (r *MyDatabaseReconciler) checkStorageClass(ctx context.Context, db *databa
 	if name == nil || *name == "" || obs.sts != nil {
 		return nil
 	}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Name: *name}, &storagev1.StorageClass{})
+	class := &storagev1.StorageClass{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Name: *name}, class)
 	switch {
 	case apierrors.IsNotFound(err):
 		obs.stalled = &blocker{databasev1alpha1.ReasonStorageClassNotFound, fmt.Sprintf(
@@ -38,5 +39,5 @@ func (r *MyDatabaseReconciler) checkStorageClass(ctx context.Context, db *databa
 		log(ctx).V(1).Info("Not allowed to read StorageClasses, not checking the class", "storageClass", *name)
 		return nil
 	}
-	return err
+	return objectError("get", class, *name, err)
 }

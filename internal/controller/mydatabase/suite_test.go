@@ -84,6 +84,9 @@ func run(m *testing.M) int {
 		NewPassword: sequentialPasswords(),
 		Clock:       clocktesting.NewFakePassiveClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
 		Metrics:     metrics.NewPhaseMetrics(prometheus.NewRegistry()),
+		// Stalled MyDatabases look again soon, so that a lifted quota or
+		// policy shows within a test's patience.
+		StallRetry: 2 * time.Second,
 	}
 	if err := reconciler.SetupWithManager(mgr, 2); err != nil {
 		fmt.Fprintln(os.Stderr, err)

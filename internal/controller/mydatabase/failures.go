@@ -1,0 +1,81 @@
+package mydatabase
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/apply"
+)
+
+// maxServerWords bounds the server's own words quoted in a condition
+// message: enough for any admission or quota message, not a whole object.
+const maxServerWords = 1024
+
+// classify turns the error that ended a pass into what status reports.
+// Refusals only a person can lift (quota, admission policies and webhooks,
+// RBAC, a spec that derives an invalid child) stall the MyDatabase, with
+// what to do; everything else (timeouts, 5xx, throttling, a namespace being
+// deleted) is transient and retried with the queue's backoff. Conflicts
+// never get here: they are retried at once, with no status (Reconcile).
+func classify(db *databasev1alpha1.MyDatabase, err error) (b *blocker, stalled bool) {
+	what := "the API server"
+	if oe := (*apply.ObjectError)(nil); errors.As(err, &oe) {
+		what = fmt.Sprintf("%s %s", oe.Kind, oe.Name)
+		err = oe.Err
+	}
+	words := err.Error()
+	if len(words) > maxServerWords {
+		words = words[:maxServerWords] + "…"
+	}
+	refused := func(reason, todo string) (*blocker, bool) {
+		return &blocker{reason, fmt.Sprintf("the API server refused %s: %s. %s", what, words, todo)}, true
+	}
+	status := apierrors.APIStatus(nil)
+	if !errors.As(err, &status) {
+		return &blocker{databasev1alpha1.ReasonAPIError, fmt.Sprintf("%s: %s; retrying", what, words)}, false
+	}
+	switch {
+	case apierrors.HasStatusCause(err, "NamespaceTerminating"):
+		return &blocker{databasev1alpha1.ReasonAPIError, fmt.Sprintf("%s: %s; retrying", what, words)}, false
+	case apierrors.IsForbidden(err) && strings.Contains(words, "exceeded quota"):
+		return refused(databasev1alpha1.ReasonQuotaExceeded, fmt.Sprintf(
+			"Raise the ResourceQuota of namespace %q (kubectl describe resourcequota -n %s) or free what it counts; "+
+				"the operator retries on its own", db.Namespace, db.Namespace))
+	case admissionDenial(words):
+		return refused(databasev1alpha1.ReasonAdmissionDenied,
+			"An admission policy or webhook of the cluster denies it: change that policy, or the MyDatabase spec so that it complies; "+
+				"the operator retries on its own")
+	case apierrors.IsForbidden(err) && strings.Contains(words, " cannot "):
+		return refused(databasev1alpha1.ReasonForbidden,
+			"The operator's service account lacks this permission: apply the RBAC of the installed operator version "+
+				"(config/rbac, or dist/install.yaml); the operator retries on its own")
+	case apierrors.IsForbidden(err):
+		return refused(databasev1alpha1.ReasonAdmissionDenied,
+			"An admission plugin of the cluster (a LimitRange, say) denies it: change it or the MyDatabase spec; "+
+				"the operator retries on its own")
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		return refused(databasev1alpha1.ReasonInvalidChild,
+			"The spec derives an object the API server does not accept: correct the spec field the message names")
+	}
+	return &blocker{databasev1alpha1.ReasonAPIError, fmt.Sprintf("%s: %s; retrying", what, words)}, false
+}
+
+// admissionDenial tells a refusal by a validating admission policy or an
+// admission webhook from the server's words: both can answer with any
+// status code (403, 422, 400).
+func admissionDenial(words string) bool {
+	return strings.Contains(words, "admission webhook") || strings.Contains(words, "ValidatingAdmissionPolicy")
+}
+
+// objectError names the object a failed request was about, for classify.
+func objectError(verb string, obj client.Object, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &apply.ObjectError{Verb: verb, Kind: apply.KindOf(obj), Name: name, Err: err}
+}
