@@ -32,6 +32,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -204,12 +205,74 @@ func TestDriftIsRepaired(t *testing.T) {
 		return *sts.Spec.Replicas == 1, fmt.Sprintf("spec.replicas %d", *sts.Spec.Replicas)
 	})
 	db := waitReady(t, ns, 1, 60*time.Second)
+
+	// A repair no client can see keeps Ready True, lastTransitionTime and
+	// all: the ConfigMap edited by hand is put back.
+	since := readySince(t, db)
+	cm := &corev1.ConfigMap{}
+	if !exists(t, ns, "x-config", cm) {
+		t.Fatal("ConfigMap x-config does not exist")
+	}
+	kubectl(t, "", "patch", "configmap", "x-config", "-n", ns, "--type=merge", "-p", `{"data":{"postgresql.conf":"# edited by hand\n"}}`)
+	eventually(t, 30*time.Second, "ConfigMap x-config repaired", func() (bool, string) {
+		now := &corev1.ConfigMap{}
+		return exists(t, ns, "x-config", now) && maps.Equal(now.Data, cm.Data), "still edited"
+	})
+	db = waitReady(t, ns, 1, 60*time.Second)
+	if got := readySince(t, db); !got.Equal(&since) {
+		t.Errorf("Ready's lastTransitionTime moved from %s to %s across a repair no client can see", since, got)
+	}
+
 	if sts := (&appsv1.StatefulSet{}); !exists(t, ns, "x", sts) || *sts.Spec.Replicas != 1 {
 		t.Errorf("StatefulSet x has %d replicas after the MyDatabase is Ready again, want 1", *sts.Spec.Replicas)
 	}
 	if *db.Spec.Replicas != 1 {
 		t.Errorf("spec.replicas of the MyDatabase changed to %d", *db.Spec.Replicas)
 	}
+}
+
+func readySince(t *testing.T, db *databasev1alpha1.MyDatabase) metav1.Time {
+	t.Helper()
+	c := meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionReady)
+	if c == nil {
+		t.Fatal("no Ready condition")
+	}
+	return c.LastTransitionTime
+}
+
+// A ResourceQuota that forbids the data volume: the StatefulSet controller
+// cannot create the claim, and says so only in its events. The MyDatabase
+// is Stalled with QuotaExceeded naming the claim, a single Warning event
+// over a minute of retries, and lifting the quota makes it Ready with no
+// further action.
+func TestQuotaOnVolumesShowsInStatus(t *testing.T) {
+	ns := newNamespace(t, "quota", nil)
+	kubectl(t, "", "create", "quota", "no-volumes", "--hard=persistentvolumeclaims=0", "-n", ns)
+	applyDB(t, ns, 1, del)
+	var db *databasev1alpha1.MyDatabase
+	eventually(t, 90*time.Second, "Stalled QuotaExceeded naming the claim", func() (bool, string) {
+		db = &databasev1alpha1.MyDatabase{}
+		if err := env.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: dbName}, db); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionStalled)
+		return c != nil && c.Reason == databasev1alpha1.ReasonQuotaExceeded && strings.Contains(c.Message, pvc0) &&
+			db.Status.ObservedGeneration == db.Generation, conditions(db)
+	})
+	out := kubectl(t, "", "get", "mydatabase", dbName, "-n", ns)
+	if !strings.Contains(out, "Stalled") {
+		t.Errorf("kubectl get does not show Stalled:\n%s", out)
+	}
+	time.Sleep(time.Minute) // the retries whose events are counted
+	warnings := kubectl(t, "", "get", "events", "-n", ns, "--field-selector",
+		"involvedObject.kind=MyDatabase,type=Warning,reason="+databasev1alpha1.ReasonQuotaExceeded,
+		"-o", "jsonpath={range .items[*]}{.reason}/{.series.count} {end}")
+	if got := strings.Fields(warnings); !slices.Equal(got, []string{databasev1alpha1.ReasonQuotaExceeded + "/"}) {
+		t.Errorf("Warning events over a minute of retries: %q, want exactly one, never repeated (no series)", warnings)
+	}
+
+	kubectl(t, "", "delete", "quota", "no-volumes", "-n", ns)
+	waitReady(t, ns, 1, 3*time.Minute)
 }
 
 // 4. Deleting under Retain leaves exactly the PVCs and the two Secrets once

@@ -48,6 +48,7 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 		r.reconcileConfig,
 		r.reconcileServices,
 		r.reconcileStatefulSet,
+		r.checkPodCreation,
 		r.reconcileDisruptionBudget,
 		r.reconcilePodRoles,
 		r.adoptRetainedVolumes,
@@ -224,4 +225,58 @@ func (r *MyDatabaseReconciler) deleteExact(ctx context.Context, obj client.Objec
 		return nil // gone already, or a different object now has the name
 	}
 	return objectError("delete", obj, obj.GetName(), err)
+}
+
+// +kubebuilder:rbac:groups=core,resources=events,verbs=list
+
+// checkPodCreation reports why the StatefulSet controller cannot create a
+// server's pod or volume claim: it does not write that into the
+// StatefulSet's status, only into its events (FailedCreate), so a quota
+// on claims or a policy that denies the pods would otherwise leave the
+// MyDatabase Provisioning forever without a word. It looks only while the
+// StatefulSet controller has seen the current spec and pods are missing;
+// the newest of FailedCreate and SuccessfulCreate tells whether the
+// failure still holds.
+func (r *MyDatabaseReconciler) checkPodCreation(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	sts := obs.sts
+	if sts == nil || sts.Spec.Replicas == nil || sts.Status.ObservedGeneration < sts.Generation ||
+		sts.Status.Replicas >= *sts.Spec.Replicas || obs.blocked() {
+		return nil
+	}
+	events := &corev1.EventList{}
+	err := r.APIReader.List(ctx, events, client.InNamespace(db.Namespace), client.MatchingFields{
+		"involvedObject.kind": "StatefulSet", "involvedObject.name": sts.Name, "involvedObject.uid": string(sts.UID)})
+	if apierrors.IsForbidden(err) {
+		log(ctx).V(1).Info("Not allowed to list events, not checking pod creation", "statefulSet", sts.Name)
+		return nil
+	}
+	if err != nil {
+		return objectError("list", &corev1.Event{}, "", err)
+	}
+	var latest *corev1.Event
+	for i := range events.Items {
+		e := &events.Items[i]
+		if (e.Reason == "FailedCreate" || e.Reason == "SuccessfulCreate") &&
+			(latest == nil || latest.LastTimestamp.Before(&e.LastTimestamp) ||
+				(latest.LastTimestamp.Equal(&e.LastTimestamp) && e.Reason == "SuccessfulCreate")) {
+			latest = e
+		}
+	}
+	if latest == nil || latest.Reason != "FailedCreate" {
+		return nil
+	}
+	reason, todo := databasev1alpha1.ReasonAdmissionDenied,
+		"An admission policy or plugin of the cluster denies it: change that policy, or the MyDatabase spec so that it complies"
+	switch {
+	case strings.Contains(latest.Message, "exceeded quota"):
+		reason, todo = databasev1alpha1.ReasonQuotaExceeded, fmt.Sprintf(
+			"Raise the ResourceQuota of namespace %q (kubectl describe resourcequota -n %s) or free what it counts",
+			db.Namespace, db.Namespace)
+	case strings.Contains(latest.Message, " is invalid"):
+		reason, todo = databasev1alpha1.ReasonInvalidChild,
+			"The spec derives a pod or claim the API server does not accept: correct the spec field the message names"
+	}
+	obs.stalled = &blocker{reason, fmt.Sprintf("the StatefulSet controller cannot create the servers of StatefulSet %s: %s. %s; "+
+		"it retries on its own", sts.Name, quote(latest.Message), todo)}
+	return nil
 }

@@ -28,10 +28,7 @@ func classify(db *databasev1alpha1.MyDatabase, err error) (b *blocker, stalled b
 		what = fmt.Sprintf("%s %s", oe.Kind, oe.Name)
 		err = oe.Err
 	}
-	words := err.Error()
-	if len(words) > maxServerWords {
-		words = words[:maxServerWords] + "…"
-	}
+	words := quote(err.Error())
 	refused := func(reason, todo string) (*blocker, bool) {
 		return &blocker{reason, fmt.Sprintf("the API server refused %s: %s. %s", what, words, todo)}, true
 	}
@@ -63,6 +60,14 @@ func classify(db *databasev1alpha1.MyDatabase, err error) (b *blocker, stalled b
 			"The spec derives an object the API server does not accept: correct the spec field the message names")
 	}
 	return &blocker{databasev1alpha1.ReasonAPIError, fmt.Sprintf("%s: %s; retrying", what, words)}, false
+}
+
+// quote bounds the server's words for a condition message.
+func quote(words string) string {
+	if len(words) > maxServerWords {
+		return words[:maxServerWords] + "…"
+	}
+	return words
 }
 
 // admissionDenial tells a refusal by a validating admission policy or an
