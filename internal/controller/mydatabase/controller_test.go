@@ -17,8 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -225,16 +223,8 @@ func TestReadyAndUnderstoodByKstatus(t *testing.T) {
 		t.Errorf("status = %+v", db.Status)
 	}
 	// kstatus is how kubectl wait, Flux and Argo CD read readiness.
-	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := status.Compute(&unstructured.Unstructured{Object: raw})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Status != status.CurrentStatus {
-		t.Errorf("kstatus = %s (%s), want Current", res.Status, res.Message)
+	if got := kstatusOf(t, db); got != status.CurrentStatus {
+		t.Errorf("kstatus = %s, want Current", got)
 	}
 }
 
