@@ -92,6 +92,7 @@ func (r *MyDatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return conflict(ctx, err)
 	}
 	if err != nil {
+		log(ctx).V(1).Info("Pass failed", "error", err.Error())
 		var stalled bool
 		if obs.failure, stalled = classify(db, err); stalled {
 			obs.stalled, obs.failure = obs.failure, nil
@@ -158,7 +159,7 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 		return err
 	}
 	r.written.remember(key, seen, db)
-	r.recordTransitions(base, db)
+	r.recordTransitions(ctx, base, db)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package mydatabase
 
 import (
+	"context"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,7 +30,8 @@ func (r *MyDatabaseReconciler) recordCreated(db *databasev1alpha1.MyDatabase, ob
 // a Warning for each distinct failure (a reason or message the Ready
 // condition did not already carry): a failure retried a hundred times is
 // one event, not a hundred.
-func (r *MyDatabaseReconciler) recordTransitions(before, after *databasev1alpha1.MyDatabase) {
+// A new failure is also logged once, at Info; its retries only at V(1).
+func (r *MyDatabaseReconciler) recordTransitions(ctx context.Context, before, after *databasev1alpha1.MyDatabase) {
 	ready := meta.FindStatusCondition(after.Status.Conditions, databasev1alpha1.ConditionReady)
 	if ready == nil {
 		return
@@ -42,6 +44,7 @@ func (r *MyDatabaseReconciler) recordTransitions(before, after *databasev1alpha1
 		}
 	case failing(ready.Reason) && (old == nil || old.Reason != ready.Reason || old.Message != ready.Message):
 		r.event(after, corev1.EventTypeWarning, ready.Reason, "%s", ready.Message)
+		log(ctx).Info("Cannot converge", "reason", ready.Reason, "message", ready.Message)
 	}
 }
 

@@ -340,7 +340,7 @@ func TestTransitionEvents(t *testing.T) {
 		at(metav1.ConditionTrue, databasev1alpha1.ReasonAvailable, "1/1 again"),
 	}
 	for i := 1; i < len(steps); i++ {
-		r.recordTransitions(steps[i-1], steps[i])
+		r.recordTransitions(context.Background(), steps[i-1], steps[i])
 	}
 	close(rec.Events)
 	var got []string
