@@ -1,0 +1,52 @@
+package apply
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// disagreement is the drift check: every field we set must have our value
+// in the live object; what others add is theirs.
+func TestDisagreement(t *testing.T) {
+	live := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "c", Labels: map[string]string{"ours": "1", "theirs": "x"}},
+		Data:       map[string]string{"a": "1", "b": "2"},
+	}
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 1}, {Port: 2}}}}
+	for _, tc := range []struct {
+		desired string
+		live    client.Object
+		want    string
+	}{
+		{`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","labels":{"ours":"1"}},"data":{"a":"1"}}`, live, ""},
+		{`{"metadata":{"labels":{"ours":"2"}}}`, live, ".metadata.labels.ours"},
+		{`{"data":{"c":"3"}}`, live, ".data.c"},
+		{`{"spec":{"ports":[{"port":1}]}}`, svc, ""},
+		{`{"spec":{"ports":[{"port":2}]}}`, svc, ".spec.ports[0].port"},
+		{`{"spec":{"ports":[{"port":1},{"port":2},{"port":3}]}}`, svc, ".spec.ports"},
+	} {
+		if got := disagreement([]byte(tc.desired), tc.live); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.desired, got, tc.want)
+		}
+	}
+}
+
+func TestOwnedByAnother(t *testing.T) {
+	ref := func(uid string) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{UID: types.UID(uid), Controller: new(true), Kind: "MyDatabase", Name: "x", APIVersion: "v"}}
+	}
+	desired := []byte(`{"metadata":{"ownerReferences":[{"uid":"new","controller":true,"kind":"MyDatabase","name":"x","apiVersion":"v"}]}}`)
+	for uid, want := range map[string]bool{"new": false, "old": true} {
+		live := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{OwnerReferences: ref(uid)}}
+		if got := ownedByAnother(desired, live); got != want {
+			t.Errorf("live owned by %s: %v, want %v", uid, got, want)
+		}
+	}
+	if ownedByAnother(desired, &corev1.ConfigMap{}) {
+		t.Error("an object without owner counts as owned by another")
+	}
+}
