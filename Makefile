@@ -40,7 +40,7 @@ all: build
 
 .PHONY: help
 help: ## Display this help.
-	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
 
 ##@ Development
 
@@ -53,8 +53,31 @@ generate: controller-gen ## Generate code containing DeepCopy, DeepCopyInto, and
 	"$(CONTROLLER_GEN)" object:headerFile="hack/boilerplate.go.txt",year=$(YEAR) paths="./..."
 
 .PHONY: fmt
-fmt: ## Run go fmt against code.
+fmt: ## Run go fmt against code (rewrites the files).
 	go fmt ./...
+
+# The Go files of the work tree: tracked and untracked but not ignored, minus
+# those deleted.
+GO_FILES = git ls-files --cached --others --exclude-standard -- '*.go' | while read -r f; do [ ! -e "$$f" ] || echo "$$f"; done
+
+.PHONY: fmt-check
+fmt-check: ## Fail, listing them, if Go files need gofmt (make fmt rewrites them); changes nothing.
+	@unformatted="$$($(GO_FILES) | xargs -r gofmt -l)"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed on (run 'make fmt'):"; echo "$$unformatted"; exit 1; fi
+
+.PHONY: check-generated
+check-generated: controller-gen ## Fail if the CRD, RBAC role or deepcopy code differ from what the Go types generate (make manifests generate rewrites them); changes nothing.
+	@out="$$(mktemp -d)"; trap 'rm -rf "$$out"' EXIT; stale=""; \
+	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd paths="./..." \
+		output:crd:artifacts:config="$$out/crd" output:rbac:artifacts:config="$$out/rbac"; \
+	diff -rq "$$out/crd" config/crd/bases >/dev/null || stale="$$stale config/crd/bases"; \
+	cmp -s "$$out/rbac/role.yaml" config/rbac/role.yaml || stale="$$stale config/rbac/role.yaml"; \
+	for f in $$(git ls-files -- '*zz_generated.deepcopy.go'); do \
+		d="$$(dirname "$$f")"; \
+		"$(CONTROLLER_GEN)" object:headerFile="hack/boilerplate.go.txt",year=$(YEAR) paths="./$$d" output:object:dir="$$out/$$d"; \
+		cmp -s "$$out/$$d/zz_generated.deepcopy.go" "$$f" || stale="$$stale $$f"; \
+	done; \
+	if [ -n "$$stale" ]; then echo "Generated files out of date (run 'make manifests generate'):$$stale"; exit 1; fi
 
 .PHONY: vet
 vet: ## Run go vet against code.
@@ -69,10 +92,39 @@ vet: ## Run go vet against code.
 k8s-binaries: ## Build (once) and print the directory of the Kubernetes test binaries.
 	@hack/k8s-binaries.sh
 
+# Test tiers. `make test` is the fast one (about 75 s on 2 cores once built;
+# the first -race build of the dependencies adds about 3 minutes): it changes
+# no file but cover.out, checks formatting and generated files instead of
+# rewriting them, and runs every unit and envtest test with the race detector
+# (the reconciler in internal/controller/mydatabase, test/reliability) except
+# the heavy harnesses below, which `make test-heavy` runs:
+#   test-leader         two operator processes and a control plane of their
+#                       own (test/reliability, TestLeaderElection*), ~25 s
+#   test-bench-harness  the benchmark harness small (test/bench, TestHarness:
+#                       20 MyDatabases on envtest, the KWOK full tier with 3),
+#                       ~70 s
+# test/e2e and test/postgres have targets of their own; `make test-all` runs
+# every tier.
+LEADER_TESTS = ^TestLeaderElection
+TEST_PKGS = $$(go list ./... | grep -v -e /test/e2e -e /test/postgres -e /test/bench)
+
 .PHONY: test
-test: manifests generate fmt vet kustomize ## Run unit and envtest tests against a real kube-apiserver built from source.
+test: fmt-check vet check-generated kustomize ## Fast tier: unit and envtest tests (race detector on) against a real kube-apiserver built from source; rewrites nothing.
 	@assets="$$(hack/k8s-binaries.sh)" && \
-	KUBEBUILDER_ASSETS="$$assets" KUSTOMIZE="$(KUSTOMIZE)" go test $$(go list ./... | grep -v -e /test/e2e -e /test/postgres) -coverprofile cover.out
+	KUBEBUILDER_ASSETS="$$assets" KUSTOMIZE="$(KUSTOMIZE)" go test -race $(TEST_PKGS) -skip '$(LEADER_TESTS)' -coverprofile cover.out
+
+.PHONY: test-heavy
+test-heavy: test-leader test-bench-harness ## The heavy harnesses make test leaves out: leader election and the benchmark harness.
+
+.PHONY: test-leader
+test-leader: ## Leader election with two operator processes, the leader paused past its lease (test/reliability TestLeaderElection*, -race).
+	@assets="$$(hack/k8s-binaries.sh)" && \
+	KUBEBUILDER_ASSETS="$$assets" go test -race ./test/reliability/ -run '$(LEADER_TESTS)' -count=1 -v
+
+.PHONY: test-bench-harness
+test-bench-harness: ## The benchmark harness at small size (test/bench TestHarness: 20 MyDatabases, the KWOK full tier with 3).
+	@assets="$$(hack/k8s-binaries.sh)" && \
+	KUBEBUILDER_ASSETS="$$assets" go test ./test/bench/ -run '^TestHarness$$' -count=1 -timeout 20m
 
 # BENCH_FLAGS sizes the benchmarks (go run ./test/bench/cmd/bench -h), e.g.
 # BENCH_FLAGS='-n 100 -rounds 1 -steady-n 200 -unrelated 1000'.
@@ -82,14 +134,13 @@ bench: ## Run the benchmarks on a control plane of their own; writes docs/benchm
 	KUBEBUILDER_ASSETS="$$assets" go run ./test/bench/cmd/bench -command "make bench$(if $(BENCH_FLAGS), BENCH_FLAGS='$(BENCH_FLAGS)')" $(BENCH_FLAGS)
 
 .PHONY: test-all
-test-all: verify test test-postgres test-e2e ## Everything CI runs (.ci/run): the README's test command.
+test-all: verify test test-heavy test-postgres test-e2e ## Everything CI runs (.ci/run): the README's test command.
 
 .PHONY: verify
 verify: ## Fail if generated files, formatting or go.mod/go.sum differ from what is committed.
 	@$(MAKE) -s manifests generate
 	@go mod tidy
-	@unformatted="$$(gofmt -l $$(git ls-files '*.go'))"; \
-	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
+	@$(MAKE) -s fmt-check
 	@if [ -n "$$(git status --porcelain -- api config go.mod go.sum)" ]; then \
 		echo "Generated files or go.mod/go.sum are out of date; run 'make manifests generate' and 'go mod tidy', then commit:"; \
 		git status --porcelain -- api config go.mod go.sum; git --no-pager diff --stat -- api config go.mod go.sum; exit 1; fi
@@ -192,13 +243,13 @@ endif
 
 .PHONY: install
 install: manifests kustomize ## Install CRDs into the K8s cluster specified in ~/.kube/config.
-	@out="$$( "$(KUSTOMIZE)" build config/crd 2>/dev/null || true )"; \
-	if [ -n "$$out" ]; then echo "$$out" | "$(KUBECTL)" apply -f -; else echo "No CRDs to install; skipping."; fi
+	@crds="$$("$(KUSTOMIZE)" build config/crd)" || { echo "kustomize build config/crd failed; nothing installed." >&2; exit 1; }; \
+	echo "$$crds" | "$(KUBECTL)" apply -f -
 
 .PHONY: uninstall
 uninstall: manifests kustomize ## Uninstall CRDs from the K8s cluster specified in ~/.kube/config. Call with ignore-not-found=true to ignore resource not found errors during deletion.
-	@out="$$( "$(KUSTOMIZE)" build config/crd 2>/dev/null || true )"; \
-	if [ -n "$$out" ]; then echo "$$out" | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -; else echo "No CRDs to delete; skipping."; fi
+	@crds="$$("$(KUSTOMIZE)" build config/crd)" || { echo "kustomize build config/crd failed; nothing uninstalled." >&2; exit 1; }; \
+	echo "$$crds" | "$(KUBECTL)" delete --ignore-not-found=$(ignore-not-found) -f -
 
 .PHONY: deploy
 deploy: manifests kustomize ## Deploy controller to the K8s cluster specified in ~/.kube/config.

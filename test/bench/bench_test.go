@@ -9,8 +9,9 @@ import (
 )
 
 // TestHarness runs every benchmark small (20 MyDatabases, one round; the
-// full tier with 3, on two KWOK clusters) so that `make test` keeps the
-// harness working. It asserts what must hold at any size, never a timing:
+// full tier with 3, on two KWOK clusters) so that `make test-bench-harness`
+// (part of `make test-heavy` and `make test-all`, not of `make test`) keeps
+// the harness working. It asserts what must hold at any size, never a timing:
 // everything converges, the raw client makes exactly its writes, a
 // converged operator writes nothing, on a quiet period, across a resync and
 // after a restart, and on KWOK every pod ends Running and Ready.

@@ -2,6 +2,8 @@ package reliability
 
 import (
 	"context"
+	"maps"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/testenv"
@@ -22,17 +25,16 @@ import (
 
 // staleClient answers every Get of a MyDatabase with an old copy, as a lagging
 // cache would.
-type staleClient struct {
-	client.Client
-	stale *databasev1alpha1.MyDatabase
-}
-
-func (c *staleClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if db, ok := obj.(*databasev1alpha1.MyDatabase); ok {
-		c.stale.DeepCopyInto(db)
-		return nil
-	}
-	return c.Client.Get(ctx, key, obj, opts...)
+func staleClient(c client.Client, stale *databasev1alpha1.MyDatabase) client.Client {
+	return intercept(c, interceptor.Funcs{
+		Get: func(ctx context.Context, next client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if db, ok := obj.(*databasev1alpha1.MyDatabase); ok {
+				stale.DeepCopyInto(db)
+				return nil
+			}
+			return next.Get(ctx, key, obj, opts...)
+		},
+	})
 }
 
 // Scenario 3: a MyDatabase deleted and created again under the same name,
@@ -71,7 +73,7 @@ func TestSameNameNewObjectWithStaleReads(t *testing.T) {
 	freshPVC := dataVolume(t, fresh)
 	before := snapshot(t, ns)
 
-	o := newOperator(&staleClient{Client: env.Client, stale: stale}, env.Client)
+	o := newOperator(staleClient(env.Client, stale), env.Client)
 	for range 3 {
 		_, _ = o.pass(key)
 	}
@@ -158,36 +160,35 @@ func TestMissedIntermediateStates(t *testing.T) {
 }
 
 // failingReader fails every read of the given kinds with a server error.
-type failingReader struct {
-	client.Client
-	kinds map[string]bool
-}
-
-func (c *failingReader) fail(obj any) error {
-	name := kindName(obj)
-	if c.kinds["*"] || c.kinds[name] {
-		return apierrors.NewInternalError(schemaErr(name))
+func failingReader(c client.Client, kinds map[string]bool) client.Client {
+	fail := func(obj any) error {
+		name := kindName(obj)
+		if kinds["*"] || kinds[name] {
+			return apierrors.NewInternalError(schemaErr(name))
+		}
+		return nil
 	}
-	return nil
-}
-
-func (c *failingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if err := c.fail(obj); err != nil {
-		return err
-	}
-	return c.Client.Get(ctx, key, obj, opts...)
-}
-
-func (c *failingReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	if err := c.fail(list); err != nil {
-		return err
-	}
-	return c.Client.List(ctx, list, opts...)
+	return intercept(c, interceptor.Funcs{
+		Get: func(ctx context.Context, next client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := fail(obj); err != nil {
+				return err
+			}
+			return next.Get(ctx, key, obj, opts...)
+		},
+		List: func(ctx context.Context, next client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if err := fail(list); err != nil {
+				return err
+			}
+			return next.List(ctx, list, opts...)
+		},
+	})
 }
 
 // Scenario 6: when the API server fails (anything but a real NotFound), the
-// operator takes no action at all: no Secret minted because "the volume
-// could not be read", no deletion because "the list failed".
+// operator takes no action: no Secret minted because "the volume could not
+// be read", no deletion because "the list failed". Its one write is the
+// MyDatabase's status saying so, since the status is written after every
+// pass (README, "Status").
 func TestServerErrorsCauseNoAction(t *testing.T) {
 	cases := map[string]struct {
 		setup  func(t *testing.T, ns string, db *databasev1alpha1.MyDatabase)
@@ -225,22 +226,49 @@ func TestServerErrorsCauseNoAction(t *testing.T) {
 				tc.setup(t, ns, db)
 			}
 			before := snapshot(t, ns)
-			failing := &failingReader{Client: env.Client, kinds: tc.failOn}
+			failing := failingReader(env.Client, tc.failOn)
 			writes := testenv.NewCountingClient(failing)
 			o := newOperator(writes, failing)
 			if _, err := o.pass(key); err == nil {
 				t.Error("a failed read was not reported as an error (no retry would follow)")
 			}
-			if n := writes.Total(); n != 0 {
-				t.Errorf("%d writes on a failed read: %v", n, writes.Writes())
+			other := writes.Writes()
+			reports := other["patch-status MyDatabase"]
+			delete(other, "patch-status MyDatabase")
+			if reports > 1 || len(other) > 0 {
+				t.Errorf("writes on a failed read: %v; want at most the MyDatabase's status", writes.Writes())
 			}
-			if diff := cmp.Diff(before, snapshot(t, ns)); diff != "" {
+			after := snapshot(t, ns)
+			if diff := cmp.Diff(withoutStatus(before), withoutStatus(after)); diff != "" {
 				t.Errorf("state changed on a failed read (-before +after):\n%s", diff)
+			}
+			if reports > 0 {
+				got := &databasev1alpha1.MyDatabase{}
+				if err := env.Client.Get(context.Background(), key, got); err != nil {
+					t.Fatal(err)
+				}
+				ready := meta.FindStatusCondition(got.Status.Conditions, databasev1alpha1.ConditionReady)
+				if ready == nil || ready.Status != metav1.ConditionFalse || !strings.Contains(ready.Message, "injected: ") {
+					t.Errorf("the status written on a failed read does not report the server's error: Ready %+v", ready)
+				}
 			}
 			// The server comes back: the operator recovers.
 			newOperator(env.Client, env.Client).converge(t, key)
 		})
 	}
+}
+
+// withoutStatus is a snapshot without the status of its MyDatabases.
+func withoutStatus(snap map[string]any) map[string]any {
+	out := maps.Clone(snap)
+	for key, obj := range out {
+		if strings.HasPrefix(key, "MyDatabase/") {
+			o := maps.Clone(obj.(map[string]any))
+			delete(o, "status")
+			out[key] = o
+		}
+	}
+	return out
 }
 
 func kindName(obj any) string {

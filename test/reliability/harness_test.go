@@ -17,11 +17,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/controller/mydatabase"
@@ -117,19 +120,38 @@ func (o *operator) converge(t *testing.T, key client.ObjectKey) {
 	t.Fatalf("no convergence after 15 passes; errors: %v", o.errs)
 }
 
+// actedOn fails unless db's status describes its current generation, every
+// child applied. status.observedGeneration moves only when a pass ends
+// Ready, Stalled or Paused (README, "Status"), and envtest runs no
+// StatefulSet controller, so the servers never become ready: a pass that
+// applied everything ends Reconciling, with the Ready condition, which every
+// pass writes, at the generation it describes and no failure as its reason.
+func actedOn(db *databasev1alpha1.MyDatabase) error {
+	ready := meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionReady)
+	switch {
+	case ready == nil || ready.ObservedGeneration != db.Generation:
+		return fmt.Errorf("no status for generation %d yet (Ready: %+v)", db.Generation, ready)
+	case ready.Reason == databasev1alpha1.ReasonAPIError:
+		return fmt.Errorf("generation %d: %s: %s", db.Generation, ready.Reason, ready.Message)
+	}
+	if stalled := meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionStalled); stalled != nil {
+		return fmt.Errorf("generation %d stalled: %s: %s", db.Generation, stalled.Reason, stalled.Message)
+	}
+	return nil
+}
+
 // errCrashed stands for the operator process dying.
 var errCrashed = errors.New("injected crash")
 
-// crashingClient lets the first k mutating calls through, then fails every
-// call, as if the process had died right after its k-th write.
-type crashingClient struct {
-	client.Client
+// crash lets the first k mutating calls through, then fails every later
+// one, as if the process had died right after its k-th write.
+type crash struct {
 	mu      sync.Mutex
 	left    int
 	crashed bool
 }
 
-func (c *crashingClient) write() error {
+func (c *crash) write() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.left == 0 {
@@ -140,77 +162,105 @@ func (c *crashingClient) write() error {
 	return nil
 }
 
-func (c *crashingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	if err := c.write(); err != nil {
-		return err
-	}
-	return c.Client.Create(ctx, obj, opts...)
+func (c *crash) happened() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.crashed
 }
 
-func (c *crashingClient) Patch(ctx context.Context, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-	if err := c.write(); err != nil {
-		return err
-	}
-	return c.Client.Patch(ctx, obj, p, opts...)
+// crashingClient is c with every write, of an object or of its status,
+// counted by cr.
+func crashingClient(c client.Client, cr *crash) client.Client {
+	return intercept(c, interceptor.Funcs{
+		Create: func(ctx context.Context, next client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if err := cr.write(); err != nil {
+				return err
+			}
+			return next.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, next client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if err := cr.write(); err != nil {
+				return err
+			}
+			return next.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, next client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			if err := cr.write(); err != nil {
+				return err
+			}
+			return next.Patch(ctx, obj, p, opts...)
+		},
+		Apply: func(ctx context.Context, next client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			if err := cr.write(); err != nil {
+				return err
+			}
+			return next.Apply(ctx, obj, opts...)
+		},
+		Delete: func(ctx context.Context, next client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if err := cr.write(); err != nil {
+				return err
+			}
+			return next.Delete(ctx, obj, opts...)
+		},
+		DeleteAllOf: func(ctx context.Context, next client.WithWatch, obj client.Object, opts ...client.DeleteAllOfOption) error {
+			if err := cr.write(); err != nil {
+				return err
+			}
+			return next.DeleteAllOf(ctx, obj, opts...)
+		},
+		SubResourceCreate: func(ctx context.Context, next client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+			if err := cr.write(); err != nil {
+				return err
+			}
+			return next.SubResource(sub).Create(ctx, obj, subObj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, next client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if err := cr.write(); err != nil {
+				return err
+			}
+			return next.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, next client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			if err := cr.write(); err != nil {
+				return err
+			}
+			return next.SubResource(sub).Patch(ctx, obj, p, opts...)
+		},
+		SubResourceApply: func(ctx context.Context, next client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+			if err := cr.write(); err != nil {
+				return err
+			}
+			return next.SubResource(sub).Apply(ctx, obj, opts...)
+		},
+	})
 }
 
-func (c *crashingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
-	if err := c.write(); err != nil {
-		return err
-	}
-	return c.Client.Apply(ctx, obj, opts...)
+// intercept puts controller-runtime's interceptor in front of c, which,
+// like every client here (an envtest client, a manager's), cannot watch:
+// the interceptor wants a client.WithWatch.
+func intercept(c client.Client, funcs interceptor.Funcs) client.Client {
+	return interceptor.NewClient(unwatched{c}, funcs)
 }
 
-func (c *crashingClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
-	if err := c.write(); err != nil {
-		return err
-	}
-	return c.Client.Delete(ctx, obj, opts...)
-}
+type unwatched struct{ client.Client }
 
-func (c *crashingClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	if err := c.write(); err != nil {
-		return err
-	}
-	return c.Client.Update(ctx, obj, opts...)
-}
-
-func (c *crashingClient) Status() client.SubResourceWriter {
-	return &crashingStatus{SubResourceWriter: c.Client.Status(), c: c}
-}
-
-type crashingStatus struct {
-	client.SubResourceWriter
-	c *crashingClient
-}
-
-func (s *crashingStatus) Patch(ctx context.Context, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
-	if err := s.c.write(); err != nil {
-		return err
-	}
-	return s.SubResourceWriter.Patch(ctx, obj, p, opts...)
-}
-
-func (s *crashingStatus) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	if err := s.c.write(); err != nil {
-		return err
-	}
-	return s.SubResourceWriter.Update(ctx, obj, opts...)
+func (unwatched) Watch(context.Context, client.ObjectList, ...client.ListOption) (watch.Interface, error) {
+	return nil, errors.New("this test client does not watch")
 }
 
 // runUntilCrash runs passes of an operator whose k-th write is its last.
 // It reports whether the crash happened before the work was done.
 func runUntilCrash(key client.ObjectKey, k int) bool {
-	c := &crashingClient{Client: env.Client, left: k}
-	o := newOperator(c, env.Client)
-	for i := 0; i < 15 && !c.crashed; i++ {
-		if _, err := o.pass(key); err == nil && !c.crashed {
+	c := &crash{left: k}
+	o := newOperator(crashingClient(env.Client, c), env.Client)
+	for i := 0; i < 15 && !c.happened(); i++ {
+		if _, err := o.pass(key); err == nil && !c.happened() {
 			if gone(key) {
 				break
 			}
 		}
 	}
-	return c.crashed
+	return c.happened()
 }
 
 func gone(key client.ObjectKey) bool {

@@ -203,8 +203,8 @@ func waitConverged(t *testing.T, c client.Client, key client.ObjectKey, replicas
 		if err := c.Get(ctx, key, db); err != nil {
 			return err
 		}
-		if db.Status.ObservedGeneration != db.Generation {
-			return fmt.Errorf("observedGeneration %d, generation %d", db.Status.ObservedGeneration, db.Generation)
+		if err := actedOn(db); err != nil {
+			return err
 		}
 		sts := &appsv1.StatefulSet{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: specs.StatefulSetName(db)}, sts); err != nil {

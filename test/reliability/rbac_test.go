@@ -153,10 +153,7 @@ func runLifecycle(t *testing.T, ns string, cfg *rest.Config, cacheOpts cache.Opt
 		if err := env.Client.Get(ctx, key, db); err != nil {
 			return err
 		}
-		if db.Status.ObservedGeneration != db.Generation {
-			return fmt.Errorf("observedGeneration %d of %d", db.Status.ObservedGeneration, db.Generation)
-		}
-		return nil
+		return actedOn(db)
 	})
 
 	db.Spec.Replicas = ptr.To[int32](3)
