@@ -481,7 +481,7 @@ type Steady struct {
 	RestartWrites          int          `json:"restart_client_writes"`
 	HeapAfterRestart       uint64       `json:"heap_after_restart_bytes"`
 	HeapPerDBAfterRestart  float64      `json:"heap_per_db_after_restart_bytes"`
-	// B5: spec edit until status.observedGeneration shows it.
+	// B5: spec edit until the status describes it (the generation on its Ready condition).
 	Edits          int            `json:"edits"`
 	EditRate       float64        `json:"edit_rate"`
 	EditLatencyMs  []float64      `json:"edit_latency_ms"` // sorted
@@ -739,7 +739,7 @@ func createUnrelated(ctx context.Context, env *controlPlane, n, size int) error 
 
 // edits changes spec.parameters of Edits MyDatabases at EditRate per second
 // and measures, for each, the time from sending the patch to the watch event
-// in which status.observedGeneration reaches the new generation.
+// in which the status describes the new generation (Ready condition).
 func edits(ctx context.Context, c client.WithWatch, op *operator, ns string, opts Options, st *Steady) error {
 	tr, err := startTracker(c, ns)
 	if err != nil {

@@ -52,7 +52,7 @@ func childBit(kind, name string) (db string, bit uint8, ok bool) {
 
 // tracker follows the MyDatabases of one namespace and their children
 // through watches of its own (children as metadata only) and notes when
-// each MyDatabase converges: every child exists and status.observedGeneration
+// each MyDatabase converges: every child exists and the status (its Ready condition)
 // equals metadata.generation, in a phase other than Stalled. Times are
 // those at which the watch events arrive here.
 type tracker struct {
@@ -76,7 +76,7 @@ type dbState struct {
 	children    uint8
 	conv        bool
 	convAt      time.Time
-	// observed notes when each observedGeneration was first seen.
+	// observed notes when the status first described each generation.
 	observed []genSeen
 }
 
@@ -317,7 +317,7 @@ func (t *tracker) counts() (converged, stalled, regressions int) {
 	return t.converged, len(t.stalled), t.regressions
 }
 
-// observedAt returns when status.observedGeneration of db was first seen at
+// observedAt returns when the status of db was first seen describing
 // gen or above.
 func (t *tracker) observedAt(db string, gen int64) (time.Time, bool) {
 	t.mu.Lock()

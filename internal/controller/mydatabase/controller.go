@@ -166,7 +166,7 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 // SetupWithManager watches MyDatabases and every kind of child. Children
 // with a controller reference map back through it; the retained Secrets,
 // PVCs and the pods (owned by the StatefulSet) map back through the
-// instance label; pods only while they lack their role label.
+// instance label; pods only when their role label is missing or changed.
 func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	byInstance := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name, ok := o.GetLabels()[databasev1alpha1.LabelInstance]
