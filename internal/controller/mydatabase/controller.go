@@ -126,14 +126,33 @@ func conflict(ctx context.Context, err error) (ctrl.Result, error) {
 // reconcileSpec makes sure the MyDatabase has its finalizer, then aligns the
 // children.
 func (r *MyDatabaseReconciler) reconcileSpec(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
-	if !controllerutil.ContainsFinalizer(db, databasev1alpha1.Finalizer) {
-		patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		controllerutil.AddFinalizer(db, databasev1alpha1.Finalizer)
-		if err := r.Patch(ctx, db, patch); err != nil {
-			return err
-		}
+	if err := r.ensureFinalizer(ctx, db); err != nil {
+		return err
+	}
+	if !db.DeletionTimestamp.IsZero() { // deleted since the cache said otherwise
+		return r.reconcileDelete(ctx, db, obs)
 	}
 	return r.reconcileChildren(ctx, db, obs)
+}
+
+// ensureFinalizer adds the finalizer when the MyDatabase lacks it. The cache
+// often lags behind the finalizer this process added a moment ago (the
+// events of the children it then created wake the next pass first), so the
+// API server is asked before writing: a patch over the stale object would
+// only conflict, again and again until the cache caught up.
+func (r *MyDatabaseReconciler) ensureFinalizer(ctx context.Context, db *databasev1alpha1.MyDatabase) error {
+	if controllerutil.ContainsFinalizer(db, databasev1alpha1.Finalizer) {
+		return nil
+	}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
+		return objectError("get", db, db.Name, err)
+	}
+	if controllerutil.ContainsFinalizer(db, databasev1alpha1.Finalizer) || !db.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(db, databasev1alpha1.Finalizer)
+	return objectError("patch", db, db.Name, r.Patch(ctx, db, patch))
 }
 
 // writeStatus computes the status from what was observed and patches it
