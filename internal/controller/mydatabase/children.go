@@ -265,18 +265,43 @@ func (r *MyDatabaseReconciler) checkPodCreation(ctx context.Context, db *databas
 	if latest == nil || latest.Reason != "FailedCreate" {
 		return nil
 	}
-	reason, todo := databasev1alpha1.ReasonAdmissionDenied,
-		"An admission policy or plugin of the cluster denies it: change that policy, or the MyDatabase spec so that it complies"
+	if obs.stalled = createFailure(db, sts.Name, latest.Message); obs.stalled == nil {
+		log(ctx).V(1).Info("The StatefulSet controller cannot create a server yet", "event", latest.Message)
+	}
+	return nil
+}
+
+// passing tells the refusals of a pod or claim that resolve without anyone
+// acting: a namespace whose default service account is not made yet, a
+// quota whose usage is not computed yet, a namespace being deleted.
+func passing(words string) bool {
+	for _, w := range []string{"error looking up service account", "status unknown for quota", "being terminated"} {
+		if strings.Contains(words, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// createFailure stalls on the refusals of a pod or claim that a person must
+// lift; anything else (see passing) resolves with the StatefulSet
+// controller's own retries, and gives nil.
+func createFailure(db *databasev1alpha1.MyDatabase, sts, words string) *blocker {
+	var reason, todo string
 	switch {
-	case strings.Contains(latest.Message, "exceeded quota"):
+	case strings.Contains(words, "exceeded quota"):
 		reason, todo = databasev1alpha1.ReasonQuotaExceeded, fmt.Sprintf(
 			"Raise the ResourceQuota of namespace %q (kubectl describe resourcequota -n %s) or free what it counts",
 			db.Namespace, db.Namespace)
-	case strings.Contains(latest.Message, " is invalid"):
+	case admissionDenial(words) || (strings.Contains(words, " is forbidden: ") && !passing(words)):
+		reason, todo = databasev1alpha1.ReasonAdmissionDenied,
+			"An admission policy or plugin of the cluster denies it: change that policy, or the MyDatabase spec so that it complies"
+	case strings.Contains(words, " is invalid"):
 		reason, todo = databasev1alpha1.ReasonInvalidChild,
 			"The spec derives a pod or claim the API server does not accept: correct the spec field the message names"
+	default:
+		return nil
 	}
-	obs.stalled = &blocker{reason, fmt.Sprintf("the StatefulSet controller cannot create the servers of StatefulSet %s: %s. %s; "+
-		"it retries on its own", sts.Name, quote(latest.Message), todo)}
-	return nil
+	return &blocker{reason, fmt.Sprintf("the StatefulSet controller cannot create the servers of StatefulSet %s: %s. %s; "+
+		"it retries on its own", sts, quote(words), todo)}
 }

@@ -207,18 +207,19 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 		Complete(r)
 }
 
-// roleChanged passes the pod events the operator acts on: a pod created
-// without a role label, or whose role label someone changed or removed.
-// Readiness reaches the status through the StatefulSet's own status, so
-// every other pod change would only cost a reconcile (about two per
-// MyDatabase on a busy cluster).
+// roleChanged passes the pod events the operator acts on: a pod without a
+// role label, or whose role label someone changed from one role to
+// another. The operator's own labelling (no role to a role) passes
+// nothing. Readiness reaches the status through the StatefulSet's own
+// status, so every other pod change would only cost a reconcile (about two
+// per MyDatabase on a busy cluster).
 var roleChanged = predicate.Funcs{
 	CreateFunc: func(e event.CreateEvent) bool {
 		return !specs.KnownRole(e.Object.GetLabels()[databasev1alpha1.LabelRole])
 	},
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		role := e.ObjectNew.GetLabels()[databasev1alpha1.LabelRole]
-		return !specs.KnownRole(role) || role != e.ObjectOld.GetLabels()[databasev1alpha1.LabelRole]
+		role, was := e.ObjectNew.GetLabels()[databasev1alpha1.LabelRole], e.ObjectOld.GetLabels()[databasev1alpha1.LabelRole]
+		return !specs.KnownRole(role) || (specs.KnownRole(was) && role != was)
 	},
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },

@@ -487,6 +487,7 @@ func TestRoleChangedPredicate(t *testing.T) {
 		{"-", "bogus", true},
 		{"-", replica, false},
 		{replica, replica, false}, // a readiness change, say
+		{"", replica, false},      // the operator's own labelling
 		{replica, "", true},
 		{replica, primary, true},
 		{primary, primary, false},

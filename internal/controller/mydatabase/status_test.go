@@ -356,3 +356,30 @@ func TestTransitionEvents(t *testing.T) {
 		t.Errorf("events %v, want %v", got, want)
 	}
 }
+
+// The StatefulSet controller's FailedCreate messages: what a person must
+// lift stalls, what passes on its own does not.
+func TestCreateFailure(t *testing.T) {
+	db := newDB("shop", "orders")
+	for words, want := range map[string]string{
+		`create Claim data-orders-0 Pod orders-0 in StatefulSet orders failed error: persistentvolumeclaims "data-orders-0" is forbidden: exceeded quota: tight, requested: persistentvolumeclaims=1, used: persistentvolumeclaims=0, limited: persistentvolumeclaims=0`: databasev1alpha1.ReasonQuotaExceeded,
+		`create Pod orders-0 in StatefulSet orders failed error: pods "orders-0" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true`:                                                                                                           databasev1alpha1.ReasonAdmissionDenied,
+		`create Pod orders-0 in StatefulSet orders failed error: pods "orders-0" is forbidden: maximum cpu usage per Container is 100m, but limit is 200m`:                                                                                                               databasev1alpha1.ReasonAdmissionDenied,
+		`create Pod orders-0 in StatefulSet orders failed error: admission webhook "deny.example.com" denied the request: no`:                                                                                                                                            databasev1alpha1.ReasonAdmissionDenied,
+		`create Pod orders-0 in StatefulSet orders failed error: Pod "orders-0" is invalid: spec.containers[0].image: Required value`:                                                                                                                                    databasev1alpha1.ReasonInvalidChild,
+		`create Pod orders-0 in StatefulSet orders failed error: pods "orders-0" is forbidden: error looking up service account shop/default: serviceaccount "default" not found`:                                                                                        "",
+		`create Claim data-orders-0 Pod orders-0 in StatefulSet orders failed error: persistentvolumeclaims "data-orders-0" is forbidden: status unknown for quota: tight`:                                                                                               "",
+		`create Pod orders-0 in StatefulSet orders failed error: Timeout: request did not complete within requested timeout`:                                                                                                                                             "",
+	} {
+		got := ""
+		if b := createFailure(db, "orders", words); b != nil {
+			got = b.reason
+			if !strings.Contains(b.message, "StatefulSet orders") || !strings.Contains(b.message, words) {
+				t.Errorf("message %q does not name the StatefulSet and quote the event", b.message)
+			}
+		}
+		if got != want {
+			t.Errorf("%s: %q, want %q", words, got, want)
+		}
+	}
+}
