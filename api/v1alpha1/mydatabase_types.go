@@ -222,28 +222,37 @@ type ServiceSpec struct {
 type Phase string
 
 const (
-	// PhasePending: accepted, nothing created yet.
+	// PhasePending: no StatefulSet yet (the first pass failed or waits).
 	PhasePending Phase = "Pending"
-	// PhaseProvisioning: children created, servers not all ready yet.
+	// PhaseProvisioning: children created, servers never all ready yet.
 	PhaseProvisioning Phase = "Provisioning"
 	// PhaseReady: every server is ready and runs the desired spec.
 	PhaseReady Phase = "Ready"
-	// PhaseUpdating: a change is rolling through the servers.
+	// PhaseUpdating: was ready once; converging again (a change rolling
+	// through the servers, a scale, a server restarting, a retried error).
 	PhaseUpdating Phase = "Updating"
 	// PhasePaused: spec.paused is true; the operator changes nothing.
 	PhasePaused Phase = "Paused"
 	// PhaseStalled: only the user can unblock it; see the Stalled condition.
 	PhaseStalled Phase = "Stalled"
-	// PhaseDeleting: the MyDatabase is being deleted.
+	// PhaseDeleting: the MyDatabase is being deleted and something still
+	// holds it (an error, or finalizers of others).
 	PhaseDeleting Phase = "Deleting"
 )
 
-// Condition types, in the kstatus convention: Ready is the summary;
-// Reconciling and Stalled are present only while True.
+// Condition types, in the kstatus convention, one meaning each:
 const (
-	ConditionReady       = "Ready"
+	// ConditionReady is always present. True when every server runs the
+	// current spec and is ready and the last pass applied every child; a
+	// repair no client can see leaves it True. False otherwise, with the
+	// reason of Reconciling or Stalled, or Paused or Deleting.
+	ConditionReady = "Ready"
+	// ConditionReconciling is present (True) only while the operator works
+	// towards the spec on its own, retried transient errors included.
 	ConditionReconciling = "Reconciling"
-	ConditionStalled     = "Stalled"
+	// ConditionStalled is present (True) only when a person must act; its
+	// message says what to do. Never together with Reconciling.
+	ConditionStalled = "Stalled"
 )
 
 // Condition reasons.
