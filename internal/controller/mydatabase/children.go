@@ -68,9 +68,6 @@ func (r *MyDatabaseReconciler) applyChild(ctx context.Context, obs *observation,
 		obs.waiting = &blocker{databasev1alpha1.ReasonWaitingForOldInstance, owned.Error()}
 		return nil
 	}
-	if outcome != apply.Unchanged {
-		obs.wrote = true
-	}
 	if outcome == apply.Created {
 		obs.created = append(obs.created, apply.KindOf(live)+" "+live.GetName())
 	}
@@ -93,20 +90,19 @@ func (r *MyDatabaseReconciler) reconcileServices(ctx context.Context, db *databa
 	if specs.Replicas(db) > 1 {
 		return r.applyChild(ctx, obs, specs.ReadOnlyService(db), &corev1.Service{})
 	}
-	return r.deleteChild(ctx, db, obs, &corev1.Service{}, specs.ReadOnlyServiceName(db))
+	return r.deleteChild(ctx, db, &corev1.Service{}, specs.ReadOnlyServiceName(db))
 }
 
 func (r *MyDatabaseReconciler) reconcileDisruptionBudget(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	if specs.Replicas(db) > 1 {
 		return r.applyChild(ctx, obs, specs.PodDisruptionBudget(db), &policyv1.PodDisruptionBudget{})
 	}
-	return r.deleteChild(ctx, db, obs, &policyv1.PodDisruptionBudget{}, specs.PodDisruptionBudgetName(db))
+	return r.deleteChild(ctx, db, &policyv1.PodDisruptionBudget{}, specs.PodDisruptionBudgetName(db))
 }
 
-func (r *MyDatabaseReconciler) deleteChild(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, obj client.Object, name string) error {
+func (r *MyDatabaseReconciler) deleteChild(ctx context.Context, db *databasev1alpha1.MyDatabase, obj client.Object, name string) error {
 	deleted, err := r.deleteOwned(ctx, db, obj, name)
 	if deleted {
-		obs.wrote = true
 		r.event(db, corev1.EventTypeNormal, "Deleted", "Deleted %s %s", apply.KindOf(obj), name)
 	}
 	return err
@@ -197,7 +193,7 @@ func (r *MyDatabaseReconciler) adoptRetainedVolumes(ctx context.Context, db *dat
 			!strings.HasPrefix(pvc.Name, prefix) || !pvc.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if err := r.alignMetadata(ctx, pvc, map[string]string{databasev1alpha1.LabelOwnerUID: string(db.UID)}, nil, nil, db, obs); err != nil {
+		if err := r.alignMetadata(ctx, pvc, map[string]string{databasev1alpha1.LabelOwnerUID: string(db.UID)}, nil, nil, db); err != nil {
 			return err
 		}
 	}

@@ -96,7 +96,7 @@ func (r *MyDatabaseReconciler) ensureGeneratedSecret(ctx context.Context, db *da
 			name, databasev1alpha1.AnnotationPasswordDigest)}
 		return nil
 	}
-	return r.alignMetadata(ctx, secret, specs.Labels(db, specs.ComponentCredentials), annotations, specs.SecretOwnerReferences(db), db, obs)
+	return r.alignMetadata(ctx, secret, specs.Labels(db, specs.ComponentCredentials), annotations, specs.SecretOwnerReferences(db), db)
 }
 
 func (r *MyDatabaseReconciler) createSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
@@ -122,7 +122,6 @@ func (r *MyDatabaseReconciler) createSecret(ctx context.Context, db *databasev1a
 	if err != nil {
 		return objectError("create", secret, name, err)
 	}
-	obs.wrote = true
 	obs.created = append(obs.created, "Secret "+name)
 	return nil
 }
@@ -171,7 +170,7 @@ func (r *MyDatabaseReconciler) dataExists(ctx context.Context, db *databasev1alp
 // label and owner reference of others. It adopts what a deleted MyDatabase of
 // the same name retained, and follows changes of the deletion policy.
 func (r *MyDatabaseReconciler) alignMetadata(ctx context.Context, obj client.Object, labels, annotations map[string]string,
-	owners []metav1.OwnerReference, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	owners []metav1.OwnerReference, db *databasev1alpha1.MyDatabase) error {
 	wantLabels := withEntries(obj.GetLabels(), labels)
 	wantAnnotations := withEntries(obj.GetAnnotations(), annotations)
 	var wantOwners []metav1.OwnerReference
@@ -193,7 +192,6 @@ func (r *MyDatabaseReconciler) alignMetadata(ctx context.Context, obj client.Obj
 	if err := r.Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return objectError("patch", obj, obj.GetName(), err)
 	}
-	obs.wrote = true
 	if adopted {
 		r.event(db, corev1.EventTypeNormal, "Adopted", "Adopted %s %s left by a previous MyDatabase of the same name",
 			apply.KindOf(obj), obj.GetName())

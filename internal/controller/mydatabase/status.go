@@ -21,8 +21,6 @@ import (
 type observation struct {
 	// sts is the live StatefulSet, nil when there is none yet.
 	sts *appsv1.StatefulSet
-	// wrote is true when this pass changed a child.
-	wrote bool
 	// created names the children this pass created ("Service pg-rw"),
 	// reported in one event.
 	created []string

@@ -179,7 +179,6 @@ func TestStatusBranchesThroughKstatus(t *testing.T) {
 		{"new, nothing yet", nil, observation{}, false, status.InProgressStatus, databasev1alpha1.PhasePending, databasev1alpha1.ReasonProvisioning},
 		{"provisioning", nil, observation{sts: unready}, false, status.InProgressStatus, databasev1alpha1.PhaseProvisioning, databasev1alpha1.ReasonProvisioning},
 		{"ready", nil, observation{sts: rolled(2)}, false, status.CurrentStatus, databasev1alpha1.PhaseReady, databasev1alpha1.ReasonAvailable},
-		{"repaired a child, still ready", nil, observation{sts: rolled(2), wrote: true}, false, status.CurrentStatus, databasev1alpha1.PhaseReady, databasev1alpha1.ReasonAvailable},
 		{"rolling out a new spec", wasReady, observation{sts: rolling}, false, status.InProgressStatus, databasev1alpha1.PhaseUpdating, databasev1alpha1.ReasonUpdating},
 		{"scaling", wasReady, observation{sts: scaling}, false, status.InProgressStatus, databasev1alpha1.PhaseUpdating, databasev1alpha1.ReasonScaling},
 		{"a server went unready", wasReady, observation{sts: unready}, false, status.InProgressStatus, databasev1alpha1.PhaseUpdating, databasev1alpha1.ReasonServersNotReady},
