@@ -309,8 +309,8 @@ func snapshot(t *testing.T, ns string) map[string]any {
 		items, _ := m["items"].([]any)
 		for _, item := range items {
 			obj := item.(map[string]any)
-			meta := obj["metadata"].(map[string]any)
-			name := meta["name"].(string)
+			md := obj["metadata"].(map[string]any)
+			name := md["name"].(string)
 			if kind == "Secret" {
 				data := obj["data"].(map[string]any)
 				for k, v := range data {

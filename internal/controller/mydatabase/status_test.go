@@ -147,7 +147,7 @@ func TestStatusIsNotLostWhenTheCacheLags(t *testing.T) {
 func TestStatusBranchesThroughKstatus(t *testing.T) {
 	rolled := func(n int32) *appsv1.StatefulSet {
 		return &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: 3},
-			Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(n)},
+			Spec: appsv1.StatefulSetSpec{Replicas: new(n)},
 			Status: appsv1.StatefulSetStatus{ObservedGeneration: 3, Replicas: n, ReadyReplicas: n, UpdatedReplicas: n,
 				CurrentRevision: "a", UpdateRevision: "a"}}
 	}
@@ -162,7 +162,7 @@ func TestStatusBranchesThroughKstatus(t *testing.T) {
 		db.Status.ObservedGeneration = 1
 	}
 	deleting := func(db *databasev1alpha1.MyDatabase) {
-		db.DeletionTimestamp = ptr.To(metav1.Now())
+		db.DeletionTimestamp = new(metav1.Now())
 		db.Finalizers = []string{"example.com/other"}
 	}
 	block := &blocker{"Reason", "message"}
@@ -328,10 +328,10 @@ func TestClassifyNamesTheChildAndTheClass(t *testing.T) {
 func TestTransitionEvents(t *testing.T) {
 	rec := events.NewFakeRecorder(10)
 	r := &MyDatabaseReconciler{Recorder: rec}
-	at := func(status metav1.ConditionStatus, reason, message string) *databasev1alpha1.MyDatabase {
+	at := func(ready metav1.ConditionStatus, reason, message string) *databasev1alpha1.MyDatabase {
 		db := newDB("shop", "orders")
 		meta.SetStatusCondition(&db.Status.Conditions, metav1.Condition{Type: databasev1alpha1.ConditionReady,
-			Status: status, Reason: reason, Message: message})
+			Status: ready, Reason: reason, Message: message})
 		return db
 	}
 	steps := []*databasev1alpha1.MyDatabase{
