@@ -283,21 +283,17 @@ func passing(words string) bool {
 // lift; anything else (see passing) resolves with the StatefulSet
 // controller's own retries, and gives nil.
 func createFailure(db *databasev1alpha1.MyDatabase, sts, words string) *blocker {
-	var reason, todo string
+	var reason string
 	switch {
 	case strings.Contains(words, "exceeded quota"):
-		reason, todo = databasev1alpha1.ReasonQuotaExceeded, fmt.Sprintf(
-			"Raise the ResourceQuota of namespace %q (kubectl describe resourcequota -n %s) or free what it counts",
-			db.Namespace, db.Namespace)
+		reason = databasev1alpha1.ReasonQuotaExceeded
 	case admissionDenial(words) || (strings.Contains(words, " is forbidden: ") && !passing(words)):
-		reason, todo = databasev1alpha1.ReasonAdmissionDenied,
-			"An admission policy or plugin of the cluster denies it: change that policy, or the MyDatabase spec so that it complies"
+		reason = databasev1alpha1.ReasonAdmissionDenied
 	case strings.Contains(words, " is invalid"):
-		reason, todo = databasev1alpha1.ReasonInvalidChild,
-			"The spec derives a pod or claim the API server does not accept: correct the spec field the message names"
+		reason = databasev1alpha1.ReasonInvalidChild
 	default:
 		return nil
 	}
 	return &blocker{reason, fmt.Sprintf("the StatefulSet controller cannot create the servers of StatefulSet %s: %s. %s; "+
-		"it retries on its own", sts, quote(words), todo)}
+		"it retries on its own", sts, quote(words), whatToDo(db, reason))}
 }

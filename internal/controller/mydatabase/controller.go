@@ -93,9 +93,10 @@ func (r *MyDatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	if err != nil {
 		log(ctx).V(1).Info("Pass failed", "error", err.Error())
-		var stalled bool
-		if obs.failure, stalled = classify(db, err); stalled {
-			obs.stalled, obs.failure = obs.failure, nil
+		if b, stalled := classify(db, err); stalled {
+			obs.stalled = b
+		} else {
+			obs.failure = b
 		}
 	}
 	if obs.gone {

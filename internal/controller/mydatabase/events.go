@@ -42,20 +42,18 @@ func (r *MyDatabaseReconciler) recordTransitions(ctx context.Context, before, af
 		if old == nil || old.Status != metav1.ConditionTrue {
 			r.event(after, corev1.EventTypeNormal, "Ready", "%s", ready.Message)
 		}
-	case failing(ready.Reason) && (old == nil || old.Reason != ready.Reason || old.Message != ready.Message):
+	case failing(after) && (old == nil || old.Reason != ready.Reason || old.Message != ready.Message):
 		r.event(after, corev1.EventTypeWarning, ready.Reason, "%s", ready.Message)
 		log(ctx).Info("Cannot converge", "reason", ready.Reason, "message", ready.Message)
 	}
 }
 
-// failing tells the reasons of a Ready condition that report a failure
-// from those that report progress.
-func failing(reason string) bool {
-	switch reason {
-	case databasev1alpha1.ReasonProvisioning, databasev1alpha1.ReasonUpdating, databasev1alpha1.ReasonScaling,
-		databasev1alpha1.ReasonServersNotReady, databasev1alpha1.ReasonPaused, databasev1alpha1.ReasonDeleting,
-		databasev1alpha1.ReasonWaitingForOldInstance, databasev1alpha1.ReasonAvailable:
-		return false
+// failing reports whether the status reports a failure rather than
+// progress: Stalled, or Reconciling on a retried API error.
+func failing(db *databasev1alpha1.MyDatabase) bool {
+	if meta.IsStatusConditionTrue(db.Status.Conditions, databasev1alpha1.ConditionStalled) {
+		return true
 	}
-	return true
+	rec := meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionReconciling)
+	return rec != nil && rec.Reason == databasev1alpha1.ReasonAPIError
 }

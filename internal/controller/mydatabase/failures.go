@@ -29,37 +29,41 @@ func classify(db *databasev1alpha1.MyDatabase, err error) (b *blocker, stalled b
 		err = oe.Err
 	}
 	words := quote(err.Error())
-	refused := func(reason, todo string) (*blocker, bool) {
-		return &blocker{reason, fmt.Sprintf("the API server refused %s: %s. %s", what, words, todo)}, true
-	}
-	status := apierrors.APIStatus(nil)
-	if !errors.As(err, &status) {
-		return &blocker{databasev1alpha1.ReasonAPIError, fmt.Sprintf("%s: %s; retrying", what, words)}, false
-	}
+	reason := ""
 	switch {
-	case apierrors.HasStatusCause(err, "NamespaceTerminating"):
-		return &blocker{databasev1alpha1.ReasonAPIError, fmt.Sprintf("%s: %s; retrying", what, words)}, false
+	case !errors.As(err, new(apierrors.APIStatus)), apierrors.HasStatusCause(err, "NamespaceTerminating"):
 	case apierrors.IsForbidden(err) && strings.Contains(words, "exceeded quota"):
-		return refused(databasev1alpha1.ReasonQuotaExceeded, fmt.Sprintf(
-			"Raise the ResourceQuota of namespace %q (kubectl describe resourcequota -n %s) or free what it counts; "+
-				"the operator retries on its own", db.Namespace, db.Namespace))
+		reason = databasev1alpha1.ReasonQuotaExceeded
 	case admissionDenial(words):
-		return refused(databasev1alpha1.ReasonAdmissionDenied,
-			"An admission policy or webhook of the cluster denies it: change that policy, or the MyDatabase spec so that it complies; "+
-				"the operator retries on its own")
+		reason = databasev1alpha1.ReasonAdmissionDenied
 	case apierrors.IsForbidden(err) && strings.Contains(words, " cannot "):
-		return refused(databasev1alpha1.ReasonForbidden,
-			"The operator's service account lacks this permission: apply the RBAC of the installed operator version "+
-				"(config/rbac, or dist/install.yaml); the operator retries on its own")
+		reason = databasev1alpha1.ReasonForbidden
 	case apierrors.IsForbidden(err):
-		return refused(databasev1alpha1.ReasonAdmissionDenied,
-			"An admission plugin of the cluster (a LimitRange, say) denies it: change it or the MyDatabase spec; "+
-				"the operator retries on its own")
+		reason = databasev1alpha1.ReasonAdmissionDenied // a LimitRange, say
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-		return refused(databasev1alpha1.ReasonInvalidChild,
-			"The spec derives an object the API server does not accept: correct the spec field the message names")
+		reason = databasev1alpha1.ReasonInvalidChild
 	}
-	return &blocker{databasev1alpha1.ReasonAPIError, fmt.Sprintf("%s: %s; retrying", what, words)}, false
+	if reason == "" {
+		return &blocker{databasev1alpha1.ReasonAPIError, fmt.Sprintf("%s: %s; retrying", what, words)}, false
+	}
+	return &blocker{reason, fmt.Sprintf("the API server refused %s: %s. %s; the operator retries on its own",
+		what, words, whatToDo(db, reason))}, true
+}
+
+// whatToDo is the advice of a Stalled message for each refusal.
+func whatToDo(db *databasev1alpha1.MyDatabase, reason string) string {
+	switch reason {
+	case databasev1alpha1.ReasonQuotaExceeded:
+		return fmt.Sprintf("Raise the ResourceQuota of namespace %q (kubectl describe resourcequota -n %s) or free what it counts",
+			db.Namespace, db.Namespace)
+	case databasev1alpha1.ReasonAdmissionDenied:
+		return "An admission policy, webhook or plugin of the cluster denies it: change it, or the MyDatabase spec so that it complies"
+	case databasev1alpha1.ReasonForbidden:
+		return "The operator's service account lacks this permission: apply the RBAC of the installed operator version " +
+			"(config/rbac, or dist/install.yaml)"
+	default: // InvalidChild
+		return "The spec derives an object the API server does not accept: correct the spec field the message names"
+	}
 }
 
 // quote bounds the server's words for a condition message.

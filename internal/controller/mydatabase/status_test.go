@@ -11,7 +11,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -323,27 +322,28 @@ func TestClassifyNamesTheChildAndTheClass(t *testing.T) {
 	}
 }
 
-// The transition events: one Warning per distinct failure, none for a
-// repeat, and a Ready event only on the way to Ready.
+// The transition events, over the statuses computeStatus writes: one
+// Warning per distinct failure, none for a repeat, and a Ready event only
+// on the way to Ready.
 func TestTransitionEvents(t *testing.T) {
 	rec := events.NewFakeRecorder(10)
 	r := &MyDatabaseReconciler{Recorder: rec}
-	at := func(ready metav1.ConditionStatus, reason, message string) *databasev1alpha1.MyDatabase {
-		db := newDB("shop", "orders")
-		meta.SetStatusCondition(&db.Status.Conditions, metav1.Condition{Type: databasev1alpha1.ConditionReady,
-			Status: ready, Reason: reason, Message: message})
-		return db
-	}
-	steps := []*databasev1alpha1.MyDatabase{
-		at(metav1.ConditionFalse, databasev1alpha1.ReasonProvisioning, "0/1"),
-		at(metav1.ConditionFalse, databasev1alpha1.ReasonQuotaExceeded, "quota a"),
-		at(metav1.ConditionFalse, databasev1alpha1.ReasonQuotaExceeded, "quota a"),
-		at(metav1.ConditionFalse, databasev1alpha1.ReasonAPIError, "boom"),
-		at(metav1.ConditionTrue, databasev1alpha1.ReasonAvailable, "1/1"),
-		at(metav1.ConditionTrue, databasev1alpha1.ReasonAvailable, "1/1 again"),
-	}
-	for i := 1; i < len(steps); i++ {
-		r.recordTransitions(context.Background(), steps[i-1], steps[i])
+	ready := &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: new(int32(1))},
+		Status: appsv1.StatefulSetStatus{Replicas: 1, ReadyReplicas: 1, UpdatedReplicas: 1}}
+	quota := &blocker{databasev1alpha1.ReasonQuotaExceeded, "quota a"}
+	before := newDB("shop", "orders")
+	for _, obs := range []observation{
+		{sts: &appsv1.StatefulSet{}},
+		{stalled: quota},
+		{stalled: quota},
+		{failure: &blocker{databasev1alpha1.ReasonAPIError, "boom"}},
+		{sts: ready},
+		{sts: ready},
+	} {
+		after := before.DeepCopy()
+		computeStatus(after, &obs, time.Now())
+		r.recordTransitions(context.Background(), before, after)
+		before = after
 	}
 	close(rec.Events)
 	var got []string
