@@ -22,7 +22,7 @@
 #
 # Volumes: KWOK has no storage, so cmd/dev-provisioner runs as a local
 # process next to the cluster. It installs a default StorageClass and
-# creates a hostPath PersistentVolume for every claim, and deletes it when
+# creates a local PersistentVolume for every claim, and deletes it when
 # the claim is deleted. A provisioner rather than a pool of pre-made PVs:
 # deletionPolicy Delete and scale-down delete claims, and a pool's Released
 # volumes would never be reclaimed (the pool would drain), and tests could

@@ -3,6 +3,8 @@
 # Go module proxy, once per version, into a cache outside the checkout.
 #
 #   hack/k8s-binaries.sh            build what is missing, print the bin dir
+#   hack/k8s-binaries.sh --node     also kubelet, kube-proxy and coredns, for a
+#                                   node with real pods (hack/real-node.sh)
 #
 # Why from source: this project is developed and tested on machines with no
 # container engine and no internet beyond the Go module proxy, so
@@ -11,13 +13,15 @@
 # modules); every later call only checks that the files exist.
 #
 # Output: one directory (printed on stdout) holding etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, kwok and kwokctl. It is
+# kube-controller-manager, kube-scheduler, kubectl, kwok and kwokctl (and with
+# --node kubelet, kube-proxy and coredns: about 6 more minutes cold). It is
 # usable as KUBEBUILDER_ASSETS. Progress goes to stderr.
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
+COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
 CACHE_DIR=${MYOPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/myoperator}
 
 say() { printf '[k8s-binaries] %s\n' "$*" >&2; }
@@ -34,7 +38,13 @@ exec 9>"$CACHE_DIR/.lock"
 flock 9
 
 k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-all=("${k8s_bins[@]}" etcd kwok kwokctl)
+all=(etcd kwok kwokctl)
+case "${1:-}" in
+  "") ;;
+  --node) k8s_bins+=(kubelet kube-proxy); all+=(coredns) ;;
+  *) die "unknown argument $1 (usage: $0 [--node])" ;;
+esac
+all+=("${k8s_bins[@]}")
 
 missing=()
 for b in "${all[@]}"; do [ -x "$bindir/$b" ] || missing+=("$b"); done
@@ -104,6 +114,14 @@ if needs kwok kwokctl; then
   for b in kwok kwokctl; do
     needs "$b" && build "$mod" "sigs.k8s.io/kwok/cmd/$b" "$b"
   done
+fi
+
+# CoreDNS, the cluster DNS of a node with real pods.
+if needs coredns; then
+  mod="$srcdir/coredns-$COREDNS_VERSION"
+  new_module "$mod"
+  echo "require github.com/coredns/coredns $COREDNS_VERSION" >>"$mod/go.mod"
+  build "$mod" github.com/coredns/coredns coredns
 fi
 
 say "done: $bindir"

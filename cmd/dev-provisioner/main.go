@@ -24,9 +24,9 @@ limitations under the License.
 //
 //   - it creates (once) a default StorageClass whose provisioner is this
 //     process, with reclaimPolicy Delete and WaitForFirstConsumer binding;
-//   - for every claim of that class it creates a hostPath PersistentVolume
+//   - for every claim of that class it creates a local PersistentVolume
 //     backed by a directory under --root, pinned to the node the scheduler
-//     chose (hostPath data lives on one node, like a local disk);
+//     chose (the data lives on one node, like a local disk);
 //   - when such a volume is released (its claim deleted) it removes the
 //     directory and the PersistentVolume object.
 //
@@ -35,6 +35,14 @@ limitations under the License.
 // Released volumes would never be reclaimed (and would drain the pool), so
 // tests could not check that deleted data really goes away. A provisioner
 // also sizes every volume as the claim asks, like real clusters do.
+//
+// Why local volumes rather than hostPath: a kubelet applies a pod's fsGroup
+// to a local volume (group ownership and setgid, as on a real disk), and
+// never to a hostPath one. With hostPath, a non-root pod such as
+// PostgreSQL's (uid 999) could not write the directory this process creates
+// as root; making it 0777, as local-path provisioners do, would give every
+// user of the node the data. On the real-pod node (hack/real-node.sh) the
+// kubelet runs on this machine, so --root is its local disk.
 //
 // It is built on sigs.k8s.io/sig-storage-lib-external-provisioner, the
 // library behind the Kubernetes SIG Storage external provisioners; it uses
@@ -121,7 +129,7 @@ func run(kubeconfig, name, root, storageClass string, qps float32, burst int) er
 		}
 	}
 
-	p := &hostPathProvisioner{root: root}
+	p := &localProvisioner{root: root}
 	pc := controller.NewProvisionController(ctx, client, name, p,
 		// One process per cluster, started and stopped by its script: no
 		// leader election (it would also need a namespace to hold a lease).
@@ -169,22 +177,30 @@ func ensureStorageClass(ctx context.Context, client kubernetes.Interface, name, 
 	})
 }
 
-// hostPathProvisioner backs each volume with a directory under root. On a
-// KWOK node no container ever mounts it; the directory only makes the
-// volume's life cycle visible on disk.
-type hostPathProvisioner struct {
+// localProvisioner backs each volume with a directory under root. On a KWOK
+// node no container ever mounts it; the directory only makes the volume's
+// life cycle visible on disk. On the real-pod node the kubelet mounts it.
+type localProvisioner struct {
 	root string
 }
 
-var _ controller.Provisioner = &hostPathProvisioner{}
+var _ controller.Provisioner = &localProvisioner{}
 
-func (p *hostPathProvisioner) Provision(_ context.Context, opts controller.ProvisionOptions) (
+func (p *localProvisioner) Provision(_ context.Context, opts controller.ProvisionOptions) (
 	*corev1.PersistentVolume, controller.ProvisioningState, error) {
 	if opts.PVC.Spec.Selector != nil {
 		return nil, controller.ProvisioningFinished, errors.New("claims with a selector are not supported")
 	}
+	if opts.SelectedNodeName == "" {
+		// A local volume must name its node: only WaitForFirstConsumer
+		// binding tells which one.
+		return nil, controller.ProvisioningFinished, fmt.Errorf(
+			"storage class %s must use volumeBindingMode WaitForFirstConsumer", opts.StorageClass.Name)
+	}
 	path := filepath.Join(p.root, opts.PVName)
-	if err := os.MkdirAll(path, 0o777); err != nil {
+	// Owned by root and 0755 until a pod mounts it: the kubelet then gives
+	// it the pod's fsGroup.
+	if err := os.MkdirAll(path, 0o755); err != nil {
 		return nil, controller.ProvisioningFinished, err
 	}
 	reclaim := corev1.PersistentVolumeReclaimDelete
@@ -202,27 +218,25 @@ func (p *hostPathProvisioner) Provision(_ context.Context, opts controller.Provi
 				corev1.ResourceStorage: opts.PVC.Spec.Resources.Requests[corev1.ResourceStorage],
 			},
 			PersistentVolumeSource: corev1.PersistentVolumeSource{
-				HostPath: &corev1.HostPathVolumeSource{Path: path, Type: ptr.To(corev1.HostPathDirectoryOrCreate)},
+				Local: &corev1.LocalVolumeSource{Path: path},
 			},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+					Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{opts.SelectedNodeName},
+				}}}},
+			}},
 		},
-	}
-	if opts.SelectedNodeName != "" {
-		pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{
-			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
-				Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{opts.SelectedNodeName},
-			}}}},
-		}}
 	}
 	klog.InfoS("Provisioned volume", "pv", opts.PVName, "pvc", klog.KObj(opts.PVC),
 		"node", opts.SelectedNodeName, "path", path)
 	return pv, controller.ProvisioningFinished, nil
 }
 
-func (p *hostPathProvisioner) Delete(_ context.Context, pv *corev1.PersistentVolume) error {
-	if pv.Spec.HostPath == nil {
-		return &controller.IgnoredError{Reason: "not a hostPath volume"}
+func (p *localProvisioner) Delete(_ context.Context, pv *corev1.PersistentVolume) error {
+	if pv.Spec.Local == nil {
+		return &controller.IgnoredError{Reason: "not a local volume"}
 	}
-	path := filepath.Clean(pv.Spec.HostPath.Path)
+	path := filepath.Clean(pv.Spec.Local.Path)
 	if filepath.Dir(path) != p.root || !strings.HasPrefix(filepath.Base(path), "pvc-") {
 		return &controller.IgnoredError{Reason: fmt.Sprintf("path %s is not a volume under %s", path, p.root)}
 	}

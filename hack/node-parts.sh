@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Builds and caches everything a one-node cluster with real pods needs
+# (hack/real-node.sh), outside the checkout, once:
+#
+#   - kubelet, kube-proxy and coredns from the Go module proxy, with the
+#     control plane (hack/k8s-binaries.sh --node);
+#   - containerd, runc and the CNI plugins from Debian 12's packages,
+#     downloaded with `apt-get download` and extracted (never installed as
+#     services: the node script starts them as processes);
+#   - images, as docker-archive tarballs that `ctr images import` loads
+#     (there is no registry and no container engine here):
+#       localhost/myoperator/pause:3.10       pause.c of the Kubernetes module, gcc -static
+#       localhost/myoperator/coredns:<ver>    the coredns binary alone
+#       postgres:17, postgres:17.<minor>      Debian 13 (trixie) postgresql-17
+#       postgres:15, postgres:15.<minor>      Debian 12 (bookworm) postgresql-15
+#     The PostgreSQL images are built with mmdebstrap and match the official
+#     image where the operator relies on it: user postgres at uid/gid 999,
+#     the server's bin directory first on PATH, bash. They carry the names
+#     the operator gives by default (postgres:<version>), so a MyDatabase
+#     needs no `image` override; the two tags of a major are one image.
+#   - host tools the node calls: iptables and conntrack (kubelet, kube-proxy,
+#     portmap), mmdebstrap; installed with apt-get when missing.
+#
+#   hack/node-parts.sh      build what is missing; print shell assignments
+#                           (K8S_BIN=..., RUNTIME_DIR=..., NODE_BIN=..., CNI_BIN=...,
+#                           IMAGES=...)
+#
+# Nothing is downloaded from outside the package registries: the Go module
+# proxy and the Debian mirror. The first run takes about 15 minutes on two
+# cores (kubelet ~5 min, coredns ~2 min, each PostgreSQL image ~1-2 min);
+# later runs only check that the files exist. Progress goes to stderr.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE_DIR=${MYOPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/myoperator}
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# Bump when what an image contains changes, to rebuild the cached ones.
+IMAGES_REV=1
+PAUSE_TAG=3.10
+
+say() { printf '[node-parts] %s\n' "$*" >&2; }
+die() { say "ERROR: $*"; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "must run as root (mmdebstrap --mode=root, apt-get)"
+[ "$(uname -s)" = Linux ] || die "real pods need Linux"
+
+K8S_BIN=$("$repo/hack/k8s-binaries.sh" --node) || die "hack/k8s-binaries.sh --node failed"
+parts="$CACHE_DIR/node"
+mkdir -p "$parts"
+exec 8>"$parts/.lock"
+flock 8
+
+apt_updated=
+apt_get() {
+  if [ -z "$apt_updated" ]; then
+    say "apt-get update"
+    apt-get update -qq >&2 || die "apt-get update failed"
+    apt_updated=1
+  fi
+  # Quiet unless it fails: dpkg's progress is long.
+  DEBIAN_FRONTEND=noninteractive apt-get "$@" >"$parts/apt.log" 2>&1 || { cat "$parts/apt.log" >&2; return 1; }
+}
+
+# Host tools.
+need_pkgs=()
+command -v iptables >/dev/null || need_pkgs+=(iptables)
+command -v conntrack >/dev/null || need_pkgs+=(conntrack)
+command -v mmdebstrap >/dev/null || need_pkgs+=(mmdebstrap)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  say "installing ${need_pkgs[*]} with apt-get"
+  apt_get install -y -qq --no-install-recommends "${need_pkgs[@]}" || die "apt-get install ${need_pkgs[*]} failed"
+fi
+
+# containerd, runc and the CNI plugins, extracted from Debian's packages.
+runtime="$parts/runtime-deb12"
+if [ ! -x "$runtime/usr/bin/containerd" ] || [ ! -x "$runtime/usr/sbin/runc" ] || [ ! -x "$runtime/usr/lib/cni/bridge" ]; then
+  say "downloading and extracting containerd, runc, containernetworking-plugins"
+  tmp=$(mktemp -d "$parts/.debs.XXXXXX")
+  chmod 0755 "$tmp" # apt-get download writes as the _apt user
+  (cd "$tmp" && apt_get download containerd runc containernetworking-plugins) || die "apt-get download failed"
+  mkdir -p "$tmp/root"
+  for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$tmp/root"; done
+  rm -rf "$runtime" && mv "$tmp/root" "$runtime" && rm -rf "$tmp"
+fi
+NODE_BIN="$runtime/usr/bin:$runtime/usr/sbin"
+CNI_BIN="$runtime/usr/lib/cni"
+
+images="$parts/images-r$IMAGES_REV"
+mkdir -p "$images"
+
+# docker_archive <layer.tar> <out.tar> <config json, "rootfs" excluded> <tag>...
+# writes a one-layer image in the docker-archive format `ctr images import`
+# reads: manifest.json, the config blob and the layer.
+docker_archive() {
+  local layer=$1 out=$2 config=$3; shift 3
+  local dir diff cfgname tags t
+  dir=$(mktemp -d "$images/.archive.XXXXXX")
+  mv "$layer" "$dir/layer.tar"
+  diff=$(sha256sum "$dir/layer.tar" | cut -d' ' -f1)
+  printf '%s,"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "${config%\}}" "$diff" >"$dir/config.json"
+  cfgname=$(sha256sum "$dir/config.json" | cut -d' ' -f1).json
+  mv "$dir/config.json" "$dir/$cfgname"
+  tags=
+  for t in "$@"; do tags="$tags${tags:+,}\"$t\""; done
+  printf '[{"Config":"%s","RepoTags":[%s],"Layers":["layer.tar"]}]' "$cfgname" "$tags" >"$dir/manifest.json"
+  tar -C "$dir" -cf "$out.tmp" manifest.json "$cfgname" layer.tar
+  mv "$out.tmp" "$out"
+  rm -rf "$dir"
+}
+
+# single_binary_image <binary> <out.tar> <tag> <path in image>
+single_binary_image() {
+  local bin=$1 out=$2 tag=$3 path=$4 root
+  root=$(mktemp -d "$images/.root.XXXXXX")
+  install -D -m 0755 "$bin" "$root$path"
+  tar --numeric-owner --owner=0 --group=0 -C "$root" -cf "$root.layer" .
+  docker_archive "$root.layer" "$out" \
+    "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Entrypoint\":[\"$path\"],\"User\":\"65532:65532\"}}" "$tag"
+  rm -rf "$root"
+}
+
+if [ ! -f "$images/pause.tar" ]; then
+  src=$(cd "$CACHE_DIR/src/kubernetes-"* && go list -mod=mod -m -f '{{.Dir}}' k8s.io/kubernetes) ||
+    die "the k8s.io/kubernetes module is not in the module cache"
+  say "building the pause image from $src/build/pause/linux/pause.c"
+  gcc -Os -static -o "$images/.pause" -DVERSION="$PAUSE_TAG" "$src/build/pause/linux/pause.c" ||
+    die "gcc -static pause.c failed (is gcc's libc6-dev installed?)"
+  single_binary_image "$images/.pause" "$images/pause.tar" "localhost/myoperator/pause:$PAUSE_TAG" /pause
+  rm -f "$images/.pause"
+fi
+
+coredns_version=$("$K8S_BIN/coredns" -version | sed -n 's/^CoreDNS-\([0-9.]*\)$/\1/p')
+[ -n "$coredns_version" ] || die "cannot read the version of $K8S_BIN/coredns"
+if [ ! -f "$images/coredns-$coredns_version.tar" ]; then
+  say "building the coredns image"
+  single_binary_image "$K8S_BIN/coredns" "$images/coredns-$coredns_version.tar" \
+    "localhost/myoperator/coredns:$coredns_version" /coredns
+fi
+
+# postgres_image <major> <Debian suite>
+postgres_image() {
+  local major=$1 suite=$2 root version minor start=$SECONDS
+  [ -f "$images/postgres-$major.tar" ] && return
+  say "building the postgres:$major image from Debian $suite's postgresql-$major with mmdebstrap"
+  root=$(mktemp -d "$images/.postgres-$major.XXXXXX")
+  rmdir "$root"
+  # As the official image: the postgres user and group are 999, made before
+  # the package would pick its own; no cluster is created at install time;
+  # the socket directory is writable by the group.
+  mmdebstrap --quiet --mode=root --variant=minbase --format=directory \
+    --include="postgresql-$major" \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+    --essential-hook='echo "postgres:x:999:999:PostgreSQL administrator:/var/lib/postgresql:/bin/bash" >>"$1/etc/passwd"' \
+    --essential-hook='echo "postgres:x:999:" >>"$1/etc/group"' \
+    --essential-hook='mkdir -p "$1/etc/postgresql-common/createcluster.d" && echo "create_main_cluster = false" >"$1/etc/postgresql-common/createcluster.d/no-main-cluster.conf"' \
+    --customize-hook='install -d -o 999 -g 999 -m 2777 "$1/var/run/postgresql"' \
+    --customize-hook='install -d -o 999 -g 999 -m 0700 "$1/var/lib/postgresql/data"' \
+    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/*' \
+    "$suite" "$root" "$DEBIAN_MIRROR" >&2 || die "mmdebstrap of postgresql-$major failed"
+  [ "$(chroot "$root" id -u postgres)" = 999 ] || die "the postgres user of the image is not uid 999"
+  version=$(dpkg-query --admindir="$root/var/lib/dpkg" -W -f='${Version}' "postgresql-$major")
+  minor=${version#"$major".}; minor=${minor%%[^0-9]*}
+  [ -n "$minor" ] || die "cannot read the minor version of postgresql-$major ($version)"
+  tar --numeric-owner -C "$root" -cf "$root.layer" .
+  rm -rf "$root"
+  docker_archive "$root.layer" "$images/postgres-$major.tar" \
+    "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Env\":[\"PATH=/usr/lib/postgresql/$major/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\",\"PGDATA=/var/lib/postgresql/data\",\"LANG=C.UTF-8\"],\"Cmd\":[\"postgres\"],\"StopSignal\":\"SIGINT\"}}" \
+    "docker.io/library/postgres:$major" "docker.io/library/postgres:$major.$minor"
+  say "postgres:$major and postgres:$major.$minor built in $((SECONDS - start)) s ($(du -h "$images/postgres-$major.tar" | cut -f1))"
+}
+postgres_image 17 trixie
+postgres_image 15 bookworm
+
+echo "K8S_BIN=$K8S_BIN"
+echo "RUNTIME_DIR=$runtime"
+echo "NODE_BIN=$NODE_BIN"
+echo "CNI_BIN=$CNI_BIN"
+echo "IMAGES=$images"
