@@ -182,6 +182,13 @@ test-e2e: ## Run the end-to-end tests (test/e2e) on their own local cluster, wit
 	@assets="$$(hack/k8s-binaries.sh)" && \
 	E2E_K8S_BINARIES="$$assets" go test -tags e2e ./test/e2e/ -v -count=1 -timeout $(E2E_TIMEOUT)
 
+REAL_TIMEOUT ?= 30m
+.PHONY: test-real
+test-real: ## Run the life cycle on real pods (test/real) on a one-node cluster with a real kubelet, containerd and CNI (hack/real-node.sh). Needs Linux and root; builds and caches its parts the first time.
+	@hack/node-parts.sh >/dev/null
+	@PATH="$$(hack/k8s-binaries.sh --node):$$PATH" go test -tags real ./test/real/ -v -count=1 -timeout $(REAL_TIMEOUT)
+	@echo "Measured (bin/real/results.txt):"; cat bin/real/results.txt
+
 ##@ Build
 
 .PHONY: build

@@ -202,8 +202,12 @@ var (
 	LivenessCommand = []string{"/bin/sh", "-c", "pg_isready --quiet; test $? -le 1"}
 	// PreStopCommand: Kubernetes stops containers with SIGTERM, which
 	// PostgreSQL treats as a smart shutdown that waits for every client to
-	// leave. A fast shutdown disconnects them and checkpoints.
-	PreStopCommand = []string{"/bin/sh", "-c", `pg_ctl stop --pgdata="$PGDATA" --mode=fast --wait --timeout=50`}
+	// leave. A fast shutdown disconnects them and checkpoints. The hook only
+	// starts it (--no-wait): the server is the container's PID 1, so a
+	// waiting pg_ctl would be killed with it and the kubelet would report
+	// the hook failed. The kubelet's SIGTERM that follows does not weaken a
+	// fast shutdown, and the grace period bounds it.
+	PreStopCommand = []string{"/bin/sh", "-c", `pg_ctl stop --pgdata="$PGDATA" --mode=fast --no-wait`}
 )
 
 func execProbe(command []string, period, failures int32) *corev1ac.ProbeApplyConfiguration {

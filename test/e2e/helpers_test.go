@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/testenv"
 )
 
 // Labels and names the operator documents (README, internal/specs). The
@@ -141,10 +142,10 @@ func (h *harness) dumpCluster(logf func(string, ...any), ns string) {
 	get(append([]string{"mydatabase", "-o", "yaml"}, nsArgs...)...)
 	get(append([]string{"events", "--sort-by=.lastTimestamp"}, nsArgs...)...)
 	if h.operator != nil {
-		logf("===== operator log (last 80 lines of %s) =====\n%s", h.operator.log, tail(h.operator.log, 80))
+		logf("===== operator log (last 80 lines of %s) =====\n%s", h.operator.Log, testenv.Tail(h.operator.Log, 80))
 	}
 	if h.provisioner != nil {
-		logf("===== provisioner log (last 20 lines) =====\n%s", tail(h.provisioner.log, 20))
+		logf("===== provisioner log (last 20 lines) =====\n%s", testenv.Tail(h.provisioner.Log, 20))
 	}
 }
 

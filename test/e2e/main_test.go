@@ -76,11 +76,11 @@ type harness struct {
 
 	managerBin     string
 	provisionerBin string
-	operator       *proc
+	operator       *testenv.Proc
 	operatorArgs   []string
 	healthAddr     string
 	metricsAddr    string
-	provisioner    *proc
+	provisioner    *testenv.Proc
 
 	c    client.Client
 	dyn  dynamic.Interface
@@ -143,7 +143,7 @@ func run(m *testing.M) int {
 	if err := h.setup(); err != nil {
 		logf("SETUP FAILED: %v", err)
 		if h.operator != nil {
-			logf("operator log:\n%s", tail(h.operator.log, 60))
+			logf("operator log:\n%s", testenv.Tail(h.operator.Log, 60))
 		}
 		h.teardown(true)
 		return 1
@@ -218,7 +218,7 @@ func (h *harness) setup() error {
 		return err
 	}
 
-	h.provisioner, err = startProc("provisioner",
+	h.provisioner, err = testenv.StartProc("provisioner",
 		filepath.Join(h.work, "provisioner.log"), filepath.Join(h.work, "provisioner.pid"),
 		h.provisionerBin, "--kubeconfig", h.kubeconfig, "--root", filepath.Join(h.work, "volumes"))
 	if err != nil {
@@ -256,7 +256,7 @@ func (h *harness) cleanStale() {
 		{filepath.Join(h.work, "operator.pid"), h.managerBin},
 		{filepath.Join(h.work, "provisioner.pid"), h.provisionerBin},
 	} {
-		if pid, ok := recordedPID(p.pidfile, p.bin); ok {
+		if pid, ok := testenv.RecordedPID(p.pidfile, p.bin); ok {
 			logf("stopping pid %d left by an earlier run (%s)", pid, p.bin)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -312,7 +312,7 @@ func (h *harness) kwokctl(args ...string) error {
 	cmd := exec.Command(filepath.Join(h.bindir, "kwokctl"), args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("kwokctl %s: %w\n%s", strings.Join(args, " "), err, tail(logPath, 30))
+		return fmt.Errorf("kwokctl %s: %w\n%s", strings.Join(args, " "), err, testenv.Tail(logPath, 30))
 	}
 	return nil
 }
@@ -385,7 +385,7 @@ func (h *harness) runWithoutCRD() {
 
 func (h *harness) startOperator() error {
 	start := time.Now()
-	p, err := startProc("operator", filepath.Join(h.work, "operator.log"), filepath.Join(h.work, "operator.pid"),
+	p, err := testenv.StartProc("operator", filepath.Join(h.work, "operator.log"), filepath.Join(h.work, "operator.pid"),
 		h.managerBin, h.operatorArgs...)
 	if err != nil {
 		return err
@@ -393,29 +393,29 @@ func (h *harness) startOperator() error {
 	h.operator = p
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if p.exited() {
-			return fmt.Errorf("the operator exited at start: %v\n%s", p.err, tail(p.log, 40))
+		if p.Exited() {
+			return fmt.Errorf("the operator exited at start: %v\n%s", p.Err(), testenv.Tail(p.Log, 40))
 		}
 		resp, err := http.Get("http://" + h.healthAddr + "/readyz")
 		if err == nil {
 			_ = resp.Body.Close()
 		}
-		if err == nil && resp.StatusCode == http.StatusOK && strings.Contains(readFile(p.log), "Starting workers") {
-			logf("operator started (pid %d) in %s", p.cmd.Process.Pid, time.Since(start).Round(100*time.Millisecond))
+		if err == nil && resp.StatusCode == http.StatusOK && strings.Contains(readFile(p.Log), "Starting workers") {
+			logf("operator started (pid %d) in %s", p.Pid(), time.Since(start).Round(100*time.Millisecond))
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the operator did not become ready within 60s\n%s", tail(p.log, 40))
+			return fmt.Errorf("the operator did not become ready within 60s\n%s", testenv.Tail(p.Log, 40))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
 func (h *harness) restartOperator() error {
-	if err := h.operator.stop(30 * time.Second); err != nil {
+	if err := h.operator.Stop(30 * time.Second); err != nil {
 		return fmt.Errorf("stopping the operator: %w", err)
 	}
-	appendFile(h.operator.log, "\n===== e2e: operator restarted =====\n\n")
+	appendFile(h.operator.Log, "\n===== e2e: operator restarted =====\n\n")
 	return h.startOperator()
 }
 
@@ -459,9 +459,9 @@ func (h *harness) teardown(keepLogs bool) {
 			f()
 		}
 		h.mu.Unlock()
-		for _, p := range []*proc{h.operator, h.provisioner} {
+		for _, p := range []*testenv.Proc{h.operator, h.provisioner} {
 			if p != nil {
-				_ = p.stop(15 * time.Second)
+				_ = p.Stop(15 * time.Second)
 			}
 		}
 		if err := h.kwokctl("delete", "cluster", "--name", clusterName, "--kubeconfig", h.kubeconfig); err != nil {
@@ -478,85 +478,6 @@ func (h *harness) teardown(keepLogs bool) {
 	})
 }
 
-// proc is a process the suite started, stopped only through its PID.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
-}
-
-func startProc(name, logPath, pidfile, bin string, args ...string) (*proc, error) {
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	// Its own process group: a Ctrl-C on go test reaches only the test
-	// binary, which then stops it in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	_ = os.WriteFile(pidfile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		_ = f.Close()
-		_ = os.Remove(pidfile)
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends SIGTERM and waits; SIGKILL after the timeout.
-func (p *proc) stop(timeout time.Duration) error {
-	if p.exited() {
-		return nil
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(timeout):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return fmt.Errorf("%s did not stop within %s after SIGTERM; killed it", p.name, timeout)
-	}
-}
-
-// recordedPID returns the PID in pidfile if that process still runs bin.
-func recordedPID(pidfile, bin string) (int, bool) {
-	b, err := os.ReadFile(pidfile)
-	if err != nil {
-		return 0, false
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return 0, false
-	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !strings.HasPrefix(string(cmdline), bin+"\x00") {
-		return 0, false
-	}
-	return pid, true
-}
-
-// freePorts returns n distinct ports that were free on 127.0.0.1 a moment
-// ago (all held open until the last is picked).
-
 func readFile(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
@@ -569,13 +490,4 @@ func appendFile(path, s string) {
 	}
 	_, _ = f.WriteString(s)
 	_ = f.Close()
-}
-
-// tail returns the last n lines of a file.
-func tail(path string, n int) string {
-	lines := strings.Split(strings.TrimRight(readFile(path), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

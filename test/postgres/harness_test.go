@@ -57,7 +57,7 @@ type server struct {
 }
 
 // tools are the programs the pod uses (run.sh and the probes) and the test.
-var tools = []string{"postgres", "initdb", "pg_ctl", "psql", "pg_isready", "pg_basebackup"}
+var tools = []string{"postgres", "initdb", "pg_ctl", "psql", "pg_isready", "pg_basebackup", "pg_controldata"}
 
 // findServers lists every major >= 15 under /usr/lib/postgresql/*/bin, or
 // fails the test with what to do: no server binaries is an error, not a

@@ -320,6 +320,36 @@ func testCluster(t *testing.T, srv server) {
 			checkProbes(t, p, false)
 		}
 	})
+
+	// Lowering max_connections, in the StatefulSet's order: the replica
+	// restarts first, under a primary that still runs with the higher value.
+	primary.updateConfig(t, specs.ConfigData(db))
+	replica.updateConfig(t, specs.ConfigData(db))
+
+	step("lowering max_connections: the replica keeps the primary's value until the primary lowers it", func(t *testing.T) {
+		off := replica.start(t)
+		replica.waitReady(t)
+		logContains(t, replica.log(off), "max_connections: keeping the primary's 60 until it runs with the configured 40")
+		if got := c.query(t, superuser(replica), "", "SHOW max_connections"); got != "60" {
+			t.Errorf("replica: max_connections = %s, want the primary's 60", got)
+		}
+		primary.start(t)
+		primary.waitReady(t)
+		if got := c.query(t, superuser(primary), "", "SHOW max_connections"); got != "40" {
+			t.Errorf("primary: max_connections = %s, want 40", got)
+		}
+		c.query(t, app(primary), appPassword, "INSERT INTO items VALUES (3, 'written after lowering max_connections')")
+		waitStreaming(t, c, primary, replica)
+		waitRow(t, c, app(replica), appPassword, 3, "written after lowering max_connections")
+		// The primary has run with 40: the replica's next start takes its own.
+		replica.preStop(t)
+		off = replica.start(t)
+		replica.waitReady(t)
+		logLacks(t, replica.log(off), "keeping the primary's")
+		if got := c.query(t, superuser(replica), "", "SHOW max_connections"); got != "40" {
+			t.Errorf("replica after the primary lowered it: max_connections = %s, want 40", got)
+		}
+	})
 }
 
 // roleAttributes checks a role's attributes.

@@ -5,7 +5,7 @@
 # docker-entrypoint.sh: the very same file runs in the pod and in the
 # operator's tests against real PostgreSQL binaries (test/postgres), so
 # what the tests prove is what runs in production. It only uses initdb,
-# pg_ctl, psql, pg_isready, pg_basebackup and postgres with options that are
+# pg_ctl, psql, pg_isready, pg_basebackup, pg_controldata and postgres with options that are
 # stable across every supported major (15 to 18).
 #
 # The pod named PRIMARY_POD is the primary (the operator decides which: see
@@ -74,6 +74,34 @@ clone_replica() {
 	log "replica cloned"
 }
 
+# A standby may not run with a lower max_connections, max_worker_processes,
+# max_wal_senders, max_prepared_transactions or max_locks_per_transaction
+# than the primary whose WAL it replays: PostgreSQL aborts recovery. The
+# primary's values, as of the last change replayed, are in pg_control. A
+# standby starts with the larger of those and its own, so that lowering one
+# (the replicas restart first) or re-creating the MyDatabase from an older
+# manifest never leaves a replica failing at every start. It takes its own
+# value at the first restart after the primary has run with it.
+keep_primary_minimums() {
+	local field recorded name configured
+	while IFS=: read -r field recorded; do
+		case "$field" in
+		"max_connections setting") name=max_connections ;;
+		"max_worker_processes setting") name=max_worker_processes ;;
+		"max_wal_senders setting") name=max_wal_senders ;;
+		"max_prepared_xacts setting") name=max_prepared_transactions ;;
+		"max_locks_per_xact setting") name=max_locks_per_transaction ;;
+		*) continue ;;
+		esac
+		recorded=${recorded//[[:space:]]/}
+		configured=$(postgres "${args[@]}" -C "$name")
+		if [ "$recorded" -gt "$configured" ]; then
+			log "$name: keeping the primary's $recorded until it runs with the configured $configured"
+			args+=(-c "$name=$recorded")
+		fi
+	done < <(LC_ALL=C pg_controldata "$PGDATA")
+}
+
 write_passfile
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
 	if [ "$POD_NAME" = "$PRIMARY_POD" ]; then init_primary; else clone_replica; fi
@@ -83,6 +111,7 @@ args=(-D "$PGDATA" -c "config_file=$CONFIG_DIR/postgresql.conf" -c "hba_file=$CO
 	-c "unix_socket_directories=$PGHOST" -c "port=$PGPORT")
 if [ "$POD_NAME" != "$PRIMARY_POD" ]; then
 	touch "$PGDATA/standby.signal"
+	keep_primary_minimums
 	args+=(-c "primary_conninfo=host=$PRIMARY_HOST port=$PRIMARY_PORT user=replicator passfile=$passfile application_name=$POD_NAME")
 fi
 # The server needs neither password: keep them out of its environment, which

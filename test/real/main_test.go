@@ -1,0 +1,307 @@
+//go:build real
+
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package real runs the operator, built from this checkout, as a local
+// process against a one-node cluster whose pods really run
+// (hack/real-node.sh: a real kubelet, containerd, runc, CNI bridge,
+// kube-proxy and CoreDNS, PostgreSQL images built from Debian's packages),
+// and proves the life cycle by connecting to the databases it makes.
+//
+// TestMain starts the node, builds the operator and cmd/dev-provisioner,
+// installs the CRD with `make install` and starts both. At the end it stops
+// them and the node; `hack/real-node.sh down` then compares the machine
+// with a snapshot taken before the node started (processes, mounts,
+// interfaces, routes, iptables rules, sysctls, host paths), and the suite
+// fails if anything of the run is left.
+//
+// It needs Linux and root. Run with `make test-real`.
+package real
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/testenv"
+)
+
+// env is the node every test uses.
+var env *harness
+
+type harness struct {
+	repo       string // checkout root
+	work       string // bin/real: binaries and logs of this suite
+	node       string // hack/real-node.sh
+	kubeconfig string
+	volumes    string // the provisioner's root, in the node's state directory
+
+	operator    *testenv.Proc
+	provisioner *testenv.Proc
+
+	c  client.Client
+	cs kubernetes.Interface
+
+	nodeUp       bool
+	teardownOnce sync.Once
+	teardownErr  error
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	start := time.Now()
+	h := &harness{}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		logf("received %s: tearing down", s)
+		h.teardown()
+		os.Exit(2)
+	}()
+	if f := flag.Lookup("test.timeout"); f != nil {
+		if d, err := time.ParseDuration(f.Value.String()); err == nil && d > time.Minute {
+			time.AfterFunc(d-time.Minute, func() {
+				logf("the suite is about to exceed -timeout %s: tearing down", d)
+				h.teardown()
+				os.Exit(1)
+			})
+		}
+	}
+
+	if err := h.setup(); err != nil {
+		logf("SETUP FAILED: %v", err)
+		if h.operator != nil {
+			logf("operator log:\n%s", testenv.Tail(h.operator.Log, 60))
+		}
+		h.teardown()
+		return 1
+	}
+	env = h
+	logf("setup done in %s", time.Since(start).Round(time.Second))
+	code := m.Run()
+	if err := h.teardown(); err != nil {
+		logf("TEARDOWN FAILED: %v", err)
+		code = 1
+	}
+	logf("suite finished in %s (exit %d)", time.Since(start).Round(time.Second), code)
+	return code
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "real %s: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func (h *harness) setup() error {
+	if os.Geteuid() != 0 {
+		return errors.New("real pods need root (a kubelet, containerd, network namespaces, iptables)")
+	}
+	var err error
+	if h.repo, err = filepath.Abs("../.."); err != nil {
+		return err
+	}
+	h.node = filepath.Join(h.repo, "hack", "real-node.sh")
+	h.work = filepath.Join(h.repo, "bin", "real")
+	managerBin := filepath.Join(h.work, "manager")
+	provisionerBin := filepath.Join(h.work, "dev-provisioner")
+	// A killed earlier run: its processes first, then its node.
+	for _, p := range []struct{ pidfile, bin string }{
+		{filepath.Join(h.work, "operator.pid"), managerBin},
+		{filepath.Join(h.work, "provisioner.pid"), provisionerBin},
+	} {
+		if pid, ok := testenv.RecordedPID(p.pidfile, p.bin); ok {
+			logf("stopping pid %d left by an earlier run (%s)", pid, p.bin)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	_ = os.RemoveAll(h.work)
+	if err := os.MkdirAll(h.work, 0o755); err != nil {
+		return err
+	}
+
+	// The builds and the node are independent: overlap them.
+	built := make(chan error, 1)
+	go func() {
+		err := goBuild(h.repo, managerBin, "./cmd/main.go")
+		if err == nil {
+			err = goBuild(h.repo, provisionerBin, "./cmd/dev-provisioner")
+		}
+		built <- err
+	}()
+	start := time.Now()
+	h.nodeUp = true // from here on, teardown runs `down` even if `up` fails half way
+	if err := h.script("up"); err != nil {
+		<-built
+		return err
+	}
+	logf("node up in %s", time.Since(start).Round(time.Second))
+	if err := <-built; err != nil {
+		return err
+	}
+	out, err := exec.Command(h.node, "kubeconfig").Output()
+	if err != nil {
+		return fmt.Errorf("%s kubeconfig: %w", h.node, err)
+	}
+	h.kubeconfig = strings.TrimSpace(string(out))
+	h.volumes = filepath.Join(filepath.Dir(h.kubeconfig), "volumes")
+	if err := os.Setenv("KUBECONFIG", h.kubeconfig); err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", h.kubeconfig)
+	if err != nil {
+		return err
+	}
+	if h.cs, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+
+	h.provisioner, err = testenv.StartProc("provisioner", filepath.Join(h.work, "provisioner.log"),
+		filepath.Join(h.work, "provisioner.pid"), provisionerBin, "--kubeconfig", h.kubeconfig, "--root", h.volumes)
+	if err != nil {
+		return err
+	}
+	if out, err := makeTarget(h.repo, "install"); err != nil {
+		return fmt.Errorf("make install: %w\n%s", err, out)
+	}
+	if err := waitServed(h.cs, time.Minute); err != nil {
+		return err
+	}
+	// Made once the CRD is served: its REST mapper then knows MyDatabase.
+	if h.c, err = client.New(cfg, client.Options{Scheme: testenv.Scheme()}); err != nil {
+		return err
+	}
+	ports, err := testenv.FreePorts(2)
+	if err != nil {
+		return err
+	}
+	health := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	h.operator, err = testenv.StartProc("operator", filepath.Join(h.work, "operator.log"),
+		filepath.Join(h.work, "operator.pid"), managerBin,
+		"--health-probe-bind-address="+health, fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[1]),
+		"--metrics-secure=false")
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if h.operator.Exited() {
+			return fmt.Errorf("the operator exited at start: %v", h.operator.Err())
+		}
+		if resp, err := http.Get("http://" + health + "/readyz"); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the operator did not become ready within a minute")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// teardown stops the operator and the provisioner, then the node, whose
+// `down` fails if anything of the run is left on the machine.
+func (h *harness) teardown() error {
+	h.teardownOnce.Do(func() {
+		for _, p := range []*testenv.Proc{h.operator, h.provisioner} {
+			if p != nil {
+				if err := p.Stop(30 * time.Second); err != nil {
+					logf("%v", err)
+				}
+			}
+		}
+		if h.nodeUp {
+			start := time.Now()
+			if err := h.script("down"); err != nil {
+				h.teardownErr = err
+				return
+			}
+			logf("node down and the machine as before in %s; logs in %s", time.Since(start).Round(time.Second), h.work)
+		}
+	})
+	return h.teardownErr
+}
+
+// script runs hack/real-node.sh with its output on the suite's.
+func (h *harness) script(verb string) error {
+	cmd := exec.Command(h.node, verb)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("hack/real-node.sh %s: %w", verb, err)
+	}
+	return nil
+}
+
+func goBuild(repo, out, pkg string) error {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = repo
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// waitServed waits until the API server serves MyDatabases.
+func waitServed(cs kubernetes.Interface, timeout time.Duration) error {
+	gv := databasev1alpha1.GroupVersion.String()
+	deadline := time.Now().Add(timeout)
+	for {
+		list, err := cs.Discovery().ServerResourcesForGroupVersion(gv)
+		if err == nil && slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "mydatabases" }) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s mydatabases not served within %s: %v", gv, timeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// makeTarget runs a target of the Makefile against the node (KUBECONFIG is
+// set for the whole process), without the jobserver of an enclosing make.
+func makeTarget(repo, target string) (string, error) {
+	cmd := exec.Command("make", "-s", "-C", repo, target)
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "MAKEFLAGS" && k != "MFLAGS" && k != "MAKELEVEL" {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
