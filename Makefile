@@ -134,7 +134,7 @@ bench: ## Run the benchmarks on a control plane of their own; writes docs/benchm
 	KUBEBUILDER_ASSETS="$$assets" go run ./test/bench/cmd/bench -command "make bench$(if $(BENCH_FLAGS), BENCH_FLAGS='$(BENCH_FLAGS)')" $(BENCH_FLAGS)
 
 .PHONY: test-all
-test-all: verify test test-heavy test-postgres test-e2e ## Everything CI runs (.ci/run): the README's test command.
+test-all: verify test test-heavy test-postgres test-e2e test-real ## Everything CI runs (.ci/run): the README's test command.
 
 .PHONY: verify
 verify: ## Fail if generated files, formatting or go.mod/go.sum differ from what is committed.

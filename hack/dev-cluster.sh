@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The local simulated cluster behind `make dev`, and the demo itself.
+# The local cluster behind `make dev`, and the demo itself.
 #
 #   hack/dev-cluster.sh up          start the cluster (or reuse it), 3 nodes, volumes
 #   hack/dev-cluster.sh demo        up + CRD + operator + sample MyDatabase until Ready
@@ -10,7 +10,16 @@
 #                                   export KUBECONFIG=$(hack/dev-cluster.sh kubeconfig)
 #   hack/dev-cluster.sh status      say what is running
 #
-# The cluster is KWOK's (kwokctl, binary runtime): a real etcd, kube-apiserver,
+# Two kinds of cluster, chosen by DEV_RUNTIME (default auto):
+#   real  a one-node cluster whose pods really run (hack/real-node.sh: kubelet,
+#         containerd, CNI, kube-proxy, CoreDNS; PostgreSQL images built from
+#         Debian's packages). Needs Linux, root and apt-get. The demo ends with
+#         a psql command that works, and runs it once to show it does.
+#   kwok  the simulated cluster below, anywhere Go runs.
+# auto picks real where the machine allows it, else kwok. `down` removes
+# whichever `up` started (recorded in the state directory).
+#
+# The KWOK cluster (kwokctl, binary runtime): a real etcd, kube-apiserver,
 # kube-controller-manager and kube-scheduler, built from source by
 # hack/k8s-binaries.sh, plus kwok-controller, which simulates the nodes. Pods
 # scheduled on those nodes are marked Running and Ready, but NO CONTAINER
@@ -42,6 +51,8 @@ READY_TIMEOUT=${DEV_READY_TIMEOUT:-180s}
 
 KUBECONFIG_FILE=$STATE/kubeconfig
 export KWOK_WORKDIR=$STATE/kwok
+# The real-pod node's state; its volumes live there too.
+export REAL_NODE_STATE=$STATE/real-node
 
 if [ -t 2 ]; then bold=$'\033[1m' red=$'\033[1;31m' off=$'\033[0m'; else bold='' red='' off=''; fi
 say() { printf '%s[dev]%s %s\n' "$bold" "$off" "$*" >&2; }
@@ -178,26 +189,50 @@ delete_cluster() {
   fi
 }
 
+# start_provisioner [volume root]
 start_provisioner() {
-  local pidfile=$STATE/provisioner.pid bin=$STATE/dev-provisioner
+  local pidfile=$STATE/provisioner.pid bin=$STATE/dev-provisioner root=${1:-$STATE/volumes}
   if alive "$pidfile" "$bin"; then
     say "Volume provisioner already running (pid $(cat "$pidfile"))"
     return
   fi
   say "Building and starting the volume provisioner (cmd/dev-provisioner) ..."
   (cd "$repo" && go build -o "$bin" ./cmd/dev-provisioner) || die "building cmd/dev-provisioner failed"
-  mkdir -p "$STATE/volumes"
+  mkdir -p "$root"
   # setsid: its own session, so that Ctrl-C on `make dev` (which stops the
   # operator) leaves the cluster's storage running, like the cluster itself.
-  setsid "$bin" --kubeconfig "$KUBECONFIG_FILE" --root "$STATE/volumes" >>"$STATE/provisioner.log" 2>&1 </dev/null &
+  setsid "$bin" --kubeconfig "$KUBECONFIG_FILE" --root "$root" >>"$STATE/provisioner.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
   sleep 0.5
   alive "$pidfile" "$bin" || { tail -20 "$STATE/provisioner.log" >&2; die "the volume provisioner exited at once"; }
 }
 
+# runtime: real or kwok, as recorded by the `up` that made the cluster, else
+# as DEV_RUNTIME asks.
+runtime() {
+  if [ -f "$STATE/runtime" ]; then cat "$STATE/runtime"; return; fi
+  case "${DEV_RUNTIME:-auto}" in
+    real | kwok) echo "$DEV_RUNTIME" ;;
+    auto)
+      if [ "$(uname -s)" = Linux ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then echo real; else echo kwok; fi ;;
+    *) die "DEV_RUNTIME must be real, kwok or auto, not '$DEV_RUNTIME'" ;;
+  esac
+}
+
 up() {
   binaries
   mkdir -p "$STATE"
+  if [ "$(runtime)" = real ]; then
+    say "Starting (or reusing) a one-node cluster with real pods (hack/real-node.sh; DEV_RUNTIME=kwok for the simulated one) ..."
+    "$repo/hack/real-node.sh" up || die "hack/real-node.sh up failed"
+    echo real >"$STATE/runtime"
+    cp "$REAL_NODE_STATE/kubeconfig" "$KUBECONFIG_FILE"
+    start_provisioner "$REAL_NODE_STATE/volumes"
+    say "Cluster ready: 1 node with real pods, default StorageClass 'standard' (dev-provisioner)."
+    say "  export KUBECONFIG=$KUBECONFIG_FILE"
+    return
+  fi
+  echo kwok >"$STATE/runtime"
   if healthy || { components_alive && say "Waiting for the KWOK cluster to answer ..." && wait_healthy 30; }; then
     say "Reusing the running KWOK cluster '$CLUSTER'"
   elif cluster_exists; then
@@ -228,6 +263,9 @@ wait_healthy() {
 down() {
   stop "$STATE/operator.pid" "$STATE/manager" "operator"
   stop "$STATE/provisioner.pid" "$STATE/dev-provisioner" "volume provisioner"
+  if [ "$(runtime)" = real ]; then
+    "$repo/hack/real-node.sh" down || die "hack/real-node.sh down failed; the state is kept in $STATE"
+  fi
   if cluster_exists; then
     binaries
     delete_cluster
@@ -239,6 +277,7 @@ down() {
 }
 
 status() {
+  [ "$(runtime)" = real ] && "$repo/hack/real-node.sh" status
   if healthy; then say "cluster '$CLUSTER': running (KUBECONFIG=$KUBECONFIG_FILE)"
   elif cluster_exists; then say "cluster '$CLUSTER': exists, not answering"
   else say "cluster '$CLUSTER': none"; fi
@@ -308,9 +347,14 @@ demo() {
   # shellcheck disable=SC2016 # a Go template, not shell
   kubectl get secret "$secret" -o go-template='{{range $k, $v := .data}}  {{$k}}{{"\n"}}{{end}}'
   echo
-  say "NOTE: the nodes are simulated by KWOK. Pods on them run NO containers: KWOK only marks them"
-  say "      Running and Ready, so the database is not actually reachable. Everything the operator"
-  say "      does with Kubernetes objects is real (make test-postgres exercises PostgreSQL itself)."
+  if [ "$(runtime)" = real ]; then
+    show_psql "$name" "$secret"
+  else
+    say "NOTE: the nodes are simulated by KWOK. Pods on them run NO containers: KWOK only marks them"
+    say "      Running and Ready, so the database is not actually reachable. Everything the operator"
+    say "      does with Kubernetes objects is real (make test-postgres exercises PostgreSQL itself;"
+    say "      DEV_RUNTIME=real make dev runs real pods where the machine allows it)."
+  fi
   say "Ready in $((SECONDS - start)) s. Try, in another terminal:"
   say "  export KUBECONFIG=$KUBECONFIG_FILE"
   say "  kubectl scale mydatabase/$name --replicas=3 && kubectl get mydatabase,pod,pvc,pdb -w"
@@ -327,6 +371,26 @@ demo() {
   say "Operator stopped (exit $rc; log: ${STATE#"$repo"/}/operator.log). The cluster keeps running:"
   say "make dev starts the operator again in seconds, make dev-down removes everything."
   return "$rc"
+}
+
+# show_psql <MyDatabase> <Secret>: print a psql command that reaches the
+# database through its read-write Service, as the app user with the
+# Secret's password, and run it once to show that it works. From this
+# machine when it has psql (the Service's ClusterIP is routed to the node's
+# bridge), else from inside the primary's pod.
+show_psql() {
+  local name=$1 secret=$2 ip cmd
+  ip=$(kubectl get service "$name-rw" -o jsonpath='{.spec.clusterIP}')
+  if command -v psql >/dev/null; then
+    # shellcheck disable=SC2016 # printed for the user, expanded when run
+    cmd='PGPASSWORD="$(kubectl get secret '"$secret"' -o jsonpath={.data.password} | base64 -d)" psql -h '"$ip"' -U "$(kubectl get secret '"$secret"' -o jsonpath={.data.username} | base64 -d)" "$(kubectl get secret '"$secret"' -o jsonpath={.data.database} | base64 -d)"'
+  else
+    cmd="kubectl exec -it $name-0 -c postgres -- psql -U postgres"
+  fi
+  say "The database runs in real pods. Connect with:"
+  echo "  $cmd"
+  say "Running it once with -c 'SELECT version()':"
+  eval "${cmd/ -it / -i } -c 'SELECT version()'" </dev/null || die "the psql command did not work"
 }
 
 case "${1:-}" in

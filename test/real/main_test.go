@@ -91,14 +91,14 @@ func run(m *testing.M) int {
 	go func() {
 		s := <-sig
 		logf("received %s: tearing down", s)
-		h.teardown()
+		_ = h.teardown()
 		os.Exit(2)
 	}()
 	if f := flag.Lookup("test.timeout"); f != nil {
 		if d, err := time.ParseDuration(f.Value.String()); err == nil && d > time.Minute {
 			time.AfterFunc(d-time.Minute, func() {
 				logf("the suite is about to exceed -timeout %s: tearing down", d)
-				h.teardown()
+				_ = h.teardown()
 				os.Exit(1)
 			})
 		}
@@ -109,14 +109,13 @@ func run(m *testing.M) int {
 		if h.operator != nil {
 			logf("operator log:\n%s", testenv.Tail(h.operator.Log, 60))
 		}
-		h.teardown()
+		_ = h.teardown()
 		return 1
 	}
 	env = h
 	logf("setup done in %s", time.Since(start).Round(time.Second))
 	code := m.Run()
-	if err := h.teardown(); err != nil {
-		logf("TEARDOWN FAILED: %v", err)
+	if h.teardown() != nil {
 		code = 1
 	}
 	logf("suite finished in %s (exit %d)", time.Since(start).Round(time.Second), code)
@@ -236,7 +235,8 @@ func (h *harness) setup() error {
 }
 
 // teardown stops the operator and the provisioner, then the node, whose
-// `down` fails if anything of the run is left on the machine.
+// `down` fails if anything of the run is left on the machine (logged, and
+// returned).
 func (h *harness) teardown() error {
 	h.teardownOnce.Do(func() {
 		for _, p := range []*testenv.Proc{h.operator, h.provisioner} {
@@ -249,6 +249,7 @@ func (h *harness) teardown() error {
 		if h.nodeUp {
 			start := time.Now()
 			if err := h.script("down"); err != nil {
+				logf("TEARDOWN FAILED: %v", err)
 				h.teardownErr = err
 				return
 			}
