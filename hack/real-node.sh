@@ -21,8 +21,9 @@
 # this machine:
 #   - pods get no default route, only routes to the pod and Service ranges;
 #   - nothing masquerades pod traffic to the outside;
-#   - the MYOP-GUARD chain, first in FORWARD, accepts only bridge-to-bridge
-#     traffic and drops anything else forwarded to or from the bridge;
+#   - the MYOP-GUARD chain, in mangle's FORWARD (before filter's, where
+#     kube-proxy puts its rules), lets only bridge-to-bridge traffic through
+#     and drops anything else forwarded to or from the bridge;
 #   - OUTPUT drops the pod and Service ranges on any other interface.
 # ip_forward and bridge-nf-call-iptables are set to 1 while the node is up
 # and restored by `down`.
@@ -79,6 +80,10 @@ alive() {
   read -r pid exe <"$f"
   [ -n "$pid" ] && [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$exe" ]
 }
+
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
+all_alive() { local n; for n in "${COMPONENTS[@]}"; do alive "$n" || return 1; done; }
+any_alive() { local n; for n in "${COMPONENTS[@]}"; do alive "$n" && return 0; done; return 1; }
 
 # start <name> <binary> [args...]: run in its own session, log to logs/<name>.
 start() {
@@ -222,12 +227,14 @@ network_up() {
   ip addr add "$NODE_IP/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   ip route add "$SERVICE_CIDR" dev "$BRIDGE" src "$NODE_IP"
-  # The guard: first in FORWARD, only bridge-to-bridge passes.
-  iptables -N MYOP-GUARD
-  iptables -A MYOP-GUARD -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT
-  iptables -A MYOP-GUARD -i "$BRIDGE" -j DROP
-  iptables -A MYOP-GUARD -o "$BRIDGE" -j DROP
-  iptables -I FORWARD 1 -j MYOP-GUARD
+  # The guard: only bridge-to-bridge traffic is forwarded. In mangle's
+  # FORWARD, which the kernel runs before filter's, where kube-proxy and the
+  # kubelet put their own rules first.
+  iptables -t mangle -N MYOP-GUARD
+  iptables -t mangle -A MYOP-GUARD -i "$BRIDGE" -o "$BRIDGE" -j RETURN
+  iptables -t mangle -A MYOP-GUARD -i "$BRIDGE" -j DROP
+  iptables -t mangle -A MYOP-GUARD -o "$BRIDGE" -j DROP
+  iptables -t mangle -I FORWARD 1 -j MYOP-GUARD
   iptables -N MYOP-OUTPUT-GUARD
   iptables -A MYOP-OUTPUT-GUARD -o "$BRIDGE" -j RETURN
   iptables -A MYOP-OUTPUT-GUARD -o lo -j RETURN
@@ -474,11 +481,14 @@ cmd_up() {
   flock -n 7 || die "another hack/real-node.sh is starting or stopping a node"
   if [ -f "$LOCKDIR/owner" ]; then
     local owner; owner=$(cat "$LOCKDIR/owner")
-    if [ "$owner" = "$STATE" ] && alive kube-apiserver && alive kubelet; then
+    if [ "$owner" = "$STATE" ] && all_alive; then
       say "already up ($STATE)"
       return 0
     fi
-    say "a node from $owner was not stopped: stopping it first"
+    if [ "$owner" != "$STATE" ] && STATE=$owner any_alive; then
+      die "a node is already up on this machine, from $owner: one at a time. Stop it first with REAL_NODE_STATE=$owner $0 down (make dev-down if it is make dev's)"
+    fi
+    say "the node of $owner was not stopped cleanly: removing what is left of it"
     STATE=$owner cmd_down_locked || die "could not clean up the node of $owner"
   fi
   local start_time=$SECONDS
@@ -535,7 +545,7 @@ remove_containers() {
 iptables_cleanup() {
   local t chain
   kube-proxy --cleanup >/dev/null 2>&1 || true
-  iptables -D FORWARD -j MYOP-GUARD 2>/dev/null || true
+  iptables -t mangle -D FORWARD -j MYOP-GUARD 2>/dev/null || true
   iptables -D OUTPUT -j MYOP-OUTPUT-GUARD 2>/dev/null || true
   # The kubelet's own chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY, ...),
   # CNI portmap's and our guards: delete every rule that jumps to them, then
@@ -632,7 +642,7 @@ cmd_status() {
   if [ -f "$LOCKDIR/owner" ]; then
     STATE=$(cat "$LOCKDIR/owner")
     local n
-    for n in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy; do
+    for n in "${COMPONENTS[@]}"; do
       if alive "$n"; then echo "$n: running (pid $(cut -d' ' -f1 "$(pidfile "$n")"))"; else echo "$n: not running"; fi
     done
     echo "state: $STATE"

@@ -110,3 +110,27 @@ func Tail(path string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// GoBuild builds the package pkg of the module at repo into out.
+func GoBuild(repo, out, pkg string) error {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = repo
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// Make runs a target of the Makefile at repo with this process's
+// environment (KUBECONFIG, PATH), without the jobserver of an enclosing
+// make.
+func Make(repo, target string) (string, error) {
+	cmd := exec.Command("make", "-s", "-C", repo, target)
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "MAKEFLAGS" && k != "MFLAGS" && k != "MAKELEVEL" {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}

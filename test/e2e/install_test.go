@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"example.com/myoperator/internal/testenv"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -62,7 +63,7 @@ func TestInstallerAndRestrictedNamespace(t *testing.T) {
 	preserve(t, filepath.Join(env.repo, "config", "manager", "kustomization.yaml"),
 		filepath.Join(env.repo, "dist", "install.yaml"))
 	start := time.Now()
-	if out, err := env.make("build-installer"); err != nil {
+	if out, err := testenv.Make(env.repo, "build-installer"); err != nil {
 		t.Fatalf("make build-installer: %v\n%s", err, out)
 	}
 	t.Logf("make build-installer took %s", time.Since(start).Round(100*time.Millisecond))

@@ -200,9 +200,9 @@ func (h *harness) setup() error {
 	built := make(chan error, 1)
 	go func() {
 		start := time.Now()
-		err := h.goBuild(h.managerBin, "./cmd/main.go")
+		err := testenv.GoBuild(h.repo, h.managerBin, "./cmd/main.go")
 		if err == nil {
-			err = h.goBuild(h.provisionerBin, "./cmd/dev-provisioner")
+			err = testenv.GoBuild(h.repo, h.provisionerBin, "./cmd/dev-provisioner")
 		}
 		logf("built the operator and the provisioner in %s", time.Since(start).Round(time.Second))
 		built <- err
@@ -230,7 +230,7 @@ func (h *harness) setup() error {
 	h.runWithoutCRD()
 
 	start := time.Now()
-	if out, err := h.make("install"); err != nil {
+	if out, err := testenv.Make(h.repo, "install"); err != nil {
 		return fmt.Errorf("make install: %w\n%s", err, out)
 	}
 	if err := waitEstablished(60 * time.Second); err != nil {
@@ -266,15 +266,6 @@ func (h *harness) cleanStale() {
 		_ = h.kwokctl("delete", "cluster", "--name", clusterName, "--kubeconfig", h.kubeconfig)
 	}
 	_ = os.RemoveAll(h.work)
-}
-
-func (h *harness) goBuild(out, pkg string) error {
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = h.repo
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
-	}
-	return nil
 }
 
 // createCluster starts the KWOK cluster: every component on 127.0.0.1, on
@@ -340,20 +331,6 @@ func (h *harness) clients() error {
 	}
 	h.disc, err = discovery.NewDiscoveryClientForConfig(cfg)
 	return err
-}
-
-// make runs a target of the Makefile against the test cluster (KUBECONFIG
-// and PATH are set for the whole process), without the jobserver of an
-// enclosing make.
-func (h *harness) make(target string) (string, error) {
-	cmd := exec.Command("make", "-s", "-C", h.repo, target)
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); k != "MAKEFLAGS" && k != "MFLAGS" && k != "MAKELEVEL" {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	out, err := cmd.CombinedOutput()
-	return string(out), err
 }
 
 // waitEstablished waits for the CRD to be served. kubectl wait fails at once

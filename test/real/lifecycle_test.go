@@ -121,6 +121,16 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		}
 	})
 
+	step("pods have no route out of this machine", func(t *testing.T) {
+		// Routes of the pod network only (hack/real-node.sh): no default
+		// route, destination 0.0.0.0 in /proc/net/route.
+		for line := range strings.Lines(runPod(t, ns, "routes", nil, "cat", "/proc/net/route")) {
+			if f := strings.Fields(line); len(f) > 1 && f[1] == "00000000" {
+				t.Fatalf("a pod has a default route: %s", line)
+			}
+		}
+	})
+
 	step("scale to 3: two streaming replicas serve the rows through the ro Service", func(t *testing.T) {
 		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Replicas = ptr.To[int32](3) })
 		waitReady(t, ns, 3, 5*time.Minute)
@@ -465,8 +475,19 @@ func superuserSQL(ns, pod, query string) (string, error) {
 // connection Secret (never seen by the test), and returns its output.
 func psqlPod(t *testing.T, ns, name, query string) string {
 	t.Helper()
-	ctx := t.Context()
 	secret := specs.CredentialsSecretName(getDB(t, ns))
+	uri := corev1.EnvVar{Name: "DATABASE_URI", ValueFrom: &corev1.EnvVarSource{
+		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "uri"},
+	}}
+	return runPod(t, ns, name, []corev1.EnvVar{uri},
+		"psql", "--no-psqlrc", "--tuples-only", "--no-align", "--command", query, "$(DATABASE_URI)")
+}
+
+// runPod runs a command to completion in a pod of the namespace (the
+// postgres image, Pod Security restricted) and returns its output.
+func runPod(t *testing.T, ns, name string, vars []corev1.EnvVar, command ...string) string {
+	t.Helper()
+	ctx := t.Context()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.PodSpec{
@@ -480,11 +501,8 @@ func psqlPod(t *testing.T, ns, name, query string) string {
 				Name:            "psql",
 				Image:           "postgres:17",
 				ImagePullPolicy: corev1.PullNever,
-				Command:         []string{"psql", "--no-psqlrc", "--tuples-only", "--no-align", "--command", query},
-				Args:            []string{"$(DATABASE_URI)"},
-				Env: []corev1.EnvVar{{Name: "DATABASE_URI", ValueFrom: &corev1.EnvVarSource{
-					SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "uri"},
-				}}},
+				Command:         command,
+				Env:             vars,
 				SecurityContext: &corev1.SecurityContext{
 					AllowPrivilegeEscalation: new(false), ReadOnlyRootFilesystem: new(true),
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},

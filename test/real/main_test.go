@@ -156,9 +156,9 @@ func (h *harness) setup() error {
 	// The builds and the node are independent: overlap them.
 	built := make(chan error, 1)
 	go func() {
-		err := goBuild(h.repo, managerBin, "./cmd/main.go")
+		err := testenv.GoBuild(h.repo, managerBin, "./cmd/main.go")
 		if err == nil {
-			err = goBuild(h.repo, provisionerBin, "./cmd/dev-provisioner")
+			err = testenv.GoBuild(h.repo, provisionerBin, "./cmd/dev-provisioner")
 		}
 		built <- err
 	}()
@@ -194,7 +194,7 @@ func (h *harness) setup() error {
 	if err != nil {
 		return err
 	}
-	if out, err := makeTarget(h.repo, "install"); err != nil {
+	if out, err := testenv.Make(h.repo, "install"); err != nil {
 		return fmt.Errorf("make install: %w\n%s", err, out)
 	}
 	if err := waitServed(h.cs, time.Minute); err != nil {
@@ -269,15 +269,6 @@ func (h *harness) script(verb string) error {
 	return nil
 }
 
-func goBuild(repo, out, pkg string) error {
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = repo
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
-	}
-	return nil
-}
-
 // waitServed waits until the API server serves MyDatabases.
 func waitServed(cs kubernetes.Interface, timeout time.Duration) error {
 	gv := databasev1alpha1.GroupVersion.String()
@@ -292,17 +283,4 @@ func waitServed(cs kubernetes.Interface, timeout time.Duration) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-// makeTarget runs a target of the Makefile against the node (KUBECONFIG is
-// set for the whole process), without the jobserver of an enclosing make.
-func makeTarget(repo, target string) (string, error) {
-	cmd := exec.Command("make", "-s", "-C", repo, target)
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); k != "MAKEFLAGS" && k != "MFLAGS" && k != "MAKELEVEL" {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	out, err := cmd.CombinedOutput()
-	return string(out), err
 }

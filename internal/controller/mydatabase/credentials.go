@@ -2,6 +2,7 @@ package mydatabase
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -136,7 +137,10 @@ func (r *MyDatabaseReconciler) explainExistingSecret(ctx context.Context, db *da
 		return objectError("get", existing, name, err)
 	}
 	if existing.Labels[databasev1alpha1.LabelManagedBy] == databasev1alpha1.ManagedBy {
-		return fmt.Errorf("secret %q exists but is not in the cache yet; retrying", name)
+		// Our own create, which the cache has not shown yet: retried
+		// quietly, as a write conflict is (the watch brings it).
+		return apierrors.NewConflict(corev1.Resource("secrets"), name,
+			errors.New("it exists but is not in the cache yet"))
 	}
 	obs.stalled = &blocker{databasev1alpha1.ReasonSecretConflict, fmt.Sprintf(
 		"Secret %q exists but was not created by this operator (it lacks the label %s=%s); rename or delete it, or name it in spec.credentials.secretName",
