@@ -83,6 +83,11 @@ func main() {
 	flag.Float64Var(&qps, "kube-api-qps", 100,
 		"Client-side limit of API requests per second, per kind (see docs/benchmarks.md).")
 	flag.IntVar(&burst, "kube-api-burst", 200, "Client-side burst of API requests, per kind.")
+	var instanceImage string
+	flag.StringVar(&instanceImage, "instance-manager-image",
+		envOr("INSTANCE_MANAGER_IMAGE", specs.DefaultInstanceManagerImage),
+		"Image holding the instance manager (/instance) that every database pod's init container copies: "+
+			"this operator's own image. Defaults to $INSTANCE_MANAGER_IMAGE, which config/manager sets to the operator's image.")
 	var watchNamespace string
 	flag.StringVar(&watchNamespace, "watch-namespace", os.Getenv("WATCH_NAMESPACE"),
 		"Comma-separated namespaces whose MyDatabases this operator manages; empty: all namespaces. "+
@@ -223,6 +228,7 @@ func main() {
 		NewPassword: specs.RandomPassword,
 		Clock:       clock.RealClock{},
 		Metrics:     metrics.NewPhaseMetrics(crmetrics.Registry),
+		Platform:    specs.Platform{InstanceManagerImage: instanceImage},
 	}).SetupWithManager(mgr, workers); err != nil {
 		setupLog.Error(err, "Failed to create controller", "controller", "mydatabase")
 		os.Exit(1)
@@ -274,4 +280,13 @@ func splitNamespaces(list string) []string {
 		}
 	}
 	return out
+}
+
+// envOr returns the environment variable name, or def when it is unset or
+// empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

@@ -313,9 +313,19 @@ demo() {
 
   say "Building the operator ..."
   (cd "$repo" && go build -o "$STATE/manager" ./cmd/main.go) || die "building the operator failed"
+  local flags=(--health-probe-bind-address=0 --metrics-bind-address=0)
+  if [ "$(runtime)" = real ]; then
+    # The pods copy the instance manager out of the operator's image: build
+    # it from this checkout and put it into the node (no registry).
+    local image
+    image=$("$repo/hack/operator-image.sh" "$STATE/operator-image.tar") || die "building the operator's image failed"
+    "$repo/hack/real-node.sh" load "$STATE/operator-image.tar" || die "loading the operator's image failed"
+    say "Operator image $image loaded into the node"
+    flags+=(--instance-manager-image="$image")
+  fi
   stop "$STATE/operator.pid" "$STATE/manager" "the operator of a previous make dev"
   : >"$STATE/operator.log"
-  "$STATE/manager" --health-probe-bind-address=0 --metrics-bind-address=0 >>"$STATE/operator.log" 2>&1 </dev/null &
+  "$STATE/manager" "${flags[@]}" >>"$STATE/operator.log" 2>&1 </dev/null &
   local op=$!
   echo "$op" >"$STATE/operator.pid"
   say "Operator running as a local process (pid $op), log: ${STATE#"$repo"/}/operator.log"

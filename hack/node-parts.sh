@@ -87,37 +87,8 @@ CNI_BIN="$runtime/usr/lib/cni"
 
 images="$parts/images-r$IMAGES_REV"
 mkdir -p "$images"
-
-# docker_archive <layer.tar> <out.tar> <config json, "rootfs" excluded> <tag>...
-# writes a one-layer image in the docker-archive format `ctr images import`
-# reads: manifest.json, the config blob and the layer.
-docker_archive() {
-  local layer=$1 out=$2 config=$3; shift 3
-  local dir diff cfgname tags t
-  dir=$(mktemp -d "$images/.archive.XXXXXX")
-  mv "$layer" "$dir/layer.tar"
-  diff=$(sha256sum "$dir/layer.tar" | cut -d' ' -f1)
-  printf '%s,"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "${config%\}}" "$diff" >"$dir/config.json"
-  cfgname=$(sha256sum "$dir/config.json" | cut -d' ' -f1).json
-  mv "$dir/config.json" "$dir/$cfgname"
-  tags=
-  for t in "$@"; do tags="$tags${tags:+,}\"$t\""; done
-  printf '[{"Config":"%s","RepoTags":[%s],"Layers":["layer.tar"]}]' "$cfgname" "$tags" >"$dir/manifest.json"
-  tar -C "$dir" -cf "$out.tmp" manifest.json "$cfgname" layer.tar
-  mv "$out.tmp" "$out"
-  rm -rf "$dir"
-}
-
-# single_binary_image <binary> <out.tar> <tag> <path in image>
-single_binary_image() {
-  local bin=$1 out=$2 tag=$3 path=$4 root
-  root=$(mktemp -d "$images/.root.XXXXXX")
-  install -D -m 0755 "$bin" "$root$path"
-  tar --numeric-owner --owner=0 --group=0 -C "$root" -cf "$root.layer" .
-  docker_archive "$root.layer" "$out" \
-    "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Entrypoint\":[\"$path\"],\"User\":\"65532:65532\"}}" "$tag"
-  rm -rf "$root"
-}
+# shellcheck source=hack/lib/image.sh
+. "$repo/hack/lib/image.sh"
 
 if [ ! -f "$images/pause.tar" ]; then
   src=$(cd "$CACHE_DIR/src/kubernetes-"* && go list -mod=mod -m -f '{{.Dir}}' k8s.io/kubernetes) ||
@@ -125,7 +96,7 @@ if [ ! -f "$images/pause.tar" ]; then
   say "building the pause image from $src/build/pause/linux/pause.c"
   gcc -Os -static -o "$images/.pause" -DVERSION="$PAUSE_TAG" "$src/build/pause/linux/pause.c" ||
     die "gcc -static pause.c failed (is gcc's libc6-dev installed?)"
-  single_binary_image "$images/.pause" "$images/pause.tar" "localhost/myoperator/pause:$PAUSE_TAG" /pause
+  binary_image "$images/pause.tar" "localhost/myoperator/pause:$PAUSE_TAG" /pause "$images/.pause" /pause
   rm -f "$images/.pause"
 fi
 
@@ -133,8 +104,8 @@ coredns_version=$("$K8S_BIN/coredns" -version | sed -n 's/^CoreDNS-\([0-9.]*\)$/
 [ -n "$coredns_version" ] || die "cannot read the version of $K8S_BIN/coredns"
 if [ ! -f "$images/coredns-$coredns_version.tar" ]; then
   say "building the coredns image"
-  single_binary_image "$K8S_BIN/coredns" "$images/coredns-$coredns_version.tar" \
-    "localhost/myoperator/coredns:$coredns_version" /coredns
+  binary_image "$images/coredns-$coredns_version.tar" "localhost/myoperator/coredns:$coredns_version" \
+    /coredns "$K8S_BIN/coredns" /coredns
 fi
 
 # postgres_image <major> <Debian suite>

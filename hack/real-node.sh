@@ -7,6 +7,7 @@
 #                                 check that the machine is as before `up`
 #   hack/real-node.sh status      say whether it runs, and where
 #   hack/real-node.sh kubeconfig  print the path of its admin kubeconfig
+#   hack/real-node.sh load TAR    import an image archive (hack/operator-image.sh)
 #
 # What runs, each as a process of this machine, stopped by the PID recorded
 # at start (never by name): etcd, kube-apiserver, kube-controller-manager,
@@ -652,10 +653,22 @@ cmd_status() {
   fi
 }
 
+# load <image.tar>: import an image into the node's containerd.
+cmd_load() {
+  local tar=${1:?usage: $0 load IMAGE.tar}
+  [ -f "$LOCKDIR/owner" ] || die "no node is up"
+  STATE=$(cat "$LOCKDIR/owner")
+  alive containerd || die "the node's containerd is not running"
+  parts
+  ctr --address "$STATE/containerd/containerd.sock" -n k8s.io images import "$tar" >/dev/null ||
+    die "importing $tar failed"
+}
+
 case "${1:-}" in
   up) cmd_up ;;
+  load) cmd_load "${2:-}" ;;
   down) cmd_down ;;
   status) cmd_status ;;
   kubeconfig) [ -f "$LOCKDIR/owner" ] && STATE=$(cat "$LOCKDIR/owner"); echo "$STATE/kubeconfig" ;;
-  *) die "usage: $0 up|down|status|kubeconfig" ;;
+  *) die "usage: $0 up|down|status|kubeconfig|load IMAGE.tar" ;;
 esac

@@ -385,7 +385,7 @@ func TestLongestName(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	sts := asObject[appsv1.StatefulSet](t, specs.StatefulSet(db))
+	sts := asObject[appsv1.StatefulSet](t, specs.StatefulSet(db, specs.Platform{}))
 	pod := statefulSetPod(sts, int(*sts.Spec.Replicas)-1)
 	claim := &corev1.PersistentVolumeClaim{
 		ObjectMeta: *sts.Spec.VolumeClaimTemplates[0].ObjectMeta.DeepCopy(),
@@ -420,7 +420,7 @@ func TestLongestName(t *testing.T) {
 	// Its pods could never have been created.
 	over := db.DeepCopy()
 	over.Name = longName(limit + 1)
-	pod = statefulSetPod(asObject[appsv1.StatefulSet](t, specs.StatefulSet(over)), 0)
+	pod = statefulSetPod(asObject[appsv1.StatefulSet](t, specs.StatefulSet(over, specs.Platform{})), 0)
 	revision := pod.Labels[appsv1.ControllerRevisionHashLabelKey]
 	err = env.Client.Create(ctx, pod, client.DryRunAll)
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q: must be no more than 63", revision)) {

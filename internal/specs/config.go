@@ -16,16 +16,12 @@ import (
 
 // Files in the ConfigMap, mounted at ConfigDir in every pod.
 const (
-	RunScriptKey      = "run.sh"
 	PostgresConfKey   = "postgresql.conf"
 	HBAConfKey        = "pg_hba.conf"
 	ConfigDir         = "/etc/mydatabase"
 	containerPort     = 5432
 	replicationSecret = "password"
 )
-
-//go:embed files/run.sh
-var runScript string
 
 //go:embed files/pg_hba.conf
 var hbaConf string
@@ -70,7 +66,6 @@ func quoteSetting(v string) string {
 // ConfigData is the content of the ConfigMap.
 func ConfigData(db *databasev1alpha1.MyDatabase) map[string]string {
 	return map[string]string{
-		RunScriptKey:    runScript,
 		PostgresConfKey: PostgresConf(db),
 		HBAConfKey:      hbaConf,
 	}

@@ -37,12 +37,12 @@ func FuzzBuilders(f *testing.F) {
 			d.Spec.PodLabels = map[string]string{lkey: lval}
 		})
 		for _, child := range []any{ConfigMap(d), HeadlessService(d), ReadWriteService(d), ReadOnlyService(d),
-			StatefulSet(d), PodDisruptionBudget(d), CredentialsSecret(d, "pw"), ReplicationSecret(d, "pw")} {
+			StatefulSet(d, Platform{}), PodDisruptionBudget(d), CredentialsSecret(d, "pw"), ReplicationSecret(d, "pw")} {
 			if _, err := json.Marshal(child); err != nil {
 				t.Fatalf("%T does not encode: %v", child, err)
 			}
 		}
-		sts := typed[appsv1.StatefulSet](t, StatefulSet(d))
+		sts := typed[appsv1.StatefulSet](t, StatefulSet(d, Platform{}))
 		for k, v := range sts.Spec.Selector.MatchLabels {
 			if sts.Spec.Template.Labels[k] != v {
 				t.Fatalf("selector %s=%s does not match the pod template %v", k, v, sts.Spec.Template.Labels)

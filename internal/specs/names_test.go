@@ -55,7 +55,7 @@ func derivedNames(t *testing.T, d *databasev1alpha1.MyDatabase) []derivedName {
 		}
 	}
 
-	sts := typed[appsv1.StatefulSet](t, StatefulSet(d))
+	sts := typed[appsv1.StatefulSet](t, StatefulSet(d, Platform{}))
 	add("StatefulSet name", sts.Name, dnsSubdomain)
 	labels("StatefulSet", sts.Labels)
 	labels("StatefulSet selector", sts.Spec.Selector.MatchLabels)

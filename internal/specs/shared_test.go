@@ -18,7 +18,7 @@ import (
 // silently cost memory per MyDatabase.
 func TestSharedStringsCoverEveryChild(t *testing.T) {
 	d := db(func(d *databasev1alpha1.MyDatabase) { d.Spec.Replicas = ptr.To[int32](3) })
-	sts := typed[appsv1.StatefulSet](t, StatefulSet(d))
+	sts := typed[appsv1.StatefulSet](t, StatefulSet(d, Platform{}))
 	cm := typed[corev1.ConfigMap](t, ConfigMap(d))
 	metas := []metav1.ObjectMeta{
 		cm.ObjectMeta, sts.ObjectMeta, sts.Spec.Template.ObjectMeta, sts.Spec.VolumeClaimTemplates[0].ObjectMeta,

@@ -295,7 +295,7 @@ func TestStatefulSetFollowsSpec(t *testing.T) {
 			if tc.mutate != nil {
 				tc.mutate(d)
 			}
-			s := typed[appsv1.StatefulSet](t, StatefulSet(d))
+			s := typed[appsv1.StatefulSet](t, StatefulSet(d, Platform{}))
 			assertChildMeta(t, d, &s.ObjectMeta)
 			if diff := cmp.Diff(SelectorLabels(d), s.Spec.Selector.MatchLabels); diff != "" {
 				t.Errorf("selector (-want +got):\n%s", diff)
@@ -305,10 +305,48 @@ func TestStatefulSetFollowsSpec(t *testing.T) {
 	}
 }
 
+// TestInstanceManager checks how the instance manager reaches the pod: an
+// init container of the operator's image copies it into an emptyDir that
+// the database container mounts read-only and runs as its first process;
+// no preStop hook (its SIGTERM handling is the fast shutdown).
+func TestInstanceManager(t *testing.T) {
+	for image, want := range map[string]string{"": DefaultInstanceManagerImage, "registry.example.com/op:v2": "registry.example.com/op:v2"} {
+		s := typed[appsv1.StatefulSet](t, StatefulSet(db(), Platform{InstanceManagerImage: image}))
+		pod := s.Spec.Template.Spec
+		if len(pod.InitContainers) != 1 {
+			t.Fatalf("%d init containers, want 1", len(pod.InitContainers))
+		}
+		init, ctr := pod.InitContainers[0], pod.Containers[0]
+		if init.Image != want {
+			t.Errorf("init container image %q, want %q", init.Image, want)
+		}
+		if got := strings.Join(init.Command, " "); got != "/instance install "+InstanceManagerPath {
+			t.Errorf("init container command %q", got)
+		}
+		if got := strings.Join(ctr.Command, " "); got != InstanceManagerPath+" run" {
+			t.Errorf("container command %q", got)
+		}
+		mounts := func(c corev1.Container) map[string]corev1.VolumeMount {
+			m := map[string]corev1.VolumeMount{}
+			for _, vm := range c.VolumeMounts {
+				m[vm.MountPath] = vm
+			}
+			return m
+		}
+		im, cm := mounts(init)[InstanceManagerDir], mounts(ctr)[InstanceManagerDir]
+		if im.Name == "" || im.ReadOnly || cm.Name != im.Name || !cm.ReadOnly {
+			t.Errorf("mounts of %s: init %+v, container %+v; want one volume, writable by the init container only", InstanceManagerDir, im, cm)
+		}
+		if ctr.Lifecycle != nil {
+			t.Errorf("lifecycle %+v: the instance manager turns SIGTERM into a fast shutdown, no hook", ctr.Lifecycle)
+		}
+	}
+}
+
 // TestPodSecurityRestricted checks the pod against the Pod Security
 // "restricted" profile, field by field.
 func TestPodSecurityRestricted(t *testing.T) {
-	s := typed[appsv1.StatefulSet](t, StatefulSet(db()))
+	s := typed[appsv1.StatefulSet](t, StatefulSet(db(), Platform{}))
 	pod := s.Spec.Template.Spec
 	psc := pod.SecurityContext
 	if !ptr.Deref(psc.RunAsNonRoot, false) || ptr.Deref(psc.RunAsUser, 0) == 0 || ptr.Deref(psc.FSGroup, 0) == 0 {
@@ -325,7 +363,7 @@ func TestPodSecurityRestricted(t *testing.T) {
 			t.Errorf("volume %s is a hostPath", v.Name)
 		}
 	}
-	for _, c := range pod.Containers {
+	for _, c := range append(pod.InitContainers, pod.Containers...) {
 		sc := c.SecurityContext
 		if sc == nil || ptr.Deref(sc.AllowPrivilegeEscalation, true) || ptr.Deref(sc.Privileged, true) ||
 			!ptr.Deref(sc.ReadOnlyRootFilesystem, false) {

@@ -26,9 +26,38 @@ const (
 
 	// PostgresUID is the postgres user of the official image (Debian variant).
 	PostgresUID = 999
+	// InstanceManagerDir is where the init container puts the instance
+	// manager for the database container (an emptyDir).
+	InstanceManagerDir = "/controller"
+	// InstanceManagerPath is the database container's first process.
+	InstanceManagerPath = InstanceManagerDir + "/instance"
 
 	containerName = "postgres"
+	// instanceManagerInImage is the instance manager in the operator's
+	// image (the Dockerfile).
+	instanceManagerInImage = "/instance"
 )
+
+// DefaultInstanceManagerImage is the operator's image as the Makefile names
+// it by default (IMG).
+const DefaultInstanceManagerImage = "controller:latest"
+
+// Platform is what the builders take from the operator's own configuration
+// rather than from the MyDatabase. The zero value is usable.
+type Platform struct {
+	// InstanceManagerImage is an image holding the instance manager at
+	// /instance: the operator's own. The pod's init container copies it
+	// from there, so that the database container runs the unmodified
+	// official postgres image. Empty: DefaultInstanceManagerImage.
+	InstanceManagerImage string
+}
+
+func (p Platform) instanceManagerImage() string {
+	if p.InstanceManagerImage == "" {
+		return DefaultInstanceManagerImage
+	}
+	return p.InstanceManagerImage
+}
 
 // Image is the container image: spec.image, else the official
 // postgres:<version>.
@@ -53,7 +82,7 @@ var DefaultStorageSize = resource.MustParse("1Gi")
 // RollingUpdate: the StatefulSet controller replaces pods from the highest
 // ordinal down, one at a time, each only after the previous one is Ready, so
 // a version or settings change reaches every replica before the primary.
-func StatefulSet(db *databasev1alpha1.MyDatabase) *appsv1ac.StatefulSetApplyConfiguration {
+func StatefulSet(db *databasev1alpha1.MyDatabase, p Platform) *appsv1ac.StatefulSetApplyConfiguration {
 	return appsv1ac.StatefulSet(StatefulSetName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentDatabase)).
 		WithOwnerReferences(ownerReferenceApply(db)).
@@ -65,7 +94,7 @@ func StatefulSet(db *databasev1alpha1.MyDatabase) *appsv1ac.StatefulSetApplyConf
 			WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().
 				WithType(appsv1.RollingUpdateStatefulSetStrategyType)).
 			WithPersistentVolumeClaimRetentionPolicy(pvcRetentionPolicy(db)).
-			WithTemplate(podTemplate(db)).
+			WithTemplate(podTemplate(db, p)).
 			WithVolumeClaimTemplates(dataVolumeClaim(db)))
 }
 
@@ -102,7 +131,7 @@ func dataVolumeClaim(db *databasev1alpha1.MyDatabase) *corev1ac.PersistentVolume
 		WithSpec(spec)
 }
 
-func podTemplate(db *databasev1alpha1.MyDatabase) *corev1ac.PodTemplateSpecApplyConfiguration {
+func podTemplate(db *databasev1alpha1.MyDatabase, p Platform) *corev1ac.PodTemplateSpecApplyConfiguration {
 	podLabels := maps.Clone(db.Spec.PodLabels)
 	if podLabels == nil {
 		podLabels = map[string]string{}
@@ -127,10 +156,12 @@ func podTemplate(db *databasev1alpha1.MyDatabase) *corev1ac.PodTemplateSpecApply
 			WithFSGroup(PostgresUID).
 			WithFSGroupChangePolicy(corev1.FSGroupChangeOnRootMismatch).
 			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
+		WithInitContainers(instanceManagerInstaller(p)).
 		WithContainers(container(db)).
 		WithVolumes(
 			corev1ac.Volume().WithName("config").WithConfigMap(corev1ac.ConfigMapVolumeSource().
 				WithName(ConfigMapName(db)).WithDefaultMode(0o444)),
+			corev1ac.Volume().WithName(instanceManagerVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName("run").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
 	if len(db.Spec.NodeSelector) > 0 {
@@ -154,29 +185,47 @@ func podTemplate(db *databasev1alpha1.MyDatabase) *corev1ac.PodTemplateSpecApply
 		WithSpec(spec)
 }
 
+const instanceManagerVolume = "controller"
+
+// instanceManagerInstaller is the init container that copies the instance
+// manager out of the operator's image into the pod.
+func instanceManagerInstaller(p Platform) *corev1ac.ContainerApplyConfiguration {
+	return corev1ac.Container().
+		WithName("instance-manager").
+		WithImage(p.instanceManagerImage()).
+		WithCommand(instanceManagerInImage, "install", InstanceManagerPath).
+		WithVolumeMounts(corev1ac.VolumeMount().WithName(instanceManagerVolume).WithMountPath(InstanceManagerDir)).
+		WithSecurityContext(restrictedContainer())
+}
+
+// restrictedContainer is the security context of every container: Pod
+// Security "restricted", and a read-only root.
+func restrictedContainer() *corev1ac.SecurityContextApplyConfiguration {
+	return corev1ac.SecurityContext().
+		WithAllowPrivilegeEscalation(false).
+		WithPrivileged(false).
+		WithReadOnlyRootFilesystem(true).
+		WithRunAsNonRoot(true).
+		WithCapabilities(corev1ac.Capabilities().WithDrop("ALL"))
+}
+
 func container(db *databasev1alpha1.MyDatabase) *corev1ac.ContainerApplyConfiguration {
 	c := corev1ac.Container().
 		WithName(containerName).
 		WithImage(Image(db)).
-		WithCommand("/bin/bash", ConfigDir+"/"+RunScriptKey).
+		WithCommand(InstanceManagerPath, "run").
 		WithPorts(corev1ac.ContainerPort().WithName(portName).WithContainerPort(containerPort).WithProtocol(corev1.ProtocolTCP)).
 		WithEnv(Env(db)...).
 		WithVolumeMounts(
 									corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(DataMountPath),
 									corev1ac.VolumeMount().WithName("config").WithMountPath(ConfigDir).WithReadOnly(true),
+									corev1ac.VolumeMount().WithName(instanceManagerVolume).WithMountPath(InstanceManagerDir).WithReadOnly(true),
 									corev1ac.VolumeMount().WithName("run").WithMountPath(SocketDir),
 									corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp")).
 		WithStartupProbe(execProbe(ReadinessCommand, 5, 720)). // up to an hour for initdb or a clone
 		WithReadinessProbe(execProbe(ReadinessCommand, 5, 3)).
 		WithLivenessProbe(execProbe(LivenessCommand, 10, 6)).
-		WithLifecycle(corev1ac.Lifecycle().WithPreStop(corev1ac.LifecycleHandler().
-			WithExec(corev1ac.ExecAction().WithCommand(PreStopCommand...)))).
-		WithSecurityContext(corev1ac.SecurityContext().
-			WithAllowPrivilegeEscalation(false).
-			WithPrivileged(false).
-			WithReadOnlyRootFilesystem(true).
-			WithRunAsNonRoot(true).
-			WithCapabilities(corev1ac.Capabilities().WithDrop("ALL")))
+		WithSecurityContext(restrictedContainer())
 	if len(db.Spec.Resources.Limits) > 0 || len(db.Spec.Resources.Requests) > 0 {
 		r := corev1ac.ResourceRequirements()
 		if len(db.Spec.Resources.Limits) > 0 {
@@ -200,14 +249,6 @@ var (
 	// it answers but rejects connections (starting, recovering, stopping),
 	// which is no reason to kill it.
 	LivenessCommand = []string{"/bin/sh", "-c", "pg_isready --quiet; test $? -le 1"}
-	// PreStopCommand: Kubernetes stops containers with SIGTERM, which
-	// PostgreSQL treats as a smart shutdown that waits for every client to
-	// leave. A fast shutdown disconnects them and checkpoints. The hook only
-	// starts it (--no-wait): the server is the container's PID 1, so a
-	// waiting pg_ctl would be killed with it and the kubelet would report
-	// the hook failed. The kubelet's SIGTERM that follows does not weaken a
-	// fast shutdown, and the grace period bounds it.
-	PreStopCommand = []string{"/bin/sh", "-c", `pg_ctl stop --pgdata="$PGDATA" --mode=fast --no-wait`}
 )
 
 func execProbe(command []string, period, failures int32) *corev1ac.ProbeApplyConfiguration {
@@ -219,7 +260,7 @@ func execProbe(command []string, period, failures int32) *corev1ac.ProbeApplyCon
 }
 
 // Env is the environment of the PostgreSQL container, the contract between
-// the operator and files/run.sh.
+// the operator and the instance manager (internal/instance.ConfigFromEnv).
 func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 	primary := fmt.Sprintf("%s.%s.%s.svc", PrimaryPod(db), HeadlessServiceName(db), db.Namespace)
 	secretRef := func(name, key string) *corev1ac.EnvVarSourceApplyConfiguration {

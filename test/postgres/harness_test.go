@@ -4,9 +4,12 @@ package postgres
 // this machine. It maps only what cannot be the same on the host:
 //
 //   - every volume mount of the container (the data volume, the ConfigMap at
-//     specs.ConfigDir, the run and tmp emptyDirs) becomes a directory under
-//     one temporary directory, so PGDATA, PGHOST and CONFIG_DIR (and the path
-//     of run.sh in the container command) point into it;
+//     specs.ConfigDir, the instance manager's, run and tmp emptyDirs) becomes
+//     a directory under one temporary directory, so PGDATA, PGHOST and
+//     CONFIG_DIR (and every path in the init container's and the container's
+//     commands) point into it;
+//   - /instance in the operator's image, which the init container copies, is
+//     cmd/instance built from this checkout;
 //   - PGPORT becomes a free port of this machine, PRIMARY_PORT the primary's
 //     and PRIMARY_HOST 127.0.0.1 (the primary's name on the headless Service);
 //   - POD_NAME (fieldRef metadata.name) is <statefulset>-<ordinal>;
@@ -16,10 +19,12 @@ package postgres
 //     (the official image has its own on PATH) and HOME in the pod directory,
 //     so that nothing of the host user's (~/.pgpass, ~/.psqlrc) leaks in.
 //
-// Everything else is used byte for byte: the content of run.sh,
+// Everything else is used as generated: the init container's command,
+// which installs the instance manager, then the container's, which runs it;
 // postgresql.conf and pg_hba.conf from specs.ConfigData, every other
 // environment variable of the container, and the argv of the startup,
-// readiness and liveness probes and of the preStop hook.
+// readiness and liveness probes. A container is stopped as the kubelet
+// stops it: SIGTERM, then the grace period.
 
 import (
 	"bufio"
@@ -44,9 +49,10 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
+	"example.com/myoperator/internal/testenv"
 )
 
-// minMajor is the oldest supported major: run.sh's bootstrap uses psql's
+// minMajor is the oldest supported major: the bootstrap uses psql's
 // \getenv, new in PostgreSQL 15.
 const minMajor = 15
 
@@ -56,7 +62,8 @@ type server struct {
 	bin   string
 }
 
-// tools are the programs the pod uses (run.sh and the probes) and the test.
+// tools are the programs the pod uses (the instance manager and the probes)
+// and the test.
 var tools = []string{"postgres", "initdb", "pg_ctl", "psql", "pg_isready", "pg_basebackup", "pg_controldata"}
 
 // findServers lists every major >= 15 under /usr/lib/postgresql/*/bin, or
@@ -141,6 +148,9 @@ type cluster struct {
 	claims  []string // volumeClaimTemplates: a PVC per pod
 	ctr     *corev1ac.ContainerApplyConfiguration
 	pods    []*pod
+	// instanceBin is cmd/instance built from this checkout: what the
+	// operator's image holds at /instance.
+	instanceBin string
 }
 
 func newCluster(t *testing.T, srv server, db *databasev1alpha1.MyDatabase, secrets ...*corev1.Secret) *cluster {
@@ -149,7 +159,7 @@ func newCluster(t *testing.T, srv server, db *databasev1alpha1.MyDatabase, secre
 	for _, s := range secrets {
 		c.secrets[s.Name] = s
 	}
-	sts := specs.StatefulSet(db)
+	sts := specs.StatefulSet(db, specs.Platform{})
 	c.podSpec = sts.Spec.Template.Spec
 	for _, claim := range sts.Spec.VolumeClaimTemplates {
 		c.claims = append(c.claims, *claim.Name)
@@ -177,6 +187,10 @@ func newCluster(t *testing.T, srv server, db *databasev1alpha1.MyDatabase, secre
 		}
 		_ = os.RemoveAll(base)
 	})
+	c.instanceBin = filepath.Join(base, "instance")
+	if err := testenv.GoBuild(testenv.RepoRoot(), c.instanceBin, "./cmd/instance"); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := c.run(context.Background(), c.baseEnv(), "/bin/sh", "-c", `test -x "$HOME"`); err != nil {
 		t.Fatalf("the postgres OS user cannot reach %s (set TMPDIR to a directory it can traverse): %v\n%s", base, err, out)
 	}
@@ -304,8 +318,8 @@ func (c *cluster) newPod(ordinal, port int, primary *pod) *pod {
 				t.Fatal(err)
 			}
 			p.writeConfig(t, specs.ConfigData(c.db), dir, mode)
-		case m.ReadOnly != nil && *m.ReadOnly:
-			t.Fatalf("volume mount %s is read-only but no ConfigMap: the harness does not know its content", *m.Name)
+		case m.ReadOnly != nil && *m.ReadOnly && !c.filledByInit(*m.Name, *m.MountPath):
+			t.Fatalf("volume mount %s is read-only, no ConfigMap and no init container's: the harness does not know its content", *m.Name)
 		default:
 			// The data volume and the emptyDirs: writable by the server.
 			if err := os.Chown(dir, c.user.uid, c.user.gid); err != nil {
@@ -375,7 +389,21 @@ func (c *cluster) newPod(ordinal, port int, primary *pod) *pod {
 		}
 	}
 	c.pods = append(c.pods, p)
+	p.runInit(t)
 	return p
+}
+
+// filledByInit tells whether an init container mounts the volume writable
+// at the same path (the harness maps one directory per mount path).
+func (c *cluster) filledByInit(volume, path string) bool {
+	for _, ic := range c.podSpec.InitContainers {
+		for _, m := range ic.VolumeMounts {
+			if *m.Name == volume && *m.MountPath == path && (m.ReadOnly == nil || !*m.ReadOnly) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (c *cluster) volume(name string) *corev1ac.VolumeApplyConfiguration {
@@ -394,16 +422,54 @@ func (c *cluster) volume(name string) *corev1ac.VolumeApplyConfiguration {
 // hostPath maps a path in the container to this pod's directories.
 func (p *pod) hostPath(t *testing.T, path string) string {
 	t.Helper()
-	for mount, dir := range p.mounts {
-		if path == mount {
-			return dir
-		}
-		if rest, ok := strings.CutPrefix(path, mount+"/"); ok {
-			return filepath.Join(dir, rest)
-		}
+	if dir, ok := p.mapPath(path); ok {
+		return dir
 	}
 	t.Fatalf("%s is on no volume of the container", path)
 	return ""
+}
+
+func (p *pod) mapPath(path string) (string, bool) {
+	for mount, dir := range p.mounts {
+		if path == mount {
+			return dir, true
+		}
+		if rest, ok := strings.CutPrefix(path, mount+"/"); ok {
+			return filepath.Join(dir, rest), true
+		}
+	}
+	return "", false
+}
+
+// argv is a container's command and arguments, with every path on a
+// volume mapped to this pod's directories, and the operator image's
+// instance manager to the one built from this checkout.
+func (p *pod) argv(t *testing.T, ctr *corev1ac.ContainerApplyConfiguration) []string {
+	t.Helper()
+	argv := append(slices.Clone(ctr.Command), ctr.Args...)
+	for i, a := range argv {
+		if dir, ok := p.mapPath(a); ok {
+			argv[i] = dir
+		} else if i == 0 && a == "/instance" {
+			argv[i] = p.c.instanceBin
+		}
+	}
+	return argv
+}
+
+// runInit runs the pod's init containers to completion, as the kubelet
+// does before it starts the database container.
+func (p *pod) runInit(t *testing.T) {
+	t.Helper()
+	for i := range p.c.podSpec.InitContainers {
+		ctr := &p.c.podSpec.InitContainers[i]
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := p.c.run(ctx, p.c.baseEnv(), p.argv(t, ctr)...)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: init container %s: %v\n%s", p.name, *ctr.Name, err, out)
+		}
+	}
 }
 
 // writeConfig writes the ConfigMap's files, as a ConfigMap update does.
@@ -425,7 +491,7 @@ func (p *pod) writeConfig(t *testing.T, data map[string]string, dir string, mode
 func (p *pod) updateConfig(t *testing.T, data map[string]string) {
 	t.Helper()
 	dir := p.hostPath(t, specs.ConfigDir)
-	fi, err := os.Stat(filepath.Join(dir, specs.RunScriptKey))
+	fi, err := os.Stat(filepath.Join(dir, specs.PostgresConfKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,13 +522,7 @@ func (p *pod) start(t *testing.T) int64 {
 	if p.running() {
 		t.Fatalf("%s is already running", p.name)
 	}
-	argv := slices.Clone(p.c.ctr.Command)
-	argv = append(argv, p.c.ctr.Args...)
-	for i, a := range argv {
-		if strings.HasPrefix(a, "/") && i > 0 {
-			argv[i] = p.hostPath(t, a)
-		}
-	}
+	argv := p.argv(t, p.c.ctr)
 	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -500,7 +560,8 @@ func (p *pod) running() bool {
 }
 
 // kill stops what still runs of the pod: a fast shutdown (SIGINT) of every
-// server on its data (the container's and a scratch one run.sh started),
+// server on its data (the container's and a scratch one the instance
+// manager started),
 // then SIGKILL to the container's process group if it still runs.
 func (p *pod) kill() {
 	signalled := false
@@ -580,9 +641,10 @@ func (p *pod) waitReady(t *testing.T) {
 		}
 		code, _ := p.probe(t, p.c.ctr.StartupProbe)
 		if code == 0 {
-			// What answered must be the container's own server (run.sh
-			// execs postgres), not a server run.sh starts on the side.
-			if pid := postmasterPID(p.pgdata()); pid != p.cmd.Process.Pid {
+			// What answered must be the container's own server (the
+			// instance manager's child on PGDATA), not the private one it
+			// starts on the side while it initialises.
+			if pid := postmasterPID(p.pgdata()); pid <= 0 || parentPID(t, pid) != p.cmd.Process.Pid {
 				t.Fatalf("%s: the startup probe succeeded, but the container's server is not running "+
 					"(postmaster.pid in PGDATA: %d, container process: %d)\n%s", p.name, pid, p.cmd.Process.Pid, p.log(0))
 			}
@@ -595,9 +657,10 @@ func (p *pod) waitReady(t *testing.T) {
 	}
 }
 
-// preStop runs the preStop hook, as the kubelet does before it stops the
-// container, and waits for the container to exit by itself.
-func (p *pod) preStop(t *testing.T) {
+// stop stops the container as the kubelet does: its preStop hook if it has
+// one, then SIGTERM to its process, and waits for a clean exit within the
+// grace period.
+func (p *pod) stop(t *testing.T) {
 	t.Helper()
 	if !p.running() {
 		t.Fatalf("%s is not running", p.name)
@@ -606,17 +669,19 @@ func (p *pod) preStop(t *testing.T) {
 	if s := p.c.podSpec.TerminationGracePeriodSeconds; s != nil {
 		grace = time.Duration(*s) * time.Second
 	}
-	code, out := p.exec(t, p.c.ctr.Lifecycle.PreStop.Exec.Command, grace)
-	if code != 0 {
-		t.Fatalf("%s: preStop exited %d:\n%s", p.name, code, out)
+	if p.c.ctr.Lifecycle != nil && p.c.ctr.Lifecycle.PreStop != nil {
+		if code, out := p.exec(t, p.c.ctr.Lifecycle.PreStop.Exec.Command, grace); code != 0 {
+			t.Fatalf("%s: preStop exited %d:\n%s", p.name, code, out)
+		}
 	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s: the preStop hook returned but the container still runs", p.name)
+	case <-time.After(grace):
+		t.Fatalf("%s: the container still runs %s after SIGTERM", p.name, grace)
 	}
 	if p.err != nil {
-		t.Fatalf("%s: the container exited with %v after preStop, want a clean exit\n%s", p.name, p.err, p.log(0))
+		t.Fatalf("%s: the container exited with %v after SIGTERM, want a clean exit\n%s", p.name, p.err, p.log(0))
 	}
 }
 
@@ -646,7 +711,7 @@ func postmasterPID(dir string) int {
 
 // reapLeftovers kills whatever still runs from this cluster: any process
 // whose working directory is below the base directory (postgres and its
-// children chdir into PGDATA, run.sh runs in the pod directory), such as a
+// children chdir into PGDATA, the instance manager runs in the pod directory), such as a
 // scratch server pg_ctl started in its own session. Each one is a test
 // failure: nothing may outlive the test.
 func (c *cluster) reapLeftovers() {

@@ -250,7 +250,7 @@ func testCluster(t *testing.T, srv server) {
 	replica.updateConfig(t, specs.ConfigData(changed))
 
 	step("the replica restarts over its data with the changed parameters", func(t *testing.T) {
-		replica.preStop(t)
+		replica.stop(t)
 		logContains(t, replica.log(0), "received fast shutdown request")
 		checkProbes(t, replica, false)
 		off := replica.start(t)
@@ -269,7 +269,7 @@ func testCluster(t *testing.T, srv server) {
 	})
 
 	step("the primary restarts over its data with the changed parameters", func(t *testing.T) {
-		primary.preStop(t)
+		primary.stop(t)
 		logContains(t, primary.log(0), "received fast shutdown request")
 		checkProbes(t, primary, false)
 		// A replica keeps serving reads while its primary is away.
@@ -293,7 +293,7 @@ func testCluster(t *testing.T, srv server) {
 		waitRow(t, c, app(replica), appPassword, 2, "written after the restarts")
 	})
 
-	step("preStop shuts down fast, with clients connected", func(t *testing.T) {
+	step("SIGTERM shuts down fast, with clients connected", func(t *testing.T) {
 		for _, p := range []*pod{replica, primary} {
 			// A smart shutdown (the SIGTERM Kubernetes sends) would wait for this
 			// session; a fast one ends it.
@@ -310,9 +310,9 @@ func testCluster(t *testing.T, srv server) {
 				return out == "1", out
 			})
 			start := time.Now()
-			p.preStop(t)
+			p.stop(t)
 			if d := time.Since(start); d > 20*time.Second {
-				t.Errorf("%s: preStop took %s", p.name, d)
+				t.Errorf("%s: stopping took %s", p.name, d)
 			}
 			if out := <-done; !strings.Contains(out, "terminating connection due to administrator command") {
 				t.Errorf("%s: the client was not disconnected by a fast shutdown: %s", p.name, out)
@@ -342,7 +342,7 @@ func testCluster(t *testing.T, srv server) {
 		waitStreaming(t, c, primary, replica)
 		waitRow(t, c, app(replica), appPassword, 3, "written after lowering max_connections")
 		// The primary has run with 40: the replica's next start takes its own.
-		replica.preStop(t)
+		replica.stop(t)
 		off = replica.start(t)
 		replica.waitReady(t)
 		logLacks(t, replica.log(off), "keeping the primary's")
@@ -452,21 +452,40 @@ func checkProbes(t *testing.T, p *pod, healthy bool) {
 	}
 }
 
-// checkContainerIsPostmaster: run.sh must exec postgres, so that the
-// container's process is the server and gets the kubelet's signals.
+// checkContainerIsPostmaster: the container's process (the instance
+// manager) is the postmaster's parent, so that it gets the kubelet's
+// signals and turns them into PostgreSQL's.
 func checkContainerIsPostmaster(t *testing.T, p *pod) {
 	t.Helper()
-	if pid := postmasterPID(p.pgdata()); pid != p.cmd.Process.Pid {
-		t.Errorf("%s: the postmaster is PID %d, the container process %d: run.sh must exec postgres", p.name, pid, p.cmd.Process.Pid)
+	pid := postmasterPID(p.pgdata())
+	if ppid := parentPID(t, pid); ppid != p.cmd.Process.Pid {
+		t.Errorf("%s: the postmaster (PID %d) is a child of PID %d, not of the container process %d", p.name, pid, ppid, p.cmd.Process.Pid)
 	}
 }
 
+// parentPID reads a process's parent from /proc.
+func parentPID(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pid (comm) state ppid ...: comm may hold spaces, so cut at the last ')'.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ppid
+}
+
 // checkNoSecrets: the passwords are on neither the server's command line nor
-// in its environment (where every backend and child process inherits them).
+// in its environment (where every backend and child process inherits them,
+// and libpq in dblink would use them).
 func checkNoSecrets(t *testing.T, p *pod, secrets ...string) {
 	t.Helper()
 	for _, f := range []string{"cmdline", "environ"} {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", p.cmd.Process.Pid, f))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", postmasterPID(p.pgdata()), f))
 		if err != nil {
 			t.Fatal(err)
 		}

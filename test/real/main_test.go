@@ -172,7 +172,18 @@ func (h *harness) setup() error {
 	if err := <-built; err != nil {
 		return err
 	}
-	out, err := exec.Command(h.node, "kubeconfig").Output()
+	// The operator's image, for the instance manager the pods copy out of
+	// it: built from this checkout and imported into the node.
+	imageTar := filepath.Join(h.work, "operator-image.tar")
+	out, err := exec.Command(filepath.Join(h.repo, "hack", "operator-image.sh"), imageTar).Output()
+	if err != nil {
+		return fmt.Errorf("hack/operator-image.sh: %w", err)
+	}
+	instanceImage := strings.TrimSpace(string(out))
+	if err := h.script("load", imageTar); err != nil {
+		return err
+	}
+	out, err = exec.Command(h.node, "kubeconfig").Output()
 	if err != nil {
 		return fmt.Errorf("%s kubeconfig: %w", h.node, err)
 	}
@@ -212,7 +223,7 @@ func (h *harness) setup() error {
 	h.operator, err = testenv.StartProc("operator", filepath.Join(h.work, "operator.log"),
 		filepath.Join(h.work, "operator.pid"), managerBin,
 		"--health-probe-bind-address="+health, fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[1]),
-		"--metrics-secure=false")
+		"--metrics-secure=false", "--instance-manager-image="+instanceImage)
 	if err != nil {
 		return err
 	}
@@ -260,11 +271,11 @@ func (h *harness) teardown() error {
 }
 
 // script runs hack/real-node.sh with its output on the suite's.
-func (h *harness) script(verb string) error {
-	cmd := exec.Command(h.node, verb)
+func (h *harness) script(args ...string) error {
+	cmd := exec.Command(h.node, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("hack/real-node.sh %s: %w", verb, err)
+		return fmt.Errorf("hack/real-node.sh %s: %w", strings.Join(args, " "), err)
 	}
 	return nil
 }

@@ -127,7 +127,7 @@ func (r *MyDatabaseReconciler) reconcileStatefulSet(ctx context.Context, db *dat
 		before = *obs.sts.Spec.Replicas
 	}
 	sts := &appsv1.StatefulSet{}
-	if err := r.applyChild(ctx, obs, specs.StatefulSet(want), sts); err != nil || !metav1.IsControlledBy(sts, db) {
+	if err := r.applyChild(ctx, obs, specs.StatefulSet(want, r.Platform), sts); err != nil || !metav1.IsControlledBy(sts, db) {
 		return err
 	}
 	if obs.sts != nil && before != specs.Replicas(db) {

@@ -52,6 +52,9 @@ type MyDatabaseReconciler struct {
 	// StallRetry is how often a Stalled MyDatabase is looked at again
 	// (30 s when zero).
 	StallRetry time.Duration
+	// Platform is what the pods take from the operator's configuration:
+	// the instance manager's image.
+	Platform specs.Platform
 
 	// written remembers the status writes the cache does not show yet.
 	written statusWrites

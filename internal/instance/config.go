@@ -1,0 +1,103 @@
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package instance is the instance manager: the first process of every
+// MyDatabase database container. It prepares the data directory (a new
+// primary's initdb, a replica's clone), runs PostgreSQL as its child,
+// turns the kubelet's SIGTERM into a fast shutdown, and reaps orphans as
+// PID 1 must. The same code runs in the pod and in test/postgres.
+//
+// Invariants it keeps (they were those of run.sh, the shell entrypoint it
+// replaced):
+//   - a new data directory is made in a scratch directory and renamed into
+//     place only when complete, so a crash half way is retried from scratch
+//     and never leaves a half-made PGDATA;
+//   - the passwords never enter the server's environment, nor any command
+//     line: the replication password reaches libpq through a password file,
+//     the bootstrap passwords psql through its environment only;
+//   - a standby never starts with a lower max_connections & co. than the
+//     primary whose WAL it replays (see keepPrimaryMinimums).
+package instance
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+)
+
+// Config is the instance's part of the pod: its environment, as
+// internal/specs.Env sets it.
+type Config struct {
+	PodName   string // POD_NAME
+	PGData    string // PGDATA
+	SocketDir string // PGHOST
+	Port      string // PGPORT
+	ConfigDir string // CONFIG_DIR: postgresql.conf and pg_hba.conf
+
+	User                string // POSTGRES_USER
+	Database            string // POSTGRES_DB
+	Password            string // POSTGRES_PASSWORD
+	ReplicationPassword string // REPLICATION_PASSWORD
+
+	PrimaryPod  string // PRIMARY_POD: the pod that is primary
+	PrimaryHost string // PRIMARY_HOST
+	PrimaryPort string // PRIMARY_PORT
+}
+
+// secretVars are the environment variables that hold passwords: read once,
+// then removed from this process's environment, so that no child inherits
+// them unless it is given them.
+var secretVars = []string{"POSTGRES_PASSWORD", "REPLICATION_PASSWORD"}
+
+// ConfigFromEnv reads the Config and removes the passwords from the
+// environment.
+func ConfigFromEnv() (Config, error) {
+	c := Config{
+		PodName: os.Getenv("POD_NAME"), PGData: os.Getenv("PGDATA"), SocketDir: os.Getenv("PGHOST"),
+		Port: os.Getenv("PGPORT"), ConfigDir: os.Getenv("CONFIG_DIR"),
+		User: os.Getenv("POSTGRES_USER"), Database: os.Getenv("POSTGRES_DB"),
+		Password: os.Getenv("POSTGRES_PASSWORD"), ReplicationPassword: os.Getenv("REPLICATION_PASSWORD"),
+		PrimaryPod: os.Getenv("PRIMARY_POD"), PrimaryHost: os.Getenv("PRIMARY_HOST"), PrimaryPort: os.Getenv("PRIMARY_PORT"),
+	}
+	for _, v := range secretVars {
+		if err := os.Unsetenv(v); err != nil {
+			return c, err
+		}
+	}
+	var missing []string
+	for name, v := range map[string]string{
+		"POD_NAME": c.PodName, "PGDATA": c.PGData, "PGHOST": c.SocketDir, "PGPORT": c.Port, "CONFIG_DIR": c.ConfigDir,
+		"POSTGRES_USER": c.User, "POSTGRES_DB": c.Database, "POSTGRES_PASSWORD": c.Password,
+		"REPLICATION_PASSWORD": c.ReplicationPassword, "PRIMARY_POD": c.PrimaryPod,
+		"PRIMARY_HOST": c.PrimaryHost, "PRIMARY_PORT": c.PrimaryPort,
+	} {
+		if v == "" {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return c, fmt.Errorf("the container environment lacks %s", strings.Join(slices.Sorted(slices.Values(missing)), ", "))
+	}
+	return c, nil
+}
+
+// Primary tells whether this instance is the primary.
+func (c Config) Primary() bool { return c.PodName == c.PrimaryPod }
+
+// passfile is the libpq password file of the replication role, in the
+// socket directory (an emptyDir of the pod, never on the data volume).
+func (c Config) passfile() string { return c.SocketDir + "/.pgpass-replication" }

@@ -1,0 +1,89 @@
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package instance
+
+import (
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+)
+
+// reaper waits for every child of this process, as the first process of a
+// container must: processes whose parent dies (a server killed with its
+// backends, the shell of an archive command) become its children, and
+// would stay zombies. The exit of a watched child is delivered to its
+// watcher. It runs only while no exec.Cmd is waited for, since it takes
+// every child's exit.
+type reaper struct {
+	sigs chan os.Signal
+	done chan struct{}
+
+	mu      sync.Mutex
+	watched map[int]chan syscall.WaitStatus
+}
+
+func startReaper() *reaper {
+	r := &reaper{sigs: make(chan os.Signal, 1), done: make(chan struct{}),
+		watched: map[int]chan syscall.WaitStatus{}}
+	signal.Notify(r.sigs, syscall.SIGCHLD)
+	go r.loop()
+	return r
+}
+
+func (r *reaper) loop() {
+	for {
+		select {
+		case <-r.done:
+			return
+		case <-r.sigs:
+		}
+		// Signals coalesce: take every exit there is.
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if err != nil || pid <= 0 {
+				break
+			}
+			r.mu.Lock()
+			if ch, ok := r.watched[pid]; ok {
+				ch <- ws
+				delete(r.watched, pid)
+			}
+			r.mu.Unlock()
+		}
+	}
+}
+
+// start starts cmd and returns a channel that receives its exit. The lock
+// keeps the loop from reaping it before it is watched.
+func (r *reaper) start(cmd *exec.Cmd) (<-chan syscall.WaitStatus, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	ch := make(chan syscall.WaitStatus, 1)
+	r.watched[cmd.Process.Pid] = ch
+	return ch, nil
+}
+
+func (r *reaper) stop() {
+	signal.Stop(r.sigs)
+	close(r.done)
+}
