@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -70,28 +71,53 @@ func (c Config) initPrimary(ctx context.Context, log Logger) error {
 		"--data-checksums", "--auth-local=trust", "--auth-host=scram-sha-256"); err != nil {
 		return err
 	}
-	// A private server: no TCP listener, and its socket in the scratch
-	// directory (mode 0700), not in the socket directory where the probes
-	// would take it for the real server and report the pod ready too soon.
-	private := fmt.Sprintf("-c listen_addresses='' -c unix_socket_directories='%s' -c port=%s", scratch, c.Port)
-	if err := run(ctx, nil, "pg_ctl", "--pgdata="+scratch, "--wait", "--silent", "-o", private, "start"); err != nil {
+	if err := c.bootstrapSQL(ctx, scratch); err != nil {
 		return err
-	}
-	env := []string{"POSTGRES_USER=" + c.User, "POSTGRES_DB=" + c.Database,
-		"POSTGRES_PASSWORD=" + c.Password, "REPLICATION_PASSWORD=" + c.ReplicationPassword}
-	sqlErr := runStdin(ctx, env, bootstrapSQL, "psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
-		"--host="+scratch, "--port="+c.Port, "--username=postgres", "--dbname=postgres")
-	if err := run(ctx, nil, "pg_ctl", "--pgdata="+scratch, "--wait", "--silent", "--mode=fast", "stop"); err != nil {
-		return err
-	}
-	if sqlErr != nil {
-		return sqlErr
 	}
 	if err := os.Rename(scratch, c.PGData); err != nil {
 		return err
 	}
 	log("primary initialised")
 	return nil
+}
+
+// bootstrapSQL runs bootstrapSQL on a private server of the scratch data
+// directory: no TCP listener, and its socket in the scratch directory (mode
+// 0700), not in the socket directory where the probes would take it for the
+// real server and report the pod ready too soon. The server is this
+// process's child, not pg_ctl's daemon, so that it is stopped whatever
+// happens, a signal during the bootstrap included.
+func (c Config) bootstrapSQL(ctx context.Context, scratch string) error {
+	server := exec.Command("postgres", "-D", scratch,
+		"-c", "listen_addresses=", "-c", "unix_socket_directories="+scratch, "-c", "port="+c.Port)
+	server.Stderr = os.Stderr
+	if err := server.Start(); err != nil {
+		return fmt.Errorf("starting a private server on %s: %w", scratch, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- server.Wait() }()
+	defer func() {
+		select {
+		case <-exited:
+		default:
+			_ = server.Process.Signal(syscall.SIGINT) // fast shutdown
+			<-exited
+		}
+	}()
+	for run(ctx, nil, "pg_isready", "--quiet", "--host="+scratch, "--port="+c.Port) != nil {
+		select {
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("the private server on %s exited at start: %v", scratch, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	env := []string{"POSTGRES_USER=" + c.User, "POSTGRES_DB=" + c.Database,
+		"POSTGRES_PASSWORD=" + c.Password, "REPLICATION_PASSWORD=" + c.ReplicationPassword}
+	return runStdin(ctx, env, bootstrapSQL, "psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
+		"--host="+scratch, "--port="+c.Port, "--username=postgres", "--dbname=postgres")
 }
 
 // cloneReplica copies the primary with pg_basebackup into a scratch
@@ -180,9 +206,7 @@ func run(ctx context.Context, env []string, name string, args ...string) error {
 }
 
 func runStdin(ctx context.Context, env []string, stdin, name string, args ...string) error {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = os.Stderr
+	cmd := command(ctx, env, name, args...)
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
@@ -194,12 +218,21 @@ func runStdin(ctx context.Context, env []string, stdin, name string, args ...str
 
 // output runs a program and returns its standard output.
 func output(ctx context.Context, env []string, name string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
+	out, err := command(ctx, env, name, args...).Output()
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", name, err)
 	}
 	return string(out), nil
+}
+
+// command prepares a program with this process's environment plus env, its
+// errors in the container log. When ctx ends it gets SIGTERM, on which
+// initdb and pg_basebackup remove what they made, and SIGKILL 10 s later.
+func command(ctx context.Context, env []string, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	return cmd
 }

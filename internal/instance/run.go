@@ -24,6 +24,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Logger writes one line to the container log.
@@ -51,21 +53,28 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 	defer signal.Stop(signals)
 	bootCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	bootDone := make(chan struct{})
+	var stoppedBy os.Signal
 	go func() {
+		defer close(bootDone)
 		select {
 		case s := <-signals:
-			log("received %s while preparing the data directory: stopping", s)
+			stoppedBy = s
+			log("received %s while preparing the data directory: stopping", signalName(s))
 			cancel()
 		case <-bootCtx.Done():
 		}
 	}()
-
 	args, err := c.prepare(bootCtx, log)
-	if err != nil {
-		return 1, err
-	}
 	cancel()
-	if ctx.Err() != nil {
+	<-bootDone
+	switch {
+	case stoppedBy != nil:
+		// Asked to stop before the server ran: never start it.
+		return 1, fmt.Errorf("stopped by %s before the server started", signalName(stoppedBy))
+	case err != nil:
+		return 1, err
+	case ctx.Err() != nil:
 		return 1, ctx.Err()
 	}
 
@@ -137,6 +146,13 @@ func (c Config) prepare(ctx context.Context, log Logger) ([]string, error) {
 	args = append(args, extra...)
 	return append(args, "-c", fmt.Sprintf("primary_conninfo=host=%s port=%s user=replicator passfile=%s application_name=%s",
 		c.PrimaryHost, c.PrimaryPort, c.passfile(), c.PodName)), nil
+}
+
+func signalName(s os.Signal) string {
+	if sig, ok := s.(syscall.Signal); ok {
+		return unix.SignalName(sig)
+	}
+	return s.String()
 }
 
 func exitCode(ws syscall.WaitStatus) int {
