@@ -96,6 +96,7 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 		return 1, fmt.Errorf("starting postgres: %w", err)
 	}
 	server := cmd.Process.Pid
+	done := ctx.Done()
 	for {
 		select {
 		case s := <-signals:
@@ -106,8 +107,11 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 			}
 			_ = syscall.Kill(server, forward.(syscall.Signal))
 		case ws := <-exited:
-			return exitCode(ws), nil
-		case <-ctx.Done():
+			code := exitCode(ws)
+			log("postgres exited with code %d", code)
+			return code, nil
+		case <-done:
+			done = nil // once
 			_ = syscall.Kill(server, syscall.SIGINT)
 		}
 	}
