@@ -120,16 +120,21 @@ wait_for() {
   die "$what not ready after ${secs} s; logs in $STATE/logs"
 }
 
+# free_ports <var>...: set each variable to a port nothing listens on, all
+# different (picked in this shell, not in a subshell, so that the ports
+# already handed out are remembered).
 used_ports=" "
-free_port() {
-  local p
-  while :; do
-    p=$(shuf -i 20000-60999 -n 1)
-    [[ $used_ports == *" $p "* ]] && continue
-    ss -Htan "( sport = :$p )" | grep -q . && continue
+free_ports() {
+  local var p
+  for var in "$@"; do
+    while :; do
+      p=$(shuf -i 20000-60999 -n 1)
+      [[ $used_ports == *" $p "* ]] && continue
+      ss -Htan "( sport = :$p )" | grep -q . && continue
+      break
+    done
     used_ports="$used_ports$p "
-    echo "$p"
-    return
+    printf -v "$var" '%s' "$p"
   done
 }
 
@@ -309,8 +314,8 @@ EOF
 }
 
 control_plane_up() {
-  local etcd_port etcd_peer
-  etcd_port=$(free_port) etcd_peer=$(free_port) API_PORT=$(free_port)
+  local etcd_port etcd_peer kcm_port scheduler_port
+  free_ports etcd_port etcd_peer API_PORT kcm_port scheduler_port
   echo "$API_PORT" >"$STATE/api-port"
   start etcd etcd --data-dir "$STATE/etcd" --unsafe-no-fsync \
     --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
@@ -332,27 +337,28 @@ control_plane_up() {
   wait_for kube-apiserver 60 kubectl --kubeconfig "$STATE/kubeconfig" get --raw /readyz
   start kube-controller-manager kube-controller-manager --kubeconfig "$STATE/kubeconfig" \
     --authentication-kubeconfig "$STATE/kubeconfig" --authorization-kubeconfig "$STATE/kubeconfig" \
-    --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false \
+    --bind-address 127.0.0.1 --secure-port "$kcm_port" --leader-elect=false \
     --service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt" \
     --use-service-account-credentials --service-cluster-ip-range "$SERVICE_CIDR" \
     --cert-dir "$p/kcm"
   start kube-scheduler kube-scheduler --kubeconfig "$STATE/kubeconfig" \
     --authentication-kubeconfig "$STATE/kubeconfig" --authorization-kubeconfig "$STATE/kubeconfig" \
-    --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false --cert-dir "$p/scheduler"
+    --bind-address 127.0.0.1 --secure-port "$scheduler_port" --leader-elect=false --cert-dir "$p/scheduler"
 }
 
 kubelet_up() {
-  local d=$STATE/kubelet
+  local d=$STATE/kubelet kubelet_port kubelet_healthz proxy_healthz proxy_metrics
+  free_ports kubelet_port kubelet_healthz proxy_healthz proxy_metrics
   mkdir -p "$d"
   : >"$STATE/resolv.conf"
   cat >"$d/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: $NODE_IP
-port: $(free_port)
+port: $kubelet_port
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-healthzPort: $(free_port)
+healthzPort: $kubelet_healthz
 tlsCertFile: $STATE/pki/kubelet-serving.crt
 tlsPrivateKeyFile: $STATE/pki/kubelet-serving.key
 authentication:
@@ -384,8 +390,8 @@ mode: iptables
 clusterCIDR: $POD_CIDR
 hostnameOverride: $NODE
 bindAddress: $NODE_IP
-healthzBindAddress: 127.0.0.1:$(free_port)
-metricsBindAddress: 127.0.0.1:$(free_port)
+healthzBindAddress: 127.0.0.1:$proxy_healthz
+metricsBindAddress: 127.0.0.1:$proxy_metrics
 nodePortAddresses: ["$NODE_IP/32"]
 conntrack: {maxPerCore: 0, min: 0}
 iptables: {localhostNodePorts: false}

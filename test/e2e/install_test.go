@@ -85,6 +85,13 @@ func TestInstallerAndRestrictedNamespace(t *testing.T) {
 		t.Fatalf("dist/install.yaml created no namespace or no Deployment")
 	}
 	kubectl(t, "", "wait", "--for=condition=Available", "deployment/"+deploy, "-n", ns, "--timeout=60s")
+	// The database pods copy the instance manager out of the operator's own
+	// image: the installer must tell the operator which one it is.
+	manager := kubectl(t, "", "get", "deployment/"+deploy, "-n", ns, "-o",
+		`jsonpath={.spec.template.spec.containers[?(@.name=="manager")].image} {.spec.template.spec.containers[?(@.name=="manager")].env[?(@.name=="INSTANCE_MANAGER_IMAGE")].value}`)
+	if f := strings.Fields(manager); len(f) != 2 || f[0] != f[1] {
+		t.Errorf("the manager's image and INSTANCE_MANAGER_IMAGE differ or are missing: %q", manager)
+	}
 	if err := waitEstablished(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
