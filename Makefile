@@ -151,12 +151,12 @@ test-postgres: ## Run what internal/specs generates on real PostgreSQL servers (
 	go test ./test/postgres/ -count=1 -v
 
 .PHONY: lint
-lint: golangci-lint ## Run golangci-lint linter
-	"$(GOLANGCI_LINT)" run
+lint: golangci-lint ## Run golangci-lint linter (the e2e and real-pod tests included)
+	"$(GOLANGCI_LINT)" run --build-tags e2e,real
 
 .PHONY: lint-fix
 lint-fix: golangci-lint ## Run golangci-lint linter and perform fixes
-	"$(GOLANGCI_LINT)" run --fix
+	"$(GOLANGCI_LINT)" run --build-tags e2e,real --fix
 
 .PHONY: lint-config
 lint-config: golangci-lint ## Verify golangci-lint linter configuration

@@ -68,7 +68,10 @@ type MyDatabaseSpec struct {
 	Version string `json:"version,omitempty"`
 
 	// image overrides the container image (for a mirror or a patched build).
-	// It must run PostgreSQL of the major given in version.
+	// It must hold PostgreSQL of the major given in version, with postgres,
+	// initdb, psql, pg_isready, pg_basebackup and pg_controldata on PATH and
+	// /bin/sh, as the official image does; the instance manager, a static
+	// binary, is brought in by an init container.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	// +optional
@@ -379,6 +382,7 @@ const MaxNameLength = 52
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.ready`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.currentPrimary`
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type MyDatabase struct {

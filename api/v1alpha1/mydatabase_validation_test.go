@@ -275,7 +275,7 @@ func TestPrinterColumns(t *testing.T) {
 	for _, c := range table.ColumnDefinitions {
 		names = append(names, c.Name)
 	}
-	want := []string{"Name", "Engine", "Version", "Ready", "Phase", "Endpoint", "Age"}
+	want := []string{"Name", "Engine", "Version", "Ready", "Phase", "Primary", "Endpoint", "Age"}
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Errorf("printer columns (-want +got):\n%s", diff)
 	}

@@ -311,8 +311,9 @@ func instanceObjects(t *testing.T, ns, name string) []string {
 
 // snapshotRVs returns the resourceVersion of the MyDatabase and of each of
 // its children that exist, by "kind/name".
-func snapshotRVs(t *testing.T, ns, name string) map[string]string {
+func snapshotRVs(t *testing.T, ns string) map[string]string {
 	t.Helper()
+	name := dbName
 	rvs := map[string]string{}
 	objs := map[string]client.Object{
 		"MyDatabase/" + name:                        &databasev1alpha1.MyDatabase{},

@@ -422,9 +422,9 @@ func TestRestartWritesNothing(t *testing.T) {
 	// Converged: nothing changes for a few seconds in a row.
 	var before map[string]string
 	eventually(t, 60*time.Second, "resourceVersions stable for 3s", func() (bool, string) {
-		a := snapshotRVs(t, ns, "x")
+		a := snapshotRVs(t, ns)
 		time.Sleep(3 * time.Second)
-		before = snapshotRVs(t, ns, "x")
+		before = snapshotRVs(t, ns)
 		return maps.Equal(a, before), rvDiff(a, before)
 	})
 	for _, key := range []string{"MyDatabase/x", "StatefulSet/x", "Service/x-headless", "Service/x-rw", "Service/x-ro",
@@ -436,7 +436,7 @@ func TestRestartWritesNothing(t *testing.T) {
 
 	idleSince := time.Now()
 	time.Sleep(time.Minute)
-	if idle := snapshotRVs(t, ns, "x"); !maps.Equal(before, idle) {
+	if idle := snapshotRVs(t, ns); !maps.Equal(before, idle) {
 		t.Errorf("the operator wrote while idle for %s:\n%s", time.Since(idleSince).Round(time.Second), rvDiff(before, idle))
 	}
 
@@ -449,7 +449,7 @@ func TestRestartWritesNothing(t *testing.T) {
 		return err == nil && n > 0, fmt.Sprintf("reconciles %d, err %v", n, err)
 	})
 	time.Sleep(10*time.Second - time.Since(restarted))
-	after := snapshotRVs(t, ns, "x")
+	after := snapshotRVs(t, ns)
 	if !maps.Equal(before, after) {
 		t.Errorf("the restarted operator wrote:\n%s", rvDiff(before, after))
 		out, _ := kubectlRun("", "get", "mydatabase,statefulset,service,configmap,secret,poddisruptionbudget",

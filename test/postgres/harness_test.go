@@ -64,7 +64,7 @@ type server struct {
 
 // tools are the programs the pod uses (the instance manager and the probes)
 // and the test.
-var tools = []string{"postgres", "initdb", "pg_ctl", "psql", "pg_isready", "pg_basebackup", "pg_controldata"}
+var tools = []string{"postgres", "initdb", "psql", "pg_isready", "pg_basebackup", "pg_controldata"}
 
 // findServers lists every major >= 15 under /usr/lib/postgresql/*/bin, or
 // fails the test with what to do: no server binaries is an error, not a
@@ -711,9 +711,9 @@ func postmasterPID(dir string) int {
 
 // reapLeftovers kills whatever still runs from this cluster: any process
 // whose working directory is below the base directory (postgres and its
-// children chdir into PGDATA, the instance manager runs in the pod directory), such as a
-// scratch server pg_ctl started in its own session. Each one is a test
-// failure: nothing may outlive the test.
+// children chdir into PGDATA, the instance manager runs in the pod
+// directory), such as a server left by an interrupted bootstrap. Each one
+// is a test failure: nothing may outlive the test.
 func (c *cluster) reapLeftovers() {
 	for _, p := range c.pods {
 		p.kill()

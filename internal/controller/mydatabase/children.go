@@ -258,12 +258,12 @@ func (r *MyDatabaseReconciler) checkPodCreation(ctx context.Context, db *databas
 			latest = e
 		}
 	}
-	if latest == nil || latest.Reason != "FailedCreate" {
-		return nil
+	if latest != nil && latest.Reason == "FailedCreate" {
+		if obs.stalled = createFailure(db, sts.Name, latest.Message); obs.stalled == nil {
+			log(ctx).V(1).Info("The StatefulSet controller cannot create a server yet", "event", latest.Message)
+		}
 	}
-	if obs.stalled = createFailure(db, sts.Name, latest.Message); obs.stalled == nil {
-		log(ctx).V(1).Info("The StatefulSet controller cannot create a server yet", "event", latest.Message)
-	}
+	obs.podsMissing = obs.stalled == nil
 	return nil
 }
 

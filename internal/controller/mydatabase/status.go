@@ -35,6 +35,11 @@ type observation struct {
 	// failure is set when the pass ended early on a transient error; it is
 	// retried with backoff.
 	failure *blocker
+	// podsMissing is set when the StatefulSet has seen its spec but has
+	// fewer pods than it should, and its events say no more than that
+	// yet. Its controller reports a refused pod or claim only in an event,
+	// which no watch brings: the pass looks again soon.
+	podsMissing bool
 	// deleting is set while the finalizer runs; gone once the MyDatabase
 	// has no finalizer left and nothing remains to report.
 	deleting, gone bool
@@ -96,12 +101,18 @@ func (w *statusWrites) forget(key types.NamespacedName) {
 	delete(w.m, key)
 }
 
+// podCreationRecheck is how soon a pass looks again at the StatefulSet
+// controller's events while pods are missing.
+const podCreationRecheck = 5 * time.Second
+
 func (o *observation) result(stallRetry time.Duration) ctrl.Result {
 	switch {
 	case o.waiting != nil:
 		return ctrl.Result{RequeueAfter: 5 * time.Second}
 	case o.stalled != nil:
 		return ctrl.Result{RequeueAfter: stallRetry}
+	case o.podsMissing:
+		return ctrl.Result{RequeueAfter: podCreationRecheck}
 	}
 	return ctrl.Result{}
 }
