@@ -19,7 +19,8 @@
 #     the operator gives by default (postgres:<version>), so a MyDatabase
 #     needs no `image` override; the two tags of a major are one image.
 #   - host tools the node calls: iptables and conntrack (kubelet, kube-proxy,
-#     portmap), mmdebstrap; installed with apt-get when missing.
+#     portmap), mmdebstrap, openssl, iproute2; installed with apt-get when
+#     missing.
 #
 #   hack/node-parts.sh      build what is missing; print shell assignments
 #                           (K8S_BIN=..., RUNTIME_DIR=..., NODE_BIN=..., CNI_BIN=...,
@@ -66,6 +67,8 @@ need_pkgs=()
 command -v iptables >/dev/null || need_pkgs+=(iptables)
 command -v conntrack >/dev/null || need_pkgs+=(conntrack)
 command -v mmdebstrap >/dev/null || need_pkgs+=(mmdebstrap)
+command -v openssl >/dev/null || need_pkgs+=(openssl) # the node's certificates
+command -v ip >/dev/null || need_pkgs+=(iproute2)     # the bridge, ss
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   say "installing ${need_pkgs[*]} with apt-get"
   apt_get install -y -qq --no-install-recommends "${need_pkgs[@]}" || die "apt-get install ${need_pkgs[*]} failed"
