@@ -29,8 +29,9 @@
 # ip_forward and bridge-nf-call-iptables are set to 1 while the node is up
 # and restored by `down`.
 #
-# One such node per machine: /run/myoperator-real-node holds the lock, the
-# owner's state directory, and a snapshot of the machine taken before `up`
+# One such node per machine: /run/lock/myoperator-real-node.lock is the lock;
+# /run/myoperator-real-node holds, while a node is up, the owner's state
+# directory and a snapshot of the machine taken before `up`
 # (interfaces, addresses, routes, iptables rules, sysctls, mounts, cgroups,
 # host paths). `down` removes what the node made (processes, pods and their
 # network namespaces, mounts, kubepods cgroups, iptables chains, the bridge,
@@ -46,6 +47,9 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATE=${REAL_NODE_STATE:-$repo/bin/real-node}
 LOCKDIR=/run/myoperator-real-node
+# The lock file itself stays, as lock files in /run/lock do: removing a file
+# others may be waiting on would let two of them hold "the" lock.
+LOCKFILE=/run/lock/myoperator-real-node.lock
 NODE=${REAL_NODE_NAME:-real-node}
 BRIDGE=myop0
 NODE_IP=10.244.0.1
@@ -483,8 +487,8 @@ EOF
 cmd_up() {
   [ "$(id -u)" = 0 ] || die "real pods need root"
   parts
-  mkdir -p "$LOCKDIR"
-  exec 7>"$LOCKDIR/lock"
+  mkdir -p "$(dirname "$LOCKFILE")"
+  exec 7>"$LOCKFILE"
   flock -n 7 || die "another hack/real-node.sh is starting or stopping a node"
   if [ -f "$LOCKDIR/owner" ]; then
     local owner; owner=$(cat "$LOCKDIR/owner")
@@ -500,6 +504,7 @@ cmd_up() {
   fi
   local start_time=$SECONDS
   rm -rf "$STATE"
+  mkdir -p "$LOCKDIR"
   snapshot >"$LOCKDIR/before"
   echo "$STATE" >"$LOCKDIR/owner"
   mkdir -p "$STATE"
@@ -628,13 +633,14 @@ cmd_down_locked() {
     fi
   fi
   rm -f "$LOCKDIR/owner" "$LOCKDIR/before" "$LOCKDIR/after"
+  rmdir "$LOCKDIR" 2>/dev/null || true
   say "down: nothing of the node is left"
 }
 
 cmd_down() {
   [ "$(id -u)" = 0 ] || die "must run as root"
-  mkdir -p "$LOCKDIR"
-  exec 7>"$LOCKDIR/lock"
+  mkdir -p "$(dirname "$LOCKFILE")"
+  exec 7>"$LOCKFILE"
   flock -w 300 7 || die "another hack/real-node.sh has held the lock for 5 minutes"
   if [ -f "$LOCKDIR/owner" ]; then
     STATE=$(cat "$LOCKDIR/owner")
