@@ -71,7 +71,7 @@ func (c Config) initPrimary(ctx context.Context, log Logger) error {
 		"--data-checksums", "--auth-local=trust", "--auth-host=scram-sha-256"); err != nil {
 		return err
 	}
-	if err := c.bootstrapSQL(ctx, scratch); err != nil {
+	if err := c.bootstrap(ctx, scratch); err != nil {
 		return err
 	}
 	if err := os.Rename(scratch, c.PGData); err != nil {
@@ -81,21 +81,22 @@ func (c Config) initPrimary(ctx context.Context, log Logger) error {
 	return nil
 }
 
-// bootstrapSQL runs bootstrapSQL on a private server of the scratch data
+// bootstrap runs bootstrapSQL on a private server of the scratch data
 // directory: no TCP listener, and its socket in the scratch directory (mode
 // 0700), not in the socket directory where the probes would take it for the
 // real server and report the pod ready too soon. The server is this
 // process's child, not pg_ctl's daemon, so that it is stopped whatever
 // happens, a signal during the bootstrap included.
-func (c Config) bootstrapSQL(ctx context.Context, scratch string) error {
+func (c Config) bootstrap(ctx context.Context, scratch string) error {
 	server := exec.Command("postgres", "-D", scratch,
 		"-c", "listen_addresses=", "-c", "unix_socket_directories="+scratch, "-c", "port="+c.Port)
 	server.Stderr = os.Stderr
 	if err := server.Start(); err != nil {
 		return fmt.Errorf("starting a private server on %s: %w", scratch, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- server.Wait() }()
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = server.Wait(); close(exited) }()
 	defer func() {
 		select {
 		case <-exited:
@@ -106,9 +107,8 @@ func (c Config) bootstrapSQL(ctx context.Context, scratch string) error {
 	}()
 	for run(ctx, nil, "pg_isready", "--quiet", "--host="+scratch, "--port="+c.Port) != nil {
 		select {
-		case err := <-exited:
-			exited <- err
-			return fmt.Errorf("the private server on %s exited at start: %v", scratch, err)
+		case <-exited:
+			return fmt.Errorf("the private server on %s exited at start: %v", scratch, waitErr)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):

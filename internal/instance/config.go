@@ -35,7 +35,6 @@ package instance
 import (
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 )
 
@@ -63,40 +62,44 @@ type Config struct {
 // them unless it is given them.
 var secretVars = []string{"POSTGRES_PASSWORD", "REPLICATION_PASSWORD"}
 
-// ConfigFromEnv reads the Config and removes the passwords from the
-// environment.
+// ConfigFromEnv reads the Config, every variable required, and removes the
+// passwords from the environment.
 func ConfigFromEnv() (Config, error) {
-	c := Config{
-		PodName: os.Getenv("POD_NAME"), PGData: os.Getenv("PGDATA"), SocketDir: os.Getenv("PGHOST"),
-		Port: os.Getenv("PGPORT"), ConfigDir: os.Getenv("CONFIG_DIR"),
-		User: os.Getenv("POSTGRES_USER"), Database: os.Getenv("POSTGRES_DB"),
-		Password: os.Getenv("POSTGRES_PASSWORD"), ReplicationPassword: os.Getenv("REPLICATION_PASSWORD"),
-		PrimaryPod: os.Getenv("PRIMARY_POD"), PrimaryHost: os.Getenv("PRIMARY_HOST"), PrimaryPort: os.Getenv("PRIMARY_PORT"),
+	var c Config
+	var missing []string
+	for _, v := range []struct {
+		name  string
+		field *string
+	}{
+		{"POD_NAME", &c.PodName}, {"PGDATA", &c.PGData}, {"PGHOST", &c.SocketDir}, {"PGPORT", &c.Port},
+		{"CONFIG_DIR", &c.ConfigDir}, {"POSTGRES_USER", &c.User}, {"POSTGRES_DB", &c.Database},
+		{"POSTGRES_PASSWORD", &c.Password}, {"REPLICATION_PASSWORD", &c.ReplicationPassword},
+		{"PRIMARY_POD", &c.PrimaryPod}, {"PRIMARY_HOST", &c.PrimaryHost}, {"PRIMARY_PORT", &c.PrimaryPort},
+	} {
+		if *v.field = os.Getenv(v.name); *v.field == "" {
+			missing = append(missing, v.name)
+		}
 	}
 	for _, v := range secretVars {
 		if err := os.Unsetenv(v); err != nil {
 			return c, err
 		}
 	}
-	var missing []string
-	for name, v := range map[string]string{
-		"POD_NAME": c.PodName, "PGDATA": c.PGData, "PGHOST": c.SocketDir, "PGPORT": c.Port, "CONFIG_DIR": c.ConfigDir,
-		"POSTGRES_USER": c.User, "POSTGRES_DB": c.Database, "POSTGRES_PASSWORD": c.Password,
-		"REPLICATION_PASSWORD": c.ReplicationPassword, "PRIMARY_POD": c.PrimaryPod,
-		"PRIMARY_HOST": c.PrimaryHost, "PRIMARY_PORT": c.PrimaryPort,
-	} {
-		if v == "" {
-			missing = append(missing, name)
-		}
-	}
 	if len(missing) > 0 {
-		return c, fmt.Errorf("the container environment lacks %s", strings.Join(slices.Sorted(slices.Values(missing)), ", "))
+		return c, fmt.Errorf("the container environment lacks %s", strings.Join(missing, ", "))
 	}
 	return c, nil
 }
 
 // Primary tells whether this instance is the primary.
 func (c Config) Primary() bool { return c.PodName == c.PrimaryPod }
+
+// The files of the operator's ConfigMap, in ConfigDir (internal/specs names
+// them; a test keeps the two in step).
+const (
+	postgresConf = "postgresql.conf"
+	hbaConf      = "pg_hba.conf"
+)
 
 // passfile is the libpq password file of the replication role, in the
 // socket directory (an emptyDir of the pod, never on the data volume).

@@ -72,6 +72,15 @@ func TestConfigFromEnvNamesWhatIsMissing(t *testing.T) {
 	}
 }
 
+// TestConfigFilesAreTheConfigMaps: the server reads the files the operator
+// writes into its ConfigMap.
+func TestConfigFilesAreTheConfigMaps(t *testing.T) {
+	if postgresConf != specs.PostgresConfKey || hbaConf != specs.HBAConfKey {
+		t.Errorf("the instance manager reads %s and %s, the ConfigMap holds %s and %s",
+			postgresConf, hbaConf, specs.PostgresConfKey, specs.HBAConfKey)
+	}
+}
+
 // TestPassfileEscapes checks the libpq password file format: a backslash
 // and a colon in the password are escaped, the file is the owner's only.
 func TestPassfileEscapes(t *testing.T) {

@@ -135,7 +135,7 @@ func (c Config) prepare(ctx context.Context, log Logger) ([]string, error) {
 		}
 	}
 	args := []string{"-D", c.PGData,
-		"-c", "config_file=" + c.ConfigDir + "/postgresql.conf", "-c", "hba_file=" + c.ConfigDir + "/pg_hba.conf",
+		"-c", "config_file=" + c.ConfigDir + "/" + postgresConf, "-c", "hba_file=" + c.ConfigDir + "/" + hbaConf,
 		"-c", "unix_socket_directories=" + c.SocketDir, "-c", "port=" + c.Port}
 	if c.Primary() {
 		return args, nil

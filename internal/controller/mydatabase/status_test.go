@@ -382,3 +382,51 @@ func TestCreateFailure(t *testing.T) {
 		}
 	}
 }
+
+// While the StatefulSet has fewer pods than it should, the pass comes back
+// soon to read its controller's events again (no watch brings an event):
+// a refused claim is seen within podCreationRecheck, not whenever something
+// else changes. A stall then retries at its own pace, and a complete
+// StatefulSet asks for nothing.
+func TestMissingPodsAreLookedAtAgain(t *testing.T) {
+	db := newDB("shop", "orders")
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders", UID: "sts-uid", Generation: 1},
+		Spec:       appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1)},
+		Status:     appsv1.StatefulSetStatus{ObservedGeneration: 1},
+	}
+	refused := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: "shop", Name: "orders.1"},
+		InvolvedObject: corev1.ObjectReference{Kind: "StatefulSet", Name: "orders", UID: "sts-uid"},
+		Reason:         "FailedCreate", LastTimestamp: metav1.Now(),
+		Message: `create Claim data-orders-0 Pod orders-0 in StatefulSet orders failed error: persistentvolumeclaims "data-orders-0" is forbidden: exceeded quota: tight`,
+	}
+	pass := func(pods int32, seen ...client.Object) (*observation, ctrl.Result) {
+		t.Helper()
+		b := fake.NewClientBuilder().WithObjects(seen...)
+		for _, f := range []string{"involvedObject.kind", "involvedObject.name", "involvedObject.uid"} {
+			b = b.WithIndex(&corev1.Event{}, f, func(o client.Object) []string {
+				ref := o.(*corev1.Event).InvolvedObject
+				return []string{map[string]string{"involvedObject.kind": ref.Kind, "involvedObject.name": ref.Name,
+					"involvedObject.uid": string(ref.UID)}[f]}
+			})
+		}
+		r := &MyDatabaseReconciler{APIReader: b.Build()}
+		live := sts.DeepCopy()
+		live.Status.Replicas = pods
+		obs := &observation{sts: live}
+		if err := r.checkPodCreation(context.Background(), db, obs); err != nil {
+			t.Fatal(err)
+		}
+		return obs, obs.result(30 * time.Second)
+	}
+	if obs, res := pass(0); !obs.podsMissing || res.RequeueAfter != podCreationRecheck {
+		t.Errorf("a pod missing, no event yet: podsMissing %v, result %+v; want a look again in %s", obs.podsMissing, res, podCreationRecheck)
+	}
+	if obs, res := pass(0, refused); obs.stalled == nil || obs.podsMissing || res.RequeueAfter != 30*time.Second {
+		t.Errorf("a claim refused by a quota: stalled %v, podsMissing %v, result %+v; want Stalled, retried every 30 s", obs.stalled, obs.podsMissing, res)
+	}
+	if obs, res := pass(1, refused); obs.stalled != nil || obs.podsMissing || res.RequeueAfter != 0 {
+		t.Errorf("every pod there: stalled %v, podsMissing %v, result %+v; want nothing", obs.stalled, obs.podsMissing, res)
+	}
+}
