@@ -180,7 +180,9 @@ type MyDatabaseSpec struct {
 // StorageSpec is the data volume of each server.
 // +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName is immutable: existing volumes cannot move to another class"
 type StorageSpec struct {
-	// size of each data volume. It may grow but never shrink.
+	// size of each data volume. It may grow but never shrink. Growing it
+	// expands every server's volume in place when their StorageClass has
+	// allowVolumeExpansion: true; the pods keep running.
 	// +kubebuilder:default="1Gi"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="storage.size must be greater than zero, for example 1Gi"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",message="storage.size may grow but never shrink: a volume cannot be made smaller without losing data"
@@ -260,19 +262,33 @@ const (
 
 // Condition reasons.
 const (
-	ReasonAvailable             = "Available"
-	ReasonProvisioning          = "Provisioning"
-	ReasonUpdating              = "Updating"
-	ReasonScaling               = "Scaling"
-	ReasonPaused                = "Paused"
-	ReasonDeleting              = "Deleting"
-	ReasonCredentialsNotFound   = "CredentialsSecretNotFound"
-	ReasonCredentialsInvalid    = "CredentialsSecretInvalid"
-	ReasonCredentialsLost       = "CredentialsSecretLost"
-	ReasonCredentialsChanged    = "CredentialsSecretChanged"
-	ReasonSecretConflict        = "SecretOwnedByAnother"
-	ReasonStorageResize         = "StorageResizeUnsupported"
-	ReasonStorageClassNotFound  = "StorageClassNotFound"
+	ReasonAvailable            = "Available"
+	ReasonProvisioning         = "Provisioning"
+	ReasonUpdating             = "Updating"
+	ReasonScaling              = "Scaling"
+	ReasonPaused               = "Paused"
+	ReasonDeleting             = "Deleting"
+	ReasonCredentialsNotFound  = "CredentialsSecretNotFound"
+	ReasonCredentialsInvalid   = "CredentialsSecretInvalid"
+	ReasonCredentialsLost      = "CredentialsSecretLost"
+	ReasonCredentialsChanged   = "CredentialsSecretChanged"
+	ReasonSecretConflict       = "SecretOwnedByAnother"
+	ReasonStorageClassNotFound = "StorageClassNotFound"
+	// ReasonStorageResizing: spec.storage.size grew and the data volumes
+	// are being expanded (the claims patched, the StatefulSet re-created
+	// with the new volumeClaimTemplates, the capacities not reached yet).
+	ReasonStorageResizing = "StorageResizing"
+	// ReasonStorageClassNotExpandable: spec.storage.size grew but the
+	// StorageClass of the data volumes does not allow volume expansion.
+	ReasonStorageClassNotExpandable = "StorageClassNotExpandable"
+	// ReasonStorageResize: spec.storage.size grew but the volumes cannot be
+	// expanded for another reason than their class's setting: a volume
+	// without a class, a class that no longer exists, or one the operator
+	// may not read whose expansion the API server refuses.
+	ReasonStorageResize = "StorageResizeUnsupported"
+	// ReasonStorageResizeFailed: the storage driver reports the expansion
+	// of a data volume infeasible.
+	ReasonStorageResizeFailed   = "StorageResizeFailed"
 	ReasonWaitingForOldInstance = "WaitingForPreviousInstance"
 	ReasonServersNotReady       = "ServersNotReady"
 	// Failures: the API server refused or could not answer a request about

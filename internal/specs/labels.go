@@ -1,6 +1,8 @@
 package specs
 
 import (
+	"fmt"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
@@ -52,6 +54,12 @@ func UserSuppliedCredentials(db *databasev1alpha1.MyDatabase) bool {
 // DataVolumeName is the volumeClaimTemplate name; PVCs are named
 // <DataVolumeName>-<statefulset>-<ordinal>.
 const DataVolumeName = "data"
+
+// DataVolumeClaimName is the PVC the StatefulSet controller makes from the
+// data volumeClaimTemplate for the server of this ordinal.
+func DataVolumeClaimName(db *databasev1alpha1.MyDatabase, ordinal int32) string {
+	return fmt.Sprintf("%s-%s-%d", DataVolumeName, StatefulSetName(db), ordinal)
+}
 
 // SelectorLabels select the pods of a MyDatabase. They never change over the
 // life of a StatefulSet (its selector is immutable).

@@ -121,6 +121,35 @@ func TestImage(t *testing.T) {
 	}
 }
 
+func TestStorageSize(t *testing.T) {
+	for name, tc := range map[string]struct {
+		size resource.Quantity
+		want string
+	}{
+		"as the spec says":           {resource.MustParse("20Gi"), "20Gi"},
+		"unset (hand-built objects)": {resource.Quantity{}, "1Gi"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := db(func(d *databasev1alpha1.MyDatabase) { d.Spec.Storage.Size = tc.size })
+			if got := StorageSize(d); got.String() != tc.want {
+				t.Errorf("StorageSize = %s, want %s", got.String(), tc.want)
+			}
+			sts := typed[appsv1.StatefulSet](t, StatefulSet(d, Platform{}))
+			if got := sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().String(); got != tc.want {
+				t.Errorf("volumeClaimTemplate asks for %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// The claims the StatefulSet controller makes are named
+// <template>-<statefulset>-<ordinal>.
+func TestDataVolumeClaimName(t *testing.T) {
+	if got := DataVolumeClaimName(db(), 2); got != "data-orders-2" {
+		t.Errorf("DataVolumeClaimName = %q, want data-orders-2", got)
+	}
+}
+
 func TestServices(t *testing.T) {
 	d := db(func(d *databasev1alpha1.MyDatabase) { d.Spec.Service.Port = 6432 })
 	cases := map[string]struct {

@@ -72,6 +72,15 @@ func Image(db *databasev1alpha1.MyDatabase) string {
 // defaults it, so only hand-built objects miss it).
 var DefaultStorageSize = resource.MustParse("1Gi")
 
+// StorageSize is the size every data volume should have: spec.storage.size,
+// DefaultStorageSize when unset.
+func StorageSize(db *databasev1alpha1.MyDatabase) resource.Quantity {
+	if db.Spec.Storage.Size.IsZero() {
+		return DefaultStorageSize
+	}
+	return db.Spec.Storage.Size
+}
+
 // StatefulSet runs the servers. Ordinal 0 is the primary; the others clone it
 // and stream from it.
 //
@@ -111,14 +120,10 @@ func pvcRetentionPolicy(db *databasev1alpha1.MyDatabase) *appsv1ac.StatefulSetPe
 }
 
 func dataVolumeClaim(db *databasev1alpha1.MyDatabase) *corev1ac.PersistentVolumeClaimApplyConfiguration {
-	size := db.Spec.Storage.Size
-	if size.IsZero() {
-		size = DefaultStorageSize
-	}
 	spec := corev1ac.PersistentVolumeClaimSpec().
 		WithAccessModes(corev1.ReadWriteOnce).
 		WithResources(corev1ac.VolumeResourceRequirements().
-			WithRequests(corev1.ResourceList{corev1.ResourceStorage: size}))
+			WithRequests(corev1.ResourceList{corev1.ResourceStorage: StorageSize(db)}))
 	if db.Spec.Storage.StorageClassName != nil {
 		spec.WithStorageClassName(*db.Spec.Storage.StorageClassName)
 	}

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -109,18 +108,12 @@ func (r *MyDatabaseReconciler) deleteChild(ctx context.Context, db *databasev1al
 }
 
 // reconcileStatefulSet applies the StatefulSet. Its volumeClaimTemplates are
-// immutable, so a larger spec.storage.size is not applied: the StatefulSet
-// keeps its volumes as they are and the Stalled condition says so, instead
-// of an apply that fails on every pass.
+// immutable: a larger spec.storage.size first grows the volumes and
+// replaces the StatefulSet (alignVolumes, resize.go).
 func (r *MyDatabaseReconciler) reconcileStatefulSet(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
-	want := db
-	if live := claimSize(obs.sts); live != nil && live.Cmp(db.Spec.Storage.Size) != 0 {
-		want = db.DeepCopy()
-		want.Spec.Storage.Size = *live
-		obs.stalled = &blocker{databasev1alpha1.ReasonStorageResize, fmt.Sprintf(
-			"spec.storage.size is %s but the volumes were created with %s, and volume expansion is not supported yet: "+
-				"the servers keep their %s volumes and every other change is applied",
-			db.Spec.Storage.Size.String(), live.String(), live.String())}
+	want, err := r.alignVolumes(ctx, db, obs)
+	if err != nil || want == nil {
+		return err
 	}
 	var before int32
 	if obs.sts != nil && obs.sts.Spec.Replicas != nil {
@@ -134,20 +127,6 @@ func (r *MyDatabaseReconciler) reconcileStatefulSet(ctx context.Context, db *dat
 		r.event(db, corev1.EventTypeNormal, "Scaled", "Scaled StatefulSet %s from %d to %d servers", sts.Name, before, specs.Replicas(db))
 	}
 	obs.sts = sts
-	return nil
-}
-
-func claimSize(sts *appsv1.StatefulSet) *resource.Quantity {
-	if sts == nil {
-		return nil
-	}
-	for _, t := range sts.Spec.VolumeClaimTemplates {
-		if t.Name == specs.DataVolumeName {
-			if q, ok := t.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
-				return &q
-			}
-		}
-	}
 	return nil
 }
 

@@ -189,7 +189,8 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 // SetupWithManager watches MyDatabases and every kind of child. Children
 // with a controller reference map back through it; the retained Secrets,
 // PVCs and the pods (owned by the StatefulSet) map back through the
-// instance label; pods only when their role label is missing or changed.
+// instance label; pods only when their role label is missing or changed,
+// claims only while they are being expanded.
 func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	byInstance := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name, ok := o.GetLabels()[databasev1alpha1.LabelInstance]
@@ -206,6 +207,7 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&corev1.Secret{}, byInstance).
 		Watches(&corev1.Pod{}, byInstance, builder.WithPredicates(roleChanged)).
+		Watches(&corev1.PersistentVolumeClaim{}, byInstance, builder.WithPredicates(claimResized)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Named("mydatabase").
 		Complete(r)

@@ -365,34 +365,6 @@ func TestPausedWritesNoChild(t *testing.T) {
 	})
 }
 
-func TestStorageGrowthStallsWithoutErrorLoop(t *testing.T) {
-	ns := namespace(t)
-	db := create(t, newDB(ns, "disk"))
-	eventually(t, "the StatefulSet", exists(ns, "disk", &appsv1.StatefulSet{}))
-	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Storage.Size = resource.MustParse("5Gi") })
-	waitFor(t, db, "Stalled", phaseIs(databasev1alpha1.PhaseStalled))
-	c := condition(db, databasev1alpha1.ConditionStalled)
-	if c == nil || c.Reason != databasev1alpha1.ReasonStorageResize || !strings.Contains(c.Message, "volume expansion is not supported yet") {
-		t.Fatalf("Stalled = %+v", c)
-	}
-	sts := &appsv1.StatefulSet{}
-	_ = get(ns, "disk", sts)
-	if got := sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().String(); got != "1Gi" {
-		t.Errorf("volumeClaimTemplate size = %s, want the original 1Gi", got)
-	}
-	// Other changes still apply.
-	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Replicas = ptr.To[int32](2) })
-	eventually(t, "replicas 2", func() error {
-		if err := get(ns, "disk", sts); err != nil {
-			return err
-		}
-		if *sts.Spec.Replicas != 2 {
-			return fmt.Errorf("replicas %d", *sts.Spec.Replicas)
-		}
-		return nil
-	})
-}
-
 func TestUnknownStorageClassStallsBeforeAnyWrite(t *testing.T) {
 	ns := namespace(t)
 	class := "missing-" + ns
