@@ -23,12 +23,15 @@ limitations under the License.
 // developer's machine next to the cluster, makes them bind:
 //
 //   - it creates (once) a default StorageClass whose provisioner is this
-//     process, with reclaimPolicy Delete and WaitForFirstConsumer binding;
+//     process, with reclaimPolicy Delete, WaitForFirstConsumer binding and
+//     allowVolumeExpansion;
 //   - for every claim of that class it creates a local PersistentVolume
 //     backed by a directory under --root, pinned to the node the scheduler
 //     chose (the data lives on one node, like a local disk);
 //   - when such a volume is released (its claim deleted) it removes the
-//     directory and the PersistentVolume object.
+//     directory and the PersistentVolume object;
+//   - when a claim bound to such a volume asks for more than it has, it
+//     expands it as a CSI resizer and a kubelet would (resize.go).
 //
 // Why a provisioner rather than a pool of pre-made PersistentVolumes: the
 // operator's Delete policy and scale-down delete claims, and a pool's
@@ -142,13 +145,21 @@ func run(kubeconfig, name, root, storageClass string, qps float32, burst int) er
 	)
 	klog.InfoS("Starting dev-provisioner", "provisioner", name, "root", root,
 		"storageClass", storageClass, "host", cfg.Host)
+	resized := make(chan error, 1)
+	go func() { resized <- runResizer(ctx, client, name, 30*time.Second) }()
 	pc.Run(ctx)
+	stop() // the provisioner ended: so does the resizer
+	if err := <-resized; err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("the volume resizer: %w", err)
+	}
 	klog.InfoS("Stopped dev-provisioner")
 	return nil
 }
 
 // ensureStorageClass creates the default StorageClass of this provisioner
-// unless one of that name exists. It retries while the API server starts.
+// unless one of that name exists, and lets one it made earlier expand
+// volumes (a cluster of `make dev` started before the resizer existed). It
+// retries while the API server starts.
 func ensureStorageClass(ctx context.Context, client kubernetes.Interface, name, provisioner string) error {
 	sc := &storagev1.StorageClass{
 		ObjectMeta: metav1.ObjectMeta{
@@ -161,6 +172,8 @@ func ensureStorageClass(ctx context.Context, client kubernetes.Interface, name, 
 		Provisioner:       provisioner,
 		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimDelete),
 		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+		// The resizer (resize.go) expands the volumes.
+		AllowVolumeExpansion: ptr.To(true),
 	}
 	return wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{})
@@ -169,6 +182,10 @@ func ensureStorageClass(ctx context.Context, client kubernetes.Interface, name, 
 			klog.InfoS("Created default StorageClass", "name", name)
 			return true, nil
 		case apierrors.IsAlreadyExists(err):
+			if err := allowExpansion(ctx, client, sc); err != nil {
+				klog.InfoS("Retrying", "err", err)
+				return false, nil
+			}
 			return true, nil
 		default:
 			klog.InfoS("Waiting for the API server to create the StorageClass", "err", err)
@@ -244,5 +261,24 @@ func (p *localProvisioner) Delete(_ context.Context, pv *corev1.PersistentVolume
 		return err
 	}
 	klog.InfoS("Deleted volume", "pv", pv.Name, "path", path)
+	return nil
+}
+
+// allowExpansion sets allowVolumeExpansion on the class of that name if this
+// provisioner made it and it lacks it; a class of anyone else is left alone.
+func allowExpansion(ctx context.Context, client kubernetes.Interface, want *storagev1.StorageClass) error {
+	live, err := client.StorageV1().StorageClasses().Get(ctx, want.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if live.Provisioner != want.Provisioner || live.Labels["app.kubernetes.io/managed-by"] != "dev-provisioner" ||
+		ptr.Deref(live.AllowVolumeExpansion, false) {
+		return nil
+	}
+	live.AllowVolumeExpansion = ptr.To(true)
+	if _, err := client.StorageV1().StorageClasses().Update(ctx, live, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("letting StorageClass %s expand volumes: %w", live.Name, err)
+	}
+	klog.InfoS("StorageClass now allows volume expansion", "name", live.Name)
 	return nil
 }
