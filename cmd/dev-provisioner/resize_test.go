@@ -88,7 +88,9 @@ func TestResizeStepFrom(t *testing.T) {
 		pair func() (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume)
 		want string // "volume", "claim" or ""
 	}{
-		"nothing asked": {func() (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) { return boundPair("1Gi", "1Gi", "1Gi") }, ""},
+		"nothing asked": {func() (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+			return boundPair("1Gi", "1Gi", "1Gi")
+		}, ""},
 		"a larger size asked": {func() (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
 			return boundPair("2Gi", "1Gi", "1Gi")
 		}, "volume"},
