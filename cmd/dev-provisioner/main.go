@@ -78,6 +78,9 @@ import (
 
 const defaultProvisionerName = "dev.myoperator.example.com/hostpath"
 
+// programName is its user agent and the managed-by label of its StorageClass.
+const programName = "dev-provisioner"
+
 func main() {
 	var (
 		kubeconfig = flag.String("kubeconfig", os.Getenv("KUBECONFIG"),
@@ -116,7 +119,7 @@ func run(kubeconfig, name, root, storageClass string, qps float32, burst int) er
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig %q: %w", kubeconfig, err)
 	}
-	cfg.UserAgent = "dev-provisioner"
+	cfg.UserAgent = programName
 	cfg.QPS, cfg.Burst = qps, burst
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -167,13 +170,13 @@ func ensureStorageClass(ctx context.Context, client kubernetes.Interface, name, 
 			Annotations: map[string]string{
 				"storageclass.kubernetes.io/is-default-class": "true",
 			},
-			Labels: map[string]string{"app.kubernetes.io/managed-by": "dev-provisioner"},
+			Labels: map[string]string{"app.kubernetes.io/managed-by": programName},
 		},
 		Provisioner:       provisioner,
 		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimDelete),
 		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
 		// The resizer (resize.go) expands the volumes.
-		AllowVolumeExpansion: ptr.To(true),
+		AllowVolumeExpansion: new(true),
 	}
 	return wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{})
@@ -271,11 +274,11 @@ func allowExpansion(ctx context.Context, client kubernetes.Interface, want *stor
 	if err != nil {
 		return err
 	}
-	if live.Provisioner != want.Provisioner || live.Labels["app.kubernetes.io/managed-by"] != "dev-provisioner" ||
+	if live.Provisioner != want.Provisioner || live.Labels["app.kubernetes.io/managed-by"] != programName ||
 		ptr.Deref(live.AllowVolumeExpansion, false) {
 		return nil
 	}
-	live.AllowVolumeExpansion = ptr.To(true)
+	live.AllowVolumeExpansion = new(true)
 	if _, err := client.StorageV1().StorageClasses().Update(ctx, live, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("letting StorageClass %s expand volumes: %w", live.Name, err)
 	}

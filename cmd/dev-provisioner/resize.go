@@ -60,7 +60,8 @@ const annProvisionedBy = "pv.kubernetes.io/provisioned-by"
 // resizeStep returns the next write an expansion of pvc, bound to pv, needs:
 // the PersistentVolume or the claim (its status) to write, or neither when
 // there is nothing to do. Its arguments are not modified.
-func resizeStep(pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume) (*corev1.PersistentVolume, *corev1.PersistentVolumeClaim) {
+func resizeStep(pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume) (
+	*corev1.PersistentVolume, *corev1.PersistentVolumeClaim) {
 	want, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 	if !ok || pvc.Status.Phase != corev1.ClaimBound || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != pvc.UID {
 		return nil, nil
@@ -198,11 +199,12 @@ func (r *resizer) expand(ctx context.Context, key cache.ObjectName) error {
 			}
 			klog.InfoS("Expanded volume", "pv", pv.Name, "pvc", klog.KObj(pvc), "capacity", pv.Spec.Capacity.Storage().String())
 		case claim != nil:
-			if pvc, err = r.client.CoreV1().PersistentVolumeClaims(claim.Namespace).UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+			claims := r.client.CoreV1().PersistentVolumeClaims(claim.Namespace)
+			if pvc, err = claims.UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
 				return fmt.Errorf("updating the status of PVC %s: %w", klog.KObj(claim), err)
 			}
-			klog.InfoS("Updated claim after expansion", "pvc", klog.KObj(pvc), "capacity", pvc.Status.Capacity.Storage().String(),
-				"fileSystemResizePending", fileSystemResizePending(pvc))
+			klog.InfoS("Updated claim after expansion", "pvc", klog.KObj(pvc),
+				"capacity", pvc.Status.Capacity.Storage().String(), "fileSystemResizePending", fileSystemResizePending(pvc))
 		default:
 			return nil
 		}

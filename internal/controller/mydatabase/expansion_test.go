@@ -27,7 +27,7 @@ import (
 func storageClass(t *testing.T, name string, expandable bool) string {
 	t.Helper()
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: "example.com/test",
-		AllowVolumeExpansion: ptr.To(expandable)}
+		AllowVolumeExpansion: new(expandable)}
 	if err := k8s.Create(context.Background(), sc); err != nil {
 		t.Fatal(err)
 	}
@@ -36,14 +36,13 @@ func storageClass(t *testing.T, name string, expandable bool) string {
 
 // boundClaim creates the data claim of ordinal i as the StatefulSet
 // controller would, then plays the volume binder: bound, with capacity.
-func boundClaim(t *testing.T, db *databasev1alpha1.MyDatabase, ordinal int, capacity string) *corev1.PersistentVolumeClaim {
+func boundClaim(t *testing.T, db *databasev1alpha1.MyDatabase, ordinal int, capacity string) {
 	t.Helper()
 	pvc := dataVolume(t, db, ordinal, false)
 	setClaimStatus(t, db.Namespace, pvc.Name, func(s *corev1.PersistentVolumeClaimStatus) {
 		s.Phase = corev1.ClaimBound
 		s.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(capacity)}
 	})
-	return pvc
 }
 
 // setClaimStatus plays the volume binder, the resizer or the kubelet.
@@ -126,9 +125,10 @@ func collectStatefulSet(t *testing.T, old *appsv1.StatefulSet) {
 	}
 }
 
-// reconcilingWith waits for Reconciling with reason and a message holding
+// resizingWith waits for Reconciling StorageResizing with a message holding
 // every part, at the current generation, with Ready False.
-func reconcilingWith(reason string, parts ...string) func(*databasev1alpha1.MyDatabase) error {
+func resizingWith(parts ...string) func(*databasev1alpha1.MyDatabase) error {
+	reason := databasev1alpha1.ReasonStorageResizing
 	return func(db *databasev1alpha1.MyDatabase) error {
 		c, ready := condition(db, databasev1alpha1.ConditionReconciling), condition(db, databasev1alpha1.ConditionReady)
 		switch {
@@ -152,6 +152,35 @@ func claimRequest(ns, name string) (string, error) {
 		return "", err
 	}
 	return pvc.Spec.Resources.Requests.Storage().String(), nil
+}
+
+// claimAsks waits until the claim asks for size.
+func claimAsks(t *testing.T, ns, name, size string) {
+	t.Helper()
+	eventually(t, name+" asks for "+size, func() error {
+		if got, err := claimRequest(ns, name); err != nil || got != size {
+			return fmt.Errorf("requests %s (err %v)", got, err)
+		}
+		return nil
+	})
+}
+
+// replaced plays the garbage collector on the old StatefulSet and waits
+// for the operator to create the new one, asking for size.
+func replaced(t *testing.T, old *appsv1.StatefulSet, size string) *appsv1.StatefulSet {
+	t.Helper()
+	collectStatefulSet(t, old)
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "a new StatefulSet asking for "+size, func() error {
+		if err := get(old.Namespace, old.Name, sts); err != nil {
+			return err
+		}
+		if sts.UID == old.UID || templateSize(sts) != size {
+			return fmt.Errorf("uid %s (old %s), template %s", sts.UID, old.UID, templateSize(sts))
+		}
+		return nil
+	})
+	return sts
 }
 
 func templateSize(sts *appsv1.StatefulSet) string {
@@ -186,31 +215,13 @@ func TestStorageGrowthExpandsVolumesInPlace(t *testing.T) {
 	db, old, pods := readyDatabase(t, ns, "grow", &class)
 
 	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Storage.Size = resource.MustParse("2Gi") })
-	for _, name := range []string{"data-grow-0", "data-grow-1"} {
-		eventually(t, name+" asks for 2Gi", func() error {
-			if got, err := claimRequest(ns, name); err != nil || got != "2Gi" {
-				return fmt.Errorf("requests %s (err %v)", got, err)
-			}
-			return nil
-		})
-	}
-	waitFor(t, db, "Reconciling while the StatefulSet is replaced", reconcilingWith(databasev1alpha1.ReasonStorageResizing,
+	claimAsks(t, ns, "data-grow-0", "2Gi")
+	claimAsks(t, ns, "data-grow-1", "2Gi")
+	waitFor(t, db, "Reconciling while the StatefulSet is replaced", resizingWith(
 		"re-creating StatefulSet grow", "pods keep running", "data-grow-0 (1Gi of 2Gi), data-grow-1 (1Gi of 2Gi)"))
-	collectStatefulSet(t, old)
-
-	sts := &appsv1.StatefulSet{}
-	eventually(t, "a new StatefulSet asking for 2Gi", func() error {
-		if err := get(ns, "grow", sts); err != nil {
-			return err
-		}
-		if sts.UID == old.UID || templateSize(sts) != "2Gi" {
-			return fmt.Errorf("uid %s (old %s), template %s", sts.UID, old.UID, templateSize(sts))
-		}
-		return nil
-	})
-	assertOwnedChild(t, db, sts)
+	assertOwnedChild(t, db, replaced(t, old, "2Gi"))
 	markReady(t, db)
-	waitFor(t, db, "both claims reported", reconcilingWith(databasev1alpha1.ReasonStorageResizing,
+	waitFor(t, db, "both claims reported", resizingWith(
 		"expanding the data volumes; not at 2Gi yet: data-grow-0 (1Gi of 2Gi), data-grow-1 (1Gi of 2Gi)"))
 
 	// The driver is done with data-grow-0; its file system is next.
@@ -218,8 +229,7 @@ func TestStorageGrowthExpandsVolumesInPlace(t *testing.T) {
 		s.Conditions = []corev1.PersistentVolumeClaimCondition{{
 			Type: corev1.PersistentVolumeClaimFileSystemResizePending, Status: corev1.ConditionTrue}}
 	})
-	waitFor(t, db, "the pending file system reported", reconcilingWith(databasev1alpha1.ReasonStorageResizing,
-		"data-grow-0 (FileSystemResizePending", "data-grow-1 (1Gi of 2Gi)"))
+	waitFor(t, db, "the pending file system reported", resizingWith("data-grow-0 (FileSystemResizePending", "data-grow-1 (1Gi of 2Gi)"))
 	setClaimStatus(t, ns, "data-grow-0", func(s *corev1.PersistentVolumeClaimStatus) {
 		s.Conditions, s.Capacity = nil, corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}
 	})
@@ -227,7 +237,7 @@ func TestStorageGrowthExpandsVolumesInPlace(t *testing.T) {
 		if c := condition(db, databasev1alpha1.ConditionReconciling); c != nil && strings.Contains(c.Message, "data-grow-0") {
 			return fmt.Errorf("still names data-grow-0: %s", c.Message)
 		}
-		return reconcilingWith(databasev1alpha1.ReasonStorageResizing, "data-grow-1 (1Gi of 2Gi)")(db)
+		return resizingWith("data-grow-1 (1Gi of 2Gi)")(db)
 	})
 	setClaimStatus(t, ns, "data-grow-1", func(s *corev1.PersistentVolumeClaimStatus) {
 		s.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}
@@ -281,7 +291,7 @@ func TestStorageGrowthStallsWhenVolumesCannotGrow(t *testing.T) {
 		lift   func(t *testing.T, class *string)
 	}{
 		"the class does not allow expansion": {
-			class:  func(t *testing.T, ns string) *string { return ptr.To(storageClass(t, "fixed-"+ns, false)) },
+			class:  func(t *testing.T, ns string) *string { return new(storageClass(t, "fixed-"+ns, false)) },
 			reason: databasev1alpha1.ReasonStorageClassNotExpandable,
 			words:  []string{`StorageClass "fixed-`, "does not allow volume expansion", "from 1Gi to 5Gi", "allowVolumeExpansion", "set spec.storage.size back to 1Gi"},
 			lift: func(t *testing.T, class *string) {
@@ -289,7 +299,7 @@ func TestStorageGrowthStallsWhenVolumesCannotGrow(t *testing.T) {
 				if err := get("", *class, sc); err != nil {
 					t.Fatal(err)
 				}
-				sc.AllowVolumeExpansion = ptr.To(true)
+				sc.AllowVolumeExpansion = new(true)
 				if err := k8s.Update(context.Background(), sc); err != nil {
 					t.Fatal(err)
 				}
@@ -301,7 +311,7 @@ func TestStorageGrowthStallsWhenVolumesCannotGrow(t *testing.T) {
 			words:  []string{"PVC data-still-0 has no StorageClass", "expand the volume by hand"},
 		},
 		"the class is gone": {
-			class: func(t *testing.T, ns string) *string { return ptr.To(storageClass(t, "gone-"+ns, true)) },
+			class: func(t *testing.T, ns string) *string { return new(storageClass(t, "gone-"+ns, true)) },
 			before: func(t *testing.T, class *string) {
 				if err := k8s.Delete(context.Background(), &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: *class}}); err != nil {
 					t.Fatal(err)
@@ -351,22 +361,8 @@ func TestStorageGrowthStallsWhenVolumesCannotGrow(t *testing.T) {
 				return
 			}
 			tc.lift(t, class)
-			eventually(t, "data-still-0 asks for 5Gi once the class allows it", func() error {
-				if got, err := claimRequest(ns, "data-still-0"); err != nil || got != "5Gi" {
-					return fmt.Errorf("requests %s (err %v)", got, err)
-				}
-				return nil
-			})
-			collectStatefulSet(t, old)
-			eventually(t, "a new StatefulSet asking for 5Gi", func() error {
-				if err := get(ns, "still", sts); err != nil {
-					return err
-				}
-				if sts.UID == old.UID || templateSize(sts) != "5Gi" {
-					return fmt.Errorf("uid %s (old %s), template %s", sts.UID, old.UID, templateSize(sts))
-				}
-				return nil
-			})
+			claimAsks(t, ns, "data-still-0", "5Gi")
+			replaced(t, old, "5Gi")
 		})
 	}
 }

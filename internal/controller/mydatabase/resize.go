@@ -279,9 +279,10 @@ func (r *MyDatabaseReconciler) replaceStatefulSet(ctx context.Context, db *datab
 }
 
 // claimResized passes the claim events that move an expansion on: a bound
-// claim whose capacity, conditions (FileSystemResizePending) or resize
-// status changed. Every other claim event, creation and binding included,
-// would only cost a reconcile.
+// claim whose capacity, resize conditions (FileSystemResizePending and the
+// like) or resize status changed. Every other claim event, creation,
+// binding and the Unused condition that follows its pod included, would
+// only cost a reconcile.
 var claimResized = predicate.Funcs{
 	CreateFunc: func(event.CreateEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
@@ -291,11 +292,24 @@ var claimResized = predicate.Funcs{
 			return false
 		}
 		return !equality.Semantic.DeepEqual(was.Status.Capacity, is.Status.Capacity) ||
-			!equality.Semantic.DeepEqual(was.Status.Conditions, is.Status.Conditions) ||
+			resizeConditions(was) != resizeConditions(is) ||
 			!equality.Semantic.DeepEqual(was.Status.AllocatedResourceStatuses, is.Status.AllocatedResourceStatuses)
 	},
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// resizeConditions sums up the conditions an expansion sets on a claim.
+func resizeConditions(pvc *corev1.PersistentVolumeClaim) string {
+	var b strings.Builder
+	for _, c := range pvc.Status.Conditions {
+		switch c.Type {
+		case corev1.PersistentVolumeClaimResizing, corev1.PersistentVolumeClaimFileSystemResizePending,
+			corev1.PersistentVolumeClaimControllerResizeError, corev1.PersistentVolumeClaimNodeResizeError:
+			fmt.Fprintf(&b, "%s=%s;", c.Type, c.Status)
+		}
+	}
+	return b.String()
 }
 
 // claimSize is the size the live StatefulSet's data volumeClaimTemplate

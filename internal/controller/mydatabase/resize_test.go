@@ -154,6 +154,10 @@ func TestClaimResizedPredicate(t *testing.T) {
 		"file system next":      {bound("1Gi"), bound("1Gi", fsResizePending), true},
 		"the driver gave up":    {bound("1Gi"), bound("1Gi", allocation(corev1.PersistentVolumeClaimControllerResizeInfeasible)), true},
 		"1024Mi is 1Gi as well": {bound("1Gi"), bound("1024Mi"), false},
+		"its pod went away": {bound("1Gi"), bound("1Gi", func(p *corev1.PersistentVolumeClaim) {
+			p.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimUnused, Status: corev1.ConditionTrue}}
+		}), false},
+		"resized by the kubelet": {bound("1Gi", fsResizePending), bound("2Gi"), true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got := claimResized.Update(event.UpdateEvent{ObjectOld: tc.was, ObjectNew: tc.is}); got != tc.want {
