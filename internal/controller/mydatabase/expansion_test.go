@@ -208,7 +208,8 @@ func readyDatabase(t *testing.T, ns, name string, class *string) (*databasev1alp
 // A larger spec.storage.size: each claim asks for it, the StatefulSet is
 // deleted with orphan propagation and created again with the new template,
 // the pods are the same, and the MyDatabase reports each claim until its
-// capacity shows the size, then Ready; converged, it writes nothing.
+// capacity shows the size (Stalled while the driver says it cannot), then
+// Ready; converged, it writes nothing.
 func TestStorageGrowthExpandsVolumesInPlace(t *testing.T) {
 	ns := namespace(t)
 	class := storageClass(t, "expandable-"+ns, true)
@@ -239,7 +240,16 @@ func TestStorageGrowthExpandsVolumesInPlace(t *testing.T) {
 		}
 		return resizingWith("data-grow-1 (1Gi of 2Gi)")(db)
 	})
+
+	// The driver gives up on data-grow-1 for a while: a person must look.
 	setClaimStatus(t, ns, "data-grow-1", func(s *corev1.PersistentVolumeClaimStatus) {
+		s.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{
+			corev1.ResourceStorage: corev1.PersistentVolumeClaimControllerResizeInfeasible}
+	})
+	waitFor(t, db, "Stalled on the driver", stalledWith(databasev1alpha1.ReasonStorageResizeFailed,
+		"data-grow-1 (ControllerResizeInfeasible)"))
+	setClaimStatus(t, ns, "data-grow-1", func(s *corev1.PersistentVolumeClaimStatus) {
+		s.AllocatedResourceStatuses = nil
 		s.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}
 	})
 	waitFor(t, db, "Ready at 2Gi", phaseIs(databasev1alpha1.PhaseReady))
