@@ -20,8 +20,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,10 +41,26 @@ REVOKE ALL ON DATABASE :"app_db" FROM PUBLIC;
 CREATE ROLE replicator WITH REPLICATION LOGIN PASSWORD :'replication_password';
 `
 
+// rewindGrants let the replication role run pg_rewind against a primary
+// (the functions PostgreSQL's documentation of pg_rewind lists), so that
+// pg_rewind needs no superuser. GRANT is idempotent: a new primary runs
+// them too, for data made before they were part of bootstrapSQL.
+const rewindGrants = `GRANT EXECUTE ON FUNCTION pg_catalog.pg_ls_dir(text, boolean, boolean) TO replicator;
+GRANT EXECUTE ON FUNCTION pg_catalog.pg_stat_file(text, boolean) TO replicator;
+GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text) TO replicator;
+GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean) TO replicator;
+`
+
 // initialised tells whether PGDATA holds a data directory.
 func (c Config) initialised() bool {
 	fi, err := os.Stat(c.PGData + "/PG_VERSION")
 	return err == nil && fi.Size() > 0
+}
+
+// standby tells whether the data directory is a standby's.
+func (c Config) standby() bool {
+	_, err := os.Stat(c.PGData + "/standby.signal")
+	return err == nil
 }
 
 // writePassfile writes the replication password where libpq reads it
@@ -61,23 +77,24 @@ func (c Config) writePassfile() error {
 // initPrimary makes a new data directory with the roles and database of
 // the spec. All of it happens in a scratch directory, renamed into place
 // at the end.
-func (c Config) initPrimary(ctx context.Context, log Logger) error {
+func (m *manager) initPrimary(ctx context.Context) error {
+	c := m.c
 	scratch := c.PGData + ".init"
-	log("initialising a new primary in %s", c.PGData)
+	m.log("initialising a new primary in %s", c.PGData)
 	if err := os.RemoveAll(scratch); err != nil {
 		return err
 	}
-	if err := run(ctx, nil, "initdb", "--pgdata="+scratch, "--username=postgres", "--encoding=UTF8", "--locale=C",
+	if _, err := m.procs.run(ctx, nil, "", "initdb", "--pgdata="+scratch, "--username=postgres", "--encoding=UTF8", "--locale=C",
 		"--data-checksums", "--auth-local=trust", "--auth-host=scram-sha-256"); err != nil {
 		return err
 	}
-	if err := c.bootstrap(ctx, scratch); err != nil {
+	if err := m.bootstrap(ctx, scratch); err != nil {
 		return err
 	}
 	if err := os.Rename(scratch, c.PGData); err != nil {
 		return err
 	}
-	log("primary initialised")
+	m.log("primary initialised")
 	return nil
 }
 
@@ -87,28 +104,21 @@ func (c Config) initPrimary(ctx context.Context, log Logger) error {
 // real server and report the pod ready too soon. The server is this
 // process's child, not pg_ctl's daemon, so that it is stopped whatever
 // happens, a signal during the bootstrap included.
-func (c Config) bootstrap(ctx context.Context, scratch string) error {
-	server := exec.Command("postgres", "-D", scratch,
-		"-c", "listen_addresses=", "-c", "unix_socket_directories="+scratch, "-c", "port="+c.Port)
-	server.Stderr = os.Stderr
-	if err := server.Start(); err != nil {
+func (m *manager) bootstrap(ctx context.Context, scratch string) error {
+	c := m.c
+	server, err := m.startServer([]string{"-D", scratch,
+		"-c", "listen_addresses=", "-c", "unix_socket_directories=" + scratch, "-c", "port=" + c.Port})
+	if err != nil {
 		return fmt.Errorf("starting a private server on %s: %w", scratch, err)
 	}
-	var waitErr error
-	exited := make(chan struct{})
-	go func() { waitErr = server.Wait(); close(exited) }()
-	defer func() {
-		select {
-		case <-exited:
-		default:
-			_ = server.Process.Signal(syscall.SIGINT) // fast shutdown
-			<-exited
+	defer server.stop(syscall.SIGINT) // fast shutdown
+	for {
+		if _, err := m.procs.run(ctx, nil, "", "pg_isready", "--quiet", "--host="+scratch, "--port="+c.Port); err == nil {
+			break
 		}
-	}()
-	for run(ctx, nil, "pg_isready", "--quiet", "--host="+scratch, "--port="+c.Port) != nil {
 		select {
-		case <-exited:
-			return fmt.Errorf("the private server on %s exited at start: %v", scratch, waitErr)
+		case <-server.exited:
+			return fmt.Errorf("the private server on %s exited at start", scratch)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
@@ -116,36 +126,62 @@ func (c Config) bootstrap(ctx context.Context, scratch string) error {
 	}
 	env := []string{"POSTGRES_USER=" + c.User, "POSTGRES_DB=" + c.Database,
 		"POSTGRES_PASSWORD=" + c.Password, "REPLICATION_PASSWORD=" + c.ReplicationPassword}
-	return runStdin(ctx, env, bootstrapSQL, "psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
+	_, err = m.procs.run(ctx, env, bootstrapSQL+rewindGrants, "psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
 		"--host="+scratch, "--port="+c.Port, "--username=postgres", "--dbname=postgres")
+	return err
 }
 
-// cloneReplica copies the primary with pg_basebackup into a scratch
-// directory, renamed into place when complete.
-func (c Config) cloneReplica(ctx context.Context, log Logger) error {
+// cloneReplica copies the primary at address with pg_basebackup into a
+// scratch directory, renamed into place when complete.
+func (m *manager) cloneReplica(ctx context.Context, address string) error {
+	c := m.c
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
 	scratch := c.PGData + ".clone"
 	if err := os.RemoveAll(scratch); err != nil {
 		return err
 	}
-	for run(ctx, nil, "pg_isready", "--quiet", "--host="+c.PrimaryHost, "--port="+c.PrimaryPort) != nil {
-		log("waiting for the primary at %s:%s", c.PrimaryHost, c.PrimaryPort)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(2 * time.Second):
-		}
-	}
-	log("cloning the primary at %s:%s", c.PrimaryHost, c.PrimaryPort)
-	if err := run(ctx, []string{"PGPASSFILE=" + c.passfile()}, "pg_basebackup", "--pgdata="+scratch,
-		"--host="+c.PrimaryHost, "--port="+c.PrimaryPort, "--username=replicator", "--no-password",
+	m.log("cloning the primary at %s", address)
+	if _, err := m.procs.run(ctx, []string{"PGPASSFILE=" + c.passfile()}, "", "pg_basebackup", "--pgdata="+scratch,
+		"--host="+host, "--port="+port, "--username=replicator", "--no-password",
 		"--wal-method=stream", "--checkpoint=fast"); err != nil {
 		return err
 	}
 	if err := os.Rename(scratch, c.PGData); err != nil {
 		return err
 	}
-	log("replica cloned")
+	m.log("replica cloned")
 	return nil
+}
+
+// rewind makes the stopped data directory a copy of the primary at
+// address from the point where their timelines diverged (nothing when
+// they have not). When pg_rewind cannot (the WAL it needs is gone), the
+// data is cloned again: what it held beyond the divergence was never
+// replicated, so it is no longer part of the database's history.
+func (m *manager) rewind(ctx context.Context, address string) error {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	out, err := m.procs.run(ctx, []string{"PGPASSFILE=" + m.c.passfile()}, "", "pg_rewind", "--target-pgdata="+m.c.PGData,
+		fmt.Sprintf("--source-server=host=%s port=%s user=replicator dbname=postgres", host, port))
+	if err == nil {
+		if strings.Contains(out, "Done!") {
+			m.log("rewound to the primary at %s", address)
+		}
+		return nil
+	}
+	if ctx.Err() != nil {
+		return err
+	}
+	m.log("pg_rewind against %s failed (%v): cloning it again", address, err)
+	if err := os.RemoveAll(m.c.PGData); err != nil {
+		return err
+	}
+	return m.cloneReplica(ctx, address)
 }
 
 // hotStandbyMinimums are the settings a standby may not run lower than the
@@ -165,8 +201,8 @@ var hotStandbyMinimums = map[string]string{
 // the MyDatabase from an older manifest never leaves a replica failing at
 // every start. The standby takes its own value at the first restart after
 // the primary has run with it.
-func (c Config) keepPrimaryMinimums(ctx context.Context, log Logger, args []string) ([]string, error) {
-	out, err := output(ctx, []string{"LC_ALL=C"}, "pg_controldata", c.PGData)
+func (m *manager) keepPrimaryMinimums(ctx context.Context, args []string) ([]string, error) {
+	out, err := m.procs.run(ctx, []string{"LC_ALL=C"}, "", "pg_controldata", m.c.PGData)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +218,7 @@ func (c Config) keepPrimaryMinimums(ctx context.Context, log Logger, args []stri
 		if err != nil {
 			return nil, fmt.Errorf("pg_controldata: %s: %w", field, err)
 		}
-		conf, err := output(ctx, nil, "postgres", append(append([]string{}, args...), "-C", name)...)
+		conf, err := m.procs.run(ctx, nil, "", "postgres", append(append([]string{}, args...), "-C", name)...)
 		if err != nil {
 			return nil, err
 		}
@@ -191,48 +227,9 @@ func (c Config) keepPrimaryMinimums(ctx context.Context, log Logger, args []stri
 			return nil, fmt.Errorf("postgres -C %s: %w", name, err)
 		}
 		if recorded > configured {
-			log("%s: keeping the primary's %d until it runs with the configured %d", name, recorded, configured)
+			m.log("%s: keeping the primary's %d until it runs with the configured %d", name, recorded, configured)
 			extra = append(extra, "-c", fmt.Sprintf("%s=%d", name, recorded))
 		}
 	}
 	return extra, sc.Err()
-}
-
-// run runs a program to completion with this process's environment plus
-// env: its errors go to the container log, its standard output (initdb's
-// progress) nowhere.
-func run(ctx context.Context, env []string, name string, args ...string) error {
-	return runStdin(ctx, env, "", name, args...)
-}
-
-func runStdin(ctx context.Context, env []string, stdin, name string, args ...string) error {
-	cmd := command(ctx, env, name, args...)
-	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
-	}
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	return nil
-}
-
-// output runs a program and returns its standard output.
-func output(ctx context.Context, env []string, name string, args ...string) (string, error) {
-	out, err := command(ctx, env, name, args...).Output()
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", name, err)
-	}
-	return string(out), nil
-}
-
-// command prepares a program with this process's environment plus env, its
-// errors in the container log. When ctx ends it gets SIGTERM, on which
-// initdb and pg_basebackup remove what they made, and SIGKILL 10 s later.
-func command(ctx context.Context, env []string, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = os.Stderr
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 10 * time.Second
-	return cmd
 }

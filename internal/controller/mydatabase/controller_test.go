@@ -470,7 +470,7 @@ func TestPodRolesFollowOrdinals(t *testing.T) {
 	eventually(t, "the replica's role restored", roleIs("roles-1", databasev1alpha1.RoleReplica))
 }
 
-func TestRoleChangedPredicate(t *testing.T) {
+func TestRoleOrReportChangedPredicate(t *testing.T) {
 	pod := func(role string) *corev1.Pod {
 		labels := map[string]string{databasev1alpha1.LabelInstance: "orders"}
 		if role != "" {
@@ -494,13 +494,19 @@ func TestRoleChangedPredicate(t *testing.T) {
 	} {
 		var got bool
 		if tc.old == "-" {
-			got = roleChanged.Create(event.CreateEvent{Object: pod(tc.new)})
+			got = roleOrReportChanged.Create(event.CreateEvent{Object: pod(tc.new)})
 		} else {
-			got = roleChanged.Update(event.UpdateEvent{ObjectOld: pod(tc.old), ObjectNew: pod(tc.new)})
+			got = roleOrReportChanged.Update(event.UpdateEvent{ObjectOld: pod(tc.old), ObjectNew: pod(tc.new)})
 		}
 		if got != tc.want {
 			t.Errorf("role %q -> %q: passes %v, want %v", tc.old, tc.new, got, tc.want)
 		}
+	}
+	// A new instance report passes, with the role unchanged.
+	old, reported := pod(replica), pod(replica)
+	reported.Annotations = map[string]string{databasev1alpha1.AnnotationInstance: `{"role":"replica","ready":true}`}
+	if !roleOrReportChanged.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: reported}) {
+		t.Error("a changed instance report does not pass: status.instances would go stale")
 	}
 }
 

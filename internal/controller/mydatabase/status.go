@@ -7,6 +7,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,6 +22,8 @@ import (
 type observation struct {
 	// sts is the live StatefulSet, nil when there is none yet.
 	sts *appsv1.StatefulSet
+	// pods are the MyDatabase's pods, with their instance reports.
+	pods []corev1.Pod
 	// created names the children this pass created ("Service pg-rw"),
 	// reported in one event.
 	created []string
@@ -150,6 +153,9 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	st.Selector = specs.Selector(db)
 	st.CredentialsSecret = specs.CredentialsSecretName(db)
 	st.CurrentPrimary = specs.PrimaryPod(db)
+	if obs.pods != nil {
+		st.Instances = instanceStatuses(obs.pods, st.CurrentPrimary)
+	}
 	st.Endpoint = fmt.Sprintf("%s:%d", specs.ReadWriteHost(db), specs.ServicePort(db))
 	st.ReadEndpoint = ""
 	if desired > 1 {
