@@ -24,8 +24,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"example.com/myoperator/internal/instance/report"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // bootstrapSQL creates the application's role and database and the
@@ -111,7 +114,7 @@ func (m *manager) bootstrap(ctx context.Context, scratch string) error {
 	if err != nil {
 		return fmt.Errorf("starting a private server on %s: %w", scratch, err)
 	}
-	defer server.stop(syscall.SIGINT) // fast shutdown
+	defer server.stop(killDelay)
 	for {
 		if _, err := m.procs.run(ctx, nil, "", "pg_isready", "--quiet", "--host="+scratch, "--port="+c.Port); err == nil {
 			break
@@ -132,7 +135,9 @@ func (m *manager) bootstrap(ctx context.Context, scratch string) error {
 }
 
 // cloneReplica copies the primary at address with pg_basebackup into a
-// scratch directory, renamed into place when complete.
+// scratch directory, renamed into place when complete. Data already there
+// is replaced only then: a clone that fails (the primary lost half way)
+// leaves it as it was.
 func (m *manager) cloneReplica(ctx context.Context, address string) error {
 	c := m.c
 	host, port, err := net.SplitHostPort(address)
@@ -149,18 +154,27 @@ func (m *manager) cloneReplica(ctx context.Context, address string) error {
 		"--wal-method=stream", "--checkpoint=fast"); err != nil {
 		return err
 	}
+	old := c.PGData + ".replaced"
+	if c.initialised() {
+		if err := os.RemoveAll(old); err != nil {
+			return err
+		}
+		if err := os.Rename(c.PGData, old); err != nil {
+			return err
+		}
+	}
 	if err := os.Rename(scratch, c.PGData); err != nil {
 		return err
 	}
 	m.log("replica cloned")
-	return nil
+	return os.RemoveAll(old)
 }
 
-// rewind makes the stopped data directory a copy of the primary at
-// address from the point where their timelines diverged (nothing when
-// they have not). When pg_rewind cannot (the WAL it needs is gone), the
-// data is cloned again: what it held beyond the divergence was never
-// replicated, so it is no longer part of the database's history.
+// rewind makes the stopped data directory of a former primary a copy of
+// the primary at address from the point where their timelines diverged
+// (nothing when they have not). When pg_rewind cannot (the WAL it needs is
+// gone), the data is cloned again: what it held beyond the divergence was
+// never replicated, so it is no longer part of the database's history.
 func (m *manager) rewind(ctx context.Context, address string) error {
 	host, port, err := net.SplitHostPort(address)
 	if err != nil {
@@ -178,10 +192,86 @@ func (m *manager) rewind(ctx context.Context, address string) error {
 		return err
 	}
 	m.log("pg_rewind against %s failed (%v): cloning it again", address, err)
-	if err := os.RemoveAll(m.c.PGData); err != nil {
-		return err
-	}
 	return m.cloneReplica(ctx, address)
+}
+
+// history is how a replica's data stands against a primary's timeline
+// history.
+type history int
+
+const (
+	inHistory history = iota // nothing the primary lacks: restart and follow
+	forked                   // WAL past the point where the primary's timeline forked: pg_rewind
+	foreign                  // a timeline of the same number but another history: clone again
+)
+
+// diverged compares data at position seen (its timeline and the WAL it
+// has) with the primary at address. The primary's timeline history says
+// where each earlier timeline ended; data past that point on its timeline
+// holds WAL the primary does not have: what a fenced former primary wrote
+// and never had acknowledged. Two instances promoted one after the other
+// without hearing of each other's timeline can pick the same number:
+// their history files differ, and pg_rewind, which compares numbers,
+// would see nothing to do.
+func (m *manager) diverged(ctx context.Context, address string, seen observation) (history, error) {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return 0, err
+	}
+	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%s user=replicator dbname=replication replication=true passfile=%s connect_timeout=5",
+		host, port, m.c.passfile()))
+	if err != nil {
+		return 0, err
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	theirs := int64(sys.Timeline)
+	if theirs < seen.timeline {
+		return forked, nil
+	}
+	var content string
+	if theirs > 1 {
+		h, err := pglogrepl.TimelineHistory(ctx, conn, sys.Timeline)
+		if err != nil {
+			return 0, err
+		}
+		content = string(h.Content)
+	}
+	if theirs == seen.timeline {
+		if theirs > 1 {
+			mine, err := os.ReadFile(fmt.Sprintf("%s/pg_wal/%08X.history", m.c.PGData, theirs))
+			if err == nil && string(mine) != content {
+				return foreign, nil
+			}
+		}
+		return inHistory, nil
+	}
+	end, found := timelineEnd(content, seen.timeline)
+	if !found || seen.lsn > end {
+		return forked, nil
+	}
+	return inHistory, nil
+}
+
+// timelineEnd reads where timeline tli ended in a timeline history file
+// (lines of "timeline<TAB>switch point<TAB>reason").
+func timelineEnd(history string, tli int64) (uint64, bool) {
+	for line := range strings.Lines(history) {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != strconv.FormatInt(tli, 10) {
+			continue
+		}
+		end, err := report.LSN(f[1])
+		return end, err == nil
+	}
+	return 0, false
 }
 
 // hotStandbyMinimums are the settings a standby may not run lower than the

@@ -56,12 +56,17 @@ func newKube(c Config, timeout time.Duration) (*kube, error) {
 	return &kube{pods: core.Pods(c.Namespace), leases: coord.Leases(c.Namespace), c: c, timeout: timeout}, nil
 }
 
-// publish writes the report on this pod, and its role label when it has a
-// role, in one patch.
+// publish writes the report on this pod, and its role label, in one
+// patch: primary only while it runs a ready primary, so that a stopped or
+// fenced former primary leaves the read-write Service at once.
 func (k *kube) publish(ctx context.Context, r report.Report) error {
-	meta := map[string]any{"annotations": map[string]string{databasev1alpha1.AnnotationInstance: r.String()}}
-	if r.Role != "" {
-		meta["labels"] = map[string]string{databasev1alpha1.LabelRole: r.Role}
+	role := databasev1alpha1.RoleReplica
+	if r.Role == databasev1alpha1.RolePrimary && r.Ready {
+		role = databasev1alpha1.RolePrimary
+	}
+	meta := map[string]any{
+		"annotations": map[string]string{databasev1alpha1.AnnotationInstance: r.String()},
+		"labels":      map[string]string{databasev1alpha1.LabelRole: role},
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {

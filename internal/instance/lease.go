@@ -2,6 +2,7 @@ package instance
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -46,7 +47,15 @@ type leaseView struct {
 	// transitions counts the holders so far: 0 only for a new MyDatabase,
 	// whose bootstrap pod makes the data.
 	transitions int32
+	// timeline is the newest timeline a holder has reported.
+	timeline int64
 }
+
+// timelineAnnotation on the Lease is the newest timeline any primary has
+// run on, which each holder writes with its renewals. A candidate reserves
+// every number up to it before it promotes (reserveTimelines), so that
+// two instances never run distinct histories under one timeline number.
+const timelineAnnotation = "database.example.com/timeline"
 
 // leases takes, renews, releases and observes the primary Lease. It
 // measures expiry from when it saw a renewal, on the local monotonic clock.
@@ -88,11 +97,13 @@ func (l *leases) record(lease *coordinationv1.Lease) {
 func (l *leases) view() leaseView {
 	spec := l.lease.Spec
 	holder := ptr.Deref(spec.HolderIdentity, "")
+	tli, _ := strconv.ParseInt(l.lease.Annotations[timelineAnnotation], 10, 64)
 	return leaseView{
 		holder:      holder,
 		version:     l.lease.ResourceVersion,
 		expired:     holder == "" || l.now().Sub(l.seenAt) >= l.t.lease,
 		transitions: ptr.Deref(spec.LeaseTransitions, 0),
+		timeline:    tli,
 	}
 }
 
@@ -100,8 +111,14 @@ func (l *leases) view() leaseView {
 // it last read (an election's term): of several candidates, one wins, the
 // others get a conflict. It returns when the request started, for the
 // fence.
-func (l *leases) take(ctx context.Context) (time.Time, error) {
+func (l *leases) take(ctx context.Context, timeline int64) (time.Time, error) {
 	lease := l.lease.DeepCopy()
+	if known, _ := strconv.ParseInt(lease.Annotations[timelineAnnotation], 10, 64); timeline > known {
+		if lease.Annotations == nil {
+			lease.Annotations = map[string]string{}
+		}
+		lease.Annotations[timelineAnnotation] = strconv.FormatInt(timeline, 10)
+	}
 	now := metav1.NewMicroTime(time.Now())
 	if ptr.Deref(lease.Spec.HolderIdentity, "") != l.k.c.PodName {
 		lease.Spec.AcquireTime = &now
@@ -113,12 +130,13 @@ func (l *leases) take(ctx context.Context) (time.Time, error) {
 	return l.update(ctx, lease)
 }
 
-// renew extends this instance's hold. It returns when the request started.
-func (l *leases) renew(ctx context.Context) (time.Time, error) {
+// renew extends this instance's hold, and records its timeline. It
+// returns when the request started.
+func (l *leases) renew(ctx context.Context, timeline int64) (time.Time, error) {
 	if l.lease == nil || ptr.Deref(l.lease.Spec.HolderIdentity, "") != l.k.c.PodName {
 		return time.Time{}, errNotHolder
 	}
-	return l.take(ctx)
+	return l.take(ctx, timeline)
 }
 
 // release gives the Lease up at once, so that another instance need not

@@ -3,6 +3,7 @@ package instance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 	"time"
@@ -22,6 +23,7 @@ type manager struct {
 	fence  *fence
 
 	server    *server
+	lastSeen  observation // the server's last answer, kept after it stops
 	role      serverRole
 	following string
 	renewed   time.Time // start of the last successful renewal or take
@@ -64,10 +66,22 @@ func (m *manager) loop(ctx context.Context, reload <-chan struct{}) {
 			m.server.status, m.server.done = ws, true
 			_ = m.server.cmd.Process.Release()
 			m.log("postgres exited with code %d", exitCode(ws))
+			crashLoop := time.Since(m.server.started) < restartBackoff
 			m.serverGone()
+			if crashLoop {
+				// Not at once again: wait for the next tick.
+				select {
+				case <-ctx.Done():
+				case <-ticker.C:
+				}
+			}
 		}
 	}
 }
+
+// restartBackoff: a server that exits sooner than this after its start
+// is started again only at the next tick, not at once.
+const restartBackoff = 10 * time.Second
 
 // turn observes, decides and acts once.
 func (m *manager) turn(ctx context.Context) {
@@ -84,6 +98,9 @@ func (m *manager) turn(ctx context.Context) {
 	if m.role != stopped {
 		o, err := m.observe(ctx)
 		obs, s.ready = o, err == nil && o.primary == (m.role == asPrimary)
+		if s.ready {
+			m.lastSeen = o
+		}
 	}
 	// A primary's renewal is its reading of the Lease; the others read it.
 	if m.role != asPrimary {
@@ -129,7 +146,7 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs observatio
 			return nil, m.start(ctx, asPrimary, "")
 		}
 	case renew:
-		start, err := m.leases.renew(ctx)
+		start, err := m.leases.renew(ctx, obs.timeline)
 		if err == nil {
 			m.renewed = start
 			m.fence.extend(start, m.t.deadline)
@@ -143,7 +160,7 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs observatio
 		m.fence.close()
 		m.stop()
 	case follow:
-		return nil, m.follow(ctx, s.lease.holder)
+		return nil, m.follow(ctx, s.lease.holder, s.ready)
 	case runReplica:
 		return nil, m.start(ctx, asReplica, "")
 	case stand:
@@ -154,7 +171,7 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs observatio
 
 // take takes the Lease and opens the fence.
 func (m *manager) take(ctx context.Context) error {
-	start, err := m.leases.take(ctx)
+	start, err := m.leases.take(ctx, m.lastSeen.timeline)
 	if err != nil {
 		return err
 	}
@@ -190,7 +207,30 @@ func (m *manager) stand(ctx context.Context, s situation, obs observation) (*rep
 	if err := m.take(ctx); err != nil {
 		return me, err
 	}
+	if err := m.reserveTimelines(obs.timeline, s.lease.timeline); err != nil {
+		return nil, err
+	}
 	return nil, m.promote(ctx)
+}
+
+// reserveTimelines makes the next promotion pick a timeline above newest,
+// the newest any primary reported in the Lease: PostgreSQL takes the first
+// number after its own for which it finds no history file, so an empty
+// one (comments only, which PostgreSQL reads as no entries) stands in for
+// each number another instance used. Without it, an instance promoted
+// after a primary that died before its timeline reached anyone would pick
+// that primary's number, and the two histories could not be told apart.
+func (m *manager) reserveTimelines(mine, newest int64) error {
+	for tli := mine + 1; tli <= newest; tli++ {
+		path := fmt.Sprintf("%s/pg_wal/%08X.history", m.c.PGData, tli)
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		if err := os.WriteFile(path, []byte("# timeline used by another instance; reserved by the instance manager\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // promote makes the running replica the primary.
@@ -202,12 +242,25 @@ func (m *manager) promote(ctx context.Context) error {
 	m.role, m.following = asPrimary, ""
 	m.startFence()
 	m.log("promoted")
-	return m.grantRewind(ctx)
+	if err := m.afterPromotion(ctx); err != nil {
+		return err
+	}
+	// Record the new timeline in the Lease at once (reserveTimelines).
+	if o, err := m.observe(ctx); err == nil {
+		if start, err := m.leases.renew(ctx, o.timeline); err == nil {
+			m.renewed = start
+			m.fence.extend(start, m.t.deadline)
+		}
+	}
+	return nil
 }
 
 // follow restarts the server as a replica of holder: cloned when there is
 // no data, rewound otherwise.
-func (m *manager) follow(ctx context.Context, holder string) error {
+func (m *manager) follow(ctx context.Context, holder string, ready bool) error {
+	if m.role != stopped && !ready {
+		return nil // still starting: its position is not known yet
+	}
 	r, err := m.kube.report(ctx, holder)
 	if err != nil {
 		return err
@@ -215,11 +268,31 @@ func (m *manager) follow(ctx context.Context, holder string) error {
 	if r == nil || r.Address == "" || r.Role != databasev1alpha1.RolePrimary {
 		return nil // it has not reported as primary yet
 	}
-	m.stop()
+	if m.c.initialised() && m.role == stopped {
+		// Learn where the data stands first: a standby of no one replays
+		// what it has (crash recovery included, which pg_rewind cannot
+		// do for a standby's data) and reports its position. The next
+		// turn follows.
+		return m.start(ctx, asReplica, "")
+	}
 	if !m.c.initialised() {
 		err = m.cloneReplica(ctx, r.Address)
 	} else {
-		err = m.rewind(ctx, r.Address)
+		// A former primary, and even a replica, can hold WAL the new
+		// primary lacks: what a fenced primary wrote (never acknowledged)
+		// after the new one forked its timeline.
+		h, derr := m.diverged(ctx, r.Address, m.lastSeen)
+		if derr != nil {
+			return derr
+		}
+		m.stop()
+		switch h {
+		case forked:
+			err = m.rewind(ctx, r.Address)
+		case foreign:
+			m.log("timeline %d here has another history than the primary's: cloning it again", m.lastSeen.timeline)
+			err = m.cloneReplica(ctx, r.Address)
+		}
 	}
 	if err != nil {
 		return err
@@ -239,8 +312,10 @@ func (m *manager) start(ctx context.Context, role serverRole, address string) er
 		if args, err = m.standbyArgs(ctx, address); err != nil {
 			return err
 		}
-	} else if err := os.Remove(m.c.PGData + "/standby.signal"); err != nil && !os.IsNotExist(err) {
-		return err
+	} else {
+		if err := os.Remove(m.c.PGData + "/standby.signal"); err != nil && !os.IsNotExist(err) {
+			return err
+		}
 	}
 	srv, err := m.startServer(args)
 	if err != nil {
@@ -254,16 +329,23 @@ func (m *manager) start(ctx context.Context, role serverRole, address string) er
 	return nil
 }
 
-// stop stops the server (fast shutdown), if it runs.
+// stop stops the server, if it runs: a fast shutdown, immediate if that
+// takes longer than a Lease. The fence's standby goes first: it confirms
+// nothing more, and a fast shutdown would wait for its confirmation.
 func (m *manager) stop() {
+	m.closeFence()
 	if m.server != nil {
-		m.server.stop(syscall.SIGINT)
+		m.server.stop(m.t.lease)
 	}
 	m.serverGone()
 }
 
 func (m *manager) serverGone() {
 	m.server, m.role, m.following = nil, stopped, ""
+	m.closeFence()
+}
+
+func (m *manager) closeFence() {
 	if m.stopFence != nil {
 		m.stopFence()
 		m.stopFence = nil

@@ -17,10 +17,11 @@ import (
 
 // server is a running postgres, this process's child.
 type server struct {
-	cmd    *exec.Cmd
-	exited <-chan syscall.WaitStatus
-	status syscall.WaitStatus
-	done   bool
+	started time.Time
+	cmd     *exec.Cmd
+	exited  <-chan syscall.WaitStatus
+	status  syscall.WaitStatus
+	done    bool
 }
 
 // startServer starts postgres with args. Pdeathsig takes it down if this
@@ -37,7 +38,7 @@ func (m *manager) startServer(args []string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &server{cmd: cmd, exited: exited}, nil
+	return &server{cmd: cmd, exited: exited, started: time.Now()}, nil
 }
 
 // wait reports whether the server has exited, without blocking.
@@ -54,13 +55,22 @@ func (s *server) exitedNow() bool {
 	return s.done
 }
 
-// stop sends sig (SIGINT: fast shutdown) and waits for the exit.
-func (s *server) stop(sig syscall.Signal) {
+// stop asks for a fast shutdown (SIGINT) and waits for the exit; past
+// patience it asks for an immediate one (SIGQUIT). A fast shutdown waits
+// for each standby to confirm the last WAL, up to wal_sender_timeout (60
+// s) for one that is unreachable: a server being fenced must not wait
+// that long.
+func (s *server) stop(patience time.Duration) {
 	if s.exitedNow() {
 		return
 	}
-	_ = s.cmd.Process.Signal(sig)
-	s.status = <-s.exited
+	_ = s.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case s.status = <-s.exited:
+	case <-time.After(patience):
+		_ = s.cmd.Process.Signal(syscall.SIGQUIT)
+		s.status = <-s.exited
+	}
 	s.done = true
 	_ = s.cmd.Process.Release()
 }
@@ -185,8 +195,11 @@ func (m *manager) promoteServer(ctx context.Context) error {
 	return nil
 }
 
-// grantRewind runs rewindGrants on the primary.
-func (m *manager) grantRewind(ctx context.Context) error {
+// afterPromotion checkpoints the new primary, so that its pg_control
+// holds its new timeline, which pg_rewind reads: before that checkpoint,
+// pg_rewind finds the source on the old timeline and rewinds nothing. Then
+// it runs rewindGrants.
+func (m *manager) afterPromotion(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	conn, err := m.connect(ctx)
@@ -194,6 +207,9 @@ func (m *manager) grantRewind(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
+	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+		return err
+	}
 	_, err = conn.Exec(ctx, rewindGrants)
 	return err
 }

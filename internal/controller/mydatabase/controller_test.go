@@ -167,7 +167,8 @@ func TestCreateBuildsEveryChild(t *testing.T) {
 
 	// One event names every child created, in the order they were made.
 	want := "Created Secret orders-replication, Secret orders-credentials, ConfigMap orders-config, " +
-		"Service orders-headless, Service orders-rw, StatefulSet orders"
+		"Service orders-headless, Service orders-rw, ServiceAccount orders-instance, Role orders-instance, " +
+		"RoleBinding orders-instance, Lease orders-primary, StatefulSet orders"
 	eventually(t, "one Created event", func() error {
 		events := &eventsv1.EventList{}
 		if err := k8s.List(context.Background(), events, client.InNamespace(ns)); err != nil {
