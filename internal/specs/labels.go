@@ -109,14 +109,6 @@ func PrimaryPod(db *databasev1alpha1.MyDatabase) string {
 	return BootstrapPod(db)
 }
 
-// PodRole is the role label the pod named pod should carry.
-func PodRole(db *databasev1alpha1.MyDatabase, pod string) string {
-	if pod == PrimaryPod(db) {
-		return databasev1alpha1.RolePrimary
-	}
-	return databasev1alpha1.RoleReplica
-}
-
 // KnownRole reports whether role is one the operator sets.
 func KnownRole(role string) bool {
 	return role == databasev1alpha1.RolePrimary || role == databasev1alpha1.RoleReplica

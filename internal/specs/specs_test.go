@@ -435,23 +435,18 @@ func TestRandomPassword(t *testing.T) {
 	}
 }
 
-func TestPodRole(t *testing.T) {
+func TestPrimaryPod(t *testing.T) {
 	db := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Name: "orders"}}
-	for pod, want := range map[string]string{
-		"orders-0": databasev1alpha1.RolePrimary, "orders-1": databasev1alpha1.RoleReplica,
-		"orders-10": databasev1alpha1.RoleReplica, "orders-2-0": databasev1alpha1.RoleReplica,
-	} {
-		if got := PodRole(db, pod); got != want {
-			t.Errorf("new MyDatabase: PodRole(%s) = %s, want %s", pod, got, want)
-		}
+	if got := PrimaryPod(db); got != "orders-0" {
+		t.Errorf("new MyDatabase: primary %s, want the bootstrap pod orders-0", got)
 	}
 	// Once the primary moves (status.currentPrimary follows the Lease),
-	// the role labels follow it, and nothing of the pod template changes:
-	// a failover must not roll the pods.
+	// nothing of the pod template changes: a failover must not roll the
+	// pods.
 	before := StatefulSet(db, Platform{})
 	db.Status.CurrentPrimary = "orders-1"
-	if PodRole(db, "orders-1") != databasev1alpha1.RolePrimary || PodRole(db, "orders-0") != databasev1alpha1.RoleReplica {
-		t.Errorf("with currentPrimary orders-1: roles %s/%s", PodRole(db, "orders-0"), PodRole(db, "orders-1"))
+	if got := PrimaryPod(db); got != "orders-1" {
+		t.Errorf("with currentPrimary orders-1: primary %s", got)
 	}
 	if diff := cmp.Diff(before, StatefulSet(db, Platform{})); diff != "" {
 		t.Errorf("the StatefulSet changes with the primary (-before +after):\n%s", diff)

@@ -153,9 +153,9 @@ func claimSize(sts *appsv1.StatefulSet) *resource.Quantity {
 	return nil
 }
 
-// reconcilePodRoles labels each pod primary or replica (specs.PodRole,
-// which follows the Lease), which is how the Services find them, and keeps
-// the pods for status.instances.
+// reconcilePodRoles labels each pod primary or replica (the primary is the
+// Lease's holder), which is how the Services find them, and keeps the pods
+// for status.instances.
 func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(specs.InstanceSelector(db))); err != nil {
@@ -167,7 +167,10 @@ func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databa
 		if !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
-		role := specs.PodRole(db, pod.Name)
+		role := databasev1alpha1.RoleReplica
+		if pod.Name == obs.primaryPod(db) {
+			role = databasev1alpha1.RolePrimary
+		}
 		if pod.Labels[databasev1alpha1.LabelRole] == role {
 			continue
 		}

@@ -45,11 +45,11 @@ func (r *MyDatabaseReconciler) reconcileInstanceAccess(ctx context.Context, db *
 	return r.applyChild(ctx, obs, specs.Lease(db), &coordinationv1.Lease{})
 }
 
-// followPrimary makes the Lease's holder status.currentPrimary, before the
-// pods are labelled from it. Without a holder (a new MyDatabase, pods that
-// run no instance manager, or a Lease between holders) the last known
-// primary stays.
-func (r *MyDatabaseReconciler) followPrimary(ctx context.Context, db *databasev1alpha1.MyDatabase, _ *observation) error {
+// followPrimary reads the primary from the Lease: its holder, which the
+// pods are labelled from and status.currentPrimary reports. Without a
+// holder (a new MyDatabase, pods that run no instance manager, or a Lease
+// between holders) the last known primary stays.
+func (r *MyDatabaseReconciler) followPrimary(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	lease := &coordinationv1.Lease{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.LeaseName(db)}, lease)
 	switch {
@@ -59,7 +59,7 @@ func (r *MyDatabaseReconciler) followPrimary(ctx context.Context, db *databasev1
 		return objectError("get", lease, specs.LeaseName(db), err)
 	}
 	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "" && metav1.IsControlledBy(lease, db) {
-		db.Status.CurrentPrimary = holder
+		obs.primary = holder
 	}
 	return nil
 }

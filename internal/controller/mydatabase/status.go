@@ -24,6 +24,9 @@ type observation struct {
 	sts *appsv1.StatefulSet
 	// pods are the MyDatabase's pods, with their instance reports.
 	pods []corev1.Pod
+	// primary is the holder of the primary Lease, "" when it has none (or
+	// was not read): status.currentPrimary then stays as it was.
+	primary string
 	// created names the children this pass created ("Service pg-rw"),
 	// reported in one event.
 	created []string
@@ -49,6 +52,15 @@ type observation struct {
 }
 
 type blocker struct{ reason, message string }
+
+// primaryPod is the pod that runs the primary: the Lease's holder, else
+// the last one reported (specs.PrimaryPod).
+func (o *observation) primaryPod(db *databasev1alpha1.MyDatabase) string {
+	if o.primary != "" {
+		return o.primary
+	}
+	return specs.PrimaryPod(db)
+}
 
 // statusWrites remembers, per MyDatabase, the last status this process
 // wrote, the resourceVersion that write produced, and the resourceVersion
@@ -152,7 +164,7 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	desired := specs.Replicas(db)
 	st.Selector = specs.Selector(db)
 	st.CredentialsSecret = specs.CredentialsSecretName(db)
-	st.CurrentPrimary = specs.PrimaryPod(db)
+	st.CurrentPrimary = obs.primaryPod(db)
 	if obs.pods != nil {
 		st.Instances = instanceStatuses(obs.pods, st.CurrentPrimary)
 	}
