@@ -36,11 +36,19 @@ const (
 	// Cleanup selects by it, never by name alone, so a new MyDatabase of the
 	// same name never loses what belongs to it.
 	LabelOwnerUID = "database.example.com/owner-uid"
-	// LabelRole is set by the operator on each pod: RolePrimary or
-	// RoleReplica. The read-write and read-only Services select by it.
+	// LabelRole is on each pod: RolePrimary on the holder of the
+	// MyDatabase's primary Lease, RoleReplica on the others. The instance
+	// manager sets it on its own pod when its role changes, the operator on
+	// every pod; both read the Lease. The read-write and read-only Services
+	// select by it.
 	LabelRole   = "database.example.com/role"
 	RolePrimary = "primary"
 	RoleReplica = "replica"
+
+	// AnnotationInstance on a pod is its instance manager's report, JSON
+	// (internal/instance/report): role, readiness, timeline, WAL positions
+	// and the address the other instances reach it at.
+	AnnotationInstance = "database.example.com/instance"
 
 	// AnnotationSpecHash is the hash of the applied configuration of a child;
 	// the operator skips the write when it and the live object agree.

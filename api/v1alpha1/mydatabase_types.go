@@ -99,7 +99,7 @@ type MyDatabaseSpec struct {
 	// replicas first. Settings the operator manages itself are refused.
 	// +kubebuilder:validation:MaxProperties=200
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z][a-z0-9_.]*$'))",message="parameter names are lower-case PostgreSQL setting names such as max_connections"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'primary_conninfo', 'primary_slot_name', 'hot_standby', 'wal_level', 'max_wal_senders', 'restore_command', 'archive_mode', 'archive_command']))",message="parameters may not set listen_addresses, port, unix_socket_directories, data_directory, config_file, hba_file, ident_file, primary_conninfo, primary_slot_name, hot_standby, wal_level, max_wal_senders, restore_command, archive_mode or archive_command: the operator manages them"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'primary_conninfo', 'primary_slot_name', 'hot_standby', 'wal_level', 'max_wal_senders', 'restore_command', 'archive_mode', 'archive_command', 'synchronous_standby_names']))",message="parameters may not set listen_addresses, port, unix_socket_directories, data_directory, config_file, hba_file, ident_file, primary_conninfo, primary_slot_name, hot_standby, wal_level, max_wal_senders, restore_command, archive_mode, archive_command or synchronous_standby_names: the operator manages them"
 	// +optional
 	Parameters map[string]string `json:"parameters,omitempty"`
 
@@ -175,6 +175,11 @@ type MyDatabaseSpec struct {
 	// podAnnotations are added to the server pods.
 	// +optional
 	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
+
+	// failover tunes how fast a lost primary is replaced.
+	// +kubebuilder:default={}
+	// +optional
+	Failover FailoverSpec `json:"failover,omitzero"`
 }
 
 // StorageSpec is the data volume of each server.
@@ -341,11 +346,17 @@ type MyDatabaseStatus struct {
 	// +optional
 	ReadEndpoint string `json:"readEndpoint,omitempty"`
 
-	// currentPrimary is the pod that runs the primary, the one the
-	// read-write Service routes to. The operator decides it and every part
-	// of the operator reads it from here.
+	// currentPrimary is the pod that runs the primary: the holder of the
+	// MyDatabase's primary Lease (<name>-primary), which its instance
+	// manager renews, or ordinal 0 before any instance has taken the Lease.
 	// +optional
 	CurrentPrimary string `json:"currentPrimary,omitempty"`
+
+	// instances is what each server's instance manager last reported.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Instances []InstanceStatus `json:"instances,omitempty"`
 
 	// credentialsSecret is the Secret with the connection details.
 	// +optional

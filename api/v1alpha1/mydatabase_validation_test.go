@@ -88,6 +88,7 @@ func TestMinimalIsAcceptedAndDefaulted(t *testing.T) {
 		User:           "app",
 		Service:        databasev1alpha1.ServiceSpec{Type: "ClusterIP", Port: 5432},
 		DeletionPolicy: databasev1alpha1.DeletionPolicyRetain,
+		Failover:       databasev1alpha1.FailoverSpec{LeaseDurationSeconds: 5},
 	}
 	if diff := cmp.Diff(want, got.Spec); diff != "" {
 		t.Errorf("defaulted spec (-want +got):\n%s", diff)
@@ -123,6 +124,8 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 		"operator-owned pod label":   {map[string]any{"podLabels": map[string]any{"app.kubernetes.io/name": "x"}}, "podLabels must not use the app.kubernetes.io/ or database.example.com/ prefixes"},
 		"negative cpu request":       {map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": "a lot"}}}, "spec.resources.requests.cpu"},
 		"priorityClassName too long": {map[string]any{"priorityClassName": strings.Repeat("p", 254)}, "spec.priorityClassName: Too long"},
+		"fence disabled by hand":     {map[string]any{"parameters": map[string]any{"synchronous_standby_names": "*"}}, "synchronous_standby_names: the operator manages them"},
+		"lease of one second":        {map[string]any{"failover.leaseDurationSeconds": int64(1)}, "spec.failover.leaseDurationSeconds in body should be greater than or equal to 2"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

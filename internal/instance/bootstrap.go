@@ -20,12 +20,15 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"example.com/myoperator/internal/instance/report"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // bootstrapSQL creates the application's role and database and the
@@ -41,10 +44,26 @@ REVOKE ALL ON DATABASE :"app_db" FROM PUBLIC;
 CREATE ROLE replicator WITH REPLICATION LOGIN PASSWORD :'replication_password';
 `
 
+// rewindGrants let the replication role run pg_rewind against a primary
+// (the functions PostgreSQL's documentation of pg_rewind lists), so that
+// pg_rewind needs no superuser. GRANT is idempotent: a new primary runs
+// them too, for data made before they were part of bootstrapSQL.
+const rewindGrants = `GRANT EXECUTE ON FUNCTION pg_catalog.pg_ls_dir(text, boolean, boolean) TO replicator;
+GRANT EXECUTE ON FUNCTION pg_catalog.pg_stat_file(text, boolean) TO replicator;
+GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text) TO replicator;
+GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean) TO replicator;
+`
+
 // initialised tells whether PGDATA holds a data directory.
 func (c Config) initialised() bool {
 	fi, err := os.Stat(c.PGData + "/PG_VERSION")
 	return err == nil && fi.Size() > 0
+}
+
+// standby tells whether the data directory is a standby's.
+func (c Config) standby() bool {
+	_, err := os.Stat(c.PGData + "/standby.signal")
+	return err == nil
 }
 
 // writePassfile writes the replication password where libpq reads it
@@ -61,23 +80,24 @@ func (c Config) writePassfile() error {
 // initPrimary makes a new data directory with the roles and database of
 // the spec. All of it happens in a scratch directory, renamed into place
 // at the end.
-func (c Config) initPrimary(ctx context.Context, log Logger) error {
+func (m *manager) initPrimary(ctx context.Context) error {
+	c := m.c
 	scratch := c.PGData + ".init"
-	log("initialising a new primary in %s", c.PGData)
+	m.log("initialising a new primary in %s", c.PGData)
 	if err := os.RemoveAll(scratch); err != nil {
 		return err
 	}
-	if err := run(ctx, nil, "initdb", "--pgdata="+scratch, "--username=postgres", "--encoding=UTF8", "--locale=C",
+	if _, err := m.procs.run(ctx, nil, "", "initdb", "--pgdata="+scratch, "--username=postgres", "--encoding=UTF8", "--locale=C",
 		"--data-checksums", "--auth-local=trust", "--auth-host=scram-sha-256"); err != nil {
 		return err
 	}
-	if err := c.bootstrap(ctx, scratch); err != nil {
+	if err := m.bootstrap(ctx, scratch); err != nil {
 		return err
 	}
 	if err := os.Rename(scratch, c.PGData); err != nil {
 		return err
 	}
-	log("primary initialised")
+	m.log("primary initialised")
 	return nil
 }
 
@@ -87,28 +107,21 @@ func (c Config) initPrimary(ctx context.Context, log Logger) error {
 // real server and report the pod ready too soon. The server is this
 // process's child, not pg_ctl's daemon, so that it is stopped whatever
 // happens, a signal during the bootstrap included.
-func (c Config) bootstrap(ctx context.Context, scratch string) error {
-	server := exec.Command("postgres", "-D", scratch,
-		"-c", "listen_addresses=", "-c", "unix_socket_directories="+scratch, "-c", "port="+c.Port)
-	server.Stderr = os.Stderr
-	if err := server.Start(); err != nil {
+func (m *manager) bootstrap(ctx context.Context, scratch string) error {
+	c := m.c
+	server, err := m.startServer([]string{"-D", scratch,
+		"-c", "listen_addresses=", "-c", "unix_socket_directories=" + scratch, "-c", "port=" + c.Port})
+	if err != nil {
 		return fmt.Errorf("starting a private server on %s: %w", scratch, err)
 	}
-	var waitErr error
-	exited := make(chan struct{})
-	go func() { waitErr = server.Wait(); close(exited) }()
-	defer func() {
-		select {
-		case <-exited:
-		default:
-			_ = server.Process.Signal(syscall.SIGINT) // fast shutdown
-			<-exited
+	defer server.stop(killDelay)
+	for {
+		if _, err := m.procs.run(ctx, nil, "", "pg_isready", "--quiet", "--host="+scratch, "--port="+c.Port); err == nil {
+			break
 		}
-	}()
-	for run(ctx, nil, "pg_isready", "--quiet", "--host="+scratch, "--port="+c.Port) != nil {
 		select {
-		case <-exited:
-			return fmt.Errorf("the private server on %s exited at start: %v", scratch, waitErr)
+		case <-server.exited:
+			return fmt.Errorf("the private server on %s exited at start", scratch)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
@@ -116,36 +129,149 @@ func (c Config) bootstrap(ctx context.Context, scratch string) error {
 	}
 	env := []string{"POSTGRES_USER=" + c.User, "POSTGRES_DB=" + c.Database,
 		"POSTGRES_PASSWORD=" + c.Password, "REPLICATION_PASSWORD=" + c.ReplicationPassword}
-	return runStdin(ctx, env, bootstrapSQL, "psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
+	_, err = m.procs.run(ctx, env, bootstrapSQL+rewindGrants, "psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
 		"--host="+scratch, "--port="+c.Port, "--username=postgres", "--dbname=postgres")
+	return err
 }
 
-// cloneReplica copies the primary with pg_basebackup into a scratch
-// directory, renamed into place when complete.
-func (c Config) cloneReplica(ctx context.Context, log Logger) error {
+// cloneReplica copies the primary at address with pg_basebackup into a
+// scratch directory, renamed into place when complete. Data already there
+// is replaced only then: a clone that fails (the primary lost half way)
+// leaves it as it was.
+func (m *manager) cloneReplica(ctx context.Context, address string) error {
+	c := m.c
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
 	scratch := c.PGData + ".clone"
 	if err := os.RemoveAll(scratch); err != nil {
 		return err
 	}
-	for run(ctx, nil, "pg_isready", "--quiet", "--host="+c.PrimaryHost, "--port="+c.PrimaryPort) != nil {
-		log("waiting for the primary at %s:%s", c.PrimaryHost, c.PrimaryPort)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(2 * time.Second):
-		}
-	}
-	log("cloning the primary at %s:%s", c.PrimaryHost, c.PrimaryPort)
-	if err := run(ctx, []string{"PGPASSFILE=" + c.passfile()}, "pg_basebackup", "--pgdata="+scratch,
-		"--host="+c.PrimaryHost, "--port="+c.PrimaryPort, "--username=replicator", "--no-password",
+	m.log("cloning the primary at %s", address)
+	if _, err := m.procs.run(ctx, []string{"PGPASSFILE=" + c.passfile()}, "", "pg_basebackup", "--pgdata="+scratch,
+		"--host="+host, "--port="+port, "--username=replicator", "--no-password",
 		"--wal-method=stream", "--checkpoint=fast"); err != nil {
 		return err
+	}
+	old := c.PGData + ".replaced"
+	if c.initialised() {
+		if err := os.RemoveAll(old); err != nil {
+			return err
+		}
+		if err := os.Rename(c.PGData, old); err != nil {
+			return err
+		}
 	}
 	if err := os.Rename(scratch, c.PGData); err != nil {
 		return err
 	}
-	log("replica cloned")
-	return nil
+	m.log("replica cloned")
+	return os.RemoveAll(old)
+}
+
+// rewind makes the stopped data directory of a former primary a copy of
+// the primary at address from the point where their timelines diverged
+// (nothing when they have not). When pg_rewind cannot (the WAL it needs is
+// gone), the data is cloned again: what it held beyond the divergence was
+// never replicated, so it is no longer part of the database's history.
+func (m *manager) rewind(ctx context.Context, address string) error {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	out, err := m.procs.run(ctx, []string{"PGPASSFILE=" + m.c.passfile()}, "", "pg_rewind", "--target-pgdata="+m.c.PGData,
+		fmt.Sprintf("--source-server=host=%s port=%s user=replicator dbname=postgres", host, port))
+	if err == nil {
+		if strings.Contains(out, "Done!") {
+			m.log("rewound to the primary at %s", address)
+		}
+		return nil
+	}
+	if ctx.Err() != nil {
+		return err
+	}
+	m.log("pg_rewind against %s failed (%v): cloning it again", address, err)
+	return m.cloneReplica(ctx, address)
+}
+
+// history is how a replica's data stands against a primary's timeline
+// history.
+type history int
+
+const (
+	inHistory history = iota // nothing the primary lacks: restart and follow
+	forked                   // WAL past the point where the primary's timeline forked: pg_rewind
+	foreign                  // a timeline of the same number but another history: clone again
+)
+
+// diverged compares data at position seen (its timeline and the WAL it
+// has) with the primary at address. The primary's timeline history says
+// where each earlier timeline ended; data past that point on its timeline
+// holds WAL the primary does not have: what a fenced former primary wrote
+// and never had acknowledged. Two instances promoted one after the other
+// without hearing of each other's timeline can pick the same number:
+// their history files differ, and pg_rewind, which compares numbers,
+// would see nothing to do.
+func (m *manager) diverged(ctx context.Context, address string, seen observation) (history, error) {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return 0, err
+	}
+	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%s user=replicator dbname=replication replication=true passfile=%s connect_timeout=5",
+		host, port, m.c.passfile()))
+	if err != nil {
+		return 0, err
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	theirs := int64(sys.Timeline)
+	if theirs < seen.timeline {
+		return forked, nil
+	}
+	var content string
+	if theirs > 1 {
+		h, err := pglogrepl.TimelineHistory(ctx, conn, sys.Timeline)
+		if err != nil {
+			return 0, err
+		}
+		content = string(h.Content)
+	}
+	if theirs == seen.timeline {
+		if theirs > 1 {
+			mine, err := os.ReadFile(fmt.Sprintf("%s/pg_wal/%08X.history", m.c.PGData, theirs))
+			if err == nil && string(mine) != content {
+				return foreign, nil
+			}
+		}
+		return inHistory, nil
+	}
+	end, found := timelineEnd(content, seen.timeline)
+	if !found || seen.lsn > end {
+		return forked, nil
+	}
+	return inHistory, nil
+}
+
+// timelineEnd reads where timeline tli ended in a timeline history file
+// (lines of "timeline<TAB>switch point<TAB>reason").
+func timelineEnd(history string, tli int64) (uint64, bool) {
+	for line := range strings.Lines(history) {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != strconv.FormatInt(tli, 10) {
+			continue
+		}
+		end, err := report.LSN(f[1])
+		return end, err == nil
+	}
+	return 0, false
 }
 
 // hotStandbyMinimums are the settings a standby may not run lower than the
@@ -165,8 +291,8 @@ var hotStandbyMinimums = map[string]string{
 // the MyDatabase from an older manifest never leaves a replica failing at
 // every start. The standby takes its own value at the first restart after
 // the primary has run with it.
-func (c Config) keepPrimaryMinimums(ctx context.Context, log Logger, args []string) ([]string, error) {
-	out, err := output(ctx, []string{"LC_ALL=C"}, "pg_controldata", c.PGData)
+func (m *manager) keepPrimaryMinimums(ctx context.Context, args []string) ([]string, error) {
+	out, err := m.procs.run(ctx, []string{"LC_ALL=C"}, "", "pg_controldata", m.c.PGData)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +308,7 @@ func (c Config) keepPrimaryMinimums(ctx context.Context, log Logger, args []stri
 		if err != nil {
 			return nil, fmt.Errorf("pg_controldata: %s: %w", field, err)
 		}
-		conf, err := output(ctx, nil, "postgres", append(append([]string{}, args...), "-C", name)...)
+		conf, err := m.procs.run(ctx, nil, "", "postgres", append(append([]string{}, args...), "-C", name)...)
 		if err != nil {
 			return nil, err
 		}
@@ -191,48 +317,9 @@ func (c Config) keepPrimaryMinimums(ctx context.Context, log Logger, args []stri
 			return nil, fmt.Errorf("postgres -C %s: %w", name, err)
 		}
 		if recorded > configured {
-			log("%s: keeping the primary's %d until it runs with the configured %d", name, recorded, configured)
+			m.log("%s: keeping the primary's %d until it runs with the configured %d", name, recorded, configured)
 			extra = append(extra, "-c", fmt.Sprintf("%s=%d", name, recorded))
 		}
 	}
 	return extra, sc.Err()
-}
-
-// run runs a program to completion with this process's environment plus
-// env: its errors go to the container log, its standard output (initdb's
-// progress) nowhere.
-func run(ctx context.Context, env []string, name string, args ...string) error {
-	return runStdin(ctx, env, "", name, args...)
-}
-
-func runStdin(ctx context.Context, env []string, stdin, name string, args ...string) error {
-	cmd := command(ctx, env, name, args...)
-	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
-	}
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	return nil
-}
-
-// output runs a program and returns its standard output.
-func output(ctx context.Context, env []string, name string, args ...string) (string, error) {
-	out, err := command(ctx, env, name, args...).Output()
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", name, err)
-	}
-	return string(out), nil
-}
-
-// command prepares a program with this process's environment plus env, its
-// errors in the container log. When ctx ends it gets SIGTERM, on which
-// initdb and pg_basebackup remove what they made, and SIGKILL 10 s later.
-func command(ctx context.Context, env []string, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = os.Stderr
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 10 * time.Second
-	return cmd
 }

@@ -35,7 +35,9 @@ package instance
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Config is the instance's part of the pod: its environment, as
@@ -52,9 +54,22 @@ type Config struct {
 	Password            string // POSTGRES_PASSWORD
 	ReplicationPassword string // REPLICATION_PASSWORD
 
-	PrimaryPod  string // PRIMARY_POD: the pod that is primary
-	PrimaryHost string // PRIMARY_HOST
-	PrimaryPort string // PRIMARY_PORT
+	// BootstrapPod is the pod that makes the data when the MyDatabase is
+	// new (ordinal 0); afterwards the primary is whoever holds the Lease.
+	BootstrapPod string // BOOTSTRAP_POD
+	Namespace    string // NAMESPACE
+	LeaseName    string // LEASE_NAME: the MyDatabase's primary Lease
+	// PodSelector selects the pods of this MyDatabase (its instances).
+	PodSelector string // POD_SELECTOR
+	// AdvertiseAddress is host:port where the other instances reach this
+	// server: the pod's name on the headless Service.
+	AdvertiseAddress string // ADVERTISE_ADDRESS
+	// LeaseDuration sets every delay of the HA loop (see timing).
+	LeaseDuration time.Duration // LEASE_DURATION_SECONDS
+
+	// Kubeconfig, when set, is used instead of the pod's service account
+	// (test harnesses run the instance manager outside a pod).
+	Kubeconfig string // KUBECONFIG, optional
 }
 
 // secretVars are the environment variables that hold passwords: read once,
@@ -67,6 +82,7 @@ var secretVars = []string{"POSTGRES_PASSWORD", "REPLICATION_PASSWORD"}
 func ConfigFromEnv() (Config, error) {
 	var c Config
 	var missing []string
+	var leaseSeconds string
 	for _, v := range []struct {
 		name  string
 		field *string
@@ -74,7 +90,8 @@ func ConfigFromEnv() (Config, error) {
 		{"POD_NAME", &c.PodName}, {"PGDATA", &c.PGData}, {"PGHOST", &c.SocketDir}, {"PGPORT", &c.Port},
 		{"CONFIG_DIR", &c.ConfigDir}, {"POSTGRES_USER", &c.User}, {"POSTGRES_DB", &c.Database},
 		{"POSTGRES_PASSWORD", &c.Password}, {"REPLICATION_PASSWORD", &c.ReplicationPassword},
-		{"PRIMARY_POD", &c.PrimaryPod}, {"PRIMARY_HOST", &c.PrimaryHost}, {"PRIMARY_PORT", &c.PrimaryPort},
+		{"BOOTSTRAP_POD", &c.BootstrapPod}, {"NAMESPACE", &c.Namespace}, {"LEASE_NAME", &c.LeaseName},
+		{"POD_SELECTOR", &c.PodSelector}, {"ADVERTISE_ADDRESS", &c.AdvertiseAddress}, {"LEASE_DURATION_SECONDS", &leaseSeconds},
 	} {
 		if *v.field = os.Getenv(v.name); *v.field == "" {
 			missing = append(missing, v.name)
@@ -88,11 +105,14 @@ func ConfigFromEnv() (Config, error) {
 	if len(missing) > 0 {
 		return c, fmt.Errorf("the container environment lacks %s", strings.Join(missing, ", "))
 	}
+	n, err := strconv.Atoi(leaseSeconds)
+	if err != nil || n < 2 {
+		return c, fmt.Errorf("LEASE_DURATION_SECONDS is %q, want a whole number of seconds, at least 2", leaseSeconds)
+	}
+	c.LeaseDuration = time.Duration(n) * time.Second
+	c.Kubeconfig = os.Getenv("KUBECONFIG")
 	return c, nil
 }
-
-// Primary tells whether this instance is the primary.
-func (c Config) Primary() bool { return c.PodName == c.PrimaryPod }
 
 // The files of the operator's ConfigMap, in ConfigDir (internal/specs names
 // them; a test keeps the two in step).

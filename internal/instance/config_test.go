@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
@@ -38,6 +39,8 @@ func TestConfigFromEnvReadsWhatSpecsSets(t *testing.T) {
 			t.Setenv(*e.Name, *e.Value)
 		case *e.Name == "POD_NAME":
 			t.Setenv(*e.Name, "orders-1")
+		case *e.Name == "NAMESPACE":
+			t.Setenv(*e.Name, "shop")
 		default: // the Secrets' values
 			t.Setenv(*e.Name, "secret of "+*e.Name)
 		}
@@ -46,7 +49,9 @@ func TestConfigFromEnvReadsWhatSpecsSets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Primary() || c.PrimaryPod != "orders-0" || c.User != "app" || c.Database != "appdb" || c.PGData != specs.PGDATA {
+	if c.BootstrapPod != "orders-0" || c.User != "app" || c.Database != "appdb" || c.PGData != specs.PGDATA ||
+		c.LeaseName != "orders-primary" || c.LeaseDuration != 5*time.Second ||
+		c.AdvertiseAddress != "$(POD_NAME).orders-headless.shop.svc:5432" {
 		t.Errorf("read %+v", c)
 	}
 	if c.Password != "secret of POSTGRES_PASSWORD" || c.ReplicationPassword != "secret of REPLICATION_PASSWORD" {
@@ -61,7 +66,8 @@ func TestConfigFromEnvReadsWhatSpecsSets(t *testing.T) {
 
 func TestConfigFromEnvNamesWhatIsMissing(t *testing.T) {
 	for _, v := range []string{"POD_NAME", "PGDATA", "PGHOST", "PGPORT", "CONFIG_DIR", "POSTGRES_USER", "POSTGRES_DB",
-		"POSTGRES_PASSWORD", "REPLICATION_PASSWORD", "PRIMARY_POD", "PRIMARY_HOST", "PRIMARY_PORT"} {
+		"POSTGRES_PASSWORD", "REPLICATION_PASSWORD", "BOOTSTRAP_POD", "NAMESPACE", "LEASE_NAME", "POD_SELECTOR",
+		"ADVERTISE_ADDRESS", "LEASE_DURATION_SECONDS"} {
 		t.Setenv(v, "x")
 	}
 	t.Setenv("PGDATA", "")

@@ -2,8 +2,10 @@ package manager
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -41,6 +43,10 @@ func CacheOptions(namespaces ...string) cache.Options {
 			&corev1.PersistentVolumeClaim{}: managed,
 			&appsv1.StatefulSet{}:           managed,
 			&policyv1.PodDisruptionBudget{}: managed,
+			&corev1.ServiceAccount{}:        managed,
+			&rbacv1.Role{}:                  managed,
+			&rbacv1.RoleBinding{}:           managed,
+			&coordinationv1.Lease{}:         managed,
 		},
 	}
 }

@@ -32,6 +32,21 @@ func PodDisruptionBudgetName(db *databasev1alpha1.MyDatabase) string {
 }
 func ReplicationSecretName(db *databasev1alpha1.MyDatabase) string { return db.Name + "-replication" }
 
+// LeaseName is the primary Lease: its holder is the primary.
+func LeaseName(db *databasev1alpha1.MyDatabase) string { return db.Name + "-primary" }
+
+// InstanceAccessName names the ServiceAccount, Role and RoleBinding of the
+// instance managers.
+func InstanceAccessName(db *databasev1alpha1.MyDatabase) string { return db.Name + "-instance" }
+
+// BootstrapPod is the pod that makes the data of a new MyDatabase.
+func BootstrapPod(db *databasev1alpha1.MyDatabase) string { return PodName(db, 0) }
+
+// PodName is the name of the pod of the given ordinal.
+func PodName(db *databasev1alpha1.MyDatabase, ordinal int32) string {
+	return fmt.Sprintf("%s-%d", StatefulSetName(db), ordinal)
+}
+
 // GeneratedCredentialsSecretName is the Secret the operator creates when the
 // spec names none.
 func GeneratedCredentialsSecretName(db *databasev1alpha1.MyDatabase) string {
@@ -88,23 +103,16 @@ func Labels(db *databasev1alpha1.MyDatabase, component string) map[string]string
 	}
 }
 
-// PrimaryPod is the pod that runs the primary. Every builder and the
-// reconciler ask here, and only here: it is status.currentPrimary, which the
-// operator sets, or ordinal 0 while the operator has not chosen one yet (a
-// new MyDatabase, whose ordinal 0 initialises the data).
+// PrimaryPod is the pod that runs the primary as the operator last saw it:
+// status.currentPrimary, which follows the primary Lease, or ordinal 0
+// before any instance manager has taken the Lease (a new MyDatabase, whose
+// ordinal 0 initialises the data; or pods that run no instance manager, as
+// on a simulated cluster).
 func PrimaryPod(db *databasev1alpha1.MyDatabase) string {
 	if db.Status.CurrentPrimary != "" {
 		return db.Status.CurrentPrimary
 	}
-	return StatefulSetName(db) + "-0"
-}
-
-// PodRole is the role label the pod named pod should carry.
-func PodRole(db *databasev1alpha1.MyDatabase, pod string) string {
-	if pod == PrimaryPod(db) {
-		return databasev1alpha1.RolePrimary
-	}
-	return databasev1alpha1.RoleReplica
+	return BootstrapPod(db)
 }
 
 // KnownRole reports whether role is one the operator sets.

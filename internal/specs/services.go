@@ -27,16 +27,18 @@ func HeadlessService(db *databasev1alpha1.MyDatabase) *corev1ac.ServiceApplyConf
 			WithPorts(servicePort(containerPort)))
 }
 
-// ReadWriteService selects the primary, ordinal 0, by its pod name: that
-// label exists from the moment the pod does.
+// ReadWriteService selects the primary by its role label, which its
+// instance manager sets the moment it is promoted (and the operator from
+// the Lease): the Service follows a failover even while the operator is
+// down. A fenced former primary that still carries the label is not ready,
+// so it is no endpoint.
 func ReadWriteService(db *databasev1alpha1.MyDatabase) *corev1ac.ServiceApplyConfiguration {
 	selector := SelectorLabels(db)
-	selector["statefulset.kubernetes.io/pod-name"] = PrimaryPod(db)
+	selector[databasev1alpha1.LabelRole] = databasev1alpha1.RolePrimary
 	return clientService(db, ReadWriteServiceName(db), selector)
 }
 
-// ReadOnlyService selects the replicas, which the operator labels with
-// role=replica. It exists only while spec.replicas > 1.
+// ReadOnlyService selects the replicas, labelled role=replica. It exists only while spec.replicas > 1.
 func ReadOnlyService(db *databasev1alpha1.MyDatabase) *corev1ac.ServiceApplyConfiguration {
 	selector := SelectorLabels(db)
 	selector[databasev1alpha1.LabelRole] = databasev1alpha1.RoleReplica

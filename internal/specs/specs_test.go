@@ -159,8 +159,8 @@ func TestServices(t *testing.T) {
 		headless     bool
 	}{
 		"headless": {typed[corev1.Service](t, HeadlessService(d)), SelectorLabels(d), 5432, true},
-		"read-write selects ordinal 0": {typed[corev1.Service](t, ReadWriteService(d)),
-			merge(SelectorLabels(d), map[string]string{"statefulset.kubernetes.io/pod-name": "orders-0"}), 6432, false},
+		"read-write selects the primary": {typed[corev1.Service](t, ReadWriteService(d)),
+			merge(SelectorLabels(d), map[string]string{databasev1alpha1.LabelRole: databasev1alpha1.RolePrimary}), 6432, false},
 		"read-only selects replicas": {typed[corev1.Service](t, ReadOnlyService(d)),
 			merge(SelectorLabels(d), map[string]string{databasev1alpha1.LabelRole: databasev1alpha1.RoleReplica}), 6432, false},
 	}
@@ -312,8 +312,8 @@ func TestStatefulSetFollowsSpec(t *testing.T) {
 				if ref := env["REPLICATION_PASSWORD"].ValueFrom.SecretKeyRef; ref.Name != "orders-replication" {
 					t.Errorf("REPLICATION_PASSWORD from %+v", ref)
 				}
-				if env["PRIMARY_HOST"].Value != "orders-0.orders-headless.shop.svc" {
-					t.Errorf("PRIMARY_HOST = %q", env["PRIMARY_HOST"].Value)
+				if env["ADVERTISE_ADDRESS"].Value != "$(POD_NAME).orders-headless.shop.svc:5432" || env["BOOTSTRAP_POD"].Value != "orders-0" {
+					t.Errorf("ADVERTISE_ADDRESS = %q, BOOTSTRAP_POD = %q", env["ADVERTISE_ADDRESS"].Value, env["BOOTSTRAP_POD"].Value)
 				}
 			},
 		},
@@ -384,8 +384,11 @@ func TestPodSecurityRestricted(t *testing.T) {
 	if psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 		t.Errorf("seccomp profile %+v, want RuntimeDefault", psc.SeccompProfile)
 	}
-	if ptr.Deref(pod.AutomountServiceAccountToken, true) {
-		t.Error("the database pod mounts a service account token it never uses")
+	// The token is the instance manager's, of a ServiceAccount of its own
+	// (InstanceRole says what it may do).
+	if pod.ServiceAccountName != InstanceAccessName(db()) || !ptr.Deref(pod.AutomountServiceAccountToken, false) {
+		t.Errorf("service account %q, token mounted %v: want the instance managers' own, mounted",
+			pod.ServiceAccountName, pod.AutomountServiceAccountToken)
 	}
 	for _, v := range pod.Volumes {
 		if v.HostPath != nil {
@@ -461,33 +464,20 @@ func TestRandomPassword(t *testing.T) {
 	}
 }
 
-func TestPodRole(t *testing.T) {
+func TestPrimaryPod(t *testing.T) {
 	db := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Name: "orders"}}
-	for pod, want := range map[string]string{
-		"orders-0": databasev1alpha1.RolePrimary, "orders-1": databasev1alpha1.RoleReplica,
-		"orders-10": databasev1alpha1.RoleReplica, "orders-2-0": databasev1alpha1.RoleReplica,
-	} {
-		if got := PodRole(db, pod); got != want {
-			t.Errorf("new MyDatabase: PodRole(%s) = %s, want %s", pod, got, want)
-		}
+	if got := PrimaryPod(db); got != "orders-0" {
+		t.Errorf("new MyDatabase: primary %s, want the bootstrap pod orders-0", got)
 	}
-	// Once the operator names another primary in status, every builder
-	// follows it: the role labels, the read-write Service, the replicas'
-	// upstream.
+	// Once the primary moves (status.currentPrimary follows the Lease),
+	// nothing of the pod template changes: a failover must not roll the
+	// pods.
+	before := StatefulSet(db, Platform{})
 	db.Status.CurrentPrimary = "orders-1"
-	if PodRole(db, "orders-1") != databasev1alpha1.RolePrimary || PodRole(db, "orders-0") != databasev1alpha1.RoleReplica {
-		t.Errorf("with currentPrimary orders-1: roles %s/%s", PodRole(db, "orders-0"), PodRole(db, "orders-1"))
+	if got := PrimaryPod(db); got != "orders-1" {
+		t.Errorf("with currentPrimary orders-1: primary %s", got)
 	}
-	if got := ReadWriteService(db).Spec.Selector["statefulset.kubernetes.io/pod-name"]; got != "orders-1" {
-		t.Errorf("read-write Service selects %q, want orders-1", got)
-	}
-	env := map[string]string{}
-	for _, e := range Env(db) {
-		if e.Value != nil {
-			env[*e.Name] = *e.Value
-		}
-	}
-	if env["PRIMARY_POD"] != "orders-1" || !strings.HasPrefix(env["PRIMARY_HOST"], "orders-1.") {
-		t.Errorf("PRIMARY_POD %q, PRIMARY_HOST %q: want orders-1", env["PRIMARY_POD"], env["PRIMARY_HOST"])
+	if diff := cmp.Diff(before, StatefulSet(db, Platform{})); diff != "" {
+		t.Errorf("the StatefulSet changes with the primary (-before +after):\n%s", diff)
 	}
 }

@@ -150,8 +150,11 @@ func podTemplate(db *databasev1alpha1.MyDatabase, p Platform) *corev1ac.PodTempl
 	}
 	annotations[databasev1alpha1.AnnotationConfigHash] = ConfigHash(db)
 
+	// The token is the instance manager's: it renews the Lease and reports
+	// on its own pod, and may do nothing else (InstanceRole).
 	spec := corev1ac.PodSpec().
-		WithAutomountServiceAccountToken(false).
+		WithServiceAccountName(InstanceAccessName(db)).
+		WithAutomountServiceAccountToken(true).
 		WithEnableServiceLinks(false).
 		WithTerminationGracePeriodSeconds(60).
 		WithSecurityContext(corev1ac.PodSecurityContext().
@@ -267,7 +270,6 @@ func execProbe(command []string, period, failures int32) *corev1ac.ProbeApplyCon
 // Env is the environment of the PostgreSQL container, the contract between
 // the operator and the instance manager (internal/instance.ConfigFromEnv).
 func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
-	primary := fmt.Sprintf("%s.%s.%s.svc", PrimaryPod(db), HeadlessServiceName(db), db.Namespace)
 	secretRef := func(name, key string) *corev1ac.EnvVarSourceApplyConfiguration {
 		return corev1ac.EnvVarSource().WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(name).WithKey(key))
 	}
@@ -287,10 +289,35 @@ func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 			WithValueFrom(secretRef(CredentialsSecretName(db), SecretPasswordKey)),
 		corev1ac.EnvVar().WithName("REPLICATION_PASSWORD").
 			WithValueFrom(secretRef(ReplicationSecretName(db), replicationSecret)),
-		env("PRIMARY_POD", PrimaryPod(db)),
-		env("PRIMARY_HOST", primary),
-		env("PRIMARY_PORT", fmt.Sprint(containerPort)),
+		env("BOOTSTRAP_POD", BootstrapPod(db)),
+		corev1ac.EnvVar().WithName("NAMESPACE").WithValueFrom(corev1ac.EnvVarSource().
+			WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.namespace"))),
+		env("LEASE_NAME", LeaseName(db)),
+		env("POD_SELECTOR", Selector(db)),
+		// The kubelet expands $(POD_NAME), defined above.
+		env("ADVERTISE_ADDRESS", fmt.Sprintf("$(POD_NAME).%s.%s.svc:%d", HeadlessServiceName(db), db.Namespace, containerPort)),
+		env("LEASE_DURATION_SECONDS", fmt.Sprint(LeaseDurationSeconds(db))),
 	}
+}
+
+// InstanceSelector selects the pods of this MyDatabase and no other of the
+// same name: the selector labels and the owner's UID.
+func InstanceSelector(db *databasev1alpha1.MyDatabase) map[string]string {
+	l := SelectorLabels(db)
+	l[databasev1alpha1.LabelOwnerUID] = string(db.UID)
+	return l
+}
+
+// DefaultLeaseDurationSeconds is spec.failover.leaseDurationSeconds when
+// unset (the CRD defaults it; hand-built objects miss it).
+const DefaultLeaseDurationSeconds = 5
+
+// LeaseDurationSeconds is spec.failover.leaseDurationSeconds or its default.
+func LeaseDurationSeconds(db *databasev1alpha1.MyDatabase) int32 {
+	if d := db.Spec.Failover.LeaseDurationSeconds; d > 0 {
+		return d
+	}
+	return DefaultLeaseDurationSeconds
 }
 
 // convert turns a typed API struct into its apply configuration. Both share

@@ -42,12 +42,14 @@ func TestHarness(t *testing.T) {
 		}
 		switch run.Mode {
 		case "raw":
-			// create the MyDatabase, finalizer, two Secrets, four applies, status
-			if want := 9 * opts.N; run.Requests.Writes != want || run.Requests.Conflicts != 0 {
+			// create the MyDatabase, finalizer, two Secrets, eight applies
+			// (ConfigMap, two Services, the instance managers' ServiceAccount,
+			// Role, RoleBinding and Lease, StatefulSet), status
+			if want := 13 * opts.N; run.Requests.Writes != want || run.Requests.Conflicts != 0 {
 				t.Errorf("raw run: %d writes (%d conflicts), want %d: %v", run.Requests.Writes, run.Requests.Conflicts, want, run.Requests.ByRequest)
 			}
 		case "operator":
-			if run.Requests.Writes < 8*opts.N || len(run.WritesByKind) == 0 || run.Reconciles < float64(opts.N) {
+			if run.Requests.Writes < 12*opts.N || len(run.WritesByKind) == 0 || run.Reconciles < float64(opts.N) {
 				t.Errorf("operator run: %d writes %v, %.0f reconciles: the probes see too little", run.Requests.Writes, run.WritesByKind, run.Reconciles)
 			}
 		}

@@ -97,7 +97,8 @@ func rawChildren(ctx context.Context, c client.Client, db *databasev1alpha1.MyDa
 		}
 	}
 	for _, ac := range []runtime.ApplyConfiguration{specs.ConfigMap(db), specs.HeadlessService(db),
-		specs.ReadWriteService(db), specs.StatefulSet(db, specs.Platform{})} {
+		specs.ReadWriteService(db), specs.InstanceServiceAccount(db), specs.InstanceRole(db), specs.InstanceRoleBinding(db),
+		specs.Lease(db), specs.StatefulSet(db, specs.Platform{})} {
 		if err := c.Apply(ctx, ac, client.FieldOwner(mydatabase.FieldOwner), client.ForceOwnership); err != nil {
 			return err
 		}

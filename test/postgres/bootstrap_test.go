@@ -37,7 +37,7 @@ func TestStopDuringBootstrap(t *testing.T) {
 	creds := specs.CredentialsSecret(db, appPassword)
 	user, dbname := string(creds.Data[specs.SecretUsernameKey]), string(creds.Data[specs.SecretDatabaseKey])
 	c := newCluster(t, srv, db, creds, specs.ReplicationSecret(db, replPassword))
-	p := c.newPod(0, freePorts(t, 1)[0], nil)
+	p := c.newPod(0, freePorts(t, 1)[0])
 	// initdb, the private server and the bootstrap SQL take about 1.5 s here.
 	for _, after := range []time.Duration{50 * time.Millisecond, 400 * time.Millisecond, 900 * time.Millisecond,
 		1200 * time.Millisecond, 1500 * time.Millisecond, 1800 * time.Millisecond} {

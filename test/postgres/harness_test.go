@@ -10,14 +10,27 @@ package postgres
 //     commands) point into it;
 //   - /instance in the operator's image, which the init container copies, is
 //     cmd/instance built from this checkout;
-//   - PGPORT becomes a free port of this machine, PRIMARY_PORT the primary's
-//     and PRIMARY_HOST 127.0.0.1 (the primary's name on the headless Service);
-//   - POD_NAME (fieldRef metadata.name) is <statefulset>-<ordinal>;
+//   - PGPORT becomes a free port of this machine, and ADVERTISE_ADDRESS
+//     (the pod's name on the headless Service) a proxy to it, through
+//     which the other instances reach it (cut, it partitions the pod from
+//     its peers);
+//   - POD_NAME (fieldRef metadata.name) is <statefulset>-<ordinal>,
+//     NAMESPACE (fieldRef metadata.namespace) the MyDatabase's;
+//   - the pod's service account token becomes a kubeconfig (KUBECONFIG)
+//     with a token of the same ServiceAccount, whose API server address is
+//     a proxy of the pod's own (cut, it partitions the pod from the API
+//     server);
 //   - secretKeyRef values are read from the Secrets the builders generate;
 //   - the container runs as the postgres OS user of this machine instead of
 //     uid 999, with PATH led by the bin directory of the major under test
 //     (the official image has its own on PATH) and HOME in the pod directory,
 //     so that nothing of the host user's (~/.pgpass, ~/.psqlrc) leaks in.
+//
+// The API server is a real one (internal/testenv), where the harness
+// creates what the operator and the StatefulSet controller would: the
+// MyDatabase, the instance managers' ServiceAccount, Role, RoleBinding and
+// primary Lease (from internal/specs), and a Pod object per pod, which the
+// instance manager labels and reports on.
 //
 // Everything else is used as generated: the init container's command,
 // which installs the instance manager, then the container's, which runs it;
@@ -32,7 +45,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -44,8 +59,16 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
@@ -151,6 +174,9 @@ type cluster struct {
 	// instanceBin is cmd/instance built from this checkout: what the
 	// operator's image holds at /instance.
 	instanceBin string
+	api         *testenv.Env
+	token       string // of the instance managers' ServiceAccount
+	podLabels   map[string]string
 }
 
 func newCluster(t *testing.T, srv server, db *databasev1alpha1.MyDatabase, secrets ...*corev1.Secret) *cluster {
@@ -159,8 +185,10 @@ func newCluster(t *testing.T, srv server, db *databasev1alpha1.MyDatabase, secre
 	for _, s := range secrets {
 		c.secrets[s.Name] = s
 	}
-	sts := specs.StatefulSet(db, specs.Platform{})
+	c.startAPI()
+	sts := specs.StatefulSet(c.db, specs.Platform{})
 	c.podSpec = sts.Spec.Template.Spec
+	c.podLabels = sts.Spec.Template.Labels
 	for _, claim := range sts.Spec.VolumeClaimTemplates {
 		c.claims = append(c.claims, *claim.Name)
 	}
@@ -195,6 +223,60 @@ func newCluster(t *testing.T, srv server, db *databasev1alpha1.MyDatabase, secre
 		t.Fatalf("the postgres OS user cannot reach %s (set TMPDIR to a directory it can traverse): %v\n%s", base, err, out)
 	}
 	return c
+}
+
+// startAPI starts the API server, creates the MyDatabase (which gives it
+// its UID), what the operator would create for its instance managers, and
+// a token of their ServiceAccount.
+func (c *cluster) startAPI() {
+	t := c.t
+	api, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.api = api
+	t.Cleanup(func() { _ = api.Stop() })
+	ctx := context.Background()
+	if err := api.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.db.Namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := api.Client.Create(ctx, c.db); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range []runtime.ApplyConfiguration{specs.InstanceServiceAccount(c.db), specs.InstanceRole(c.db),
+		specs.InstanceRoleBinding(c.db), specs.Lease(c.db)} {
+		if err := api.Client.Apply(ctx, obj, client.FieldOwner("harness"), client.ForceOwnership); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs, err := kubernetes.NewForConfig(api.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(c.db.Namespace).CreateToken(ctx, specs.InstanceAccessName(c.db),
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](7200)}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.token = tr.Status.Token
+}
+
+// kubeconfig writes a kubeconfig of the instance managers' token for the
+// API server at host.
+func (c *cluster) kubeconfig(t *testing.T, path, host string) {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["api"] = &clientcmdapi.Cluster{Server: "https://" + host, CertificateAuthorityData: c.api.Config.CAData}
+	cfg.AuthInfos["instance"] = &clientcmdapi.AuthInfo{Token: c.token}
+	cfg.Contexts["instance"] = &clientcmdapi.Context{Cluster: "api", AuthInfo: "instance"}
+	cfg.CurrentContext = "instance"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // baseEnv is the environment of every command the harness runs that is not
@@ -282,22 +364,47 @@ type pod struct {
 	mounts  map[string]string // container mount path -> host directory
 	env     []string
 	logPath string
+	// peers is the proxy the other instances reach this one through
+	// (ADVERTISE_ADDRESS); api the one it reaches the API server through.
+	peers, api *testenv.Proxy
 
 	cmd    *exec.Cmd
 	exited chan struct{}
 	err    error // of the container process, once exited
 }
 
-// newPod lays out the volumes of an ordinal and resolves its environment.
-// primary is the pod the replicas stream from (nil for the primary itself).
-func (c *cluster) newPod(ordinal, port int, primary *pod) *pod {
+// newPod lays out the volumes of an ordinal, creates its Pod object and
+// proxies, and resolves its environment.
+func (c *cluster) newPod(ordinal, port int) *pod {
 	t := c.t
 	t.Helper()
 	p := &pod{c: c, ordinal: ordinal, port: port, mounts: map[string]string{},
-		name: fmt.Sprintf("%s-%d", specs.StatefulSetName(c.db), ordinal)}
+		name: specs.PodName(c.db, int32(ordinal))}
 	p.dir = filepath.Join(c.base, p.name)
 	p.logPath = filepath.Join(p.dir, "container.log")
 	if err := os.Mkdir(p.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if p.peers, err = testenv.StartProxy(testenv.To(fmt.Sprintf("127.0.0.1:%d", port))); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.peers.Close)
+	apiURL, err := url.Parse(c.api.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.api, err = testenv.StartProxy(testenv.To(apiURL.Host)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.api.Close)
+	kubeconfig := filepath.Join(p.dir, "kubeconfig")
+	c.kubeconfig(t, kubeconfig, p.api.Addr())
+	obj := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: c.db.Namespace, Labels: maps.Clone(c.podLabels)},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: *c.ctr.Name, Image: *c.ctr.Image}}},
+	}
+	if err := c.api.Client.Create(context.Background(), obj); err != nil {
 		t.Fatal(err)
 	}
 	for i, m := range c.ctr.VolumeMounts {
@@ -334,7 +441,7 @@ func (c *cluster) newPod(ordinal, port int, primary *pod) *pod {
 	}
 
 	containerPort := fmt.Sprint(*c.ctr.Ports[0].ContainerPort)
-	p.env = []string{"PATH=" + c.srv.bin + ":/usr/local/bin:/usr/bin:/bin", "HOME=" + p.dir}
+	p.env = []string{"PATH=" + c.srv.bin + ":/usr/local/bin:/usr/bin:/bin", "HOME=" + p.dir, "KUBECONFIG=" + kubeconfig}
 	for _, e := range c.ctr.Env {
 		name, value := *e.Name, ""
 		switch {
@@ -355,6 +462,8 @@ func (c *cluster) newPod(ordinal, port int, primary *pod) *pod {
 			value = string(v)
 		case e.ValueFrom.FieldRef != nil && *e.ValueFrom.FieldRef.FieldPath == "metadata.name":
 			value = p.name
+		case e.ValueFrom.FieldRef != nil && *e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+			value = c.db.Namespace
 		default:
 			t.Fatalf("env %s: the harness cannot resolve this valueFrom", name)
 		}
@@ -366,20 +475,12 @@ func (c *cluster) newPod(ordinal, port int, primary *pod) *pod {
 				t.Fatalf("PGPORT is %s, the container port %s", value, containerPort)
 			}
 			value = strconv.Itoa(port)
-		case "PRIMARY_PORT":
-			if value != containerPort {
-				t.Fatalf("PRIMARY_PORT is %s, the container port %s", value, containerPort)
+		case "ADVERTISE_ADDRESS":
+			want := fmt.Sprintf("$(POD_NAME).%s.%s.svc:%s", specs.HeadlessServiceName(c.db), c.db.Namespace, containerPort)
+			if value != want {
+				t.Fatalf("ADVERTISE_ADDRESS is %q, not the pod's name on the headless Service and its port (%s)", value, want)
 			}
-			value = strconv.Itoa(port)
-			if primary != nil {
-				value = strconv.Itoa(primary.port)
-			}
-		case "PRIMARY_HOST":
-			want := fmt.Sprintf("%s.%s.", specs.PrimaryPod(c.db), specs.HeadlessServiceName(c.db))
-			if !strings.HasPrefix(value, want) {
-				t.Fatalf("PRIMARY_HOST is %q, not the primary pod on the headless Service (%s...)", value, want)
-			}
-			value = "127.0.0.1"
+			value = p.peers.Addr()
 		}
 		p.env = append(p.env, name+"="+value)
 	}

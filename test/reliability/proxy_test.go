@@ -3,9 +3,7 @@ package reliability
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,104 +21,6 @@ import (
 	"example.com/myoperator/internal/testenv"
 )
 
-// faultyProxy stands between the operator and the API server, at the TCP
-// level: it can cut every connection and refuse new ones (the server
-// unreachable), or hold back every chunk it forwards (a slow server).
-type faultyProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  map[net.Conn]bool
-	down   bool
-	delay  time.Duration
-}
-
-func startProxy(t *testing.T, target string) *faultyProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &faultyProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	go p.serve()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.cut()
-	})
-	return p
-}
-
-func (p *faultyProxy) serve() {
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return // closed
-		}
-		p.mu.Lock()
-		down := p.down
-		p.mu.Unlock()
-		if down {
-			_ = in.Close()
-			continue
-		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = in.Close()
-			continue
-		}
-		p.track(in, out)
-		go p.pipe(in, out)
-		go p.pipe(out, in)
-	}
-}
-
-func (p *faultyProxy) track(conns ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range conns {
-		p.conns[c] = true
-	}
-}
-
-// pipe copies src to dst, late by the current delay, until either closes.
-func (p *faultyProxy) pipe(dst, src net.Conn) {
-	defer func() { _ = dst.Close(); _ = src.Close() }()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			delay := p.delay
-			p.mu.Unlock()
-			time.Sleep(delay)
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// cut closes every open connection and refuses new ones until restore;
-// it returns how many connections it closed.
-func (p *faultyProxy) cut() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	n := len(p.conns)
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	clear(p.conns)
-	return n
-}
-
-func (p *faultyProxy) restore() { p.mu.Lock(); p.down = false; p.mu.Unlock() }
-
-func (p *faultyProxy) slow(d time.Duration) { p.mu.Lock(); p.delay = d; p.mu.Unlock() }
-
 // Scenario 6, at the network level: the operator (cached, every watch, as
 // in production) reaches the API server through a proxy that goes slow,
 // then cuts every connection and refuses new ones while the spec changes
@@ -134,9 +34,13 @@ func TestUnreachableAndSlowServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := startProxy(t, host.Host)
+	proxy, err := testenv.StartProxy(testenv.To(host.Host))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
 	cfg := rest.CopyConfig(env.Config)
-	cfg.Host = "https://" + proxy.ln.Addr().String()
+	cfg.Host = "https://" + proxy.Addr()
 	ns := namespace(t)
 	startManager(t, cfg, manager.CacheOptions(), managerSetup{})
 
@@ -187,7 +91,7 @@ func TestUnreachableAndSlowServer(t *testing.T) {
 		}
 	}
 
-	proxy.slow(300 * time.Millisecond)
+	proxy.Slow(300 * time.Millisecond)
 	update := func(mutate func(*databasev1alpha1.MyDatabase)) {
 		t.Helper()
 		if err := env.Client.Get(ctx, key, db); err != nil {
@@ -218,17 +122,17 @@ func TestUnreachableAndSlowServer(t *testing.T) {
 		}
 		return fmt.Errorf("none of %d objects changed", len(now))
 	})
-	if proxy.cut() == 0 {
+	if proxy.Cut() == 0 {
 		t.Fatal("the operator had no connection open to cut")
 	}
 	time.Sleep(5 * time.Second) // the outage lasts; the operator retries meanwhile
 	unchanged(t)
-	proxy.slow(0)
-	proxy.restore()
+	proxy.Slow(0)
+	proxy.Restore()
 	testenv.Eventually(t, 90*time.Second, "convergence once the server is back", converged(3))
 	unchanged(t)
 
-	proxy.cut()
+	proxy.Cut()
 	if err := env.Client.Delete(ctx, db); err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +140,7 @@ func TestUnreachableAndSlowServer(t *testing.T) {
 	if gone(key) {
 		t.Fatal("the MyDatabase went away while the operator could not run its deletion policy")
 	}
-	proxy.restore()
+	proxy.Restore()
 	testenv.Eventually(t, 90*time.Second, "the deletion once the server is back", func() error {
 		if !gone(key) {
 			return fmt.Errorf("MyDatabase still there")

@@ -46,6 +46,8 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 	steps := []func(context.Context, *databasev1alpha1.MyDatabase, *observation) error{
 		r.reconcileConfig,
 		r.reconcileServices,
+		r.reconcileInstanceAccess,
+		r.followPrimary,
 		r.reconcileStatefulSet,
 		r.checkPodCreation,
 		r.reconcileDisruptionBudget,
@@ -130,19 +132,24 @@ func (r *MyDatabaseReconciler) reconcileStatefulSet(ctx context.Context, db *dat
 	return nil
 }
 
-// reconcilePodRoles labels each pod primary or replica (specs.PodRole),
-// which is how the read-only Service finds the replicas.
-func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databasev1alpha1.MyDatabase, _ *observation) error {
+// reconcilePodRoles labels each pod primary or replica (the primary is the
+// Lease's holder), which is how the Services find them, and keeps the pods
+// for status.instances.
+func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(specs.SelectorLabels(db))); err != nil {
+	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(specs.InstanceSelector(db))); err != nil {
 		return objectError("list", &corev1.Pod{}, "", err)
 	}
+	obs.pods = pods.Items
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		if pod.Labels[databasev1alpha1.LabelOwnerUID] != string(db.UID) || !pod.DeletionTimestamp.IsZero() {
+		if !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
-		role := specs.PodRole(db, pod.Name)
+		role := databasev1alpha1.RoleReplica
+		if pod.Name == obs.primaryPod(db) {
+			role = databasev1alpha1.RolePrimary
+		}
 		if pod.Labels[databasev1alpha1.LabelRole] == role {
 			continue
 		}

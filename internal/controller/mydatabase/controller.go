@@ -6,13 +6,16 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -205,30 +208,51 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 		Owns(&corev1.Service{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		Owns(&coordinationv1.Lease{}, builder.WithPredicates(holderChanged)).
 		Watches(&corev1.Secret{}, byInstance).
-		Watches(&corev1.Pod{}, byInstance, builder.WithPredicates(roleChanged)).
+		Watches(&corev1.Pod{}, byInstance, builder.WithPredicates(roleOrReportChanged)).
 		Watches(&corev1.PersistentVolumeClaim{}, byInstance, builder.WithPredicates(claimResized)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Named("mydatabase").
 		Complete(r)
 }
 
-// roleChanged passes the pod events the operator acts on: a pod without a
-// role label, or whose role label someone changed from one role to
-// another. The operator's own labelling (no role to a role) passes
-// nothing. Readiness reaches the status through the StatefulSet's own
-// status, so every other pod change would only cost a reconcile (about two
-// per MyDatabase on a busy cluster).
-var roleChanged = predicate.Funcs{
+// roleOrReportChanged passes the pod events the operator acts on: a pod
+// without a role label, or whose role label someone changed from one role
+// to another, or whose instance report changed (status.instances). The
+// operator's own labelling (no role to a role) passes nothing. Readiness
+// reaches the status through the StatefulSet's own status, so every other
+// pod change would only cost a reconcile (about two per MyDatabase on a
+// busy cluster).
+var roleOrReportChanged = predicate.Funcs{
 	CreateFunc: func(e event.CreateEvent) bool {
 		return !specs.KnownRole(e.Object.GetLabels()[databasev1alpha1.LabelRole])
 	},
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		role, was := e.ObjectNew.GetLabels()[databasev1alpha1.LabelRole], e.ObjectOld.GetLabels()[databasev1alpha1.LabelRole]
-		return !specs.KnownRole(role) || (specs.KnownRole(was) && role != was)
+		reported := e.ObjectNew.GetAnnotations()[databasev1alpha1.AnnotationInstance] !=
+			e.ObjectOld.GetAnnotations()[databasev1alpha1.AnnotationInstance]
+		return !specs.KnownRole(role) || (specs.KnownRole(was) && role != was) || reported
 	},
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// holderChanged passes the Lease events that change the primary: its
+// renewals (one every few seconds per MyDatabase) pass nothing.
+var holderChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		holder := func(o client.Object) string {
+			if l, ok := o.(*coordinationv1.Lease); ok {
+				return ptr.Deref(l.Spec.HolderIdentity, "")
+			}
+			return ""
+		}
+		return holder(e.ObjectNew) != holder(e.ObjectOld)
+	},
 }
 
 // defaultStallRetry is how often a Stalled MyDatabase looks again at what

@@ -9,6 +9,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -167,7 +168,8 @@ func TestCreateBuildsEveryChild(t *testing.T) {
 
 	// One event names every child created, in the order they were made.
 	want := "Created Secret orders-replication, Secret orders-credentials, ConfigMap orders-config, " +
-		"Service orders-headless, Service orders-rw, StatefulSet orders"
+		"Service orders-headless, Service orders-rw, ServiceAccount orders-instance, Role orders-instance, " +
+		"RoleBinding orders-instance, Lease orders-primary, StatefulSet orders"
 	eventually(t, "one Created event", func() error {
 		events := &eventsv1.EventList{}
 		if err := k8s.List(context.Background(), events, client.InNamespace(ns)); err != nil {
@@ -399,7 +401,10 @@ func TestUnknownStorageClassStallsBeforeAnyWrite(t *testing.T) {
 	})
 }
 
-func TestPodRolesFollowOrdinals(t *testing.T) {
+// TestPodRolesFollowTheLease: before any instance manager holds the
+// Lease, ordinal 0 is the primary; then its holder is, in the role labels,
+// status.currentPrimary and a PrimaryChanged event.
+func TestPodRolesFollowTheLease(t *testing.T) {
 	ns := namespace(t)
 	db := create(t, newDB(ns, "roles", func(db *databasev1alpha1.MyDatabase) { db.Spec.Replicas = ptr.To[int32](2) }))
 	eventually(t, "the StatefulSet", exists(ns, "roles", &appsv1.StatefulSet{}))
@@ -440,9 +445,43 @@ func TestPodRolesFollowOrdinals(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the replica's role restored", roleIs("roles-1", databasev1alpha1.RoleReplica))
+
+	// An instance manager takes the Lease, as after a failover.
+	lease := &coordinationv1.Lease{}
+	if err := get(ns, "roles-primary", lease); err != nil {
+		t.Fatal(err)
+	}
+	lease.Spec.HolderIdentity = ptr.To("roles-1")
+	if err := k8s.Update(context.Background(), lease); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new primary's role", roleIs("roles-1", databasev1alpha1.RolePrimary))
+	eventually(t, "the old primary's role", roleIs("roles-0", databasev1alpha1.RoleReplica))
+	eventually(t, "status.currentPrimary", func() error {
+		got := &databasev1alpha1.MyDatabase{}
+		if err := get(ns, "roles", got); err != nil {
+			return err
+		}
+		if got.Status.CurrentPrimary != "roles-1" {
+			return fmt.Errorf("currentPrimary %q, want roles-1", got.Status.CurrentPrimary)
+		}
+		return nil
+	})
+	eventually(t, "a PrimaryChanged event", func() error {
+		events := &eventsv1.EventList{}
+		if err := k8s.List(context.Background(), events, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Reason == "PrimaryChanged" && strings.Contains(e.Note, "roles-1") && strings.Contains(e.Note, "was roles-0") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no PrimaryChanged event among %d", len(events.Items))
+	})
 }
 
-func TestRoleChangedPredicate(t *testing.T) {
+func TestRoleOrReportChangedPredicate(t *testing.T) {
 	pod := func(role string) *corev1.Pod {
 		labels := map[string]string{databasev1alpha1.LabelInstance: "orders"}
 		if role != "" {
@@ -466,13 +505,19 @@ func TestRoleChangedPredicate(t *testing.T) {
 	} {
 		var got bool
 		if tc.old == "-" {
-			got = roleChanged.Create(event.CreateEvent{Object: pod(tc.new)})
+			got = roleOrReportChanged.Create(event.CreateEvent{Object: pod(tc.new)})
 		} else {
-			got = roleChanged.Update(event.UpdateEvent{ObjectOld: pod(tc.old), ObjectNew: pod(tc.new)})
+			got = roleOrReportChanged.Update(event.UpdateEvent{ObjectOld: pod(tc.old), ObjectNew: pod(tc.new)})
 		}
 		if got != tc.want {
 			t.Errorf("role %q -> %q: passes %v, want %v", tc.old, tc.new, got, tc.want)
 		}
+	}
+	// A new instance report passes, with the role unchanged.
+	old, reported := pod(replica), pod(replica)
+	reported.Annotations = map[string]string{databasev1alpha1.AnnotationInstance: `{"role":"replica","ready":true}`}
+	if !roleOrReportChanged.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: reported}) {
+		t.Error("a changed instance report does not pass: status.instances would go stale")
 	}
 }
 

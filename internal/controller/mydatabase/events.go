@@ -32,6 +32,10 @@ func (r *MyDatabaseReconciler) recordCreated(db *databasev1alpha1.MyDatabase, ob
 // one event, not a hundred.
 // A new failure is also logged once, at Info; its retries only at V(1).
 func (r *MyDatabaseReconciler) recordTransitions(ctx context.Context, before, after *databasev1alpha1.MyDatabase) {
+	if was, is := before.Status.CurrentPrimary, after.Status.CurrentPrimary; was != "" && is != was {
+		r.event(after, corev1.EventTypeNormal, "PrimaryChanged", "The primary is now %s (was %s): it holds the primary Lease", is, was)
+		log(ctx).Info("Primary changed", "from", was, "to", is)
+	}
 	ready := meta.FindStatusCondition(after.Status.Conditions, databasev1alpha1.ConditionReady)
 	if ready == nil {
 		return

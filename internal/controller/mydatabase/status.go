@@ -7,6 +7,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,6 +22,11 @@ import (
 type observation struct {
 	// sts is the live StatefulSet, nil when there is none yet.
 	sts *appsv1.StatefulSet
+	// pods are the MyDatabase's pods, with their instance reports.
+	pods []corev1.Pod
+	// primary is the holder of the primary Lease, "" when it has none (or
+	// was not read): status.currentPrimary then stays as it was.
+	primary string
 	// created names the children this pass created ("Service pg-rw"),
 	// reported in one event.
 	created []string
@@ -46,6 +52,15 @@ type observation struct {
 }
 
 type blocker struct{ reason, message string }
+
+// primaryPod is the pod that runs the primary: the Lease's holder, else
+// the last one reported (specs.PrimaryPod).
+func (o *observation) primaryPod(db *databasev1alpha1.MyDatabase) string {
+	if o.primary != "" {
+		return o.primary
+	}
+	return specs.PrimaryPod(db)
+}
 
 // statusWrites remembers, per MyDatabase, the last status this process
 // wrote, the resourceVersion that write produced, and the resourceVersion
@@ -149,7 +164,10 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	desired := specs.Replicas(db)
 	st.Selector = specs.Selector(db)
 	st.CredentialsSecret = specs.CredentialsSecretName(db)
-	st.CurrentPrimary = specs.PrimaryPod(db)
+	st.CurrentPrimary = obs.primaryPod(db)
+	if obs.pods != nil {
+		st.Instances = instanceStatuses(obs.pods, st.CurrentPrimary)
+	}
 	st.Endpoint = fmt.Sprintf("%s:%d", specs.ReadWriteHost(db), specs.ServicePort(db))
 	st.ReadEndpoint = ""
 	if desired > 1 {

@@ -1,0 +1,105 @@
+package mydatabase
+
+import (
+	"cmp"
+	"context"
+	"slices"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/specs"
+)
+
+// The instance managers decide who is primary among themselves, through
+// the primary Lease (internal/instance). The operator gives them what they
+// need (an identity, a Role, the Lease), then follows: the Lease's holder
+// is status.currentPrimary and gets the primary role label, and each pod's
+// report becomes its entry in status.instances.
+
+// +kubebuilder:rbac:groups=core,resources=serviceaccounts,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+// reconcileInstanceAccess keeps the instance managers' ServiceAccount,
+// Role and RoleBinding, and the primary Lease. The operator may grant the
+// Role only what it holds itself (RBAC refuses an escalation): get, list
+// and patch on pods, get and update on Leases.
+func (r *MyDatabaseReconciler) reconcileInstanceAccess(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	if err := r.applyChild(ctx, obs, specs.InstanceServiceAccount(db), &corev1.ServiceAccount{}); err != nil {
+		return err
+	}
+	if err := r.applyChild(ctx, obs, specs.InstanceRole(db), &rbacv1.Role{}); err != nil {
+		return err
+	}
+	if err := r.applyChild(ctx, obs, specs.InstanceRoleBinding(db), &rbacv1.RoleBinding{}); err != nil {
+		return err
+	}
+	return r.applyChild(ctx, obs, specs.Lease(db), &coordinationv1.Lease{})
+}
+
+// followPrimary reads the primary from the Lease: its holder, which the
+// pods are labelled from and status.currentPrimary reports. Without a
+// holder (a new MyDatabase, pods that run no instance manager, or a Lease
+// between holders) the last known primary stays.
+func (r *MyDatabaseReconciler) followPrimary(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	lease := &coordinationv1.Lease{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.LeaseName(db)}, lease)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return objectError("get", lease, specs.LeaseName(db), err)
+	}
+	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "" && metav1.IsControlledBy(lease, db) {
+		obs.primary = holder
+	}
+	return nil
+}
+
+// instanceStatuses turns the pods' reports into status.instances, in name
+// order, with each replica's lag behind the primary's reported position.
+func instanceStatuses(pods []corev1.Pod, primary string) []databasev1alpha1.InstanceStatus {
+	var out []databasev1alpha1.InstanceStatus
+	var primaryLSN uint64
+	reports := map[string]*report.Report{}
+	for i := range pods {
+		v, ok := pods[i].Annotations[databasev1alpha1.AnnotationInstance]
+		if !ok {
+			continue
+		}
+		rep, err := report.Parse(v)
+		if err != nil {
+			continue
+		}
+		reports[pods[i].Name] = &rep
+		if pods[i].Name == primary && rep.Role == databasev1alpha1.RolePrimary {
+			primaryLSN, _ = report.LSN(rep.LSN)
+		}
+	}
+	for i := range pods {
+		rep, ok := reports[pods[i].Name]
+		if !ok {
+			continue
+		}
+		st := databasev1alpha1.InstanceStatus{Name: pods[i].Name, Role: rep.Role, Ready: rep.Ready,
+			Timeline: rep.Timeline, LSN: rep.LSN, ReportedAt: ptr.To(metav1.NewTime(rep.Time))}
+		if rep.Role == databasev1alpha1.RoleReplica && primaryLSN > 0 {
+			st.LSN = rep.Replayed
+			replayed, err := report.LSN(rep.Replayed)
+			if err == nil {
+				st.LagBytes = ptr.To(int64(primaryLSN) - int64(min(replayed, primaryLSN)))
+			}
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b databasev1alpha1.InstanceStatus) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}

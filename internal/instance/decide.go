@@ -1,0 +1,124 @@
+package instance
+
+import (
+	"example.com/myoperator/internal/instance/report"
+)
+
+// The HA loop observes, decides, then acts. decide and elect are the
+// decisions: plain functions of what was observed, tested as tables
+// (decide_test.go); the loop (manager.go) carries out what they return.
+
+// serverRole is what the local server runs as.
+type serverRole int
+
+const (
+	stopped serverRole = iota
+	asPrimary
+	asReplica
+)
+
+// situation is what one turn of the loop observed.
+type situation struct {
+	me        string
+	bootstrap bool // this is the pod that makes a new MyDatabase's data
+	hasData   bool
+	running   serverRole
+	following string // the primary a running replica streams from
+	ready     bool   // the server answered
+	fenceOpen bool
+	// lapsed: a primary that has not renewed for a whole Lease duration;
+	// another instance may hold the Lease by now.
+	lapsed    bool
+	lease     leaseView
+	leaseRead bool // the Lease was read this turn
+}
+
+type action int
+
+const (
+	wait       action = iota
+	initialise        // make the data, take the Lease, run as primary
+	runPrimary        // become the primary whose Lease this instance holds: promote, or start the server
+	renew             // keep the Lease
+	fenceOff          // stop the server at once: it may no longer acknowledge commits
+	follow            // (re)start as a replica of the holder: clone or rewind first
+	runReplica        // start the server as a replica of no one, to learn its position
+	stand             // stand for election
+)
+
+func (a action) String() string {
+	return [...]string{"wait", "initialise", "run as primary", "renew", "fence", "follow", "run as replica", "stand"}[a]
+}
+
+// decide is the decision table of one turn.
+func decide(s situation) action {
+	l := s.lease
+	if s.running == asPrimary {
+		switch {
+		case s.leaseRead && l.holder != s.me:
+			return fenceOff
+		case !s.fenceOpen && s.lapsed:
+			// Another instance may hold the Lease: stop, so that waiting
+			// sessions fail and the pod is no longer ready.
+			return fenceOff
+		case s.ready:
+			// A successful renewal also reopens a fence that closed at
+			// its deadline: the Lease is conditional on its version, so it
+			// succeeds only if no one else has taken it meanwhile.
+			return renew
+		}
+		// A primary renews only while its server answers: one that does
+		// not come back within the Lease is replaced.
+		return wait
+	}
+	if !s.leaseRead {
+		return wait // never act on a Lease not seen
+	}
+	free := l.holder == "" || l.expired
+	switch {
+	case !free && l.holder == s.me:
+		if !s.hasData {
+			return wait
+		}
+		return runPrimary
+	case !free:
+		if s.running == asReplica && s.following == l.holder {
+			return wait
+		}
+		return follow
+	case !s.hasData:
+		if s.bootstrap && l.transitions == 0 {
+			return initialise
+		}
+		return wait // a replica without data clones a primary, when there is one
+	case s.running == stopped:
+		return runReplica
+	}
+	return stand
+}
+
+// elect tells whether this instance, a candidate in the election for term
+// with position mine, should take the Lease. Every candidate decides the
+// same way on the same reports, and only one take of the Lease at term
+// succeeds: the most advanced candidate wins, the lowest name among equals.
+// A peer that has not stood in this term is waited for until patient is
+// false (a dead peer never stands); the last holder is never waited for.
+func elect(me string, mine uint64, term string, peers []peer, lastHolder string, patient bool) bool {
+	for _, p := range peers {
+		r := p.report
+		if r == nil || r.Candidate == nil || r.Candidate.Term != term {
+			if patient && p.name != lastHolder {
+				return false
+			}
+			continue
+		}
+		theirs, err := report.LSN(r.Candidate.LSN)
+		if err != nil {
+			continue
+		}
+		if theirs > mine || (theirs == mine && p.name < me) {
+			return false
+		}
+	}
+	return true
+}

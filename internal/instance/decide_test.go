@@ -1,0 +1,142 @@
+package instance
+
+import (
+	"testing"
+	"time"
+
+	"example.com/myoperator/internal/instance/report"
+)
+
+func TestDecide(t *testing.T) {
+	held := func(holder string) leaseView { return leaseView{holder: holder, version: "7", transitions: 1} }
+	expired := func(holder string) leaseView {
+		return leaseView{holder: holder, version: "7", expired: true, transitions: 1}
+	}
+	for name, tc := range map[string]struct {
+		s    situation
+		want action
+	}{
+		"a new MyDatabase: the bootstrap pod makes the data": {
+			situation{bootstrap: true, leaseRead: true}, initialise},
+		"a new MyDatabase: another pod waits for a primary to clone": {
+			situation{leaseRead: true}, wait},
+		"no data and a Lease once held: never initialise over a lost volume": {
+			situation{bootstrap: true, leaseRead: true, lease: expired("")}, wait},
+		"the Lease not read: do nothing": {
+			situation{hasData: true, lease: expired("db-0")}, wait},
+		"a healthy primary renews": {
+			situation{me: "db-0", running: asPrimary, ready: true, fenceOpen: true}, renew},
+		"a primary whose fence closed but not yet lapsed tries to renew": {
+			situation{me: "db-0", running: asPrimary, ready: true}, renew},
+		"a primary that lapsed fences itself, ready or not": {
+			situation{me: "db-0", running: asPrimary, ready: true, lapsed: true}, fenceOff},
+		"a primary that sees another holder fences itself": {
+			situation{me: "db-0", running: asPrimary, ready: true, fenceOpen: true, leaseRead: true, lease: held("db-1")}, fenceOff},
+		"a primary whose server does not answer does not renew": {
+			situation{me: "db-0", running: asPrimary, fenceOpen: true}, wait},
+		"the holder after a restart runs as primary": {
+			situation{me: "db-0", hasData: true, leaseRead: true, lease: held("db-0")}, runPrimary},
+		"the holder running as a replica promotes": {
+			situation{me: "db-0", hasData: true, running: asReplica, ready: true, leaseRead: true, lease: held("db-0")}, runPrimary},
+		"a replica follows the holder": {
+			situation{me: "db-1", hasData: true, leaseRead: true, lease: held("db-0")}, follow},
+		"a replica of the holder stays": {
+			situation{me: "db-1", hasData: true, running: asReplica, following: "db-0", leaseRead: true, lease: held("db-0")}, wait},
+		"a replica of a former holder follows the new one": {
+			situation{me: "db-2", hasData: true, running: asReplica, following: "db-0", leaseRead: true, lease: held("db-1")}, follow},
+		"an empty replica clones the holder": {
+			situation{me: "db-1", leaseRead: true, lease: held("db-0")}, follow},
+		"the Lease expired: a running replica stands": {
+			situation{me: "db-1", hasData: true, running: asReplica, ready: true, leaseRead: true, lease: expired("db-0")}, stand},
+		"the Lease expired: a stopped instance with data starts to learn its position": {
+			situation{me: "db-0", hasData: true, leaseRead: true, lease: expired("db-0")}, runReplica},
+		"the Lease released: a replica stands at once": {
+			situation{me: "db-1", hasData: true, running: asReplica, ready: true, leaseRead: true, lease: expired("")}, stand},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := decide(tc.s); got != tc.want {
+				t.Errorf("decide = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestElect(t *testing.T) {
+	stood := func(name, term, lsn string) peer {
+		return peer{name: name, report: &report.Report{Candidate: &report.Candidacy{Term: term, LSN: lsn}}}
+	}
+	silent := func(name string) peer { return peer{name: name} }
+	for name, tc := range map[string]struct {
+		me      string
+		mine    uint64
+		peers   []peer
+		patient bool
+		want    bool
+	}{
+		"alone": {"db-1", 100, nil, true, true},
+		"the most advanced wins": {"db-1", 0x3000100,
+			[]peer{stood("db-2", "7", "0/3000000")}, true, true},
+		"a more advanced peer wins": {"db-1", 0x3000000,
+			[]peer{stood("db-2", "7", "0/3000100")}, true, false},
+		"equal: the lowest name wins": {"db-2", 0x3000000,
+			[]peer{stood("db-1", "7", "0/3000000")}, true, false},
+		"equal: the lowest name is me": {"db-1", 0x3000000,
+			[]peer{stood("db-2", "7", "0/3000000")}, true, true},
+		"a peer's candidacy in an older term does not count, and is waited for": {"db-1", 0x3000000,
+			[]peer{stood("db-2", "6", "0/9000000")}, true, false},
+		"a silent peer is waited for while patient": {"db-1", 100,
+			[]peer{silent("db-2")}, true, false},
+		"a silent peer is ignored once patience ran out": {"db-1", 100,
+			[]peer{silent("db-2")}, false, true},
+		"the last holder is never waited for": {"db-1", 100,
+			[]peer{silent("db-0")}, true, true},
+		"the last holder still wins if it stands with more": {"db-1", 100,
+			[]peer{stood("db-0", "7", "0/200")}, true, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := elect(tc.me, tc.mine, "7", tc.peers, "db-0", tc.patient); got != tc.want {
+				t.Errorf("elect = %t, want %t", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFenceClosesAtItsDeadline(t *testing.T) {
+	f := newFence()
+	now := f.now()
+	f.now = func() time.Time { return now }
+	if f.open() {
+		t.Fatal("a new fence is open: a server would acknowledge commits before any renewal")
+	}
+	f.extend(now, 3*time.Second)
+	if !f.open() {
+		t.Fatal("closed right after a renewal")
+	}
+	f.extend(now.Add(-time.Second), 3*time.Second) // an older renewal never shortens it
+	f.now = func() time.Time { return now.Add(2999 * time.Millisecond) }
+	if !f.open() {
+		t.Fatal("closed before its deadline")
+	}
+	f.now = func() time.Time { return now.Add(3 * time.Second) }
+	if f.open() {
+		t.Fatal("open at its deadline")
+	}
+	f.now = func() time.Time { return now }
+	f.close()
+	if f.open() {
+		t.Fatal("open after close")
+	}
+}
+
+func TestTimelineEnd(t *testing.T) {
+	history := "1\t0/3000158\tno recovery target specified\n\n2\t0/5086BF0\tno recovery target specified\n"
+	for tli, want := range map[int64]struct {
+		end   uint64
+		found bool
+	}{1: {0x3000158, true}, 2: {0x5086BF0, true}, 3: {0, false}} {
+		end, found := timelineEnd(history, tli)
+		if end != want.end || found != want.found {
+			t.Errorf("timeline %d: ended at %x (%t), want %x (%t)", tli, end, found, want.end, want.found)
+		}
+	}
+}

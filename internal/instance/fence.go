@@ -1,0 +1,178 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// The fence: a primary acknowledges a commit only while its instance
+// manager holds the Lease.
+//
+// PostgreSQL has no notion of a lease, but it has synchronous replication:
+// with synchronous_standby_names naming a standby, a commit is reported to
+// the client (and made visible to other sessions) only once that standby
+// has confirmed the commit's WAL. The instance manager is that standby: a
+// replication connection that receives the WAL and confirms it only while
+// the fence is open, that is until the renew deadline after the start of
+// its last successful renewal (timing). So a primary whose instance
+// manager cannot renew, or that was paused (SIGSTOP) past its Lease, stops
+// acknowledging commits the instant the deadline passes: a commit waits
+// instead, and the instance manager then stops the server, which fails the
+// waiting sessions; it is never acknowledged. A primary whose instance
+// manager is gone entirely is gone with it: in a pod the instance manager is
+// PID 1, and the server is its child, killed with it (Pdeathsig outside a
+// pod).
+//
+// What the fence does not cover: a session that sets synchronous_commit to
+// local or off asks not to wait for any standby, so its commits are
+// acknowledged without the fence (docs/high-availability.md).
+
+// fenceName is the fence's application_name, which
+// synchronous_standby_names names.
+const fenceName = "mydatabase_fence"
+
+// fence is open until a deadline on the local monotonic clock.
+type fence struct {
+	mu    sync.Mutex
+	until time.Time
+	now   func() time.Time
+}
+
+func newFence() *fence { return &fence{now: time.Now} }
+
+// extend opens the fence until deadline after start, the start of a
+// successful renewal; never moves an open deadline earlier.
+func (f *fence) extend(start time.Time, deadline time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if u := start.Add(deadline); u.After(f.until) {
+		f.until = u
+	}
+}
+
+// close shuts the fence now.
+func (f *fence) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.until = time.Time{}
+}
+
+// open tells whether a commit may be acknowledged now.
+func (f *fence) open() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now().Before(f.until)
+}
+
+// witness is the fence's standby: it streams the local primary's WAL and
+// confirms each position it receives while the fence is open. It returns
+// when ctx ends or the connection fails; the caller reconnects.
+func witness(ctx context.Context, socketDir, port string, f *fence) error {
+	conn, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres dbname=replication replication=true application_name=%s",
+		socketDir, port, fenceName))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return err
+	}
+	// Physical replication without a slot: pglogrepl.StartReplication
+	// always names one.
+	if err := startReplication(ctx, conn, sys.XLogPos, sys.Timeline); err != nil {
+		return err
+	}
+	var received pglogrepl.LSN = sys.XLogPos
+	confirmed := pglogrepl.LSN(0)
+	for {
+		reply, err := receive(ctx, conn, &received)
+		if err != nil {
+			return err
+		}
+		// The check and the reply are as close as they can be: a pause
+		// between them can only delay the confirmation of WAL received
+		// before it, written while the fence was open.
+		if !f.open() || (received == confirmed && !reply) {
+			continue
+		}
+		if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
+			WALWritePosition: received, WALFlushPosition: received, WALApplyPosition: received,
+		}); err != nil {
+			return err
+		}
+		confirmed = received
+	}
+}
+
+// witnessWake is the longest the witness waits for a message before it
+// looks at the fence again: a fence that opens (the first renewal of a new
+// primary) confirms what waits within this.
+const witnessWake = 50 * time.Millisecond
+
+// receive reads one message, or none within witnessWake, advancing
+// received; it tells whether the server asked for a reply.
+func receive(ctx context.Context, conn *pgconn.PgConn, received *pglogrepl.LSN) (bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, witnessWake)
+	msg, err := conn.ReceiveMessage(rctx)
+	cancel()
+	switch {
+	case err != nil && pgconn.Timeout(err) && ctx.Err() == nil:
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	switch msg := msg.(type) {
+	case *pgproto3.ErrorResponse:
+		return false, pgconn.ErrorResponseToPgError(msg)
+	case *pgproto3.CopyData:
+		switch msg.Data[0] {
+		case pglogrepl.XLogDataByteID:
+			x, err := pglogrepl.ParseXLogData(msg.Data[1:])
+			if err != nil {
+				return false, err
+			}
+			if end := x.WALStart + pglogrepl.LSN(len(x.WALData)); end > *received {
+				*received = end
+			}
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			k, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
+			if err != nil {
+				return false, err
+			}
+			return k.ReplyRequested, nil
+		}
+	}
+	return false, nil
+}
+
+func startReplication(ctx context.Context, conn *pgconn.PgConn, from pglogrepl.LSN, timeline int32) error {
+	conn.Frontend().Send(&pgproto3.Query{String: fmt.Sprintf("START_REPLICATION PHYSICAL %s TIMELINE %d", from, timeline)})
+	if err := conn.Frontend().Flush(); err != nil {
+		return err
+	}
+	for {
+		msg, err := conn.ReceiveMessage(ctx)
+		if err != nil {
+			return err
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.CopyBothResponse:
+			return nil
+		case *pgproto3.ErrorResponse:
+			return pgconn.ErrorResponseToPgError(msg)
+		}
+	}
+}
+
+var (
+	errNotHolder = errors.New("this instance does not hold the Lease")
+	errLostRace  = errors.New("another instance changed the Lease first")
+)

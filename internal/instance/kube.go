@@ -1,0 +1,130 @@
+package instance
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/instance/report"
+)
+
+// kube is what the instance manager asks of the API server: its Lease,
+// its own pod, and its peers' reports.
+type kube struct {
+	pods   corev1client.PodInterface
+	leases coordinationv1client.LeaseInterface
+	c      Config
+	// timeout bounds every request, so that a hung connection cannot hold
+	// the HA loop past a renew deadline.
+	timeout time.Duration
+}
+
+func newKube(c Config, timeout time.Duration) (*kube, error) {
+	var cfg *rest.Config
+	var err error
+	if c.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("API server configuration: %w", err)
+	}
+	cfg.UserAgent = "mydatabase-instance/" + c.PodName
+	cfg.Timeout = timeout
+	// The HA loop paces itself; client-side throttling would only add
+	// delay to a renewal.
+	cfg.QPS, cfg.Burst = -1, 0
+	core, err := corev1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	coord, err := coordinationv1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &kube{pods: core.Pods(c.Namespace), leases: coord.Leases(c.Namespace), c: c, timeout: timeout}, nil
+}
+
+// publish writes the report on this pod, and its role label, in one
+// patch: primary only while it runs a ready primary, so that a stopped or
+// fenced former primary leaves the read-write Service at once.
+func (k *kube) publish(ctx context.Context, r report.Report) error {
+	role := databasev1alpha1.RoleReplica
+	if r.Role == databasev1alpha1.RolePrimary && r.Ready {
+		role = databasev1alpha1.RolePrimary
+	}
+	meta := map[string]any{
+		"annotations": map[string]string{databasev1alpha1.AnnotationInstance: r.String()},
+		"labels":      map[string]string{databasev1alpha1.LabelRole: role},
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, k.timeout)
+	defer cancel()
+	_, err = k.pods.Patch(ctx, k.c.PodName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager})
+	return err
+}
+
+// peer is another instance of the same MyDatabase.
+type peer struct {
+	name   string
+	report *report.Report // nil when it has not reported or cannot be read
+}
+
+// peers lists the other instances and their reports.
+func (k *kube) peers(ctx context.Context) ([]peer, error) {
+	ctx, cancel := context.WithTimeout(ctx, k.timeout)
+	defer cancel()
+	list, err := k.pods.List(ctx, metav1.ListOptions{LabelSelector: k.c.PodSelector})
+	if err != nil {
+		return nil, err
+	}
+	var out []peer
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.Name == k.c.PodName {
+			continue
+		}
+		out = append(out, peer{name: p.Name, report: podReport(p)})
+	}
+	return out, nil
+}
+
+// report reads the report of the named pod.
+func (k *kube) report(ctx context.Context, pod string) (*report.Report, error) {
+	ctx, cancel := context.WithTimeout(ctx, k.timeout)
+	defer cancel()
+	p, err := k.pods.Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return podReport(p), nil
+}
+
+func podReport(p *corev1.Pod) *report.Report {
+	v, ok := p.Annotations[databasev1alpha1.AnnotationInstance]
+	if !ok {
+		return nil
+	}
+	r, err := report.Parse(v)
+	if err != nil {
+		return nil
+	}
+	return &r
+}
+
+// fieldManager names the instance manager's writes.
+const fieldManager = "mydatabase-instance"

@@ -1,0 +1,416 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/instance/report"
+)
+
+// manager runs one instance: the HA loop, the server, the fence.
+type manager struct {
+	c      Config
+	log    Logger
+	t      timing
+	procs  *reaper
+	kube   *kube
+	leases *leases
+	fence  *fence
+
+	server    *server
+	lastSeen  observation // the server's last answer, kept after it stops
+	role      serverRole
+	following string
+	renewed   time.Time // start of the last successful renewal or take
+	stopFence context.CancelFunc
+
+	sent     report.Report // the last report published
+	standing struct {
+		term  string
+		since time.Time
+	}
+}
+
+func newManager(c Config, log Logger) (*manager, error) {
+	t := newTiming(c.LeaseDuration)
+	k, err := newKube(c, t.tick)
+	if err != nil {
+		return nil, err
+	}
+	return &manager{c: c, log: log, t: t, procs: startReaper(), kube: k, leases: newLeases(k, t), fence: newFence()}, nil
+}
+
+// loop runs a turn every tick, and at once when the server exits.
+func (m *manager) loop(ctx context.Context, reload <-chan struct{}) {
+	ticker := time.NewTicker(m.t.tick)
+	defer ticker.Stop()
+	for ctx.Err() == nil {
+		m.turn(ctx)
+		var exited <-chan syscall.WaitStatus
+		if m.server != nil && !m.server.done {
+			exited = m.server.exited
+		}
+		select {
+		case <-ctx.Done():
+		case <-ticker.C:
+		case <-reload:
+			if m.server != nil && !m.server.exitedNow() {
+				_ = m.server.cmd.Process.Signal(syscall.SIGHUP)
+			}
+		case ws := <-exited:
+			m.server.status, m.server.done = ws, true
+			_ = m.server.cmd.Process.Release()
+			m.log("postgres exited with code %d", exitCode(ws))
+			crashLoop := time.Since(m.server.started) < restartBackoff
+			m.serverGone()
+			if crashLoop {
+				// Not at once again: wait for the next tick.
+				select {
+				case <-ctx.Done():
+				case <-ticker.C:
+				}
+			}
+		}
+	}
+}
+
+// restartBackoff: a server that exits sooner than this after its start
+// is started again only at the next tick, not at once.
+const restartBackoff = 10 * time.Second
+
+// turn observes, decides and acts once.
+func (m *manager) turn(ctx context.Context) {
+	s := situation{
+		me:        m.c.PodName,
+		bootstrap: m.c.PodName == m.c.BootstrapPod,
+		hasData:   m.c.initialised(),
+		running:   m.role,
+		following: m.following,
+		fenceOpen: m.fence.open(),
+		lapsed:    time.Since(m.renewed) >= m.t.lease,
+	}
+	var obs observation
+	if m.role != stopped {
+		o, err := m.observe(ctx)
+		obs, s.ready = o, err == nil && o.primary == (m.role == asPrimary)
+		if s.ready {
+			m.lastSeen = o
+		}
+	}
+	// A primary's renewal is its reading of the Lease; the others read it.
+	if m.role != asPrimary {
+		lease, err := m.leases.observe(ctx)
+		if err != nil {
+			m.log("reading the Lease: %v", err)
+		}
+		s.lease, s.leaseRead = lease, err == nil
+	}
+	a := decide(s)
+	if a != wait && a != renew {
+		m.log("%s (lease holder %q, expired %t, server %v, ready %t)", a, s.lease.holder, s.lease.expired, m.role, s.ready)
+	}
+	candidate, err := m.act(ctx, a, s, obs)
+	if err != nil && ctx.Err() == nil {
+		m.log("%s: %v", a, err)
+	}
+	m.report(ctx, candidate)
+}
+
+// act carries out an action. It returns the candidacy to report when it
+// stood for election.
+func (m *manager) act(ctx context.Context, a action, s situation, obs observation) (*report.Candidacy, error) {
+	switch a {
+	case initialise:
+		if err := m.initPrimary(ctx); err != nil {
+			return nil, err
+		}
+		if err := m.take(ctx); err != nil {
+			return nil, err
+		}
+		return nil, m.start(ctx, asPrimary, "")
+	case runPrimary:
+		switch {
+		case m.role == asReplica && s.ready:
+			return nil, m.promote(ctx)
+		case m.role == stopped && m.c.standby():
+			// Never run a standby's data as a primary without promoting
+			// it: only a new timeline keeps it apart from WAL another
+			// primary wrote on the old one.
+			return nil, m.start(ctx, asReplica, "")
+		case m.role == stopped:
+			return nil, m.start(ctx, asPrimary, "")
+		}
+	case renew:
+		start, err := m.leases.renew(ctx, obs.timeline)
+		if err == nil {
+			m.renewed = start
+			m.fence.extend(start, m.t.deadline)
+			return nil, nil
+		}
+		if errors.Is(err, errLostRace) {
+			m.fence.close()
+		}
+		return nil, err
+	case fenceOff:
+		m.fence.close()
+		m.stop()
+	case follow:
+		return nil, m.follow(ctx, s.lease.holder, s.ready)
+	case runReplica:
+		return nil, m.start(ctx, asReplica, "")
+	case stand:
+		return m.stand(ctx, s, obs)
+	}
+	return nil, nil
+}
+
+// take takes the Lease and opens the fence.
+func (m *manager) take(ctx context.Context) error {
+	start, err := m.leases.take(ctx, m.lastSeen.timeline)
+	if err != nil {
+		return err
+	}
+	m.renewed = start
+	m.fence.extend(start, m.t.deadline)
+	return nil
+}
+
+// stand publishes this instance's candidacy in the election of the
+// expired Lease's version, and takes the Lease and promotes if elect says
+// it has won.
+func (m *manager) stand(ctx context.Context, s situation, obs observation) (*report.Candidacy, error) {
+	if !s.ready {
+		return nil, nil
+	}
+	term := s.lease.version
+	if m.standing.term != term {
+		m.standing.term, m.standing.since = term, time.Now()
+	}
+	me := &report.Candidacy{Term: term, LSN: report.FormatLSN(obs.lsn)}
+	// Stand publicly before looking at the others: two candidates never
+	// both see only themselves.
+	m.report(ctx, me)
+	peers, err := m.kube.peers(ctx)
+	if err != nil {
+		return me, err
+	}
+	patient := time.Since(m.standing.since) < 2*m.t.tick
+	if !elect(m.c.PodName, obs.lsn, term, peers, s.lease.holder, patient) {
+		return me, nil
+	}
+	m.log("elected in term %s at %s", term, me.LSN)
+	if err := m.take(ctx); err != nil {
+		return me, err
+	}
+	if err := m.reserveTimelines(obs.timeline, s.lease.timeline); err != nil {
+		return nil, err
+	}
+	return nil, m.promote(ctx)
+}
+
+// reserveTimelines makes the next promotion pick a timeline above newest,
+// the newest any primary reported in the Lease: PostgreSQL takes the first
+// number after its own for which it finds no history file, so an empty
+// one (comments only, which PostgreSQL reads as no entries) stands in for
+// each number another instance used. Without it, an instance promoted
+// after a primary that died before its timeline reached anyone would pick
+// that primary's number, and the two histories could not be told apart.
+func (m *manager) reserveTimelines(mine, newest int64) error {
+	for tli := mine + 1; tli <= newest; tli++ {
+		path := fmt.Sprintf("%s/pg_wal/%08X.history", m.c.PGData, tli)
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		if err := os.WriteFile(path, []byte("# timeline used by another instance; reserved by the instance manager\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// promote makes the running replica the primary.
+func (m *manager) promote(ctx context.Context) error {
+	m.log("promoting")
+	if err := m.promoteServer(ctx); err != nil {
+		return err
+	}
+	m.role, m.following = asPrimary, ""
+	m.startFence()
+	m.log("promoted")
+	if err := m.afterPromotion(ctx); err != nil {
+		return err
+	}
+	// Record the new timeline in the Lease at once (reserveTimelines).
+	if o, err := m.observe(ctx); err == nil {
+		if start, err := m.leases.renew(ctx, o.timeline); err == nil {
+			m.renewed = start
+			m.fence.extend(start, m.t.deadline)
+		}
+	}
+	return nil
+}
+
+// follow restarts the server as a replica of holder: cloned when there is
+// no data, rewound otherwise.
+func (m *manager) follow(ctx context.Context, holder string, ready bool) error {
+	if m.role != stopped && !ready {
+		return nil // still starting: its position is not known yet
+	}
+	r, err := m.kube.report(ctx, holder)
+	if err != nil {
+		return err
+	}
+	if r == nil || r.Address == "" || r.Role != databasev1alpha1.RolePrimary {
+		return nil // it has not reported as primary yet
+	}
+	if m.c.initialised() && m.role == stopped {
+		// Learn where the data stands first: a standby of no one replays
+		// what it has (crash recovery included, which pg_rewind cannot
+		// do for a standby's data) and reports its position. The next
+		// turn follows.
+		return m.start(ctx, asReplica, "")
+	}
+	if !m.c.initialised() {
+		err = m.cloneReplica(ctx, r.Address)
+	} else {
+		// A former primary, and even a replica, can hold WAL the new
+		// primary lacks: what a fenced primary wrote (never acknowledged)
+		// after the new one forked its timeline.
+		h, derr := m.diverged(ctx, r.Address, m.lastSeen)
+		if derr != nil {
+			return derr
+		}
+		m.stop()
+		switch h {
+		case forked:
+			err = m.rewind(ctx, r.Address)
+		case foreign:
+			m.log("timeline %d here has another history than the primary's: cloning it again", m.lastSeen.timeline)
+			err = m.cloneReplica(ctx, r.Address)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := m.start(ctx, asReplica, r.Address); err != nil {
+		return err
+	}
+	m.following = holder
+	return nil
+}
+
+// start starts the server in a role; a replica streams from address.
+func (m *manager) start(ctx context.Context, role serverRole, address string) error {
+	args := m.c.serverArgs()
+	if role == asReplica {
+		var err error
+		if args, err = m.standbyArgs(ctx, address); err != nil {
+			return err
+		}
+	} else {
+		if err := os.Remove(m.c.PGData + "/standby.signal"); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	srv, err := m.startServer(args)
+	if err != nil {
+		return err
+	}
+	m.server, m.role, m.following = srv, role, ""
+	m.log("postgres started as %v", role)
+	if role == asPrimary {
+		m.startFence()
+	}
+	return nil
+}
+
+// stop stops the server, if it runs: a fast shutdown, immediate if that
+// takes longer than a Lease. The fence's standby goes first: it confirms
+// nothing more, and a fast shutdown would wait for its confirmation.
+func (m *manager) stop() {
+	m.closeFence()
+	if m.server != nil {
+		m.server.stop(m.t.lease)
+	}
+	m.serverGone()
+}
+
+func (m *manager) serverGone() {
+	m.server, m.role, m.following = nil, stopped, ""
+	m.closeFence()
+}
+
+func (m *manager) closeFence() {
+	if m.stopFence != nil {
+		m.stopFence()
+		m.stopFence = nil
+	}
+}
+
+// startFence runs the fence's standby while the server is the primary.
+func (m *manager) startFence() {
+	if m.stopFence != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.stopFence = cancel
+	go func() {
+		for ctx.Err() == nil {
+			if err := witness(ctx, m.c.SocketDir, m.c.Port, m.fence); err != nil && ctx.Err() == nil {
+				time.Sleep(witnessWake)
+			}
+		}
+	}()
+}
+
+// report publishes this instance's report when it changed materially, or
+// its WAL positions changed and MinInterval has passed.
+func (m *manager) report(ctx context.Context, candidate *report.Candidacy) {
+	r := report.Report{Address: m.c.AdvertiseAddress, Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond)}
+	if m.role != stopped {
+		if o, err := m.observe(ctx); err == nil && o.primary == (m.role == asPrimary) {
+			r.Ready, r.SystemID, r.Timeline = true, o.systemID, o.timeline
+			r.LSN = report.FormatLSN(o.lsn)
+			r.Role = databasev1alpha1.RoleReplica
+			if o.primary {
+				r.Role = databasev1alpha1.RolePrimary
+			} else {
+				r.Replayed = report.FormatLSN(o.replayed)
+			}
+		}
+	}
+	if !m.sent.Material(r) && (r.LSN == m.sent.LSN || r.Time.Sub(m.sent.Time) < report.MinInterval) {
+		return
+	}
+	if err := m.kube.publish(ctx, r); err != nil {
+		m.log("reporting: %v", err)
+		return
+	}
+	m.sent = r
+}
+
+// shutdown stops the server and, when it was the primary, gives up the
+// Lease: only once the server no longer accepts writes. It returns the
+// exit code.
+func (m *manager) shutdown() int {
+	wasPrimary := m.role == asPrimary
+	m.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*m.t.tick)
+	defer cancel()
+	if wasPrimary {
+		if err := m.leases.release(ctx); err != nil {
+			m.log("giving up the Lease: %v", err)
+		} else {
+			m.log("gave up the Lease")
+		}
+	}
+	m.report(ctx, nil)
+	return 0
+}
+
+func (r serverRole) String() string { return [...]string{"stopped", "primary", "replica"}[r] }

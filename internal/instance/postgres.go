@@ -1,0 +1,215 @@
+package instance
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"example.com/myoperator/internal/instance/report"
+)
+
+// server is a running postgres, this process's child.
+type server struct {
+	started time.Time
+	cmd     *exec.Cmd
+	exited  <-chan syscall.WaitStatus
+	status  syscall.WaitStatus
+	done    bool
+}
+
+// startServer starts postgres with args. Pdeathsig takes it down if this
+// process dies: in a pod the kernel does so anyway (the instance manager is
+// PID 1); outside one (test harnesses) a server must not outlive the
+// instance manager that fences it.
+func (m *manager) startServer(args []string) (*server, error) {
+	cmd := exec.Command("postgres", args...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	// The environment holds no password: ConfigFromEnv removed them.
+	cmd.Env = os.Environ()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	exited, err := m.procs.start(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return &server{cmd: cmd, exited: exited, started: time.Now()}, nil
+}
+
+// wait reports whether the server has exited, without blocking.
+func (s *server) exitedNow() bool {
+	if s.done {
+		return true
+	}
+	select {
+	case s.status = <-s.exited:
+		s.done = true
+		_ = s.cmd.Process.Release()
+	default:
+	}
+	return s.done
+}
+
+// stop asks for a fast shutdown (SIGINT) and waits for the exit; past
+// patience it asks for an immediate one (SIGQUIT). A fast shutdown waits
+// for each standby to confirm the last WAL, up to wal_sender_timeout (60
+// s) for one that is unreachable: a server being fenced must not wait
+// that long.
+func (s *server) stop(patience time.Duration) {
+	if s.exitedNow() {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case s.status = <-s.exited:
+	case <-time.After(patience):
+		_ = s.cmd.Process.Signal(syscall.SIGQUIT)
+		s.status = <-s.exited
+	}
+	s.done = true
+	_ = s.cmd.Process.Release()
+}
+
+// serverArgs are the arguments of the database server. Every instance
+// names the fence as its synchronous standby; a standby ignores it until
+// it is promoted.
+func (c Config) serverArgs() []string {
+	return []string{"-D", c.PGData,
+		"-c", "config_file=" + c.ConfigDir + "/" + postgresConf, "-c", "hba_file=" + c.ConfigDir + "/" + hbaConf,
+		"-c", "unix_socket_directories=" + c.SocketDir, "-c", "port=" + c.Port,
+		"-c", "synchronous_standby_names=" + fenceName}
+}
+
+// standbyArgs make the server a standby of the primary at address, or of
+// none (it replays what it has) when address is empty.
+func (m *manager) standbyArgs(ctx context.Context, address string) ([]string, error) {
+	if err := os.WriteFile(m.c.PGData+"/standby.signal", nil, 0o600); err != nil {
+		return nil, err
+	}
+	args := m.c.serverArgs()
+	extra, err := m.keepPrimaryMinimums(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	args = append(args, extra...)
+	if address == "" {
+		return append(args, "-c", "primary_conninfo="), nil
+	}
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	return append(args, "-c", fmt.Sprintf("primary_conninfo=host=%s port=%s user=replicator passfile=%s application_name=%s",
+		host, port, m.c.passfile(), m.c.PodName)), nil
+}
+
+// observation is what the server says of itself.
+type observation struct {
+	primary  bool
+	systemID string
+	timeline int64
+	lsn      uint64 // primary: current; replica: received, or replayed if more
+	replayed uint64
+}
+
+// observe asks the local server, through its socket, as the postgres OS
+// user (peer authentication, no password).
+func (m *manager) observe(ctx context.Context) (observation, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.t.tick)
+	defer cancel()
+	conn, err := m.connect(ctx)
+	if err != nil {
+		return observation{}, err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	var o observation
+	var recovery bool
+	var walfile, current, received, replayed *string
+	var tli int64
+	err = conn.QueryRow(ctx, `SELECT pg_is_in_recovery(), (SELECT system_identifier::text FROM pg_control_system()),
+		CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_walfile_name(pg_current_wal_lsn()) END,
+		CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn()::text END,
+		pg_last_wal_receive_lsn()::text, pg_last_wal_replay_lsn()::text,
+		COALESCE((SELECT received_tli::bigint FROM pg_stat_wal_receiver), (SELECT timeline_id::bigint FROM pg_control_checkpoint()))`).
+		Scan(&recovery, &o.systemID, &walfile, &current, &received, &replayed, &tli)
+	if err != nil {
+		return o, err
+	}
+	o.primary, o.timeline = !recovery, tli
+	if o.primary {
+		// A promoted server writes its new timeline into pg_control only
+		// at its next checkpoint; the WAL file name has it at once.
+		if walfile != nil && len(*walfile) >= 8 {
+			if t, err := strconv.ParseInt((*walfile)[:8], 16, 64); err == nil {
+				o.timeline = t
+			}
+		}
+		o.lsn, err = report.LSN(deref(current))
+		return o, err
+	}
+	if o.replayed, err = report.LSN(deref(replayed)); err != nil {
+		return o, err
+	}
+	if o.lsn, err = report.LSN(deref(received)); err != nil {
+		return o, err
+	}
+	o.lsn = max(o.lsn, o.replayed)
+	return o, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// connect opens a connection to the local server as postgres.
+func (m *manager) connect(ctx context.Context) (*pgx.Conn, error) {
+	return pgx.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres application_name=mydatabase_instance",
+		m.c.SocketDir, m.c.Port))
+}
+
+// promoteServer ends recovery: the server becomes a primary on a new
+// timeline.
+func (m *manager) promoteServer(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn, err := m.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	var done bool
+	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&done); err != nil {
+		return err
+	}
+	if !done {
+		return fmt.Errorf("pg_promote did not finish within 60 s")
+	}
+	return nil
+}
+
+// afterPromotion checkpoints the new primary, so that its pg_control
+// holds its new timeline, which pg_rewind reads: before that checkpoint,
+// pg_rewind finds the source on the old timeline and rewinds nothing. Then
+// it runs rewindGrants.
+func (m *manager) afterPromotion(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn, err := m.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, rewindGrants)
+	return err
+}

@@ -1,0 +1,92 @@
+// Package report is the instance manager's report of its instance, the
+// channel from every database pod to the operator and to the other
+// instances: JSON in the pod annotation database.example.com/instance,
+// which the instance manager patches on its own pod.
+//
+// A pod annotation rather than an HTTP endpoint the operator polls: the
+// operator never connects into the pod network (a NetworkPolicy may forbid
+// it, and test harnesses need not route to pods), it reads the reports from
+// the pod cache it already has, a watch wakes it on a change, and the
+// instance manager needs only RBAC on its own pods. The cost is an API
+// write per report, so reports are sent on a change of role, readiness or
+// timeline, and at most every MinInterval for WAL positions alone.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// MinInterval is the least time between two reports that differ only in
+// their WAL positions.
+const MinInterval = 10 * time.Second
+
+// Report is one instance's state.
+type Report struct {
+	// Role is "primary" or "replica", empty when the server is not running.
+	Role string `json:"role,omitempty"`
+	// Ready: the server accepts connections in Role.
+	Ready bool `json:"ready"`
+	// SystemID is the PostgreSQL system identifier, the same on every
+	// instance of one database.
+	SystemID string `json:"systemID,omitempty"`
+	Timeline int64  `json:"timeline,omitempty"`
+	// LSN is the primary's current WAL position, or what a replica has
+	// received (replayed, if it streams nothing).
+	LSN string `json:"lsn,omitempty"`
+	// Replayed is a replica's replay position.
+	Replayed string `json:"replayed,omitempty"`
+	// Address is host:port where the other instances reach this server.
+	Address string `json:"address,omitempty"`
+	// Candidate is set while the instance stands for election after the
+	// Lease expired (see internal/instance, elect).
+	Candidate *Candidacy `json:"candidate,omitempty"`
+	// Time is when the report was made.
+	Time time.Time `json:"time"`
+}
+
+// Candidacy is an instance's claim in one election: the Lease version it
+// saw expire (the term) and how much WAL it has.
+type Candidacy struct {
+	Term string `json:"term"`
+	LSN  string `json:"lsn"`
+}
+
+// Parse reads a report from the annotation's value.
+func Parse(s string) (Report, error) {
+	var r Report
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		return r, fmt.Errorf("instance report: %w", err)
+	}
+	return r, nil
+}
+
+// String is the annotation's value.
+func (r Report) String() string {
+	b, _ := json.Marshal(r) // a Report always marshals
+	return string(b)
+}
+
+// LSN parses a position in PostgreSQL's X/Y form; empty is 0.
+func LSN(s string) (uint64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	l, err := pglogrepl.ParseLSN(s)
+	return uint64(l), err
+}
+
+// FormatLSN writes a position in PostgreSQL's X/Y form.
+func FormatLSN(l uint64) string { return pglogrepl.LSN(l).String() }
+
+// Material tells whether next differs from r in more than WAL positions
+// and time: such a change is reported at once.
+func (r Report) Material(next Report) bool {
+	a, b := r, next
+	a.LSN, a.Replayed, a.Time = "", "", time.Time{}
+	b.LSN, b.Replayed, b.Time = "", "", time.Time{}
+	return a.String() != b.String()
+}

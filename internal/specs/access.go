@@ -1,0 +1,60 @@
+package specs
+
+import (
+	coordinationv1ac "k8s.io/client-go/applyconfigurations/coordination/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+)
+
+// ComponentInstance labels what the instance managers use: their
+// ServiceAccount, Role and RoleBinding, and the primary Lease.
+const ComponentInstance = "instance"
+
+// Lease is the primary Lease, created empty: the instance managers take,
+// renew and release it (internal/instance); the operator only creates it,
+// so that it carries an owner reference and goes with the MyDatabase, and
+// reads its holder.
+func Lease(db *databasev1alpha1.MyDatabase) *coordinationv1ac.LeaseApplyConfiguration {
+	return coordinationv1ac.Lease(LeaseName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentInstance)).
+		WithOwnerReferences(ownerReferenceApply(db))
+}
+
+// InstanceServiceAccount is the identity of the database pods.
+func InstanceServiceAccount(db *databasev1alpha1.MyDatabase) *corev1ac.ServiceAccountApplyConfiguration {
+	return corev1ac.ServiceAccount(InstanceAccessName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentInstance)).
+		WithOwnerReferences(ownerReferenceApply(db))
+}
+
+// InstanceRole is all an instance manager may do: read and update its
+// MyDatabase's Lease, read the pods of its namespace (the reports of its
+// peers; RBAC cannot narrow a list to a label), and patch its own pods'
+// role label and report. Names, not labels, bound what it may change, so
+// the Role lists the pods of every ordinal up to spec.replicas.
+func InstanceRole(db *databasev1alpha1.MyDatabase) *rbacv1ac.RoleApplyConfiguration {
+	pods := make([]string, Replicas(db))
+	for i := range pods {
+		pods[i] = PodName(db, int32(i))
+	}
+	return rbacv1ac.Role(InstanceAccessName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentInstance)).
+		WithOwnerReferences(ownerReferenceApply(db)).
+		WithRules(
+			rbacv1ac.PolicyRule().WithAPIGroups("coordination.k8s.io").WithResources("leases").
+				WithResourceNames(LeaseName(db)).WithVerbs("get", "update"),
+			rbacv1ac.PolicyRule().WithAPIGroups("").WithResources("pods").WithVerbs("get", "list"),
+			rbacv1ac.PolicyRule().WithAPIGroups("").WithResources("pods").
+				WithResourceNames(pods...).WithVerbs("patch"))
+}
+
+// InstanceRoleBinding grants InstanceRole to InstanceServiceAccount.
+func InstanceRoleBinding(db *databasev1alpha1.MyDatabase) *rbacv1ac.RoleBindingApplyConfiguration {
+	return rbacv1ac.RoleBinding(InstanceAccessName(db), db.Namespace).
+		WithLabels(Labels(db, ComponentInstance)).
+		WithOwnerReferences(ownerReferenceApply(db)).
+		WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup("rbac.authorization.k8s.io").WithKind("Role").WithName(InstanceAccessName(db))).
+		WithSubjects(rbacv1ac.Subject().WithKind("ServiceAccount").WithName(InstanceAccessName(db)).WithNamespace(db.Namespace))
+}

@@ -1,0 +1,48 @@
+package specs
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/utils/ptr"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+)
+
+// TestInstanceRoleIsNarrow: an instance manager may change its Lease and
+// the pods of its own MyDatabase, by name, and read pods; nothing else.
+func TestInstanceRoleIsNarrow(t *testing.T) {
+	d := db(func(d *databasev1alpha1.MyDatabase) { d.Spec.Replicas = ptr.To[int32](3) })
+	role := typed[rbacv1.Role](t, InstanceRole(d))
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"orders-primary"}, Verbs: []string{"get", "update"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, ResourceNames: []string{"orders-0", "orders-1", "orders-2"}, Verbs: []string{"patch"}},
+	}
+	if diff := cmp.Diff(want, role.Rules); diff != "" {
+		t.Errorf("rules (-want +got):\n%s", diff)
+	}
+	binding := typed[rbacv1.RoleBinding](t, InstanceRoleBinding(d))
+	if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 ||
+		binding.Subjects[0].Name != InstanceAccessName(d) || binding.Subjects[0].Namespace != "shop" {
+		t.Errorf("binding %+v does not grant %s to the instance managers' ServiceAccount", binding, role.Name)
+	}
+	for name, labels := range map[string]map[string]string{
+		"Role": role.Labels, "RoleBinding": binding.Labels,
+		"ServiceAccount": InstanceServiceAccount(d).Labels, "Lease": Lease(d).Labels,
+	} {
+		if labels[databasev1alpha1.LabelManagedBy] != databasev1alpha1.ManagedBy || labels[databasev1alpha1.LabelOwnerUID] != "uid-1" {
+			t.Errorf("%s labels %v: the operator's cache would not see it", name, labels)
+		}
+	}
+}
+
+// TestLeaseSpecIsTheInstanceManagers: the operator creates the Lease with
+// no spec, so that its applies never take the holder from the instance
+// managers.
+func TestLeaseSpecIsTheInstanceManagers(t *testing.T) {
+	if l := Lease(db()); l.Spec != nil {
+		t.Errorf("the operator's Lease has a spec %+v", l.Spec)
+	}
+}

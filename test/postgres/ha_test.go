@@ -1,0 +1,261 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/specs"
+	"example.com/myoperator/internal/testenv"
+)
+
+// TestHighAvailability runs three instances, each a real server under its
+// instance manager, behind a read-write front that routes to the pod
+// labelled primary (as the Service and kube-proxy do), and injects one
+// fault at a time under write load. The write-loss checker
+// (checker_test.go) judges each run: no split brain ever; the number of
+// acknowledged writes lost is reported (asynchronous replication may lose
+// the last ones on a failover) and must be zero where no failover happens.
+func TestHighAvailability(t *testing.T) {
+	servers := findServers(t)
+	srv := servers[len(servers)-1]
+	db := newDatabase(srv.major, nil)
+	db.Spec.Replicas = new(int32)
+	*db.Spec.Replicas = 3
+	appPassword, replPassword := "app-password", "replication-password"
+	creds := specs.CredentialsSecret(db, appPassword)
+	user, dbname := string(creds.Data[specs.SecretUsernameKey]), string(creds.Data[specs.SecretDatabaseKey])
+	c := newCluster(t, srv, db, creds, specs.ReplicationSecret(db, replPassword))
+	ports := freePorts(t, 3)
+	pods := []*pod{c.newPod(0, ports[0]), c.newPod(1, ports[1]), c.newPod(2, ports[2])}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range pods {
+				t.Logf("container log of %s:\n%s", p.name, p.log(0))
+			}
+		}
+	})
+	for _, p := range pods {
+		p.start(t)
+		p.waitReady(t)
+	}
+	front := c.front(t, pods)
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%s user=%s password=%s dbname=%s sslmode=disable connect_timeout=2",
+		strings.Split(front.Addr(), ":")[1], user, appPassword, dbname)
+	c.healthy(t, pods)
+	c.query(t, conninfo, "", checkerTable)
+
+	lease := time.Duration(specs.LeaseDurationSeconds(db)) * time.Second
+	results := &haResults{}
+	for _, f := range []struct {
+		name     string
+		failover bool // the fault must move the primary
+		inject   func(t *testing.T, primary *pod, others []*pod)
+	}{
+		{"postgres killed (restarted by its instance manager)", false, func(t *testing.T, p *pod, _ []*pod) {
+			pid := postmasterPID(p.pgdata())
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"replica killed", false, func(t *testing.T, _ *pod, others []*pod) {
+			others[0].killContainer(t)
+			time.Sleep(lease)
+			others[0].start(t)
+		}},
+		{"primary cut off from its replicas", false, func(t *testing.T, p *pod, _ []*pod) {
+			p.peers.Cut()
+			time.Sleep(2 * lease) // past the Lease: the primary renews it, no one takes over
+			p.peers.Restore()
+		}},
+		{"pod lost: instance manager and server killed, back after the failover", true, func(t *testing.T, p *pod, others []*pod) {
+			p.killContainer(t)
+			c.waitPrimary(t, others, 3*lease)
+			p.start(t)
+		}},
+		{"primary paused (SIGSTOP) past the Lease, then resumed", true, func(t *testing.T, p *pod, others []*pod) {
+			if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			c.waitPrimary(t, others, 3*lease)
+			if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"primary cut off from the API server", true, func(t *testing.T, p *pod, others []*pod) {
+			p.api.Cut()
+			c.waitPrimary(t, others, 3*lease)
+			p.api.Restore()
+		}},
+		{"two failovers in a row", true, func(t *testing.T, p *pod, others []*pod) {
+			p.killContainer(t)
+			second := c.waitPrimary(t, others, 3*lease)
+			second.killContainer(t)
+			var last []*pod
+			for _, o := range others {
+				if o != second {
+					last = append(last, o)
+				}
+			}
+			c.waitPrimary(t, last, 3*lease)
+			p.start(t)
+			second.start(t)
+		}},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			primary := c.waitPrimary(t, pods, 30*time.Second)
+			var others []*pod
+			for _, p := range pods {
+				if p != primary {
+					others = append(others, p)
+				}
+			}
+			w := startWriters(t, conninfo, 4)
+			w.waitAcks(t, 50, 30*time.Second)
+			f.inject(t, primary, others)
+			w.waitAcks(t, 100, 60*time.Second)
+			c.healthy(t, pods)
+			now := c.waitPrimary(t, pods, 30*time.Second)
+			v := w.check(t, conninfo)
+			results.add(f.name, primary.name, now.name, v)
+			t.Logf("%s: %d writes acknowledged by %v, %d lost, longest gap %s, primary %s -> %s",
+				f.name, v.acked, v.servers, v.lost, v.longestGap.Round(time.Millisecond), primary.name, now.name)
+			if len(v.splitBrain) > 0 {
+				t.Errorf("split brain: %d writes acknowledged by an older primary after a newer one had acknowledged one:\n%s",
+					len(v.splitBrain), strings.Join(v.splitBrain[:min(5, len(v.splitBrain))], "\n"))
+			}
+			if moved := now != primary; moved != f.failover {
+				t.Errorf("the primary moved from %s to %s: want a failover %t", primary.name, now.name, f.failover)
+			}
+			if !f.failover && v.lost > 0 {
+				t.Errorf("%d acknowledged writes lost without a failover", v.lost)
+			}
+		})
+	}
+	results.write(t)
+}
+
+// killContainer kills the container's whole process group, as the end of
+// a container (or its node) does: the instance manager and its server.
+func (p *pod) killContainer(t *testing.T) {
+	t.Helper()
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s still runs 10 s after SIGKILL", p.name)
+	}
+	// Pdeathsig: the server does not outlive its instance manager.
+	eventually(t, 5*time.Second, p.name+"'s server gone", func() (bool, string) {
+		pid := postmasterPID(p.pgdata())
+		return pid == 0 || syscall.Kill(pid, 0) != nil, fmt.Sprint(pid)
+	})
+}
+
+// front is the read-write endpoint: a proxy to the pod that is labelled
+// primary and reports a ready primary, looked up for each connection.
+func (c *cluster) front(t *testing.T, pods []*pod) *testenv.Proxy {
+	t.Helper()
+	var mu sync.Mutex
+	target := ""
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		for ctx.Err() == nil {
+			addr := ""
+			if p := c.labelledPrimary(ctx, pods); p != nil {
+				addr = fmt.Sprintf("127.0.0.1:%d", p.port)
+			}
+			mu.Lock()
+			target = addr
+			mu.Unlock()
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	proxy, err := testenv.StartProxy(func() string { mu.Lock(); defer mu.Unlock(); return target })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	return proxy
+}
+
+// labelledPrimary is the pod the read-write Service would route to: the
+// one labelled primary whose report says it is a ready primary (an
+// endpoint must be ready); nil if none.
+func (c *cluster) labelledPrimary(ctx context.Context, pods []*pod) *pod {
+	list := &corev1.PodList{}
+	if err := c.api.Client.List(ctx, list, client.InNamespace(c.db.Namespace),
+		client.MatchingLabels{databasev1alpha1.LabelRole: databasev1alpha1.RolePrimary}); err != nil {
+		return nil
+	}
+	for i := range list.Items {
+		r, err := report.Parse(list.Items[i].Annotations[databasev1alpha1.AnnotationInstance])
+		if err != nil || !r.Ready || r.Role != databasev1alpha1.RolePrimary {
+			continue
+		}
+		for _, p := range pods {
+			if p.name == list.Items[i].Name && p.running() {
+				return p
+			}
+		}
+	}
+	return nil
+}
+
+// waitPrimary waits until one of candidates is the labelled primary.
+func (c *cluster) waitPrimary(t *testing.T, candidates []*pod, timeout time.Duration) *pod {
+	t.Helper()
+	var found *pod
+	eventually(t, timeout, "a primary among the candidates", func() (bool, string) {
+		found = c.labelledPrimary(context.Background(), candidates)
+		return found != nil, ""
+	})
+	return found
+}
+
+// healthy waits until every pod runs and the primary streams to all the
+// others.
+func (c *cluster) healthy(t *testing.T, pods []*pod) {
+	t.Helper()
+	eventually(t, 90*time.Second, "every instance back and streaming", func() (bool, string) {
+		p := c.labelledPrimary(context.Background(), pods)
+		if p == nil {
+			return false, "no primary"
+		}
+		out, err := c.psql(p.socket("postgres", "postgres"), "",
+			fmt.Sprintf("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND application_name <> 'mydatabase_fence'"))
+		return err == nil && out == fmt.Sprint(len(pods)-1), p.name + " streams to " + out
+	})
+}
+
+// haResults collects one line per fault for docs/high-availability.md.
+type haResults struct{ lines []string }
+
+func (r *haResults) add(fault, from, to string, v verdict) {
+	r.lines = append(r.lines, fmt.Sprintf("| %s | %s → %s | %d | %d | %d | %s |", fault, from, to, v.acked, v.lost,
+		len(v.splitBrain), v.longestGap.Round(10*time.Millisecond)))
+}
+
+// write writes the table to $HA_RESULTS, when set.
+func (r *haResults) write(t *testing.T) {
+	path := os.Getenv("HA_RESULTS")
+	if path == "" {
+		return
+	}
+	out := "| fault | primary | acknowledged | lost | split brain | longest write gap |\n|---|---|---|---|---|---|\n" +
+		strings.Join(r.lines, "\n") + "\n"
+	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+		t.Error(err)
+	}
+}
