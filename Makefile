@@ -133,6 +133,11 @@ bench: ## Run the benchmarks on a control plane of their own; writes docs/benchm
 	@assets="$$(hack/k8s-binaries.sh)" && \
 	KUBEBUILDER_ASSETS="$$assets" go run ./test/bench/cmd/bench -command "make bench$(if $(BENCH_FLAGS), BENCH_FLAGS='$(BENCH_FLAGS)')" $(BENCH_FLAGS)
 
+.PHONY: bench-ha
+bench-ha: ## Failover figures on real PostgreSQL (test/postgres TestFailoverTimes): the primary lost 10 times by kill, 10 by SIGTERM; writes them into docs/high-availability.md (about 6 minutes).
+	@hack/postgres.sh
+	HA_BENCH_ROUNDS=10 HA_BENCH_DOC=$(CURDIR)/docs/high-availability.md go test ./test/postgres/ -run TestFailoverTimes -count=1 -v -timeout 30m
+
 .PHONY: test-all
 test-all: verify test test-heavy test-postgres test-e2e test-real ## Everything CI runs (.ci/run): the README's test command.
 

@@ -175,9 +175,9 @@ func (m *manager) connect(ctx context.Context) (*pgx.Conn, error) {
 		m.c.SocketDir, m.c.Port))
 }
 
-// promoteServer ends recovery: the server becomes a primary on a new
-// timeline.
-func (m *manager) promoteServer(ctx context.Context) error {
+// withServer runs f on a connection to the local server, within a
+// minute.
+func (m *manager) withServer(ctx context.Context, f func(context.Context, *pgx.Conn) error) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	conn, err := m.connect(ctx)
@@ -185,14 +185,22 @@ func (m *manager) promoteServer(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	var done bool
-	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&done); err != nil {
-		return err
-	}
-	if !done {
-		return fmt.Errorf("pg_promote did not finish within 60 s")
-	}
-	return nil
+	return f(ctx, conn)
+}
+
+// promoteServer ends recovery: the server becomes a primary on a new
+// timeline.
+func (m *manager) promoteServer(ctx context.Context) error {
+	return m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		var done bool
+		if err := conn.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&done); err != nil {
+			return err
+		}
+		if !done {
+			return fmt.Errorf("pg_promote did not finish within 60 s")
+		}
+		return nil
+	})
 }
 
 // afterPromotion checkpoints the new primary, so that its pg_control
@@ -200,16 +208,11 @@ func (m *manager) promoteServer(ctx context.Context) error {
 // pg_rewind finds the source on the old timeline and rewinds nothing. Then
 // it runs rewindGrants.
 func (m *manager) afterPromotion(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	conn, err := m.connect(ctx)
-	if err != nil {
+	return m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+			return err
+		}
+		_, err := conn.Exec(ctx, rewindGrants)
 		return err
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
-	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
-		return err
-	}
-	_, err = conn.Exec(ctx, rewindGrants)
-	return err
+	})
 }

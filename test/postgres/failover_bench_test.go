@@ -1,0 +1,114 @@
+package postgres
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"example.com/myoperator/internal/specs"
+)
+
+// TestFailoverTimes is the failover benchmark (`make bench-ha`), skipped
+// unless HA_BENCH_ROUNDS is set: three instances under write load through
+// the read-write front, the primary lost HA_BENCH_ROUNDS times (its
+// container killed: the Lease must expire) and as many times stopped as a
+// deleted pod is (SIGTERM: it gives the Lease up). Each time it measures the
+// write unavailability (the longest time between two acknowledged writes)
+// and the acknowledged writes lost. With HA_BENCH_DOC it writes the figures
+// into that file between the failover-figures markers.
+func TestFailoverTimes(t *testing.T) {
+	rounds := 0
+	if _, err := fmt.Sscan(os.Getenv("HA_BENCH_ROUNDS"), &rounds); err != nil || rounds < 1 {
+		t.Skip("HA_BENCH_ROUNDS is not set: run make bench-ha")
+	}
+	servers := findServers(t)
+	srv := servers[len(servers)-1]
+	db := newDatabase(srv.major, nil)
+	db.Spec.Replicas = new(int32)
+	*db.Spec.Replicas = 3
+	appPassword := "app-password"
+	creds := specs.CredentialsSecret(db, appPassword)
+	user, dbname := string(creds.Data[specs.SecretUsernameKey]), string(creds.Data[specs.SecretDatabaseKey])
+	c := newCluster(t, srv, db, creds, specs.ReplicationSecret(db, "replication-password"))
+	ports := freePorts(t, 3)
+	pods := []*pod{c.newPod(0, ports[0]), c.newPod(1, ports[1]), c.newPod(2, ports[2])}
+	for _, p := range pods {
+		p.start(t)
+		p.waitReady(t)
+	}
+	front := c.front(t, pods)
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%s user=%s password=%s dbname=%s sslmode=disable connect_timeout=2",
+		strings.Split(front.Addr(), ":")[1], user, appPassword, dbname)
+	c.healthy(t, pods)
+	c.query(t, conninfo, "", checkerTable)
+	lease := time.Duration(specs.LeaseDurationSeconds(db)) * time.Second
+
+	type figures struct {
+		gaps []time.Duration
+		lost int
+	}
+	measure := func(how string, lose func(p *pod)) figures {
+		var f figures
+		for i := range rounds {
+			primary := c.waitPrimary(t, pods, 30*time.Second)
+			var others []*pod
+			for _, p := range pods {
+				if p != primary {
+					others = append(others, p)
+				}
+			}
+			w := startWriters(t, conninfo, 4)
+			w.waitAcks(t, 200, 30*time.Second)
+			lose(primary)
+			c.waitPrimary(t, others, 4*lease)
+			w.waitAcks(t, 200, 30*time.Second)
+			v := w.check(t, conninfo)
+			if len(v.splitBrain) > 0 {
+				t.Errorf("%s, round %d: split brain: %v", how, i+1, v.splitBrain[0])
+			}
+			t.Logf("%s, round %d: primary %s, write gap %s, %d of %d acknowledged writes lost", how, i+1, primary.name,
+				v.longestGap.Round(time.Millisecond), v.lost, v.acked)
+			f.gaps, f.lost = append(f.gaps, v.longestGap), f.lost+v.lost
+			if !primary.running() {
+				primary.start(t)
+			}
+			c.healthy(t, pods)
+		}
+		return f
+	}
+	killed := measure("container killed", func(p *pod) { p.killContainer(t) })
+	stopped := measure("pod deleted (SIGTERM)", func(p *pod) { p.stop(t) })
+
+	row := func(how string, f figures) string {
+		slices.Sort(f.gaps)
+		return fmt.Sprintf("| %s | %d | %s | %s | %s | %d |", how, len(f.gaps), f.gaps[0].Round(10*time.Millisecond),
+			f.gaps[len(f.gaps)/2].Round(10*time.Millisecond), f.gaps[len(f.gaps)-1].Round(10*time.Millisecond), f.lost)
+	}
+	table := fmt.Sprintf("Measured by `make bench-ha` on %s, PostgreSQL %d, default Lease of %s, asynchronous replicas, four writers:\n\n"+
+		"| primary lost by | rounds | write gap min | p50 | max | acknowledged writes lost |\n|---|---|---|---|---|---|\n%s\n%s\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), srv.major, lease, row("container killed (the Lease expires)", killed),
+		row("pod deleted (SIGTERM: the Lease is given up)", stopped))
+	t.Log("\n" + table)
+	if doc := os.Getenv("HA_BENCH_DOC"); doc != "" {
+		if err := splice(doc, "<!-- failover figures -->", "<!-- end of failover figures -->", table); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// splice replaces what stands between two markers of a file.
+func splice(path, begin, end, content string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(b)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s lacks the markers %s and %s", path, begin, end)
+	}
+	return os.WriteFile(path, []byte(s[:i+len(begin)]+"\n"+content+s[j:]), 0o644)
+}
