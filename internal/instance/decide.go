@@ -102,12 +102,14 @@ func decide(s situation) action {
 // same way on the same reports, and only one take of the Lease at term
 // succeeds: the most advanced candidate wins, the lowest name among equals.
 // A peer that has not stood in this term is waited for until patient is
-// false (a dead peer never stands); the last holder is never waited for.
+// false, if its last report says it is ready (one that is not, a primary
+// that gave the Lease up on its way out included, cannot stand); the last
+// holder is never waited for.
 func elect(me string, mine uint64, term string, peers []peer, lastHolder string, patient bool) bool {
 	for _, p := range peers {
 		r := p.report
 		if r == nil || r.Candidate == nil || r.Candidate.Term != term {
-			if patient && p.name != lastHolder {
+			if patient && p.name != lastHolder && r != nil && r.Ready {
 				return false
 			}
 			continue

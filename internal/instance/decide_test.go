@@ -63,9 +63,10 @@ func TestDecide(t *testing.T) {
 
 func TestElect(t *testing.T) {
 	stood := func(name, term, lsn string) peer {
-		return peer{name: name, report: &report.Report{Candidate: &report.Candidacy{Term: term, LSN: lsn}}}
+		return peer{name: name, report: &report.Report{Ready: true, Candidate: &report.Candidacy{Term: term, LSN: lsn}}}
 	}
-	silent := func(name string) peer { return peer{name: name} }
+	silent := func(name string) peer { return peer{name: name, report: &report.Report{Ready: true}} }
+	stopped := func(name string) peer { return peer{name: name, report: &report.Report{}} }
 	for name, tc := range map[string]struct {
 		me      string
 		mine    uint64
@@ -88,6 +89,10 @@ func TestElect(t *testing.T) {
 			[]peer{silent("db-2")}, true, false},
 		"a silent peer is ignored once patience ran out": {"db-1", 100,
 			[]peer{silent("db-2")}, false, true},
+		"a peer that is not ready cannot stand: not waited for": {"db-1", 100,
+			[]peer{stopped("db-2")}, true, true},
+		"a peer that never reported: not waited for": {"db-1", 100,
+			[]peer{{name: "db-2"}}, true, true},
 		"the last holder is never waited for": {"db-1", 100,
 			[]peer{silent("db-0")}, true, true},
 		"the last holder still wins if it stands with more": {"db-1", 100,
