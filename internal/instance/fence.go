@@ -80,7 +80,7 @@ func witness(ctx context.Context, socketDir, port string, f *fence) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
+	defer func() { _ = conn.Close(context.Background()) }()
 	sys, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
 		return err
@@ -90,7 +90,7 @@ func witness(ctx context.Context, socketDir, port string, f *fence) error {
 	if err := startReplication(ctx, conn, sys.XLogPos, sys.Timeline); err != nil {
 		return err
 	}
-	var received pglogrepl.LSN = sys.XLogPos
+	received := sys.XLogPos
 	confirmed := pglogrepl.LSN(0)
 	for {
 		reply, err := receive(ctx, conn, &received)

@@ -122,10 +122,10 @@ func (l *leases) take(ctx context.Context, timeline int64) (time.Time, error) {
 	now := metav1.NewMicroTime(time.Now())
 	if ptr.Deref(lease.Spec.HolderIdentity, "") != l.k.c.PodName {
 		lease.Spec.AcquireTime = &now
-		lease.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
+		lease.Spec.LeaseTransitions = new(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
 	}
-	lease.Spec.HolderIdentity = ptr.To(l.k.c.PodName)
-	lease.Spec.LeaseDurationSeconds = ptr.To(int32(l.t.lease / time.Second))
+	lease.Spec.HolderIdentity = new(l.k.c.PodName)
+	lease.Spec.LeaseDurationSeconds = new(int32(l.t.lease / time.Second))
 	lease.Spec.RenewTime = &now
 	return l.update(ctx, lease)
 }

@@ -41,8 +41,8 @@ func TestFailoverFollowsTheLease(t *testing.T) {
 	if !exists(t, ns, "x-primary", lease) {
 		t.Fatal("Lease x-primary does not exist")
 	}
-	lease.Spec.HolderIdentity = ptr.To("x-1")
-	lease.Spec.LeaseDurationSeconds = ptr.To[int32](5)
+	lease.Spec.HolderIdentity = new("x-1")
+	lease.Spec.LeaseDurationSeconds = new(int32(5))
 	if err := env.c.Update(ctx, lease); err != nil {
 		t.Fatal(err)
 	}

@@ -234,7 +234,7 @@ func (c *cluster) healthy(t *testing.T, pods []*pod) {
 			return false, "no primary"
 		}
 		out, err := c.psql(p.socket("postgres", "postgres"), "",
-			fmt.Sprintf("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND application_name <> 'mydatabase_fence'"))
+			"SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND application_name <> 'mydatabase_fence'")
 		return err == nil && out == fmt.Sprint(len(pods)-1), p.name + " streams to " + out
 	})
 }

@@ -451,7 +451,7 @@ func TestPodRolesFollowTheLease(t *testing.T) {
 	if err := get(ns, "roles-primary", lease); err != nil {
 		t.Fatal(err)
 	}
-	lease.Spec.HolderIdentity = ptr.To("roles-1")
+	lease.Spec.HolderIdentity = new("roles-1")
 	if err := k8s.Update(context.Background(), lease); err != nil {
 		t.Fatal(err)
 	}

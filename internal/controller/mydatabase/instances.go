@@ -90,12 +90,12 @@ func instanceStatuses(pods []corev1.Pod, primary string) []databasev1alpha1.Inst
 			continue
 		}
 		st := databasev1alpha1.InstanceStatus{Name: pods[i].Name, Role: rep.Role, Ready: rep.Ready,
-			Timeline: rep.Timeline, LSN: rep.LSN, ReportedAt: ptr.To(metav1.NewTime(rep.Time))}
+			Timeline: rep.Timeline, LSN: rep.LSN, ReportedAt: new(metav1.NewTime(rep.Time))}
 		if rep.Role == databasev1alpha1.RoleReplica && primaryLSN > 0 {
 			st.LSN = rep.Replayed
 			replayed, err := report.LSN(rep.Replayed)
 			if err == nil {
-				st.LagBytes = ptr.To(int64(primaryLSN) - int64(min(replayed, primaryLSN)))
+				st.LagBytes = new(int64(primaryLSN) - int64(min(replayed, primaryLSN)))
 			}
 		}
 		out = append(out, st)
