@@ -80,11 +80,21 @@ func derivedNames(t *testing.T, d *databasev1alpha1.MyDatabase) []derivedName {
 			labels("PersistentVolumeClaim", claim.Labels)
 		}
 	}
+	// Each pod's address on the headless Service, which the other
+	// instances connect to (the kubelet expands $(POD_NAME)).
 	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
-		if e.Name == "PRIMARY_HOST" {
-			add("PRIMARY_HOST", e.Value, dnsName)
+		if e.Name != "ADVERTISE_ADDRESS" {
+			continue
+		}
+		host, _, _ := strings.Cut(e.Value, ":")
+		for ordinal := range *sts.Spec.Replicas {
+			add("ADVERTISE_ADDRESS host", strings.ReplaceAll(host, "$(POD_NAME)", fmt.Sprintf("%s-%d", sts.Name, ordinal)), dnsName)
 		}
 	}
+	// The instance managers' ServiceAccount, Role, RoleBinding and Lease.
+	add("instance access objects' name", InstanceAccessName(d), dnsSubdomain)
+	add("Lease name", LeaseName(d), dnsSubdomain)
+	labels("Lease", Lease(d).Labels)
 
 	for _, ac := range []any{HeadlessService(d), ReadWriteService(d), ReadOnlyService(d)} {
 		svc := typed[corev1.Service](t, ac)

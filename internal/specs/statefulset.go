@@ -81,16 +81,17 @@ func StorageSize(db *databasev1alpha1.MyDatabase) resource.Quantity {
 	return db.Spec.Storage.Size
 }
 
-// StatefulSet runs the servers. Ordinal 0 is the primary; the others clone it
-// and stream from it.
+// StatefulSet runs the servers. Ordinal 0 makes the data of a new
+// MyDatabase; the others clone the primary and stream from it; from then on
+// the primary is whichever instance holds the Lease (internal/instance).
 //
 // OrderedReady pod management: a replica can only clone a primary that is
 // up, so pod N+1 must wait for pod N to be Ready; scale-down removes the
-// highest ordinal first and never the primary.
+// highest ordinal first (a primary there gives the Lease up on its way out).
 //
 // RollingUpdate: the StatefulSet controller replaces pods from the highest
-// ordinal down, one at a time, each only after the previous one is Ready, so
-// a version or settings change reaches every replica before the primary.
+// ordinal down, one at a time, each only after the previous one is Ready; a
+// primary restarted gives the Lease up to the most advanced replica.
 func StatefulSet(db *databasev1alpha1.MyDatabase, p Platform) *appsv1ac.StatefulSetApplyConfiguration {
 	return appsv1ac.StatefulSet(StatefulSetName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentDatabase)).
