@@ -275,6 +275,12 @@ func (m *manager) follow(ctx context.Context, holder string, ready bool) error {
 		// turn follows.
 		return m.start(ctx, asReplica, "")
 	}
+	if m.c.initialised() && r.SystemID != "" && m.lastSeen.systemID != "" && r.SystemID != m.lastSeen.systemID {
+		// Data of another database (a volume kept from an earlier
+		// MyDatabase of the same name, say): never rewound or cloned over.
+		return fmt.Errorf("this data directory belongs to database system %s, the primary %s runs %s: "+
+			"not replacing it; move the volume away to let this instance clone the primary", m.lastSeen.systemID, holder, r.SystemID)
+	}
 	if !m.c.initialised() {
 		err = m.cloneReplica(ctx, r.Address)
 	} else {
