@@ -2,7 +2,6 @@ package instance
 
 import (
 	"testing"
-	"time"
 
 	"example.com/myoperator/internal/instance/report"
 )
@@ -103,45 +102,5 @@ func TestElect(t *testing.T) {
 				t.Errorf("elect = %t, want %t", got, tc.want)
 			}
 		})
-	}
-}
-
-func TestFenceClosesAtItsDeadline(t *testing.T) {
-	f := newFence()
-	now := f.now()
-	f.now = func() time.Time { return now }
-	if f.open() {
-		t.Fatal("a new fence is open: a server would acknowledge commits before any renewal")
-	}
-	f.extend(now, 3*time.Second)
-	if !f.open() {
-		t.Fatal("closed right after a renewal")
-	}
-	f.extend(now.Add(-time.Second), 3*time.Second) // an older renewal never shortens it
-	f.now = func() time.Time { return now.Add(2999 * time.Millisecond) }
-	if !f.open() {
-		t.Fatal("closed before its deadline")
-	}
-	f.now = func() time.Time { return now.Add(3 * time.Second) }
-	if f.open() {
-		t.Fatal("open at its deadline")
-	}
-	f.now = func() time.Time { return now }
-	f.close()
-	if f.open() {
-		t.Fatal("open after close")
-	}
-}
-
-func TestTimelineEnd(t *testing.T) {
-	history := "1\t0/3000158\tno recovery target specified\n\n2\t0/5086BF0\tno recovery target specified\n"
-	for tli, want := range map[int64]struct {
-		end   uint64
-		found bool
-	}{1: {0x3000158, true}, 2: {0x5086BF0, true}, 3: {0, false}} {
-		end, found := timelineEnd(history, tli)
-		if end != want.end || found != want.found {
-			t.Errorf("timeline %d: ended at %x (%t), want %x (%t)", tli, end, found, want.end, want.found)
-		}
 	}
 }

@@ -118,7 +118,13 @@ func (m *manager) turn(ctx context.Context) {
 	if err != nil && ctx.Err() == nil {
 		m.log("%s: %v", a, err)
 	}
-	m.report(ctx, candidate)
+	// What the server said at the start of the turn still holds unless the
+	// action changed the server.
+	var seen *observation
+	if s.ready && (a == wait || a == renew) {
+		seen = &obs
+	}
+	m.report(ctx, candidate, seen)
 }
 
 // act carries out an action. It returns the candidacy to report when it
@@ -194,7 +200,7 @@ func (m *manager) stand(ctx context.Context, s situation, obs observation) (*rep
 	me := &report.Candidacy{Term: term, LSN: report.FormatLSN(obs.lsn)}
 	// Stand publicly before looking at the others: two candidates never
 	// both see only themselves.
-	m.report(ctx, me)
+	m.report(ctx, me, &obs)
 	peers, err := m.kube.peers(ctx)
 	if err != nil {
 		return me, err
@@ -375,19 +381,23 @@ func (m *manager) startFence() {
 }
 
 // report publishes this instance's report when it changed materially, or
-// its WAL positions changed and MinInterval has passed.
-func (m *manager) report(ctx context.Context, candidate *report.Candidacy) {
+// its WAL positions changed and MinInterval has passed. seen is what the
+// running server answered, nil to ask it.
+func (m *manager) report(ctx context.Context, candidate *report.Candidacy, seen *observation) {
 	r := report.Report{Address: m.c.AdvertiseAddress, Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond)}
-	if m.role != stopped {
+	if m.role != stopped && seen == nil {
 		if o, err := m.observe(ctx); err == nil && o.primary == (m.role == asPrimary) {
-			r.Ready, r.SystemID, r.Timeline = true, o.systemID, o.timeline
-			r.LSN = report.FormatLSN(o.lsn)
-			r.Role = databasev1alpha1.RoleReplica
-			if o.primary {
-				r.Role = databasev1alpha1.RolePrimary
-			} else {
-				r.Replayed = report.FormatLSN(o.replayed)
-			}
+			seen = &o
+		}
+	}
+	if o := seen; o != nil && m.role != stopped {
+		r.Ready, r.SystemID, r.Timeline = true, o.systemID, o.timeline
+		r.LSN = report.FormatLSN(o.lsn)
+		r.Role = databasev1alpha1.RoleReplica
+		if o.primary {
+			r.Role = databasev1alpha1.RolePrimary
+		} else {
+			r.Replayed = report.FormatLSN(o.replayed)
 		}
 	}
 	if !m.sent.Material(r) && (r.LSN == m.sent.LSN || r.Time.Sub(m.sent.Time) < report.MinInterval) {
@@ -415,7 +425,7 @@ func (m *manager) shutdown() int {
 			m.log("gave up the Lease")
 		}
 	}
-	m.report(ctx, nil)
+	m.report(ctx, nil, nil)
 	return 0
 }
 

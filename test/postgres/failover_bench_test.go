@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"example.com/myoperator/internal/specs"
 )
 
 // TestFailoverTimes is the failover benchmark (`make bench-ha`), skipped
@@ -24,27 +22,8 @@ func TestFailoverTimes(t *testing.T) {
 	if _, err := fmt.Sscan(os.Getenv("HA_BENCH_ROUNDS"), &rounds); err != nil || rounds < 1 {
 		t.Skip("HA_BENCH_ROUNDS is not set: run make bench-ha")
 	}
-	servers := findServers(t)
-	srv := servers[len(servers)-1]
-	db := newDatabase(srv.major, nil)
-	db.Spec.Replicas = new(int32)
-	*db.Spec.Replicas = 3
-	appPassword := "app-password"
-	creds := specs.CredentialsSecret(db, appPassword)
-	user, dbname := string(creds.Data[specs.SecretUsernameKey]), string(creds.Data[specs.SecretDatabaseKey])
-	c := newCluster(t, srv, db, creds, specs.ReplicationSecret(db, "replication-password"))
-	ports := freePorts(t, 3)
-	pods := []*pod{c.newPod(0, ports[0]), c.newPod(1, ports[1]), c.newPod(2, ports[2])}
-	for _, p := range pods {
-		p.start(t)
-		p.waitReady(t)
-	}
-	front := c.front(t, pods)
-	conninfo := fmt.Sprintf("host=127.0.0.1 port=%s user=%s password=%s dbname=%s sslmode=disable connect_timeout=2",
-		strings.Split(front.Addr(), ":")[1], user, appPassword, dbname)
-	c.healthy(t, pods)
-	c.query(t, conninfo, "", checkerTable)
-	lease := time.Duration(specs.LeaseDurationSeconds(db)) * time.Second
+	ha := startHA(t)
+	c, pods, conninfo, lease := ha.c, ha.pods, ha.conninfo, ha.lease
 
 	type figures struct {
 		gaps []time.Duration
@@ -89,7 +68,7 @@ func TestFailoverTimes(t *testing.T) {
 	}
 	table := fmt.Sprintf("Measured by `make bench-ha` on %s, PostgreSQL %d, default Lease of %s, asynchronous replicas, four writers:\n\n"+
 		"| primary lost by | rounds | write gap min | p50 | max | acknowledged writes lost |\n|---|---|---|---|---|---|\n%s\n%s\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), srv.major, lease, row("container killed (the Lease expires)", killed),
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), c.srv.major, lease, row("container killed (the Lease expires)", killed),
 		row("pod deleted (SIGTERM: the Lease is given up)", stopped))
 	t.Log("\n" + table)
 	if doc := os.Getenv("HA_BENCH_DOC"); doc != "" {

@@ -27,35 +27,8 @@ import (
 // acknowledged writes lost is reported (asynchronous replication may lose
 // the last ones on a failover) and must be zero where no failover happens.
 func TestHighAvailability(t *testing.T) {
-	servers := findServers(t)
-	srv := servers[len(servers)-1]
-	db := newDatabase(srv.major, nil)
-	db.Spec.Replicas = new(int32)
-	*db.Spec.Replicas = 3
-	appPassword, replPassword := "app-password", "replication-password"
-	creds := specs.CredentialsSecret(db, appPassword)
-	user, dbname := string(creds.Data[specs.SecretUsernameKey]), string(creds.Data[specs.SecretDatabaseKey])
-	c := newCluster(t, srv, db, creds, specs.ReplicationSecret(db, replPassword))
-	ports := freePorts(t, 3)
-	pods := []*pod{c.newPod(0, ports[0]), c.newPod(1, ports[1]), c.newPod(2, ports[2])}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range pods {
-				t.Logf("container log of %s:\n%s", p.name, p.log(0))
-			}
-		}
-	})
-	for _, p := range pods {
-		p.start(t)
-		p.waitReady(t)
-	}
-	front := c.front(t, pods)
-	conninfo := fmt.Sprintf("host=127.0.0.1 port=%s user=%s password=%s dbname=%s sslmode=disable connect_timeout=2",
-		strings.Split(front.Addr(), ":")[1], user, appPassword, dbname)
-	c.healthy(t, pods)
-	c.query(t, conninfo, "", checkerTable)
-
-	lease := time.Duration(specs.LeaseDurationSeconds(db)) * time.Second
+	ha := startHA(t)
+	c, pods, conninfo, lease := ha.c, ha.pods, ha.conninfo, ha.lease
 	results := &haResults{}
 	for _, f := range []struct {
 		name     string
@@ -143,6 +116,46 @@ func TestHighAvailability(t *testing.T) {
 		})
 	}
 	results.write(t)
+}
+
+// haCluster is three instances, every one ready and streaming, behind the
+// read-write front, with the checker's table made.
+type haCluster struct {
+	c        *cluster
+	pods     []*pod
+	conninfo string        // the application's, through the front
+	lease    time.Duration // the Lease duration
+}
+
+func startHA(t *testing.T) haCluster {
+	t.Helper()
+	servers := findServers(t)
+	srv := servers[len(servers)-1]
+	db := newDatabase(srv.major, nil)
+	db.Spec.Replicas = new(int32(3))
+	appPassword := "app-password"
+	creds := specs.CredentialsSecret(db, appPassword)
+	user, dbname := string(creds.Data[specs.SecretUsernameKey]), string(creds.Data[specs.SecretDatabaseKey])
+	c := newCluster(t, srv, db, creds, specs.ReplicationSecret(db, "replication-password"))
+	ports := freePorts(t, 3)
+	pods := []*pod{c.newPod(0, ports[0]), c.newPod(1, ports[1]), c.newPod(2, ports[2])}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range pods {
+				t.Logf("container log of %s:\n%s", p.name, p.log(0))
+			}
+		}
+	})
+	for _, p := range pods {
+		p.start(t)
+		p.waitReady(t)
+	}
+	front := c.front(t, pods)
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%s user=%s password=%s dbname=%s sslmode=disable connect_timeout=2",
+		strings.Split(front.Addr(), ":")[1], user, appPassword, dbname)
+	c.healthy(t, pods)
+	c.query(t, conninfo, "", checkerTable)
+	return haCluster{c: c, pods: pods, conninfo: conninfo, lease: time.Duration(specs.LeaseDurationSeconds(db)) * time.Second}
 }
 
 // killContainer kills the container's whole process group, as the end of
