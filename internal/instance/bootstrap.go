@@ -20,8 +20,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -292,19 +294,14 @@ var hotStandbyMinimums = map[string]string{
 // every start. The standby takes its own value at the first restart after
 // the primary has run with it.
 func (m *manager) keepPrimaryMinimums(ctx context.Context, args []string) ([]string, error) {
-	out, err := m.procs.run(ctx, []string{"LC_ALL=C"}, "", "pg_controldata", m.c.PGData)
+	control, err := m.controlData(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var extra []string
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		field, value, ok := strings.Cut(sc.Text(), ":")
-		name, known := hotStandbyMinimums[strings.TrimSpace(field)]
-		if !ok || !known {
-			continue
-		}
-		recorded, err := strconv.Atoi(strings.TrimSpace(value))
+	for _, field := range slices.Sorted(maps.Keys(hotStandbyMinimums)) {
+		name := hotStandbyMinimums[field]
+		recorded, err := strconv.Atoi(control[field])
 		if err != nil {
 			return nil, fmt.Errorf("pg_controldata: %s: %w", field, err)
 		}
@@ -321,5 +318,21 @@ func (m *manager) keepPrimaryMinimums(ctx context.Context, args []string) ([]str
 			extra = append(extra, "-c", fmt.Sprintf("%s=%d", name, recorded))
 		}
 	}
-	return extra, sc.Err()
+	return extra, nil
+}
+
+// controlData is pg_controldata's output: each field's value by its name.
+func (m *manager) controlData(ctx context.Context) (map[string]string, error) {
+	out, err := m.procs.run(ctx, []string{"LC_ALL=C"}, "", "pg_controldata", m.c.PGData)
+	if err != nil {
+		return nil, err
+	}
+	fields := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if field, value, ok := strings.Cut(sc.Text(), ":"); ok {
+			fields[strings.TrimSpace(field)] = strings.TrimSpace(value)
+		}
+	}
+	return fields, sc.Err()
 }

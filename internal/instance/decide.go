@@ -25,12 +25,16 @@ type situation struct {
 	running   serverRole
 	following string // the primary a running replica streams from
 	ready     bool   // the server answered
+	lsn       uint64 // its position, when it answered
 	fenceOpen bool
 	// lapsed: a primary that has not renewed for a whole Lease duration;
 	// another instance may hold the Lease by now.
 	lapsed    bool
 	lease     leaseView
-	leaseRead bool // the Lease was read this turn
+	leaseRead bool // the Lease was read this turn (a primary knows it from its renewals)
+	// handoffOverdue: the Lease was handed to this instance half a Lease
+	// duration ago or more.
+	handoffOverdue bool
 }
 
 type action int
@@ -44,10 +48,12 @@ const (
 	follow            // (re)start as a replica of the holder: clone or rewind first
 	runReplica        // start the server as a replica of no one, to learn its position
 	stand             // stand for election
+	handOver          // a switchover: stop, and hand the Lease to the target
+	release           // give the Lease up
 )
 
 func (a action) String() string {
-	return [...]string{"wait", "initialise", "run as primary", "renew", "fence", "follow", "run as replica", "stand"}[a]
+	return [...]string{"wait", "initialise", "run as primary", "renew", "fence", "follow", "run as replica", "stand", "hand over", "release"}[a]
 }
 
 // decide is the decision table of one turn.
@@ -61,6 +67,9 @@ func decide(s situation) action {
 			// Another instance may hold the Lease: stop, so that waiting
 			// sessions fail and the pod is no longer ready.
 			return fenceOff
+		case s.ready && s.fenceOpen && l.switchoverTo != "" && l.switchoverTo != s.me:
+			// Renewing instead while the target catches up (act).
+			return handOver
 		case s.ready:
 			// A successful renewal also reopens a fence that closed at
 			// its deadline: the Lease is conditional on its version, so it
@@ -77,10 +86,20 @@ func decide(s situation) action {
 	free := l.holder == "" || l.expired
 	switch {
 	case !free && l.holder == s.me:
-		if !s.hasData {
+		switch {
+		case !s.hasData:
 			return wait
+		case l.handoff == 0 || s.running == stopped:
+			return runPrimary // a stopped replica starts as one first
+		case s.ready && s.lsn > l.handoff:
+			// Handed over: every commit of the old primary is here.
+			return runPrimary
+		case s.handoffOverdue:
+			// Promoting now would lose commits: let the election pick
+			// the most advanced instance, the old primary.
+			return release
 		}
-		return runPrimary
+		return wait
 	case !free:
 		if s.running == asReplica && s.following == l.holder {
 			return wait

@@ -11,6 +11,12 @@ func TestDecide(t *testing.T) {
 	expired := func(holder string) leaseView {
 		return leaseView{holder: holder, version: "7", expired: true, transitions: 1}
 	}
+	asked := func(target string) leaseView {
+		return leaseView{holder: "db-0", version: "7", transitions: 1, switchoverTo: target}
+	}
+	handed := func(holder string, end uint64) leaseView {
+		return leaseView{holder: holder, version: "8", transitions: 2, handoff: end}
+	}
 	for name, tc := range map[string]struct {
 		s    situation
 		want action
@@ -51,6 +57,25 @@ func TestDecide(t *testing.T) {
 			situation{me: "db-0", hasData: true, leaseRead: true, lease: expired("db-0")}, runReplica},
 		"the Lease released: a replica stands at once": {
 			situation{me: "db-1", hasData: true, running: asReplica, ready: true, leaseRead: true, lease: expired("")}, stand},
+		"a switchover asked of a healthy primary: hand over": {
+			situation{me: "db-0", running: asPrimary, ready: true, fenceOpen: true, lease: asked("db-1")}, handOver},
+		"a switchover to the primary itself: renew": {
+			situation{me: "db-0", running: asPrimary, ready: true, fenceOpen: true, lease: asked("db-0")}, renew},
+		"a switchover asked of a primary whose fence closed: renew first": {
+			situation{me: "db-0", running: asPrimary, ready: true, lease: asked("db-1")}, renew},
+		"handed the Lease with all the WAL: promote": {
+			situation{me: "db-1", hasData: true, running: asReplica, ready: true, lsn: 0x5000100, leaseRead: true,
+				lease: handed("db-1", 0x5000028)}, runPrimary},
+		"handed the Lease, the last WAL not here yet: wait": {
+			situation{me: "db-1", hasData: true, running: asReplica, ready: true, lsn: 0x5000028, leaseRead: true,
+				lease: handed("db-1", 0x5000028)}, wait},
+		"handed the Lease, the last WAL never came: give it up": {
+			situation{me: "db-1", hasData: true, running: asReplica, ready: true, lsn: 0x5000000, leaseRead: true,
+				lease: handed("db-1", 0x5000028), handoffOverdue: true}, release},
+		"handed the Lease while stopped: start as a replica first": {
+			situation{me: "db-1", hasData: true, leaseRead: true, lease: handed("db-1", 0x5000028)}, runPrimary},
+		"the old primary after a handoff follows the new one": {
+			situation{me: "db-0", hasData: true, leaseRead: true, lease: handed("db-1", 0x5000028)}, follow},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got := decide(tc.s); got != tc.want {

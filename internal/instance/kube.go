@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/instance/report"
@@ -23,6 +26,8 @@ import (
 type kube struct {
 	pods   corev1client.PodInterface
 	leases coordinationv1client.LeaseInterface
+	// watches has no timeout: a watch lasts minutes.
+	watches coordinationv1client.LeaseInterface
 	c      Config
 	// timeout bounds every request, so that a hung connection cannot hold
 	// the HA loop past a renew deadline.
@@ -53,7 +58,49 @@ func newKube(c Config, timeout time.Duration) (*kube, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kube{pods: core.Pods(c.Namespace), leases: coord.Leases(c.Namespace), c: c, timeout: timeout}, nil
+	long := rest.CopyConfig(cfg)
+	long.Timeout = 0
+	watches, err := coordinationv1client.NewForConfig(long)
+	if err != nil {
+		return nil, err
+	}
+	return &kube{pods: core.Pods(c.Namespace), leases: coord.Leases(c.Namespace), watches: watches.Leases(c.Namespace),
+		c: c, timeout: timeout}, nil
+}
+
+// watchHolder signals wake whenever the Lease's holder changes, so that a
+// new holder (a switchover's target) and the candidates (after a primary
+// gave the Lease up) act at once, not at their next tick. Renewals wake
+// nothing. It returns when ctx ends.
+func (k *kube) watchHolder(ctx context.Context, wake chan<- struct{}) {
+	last := ""
+	for ctx.Err() == nil {
+		w, err := k.watches.Watch(ctx, metav1.ListOptions{
+			FieldSelector:  fields.OneTermEqualSelector("metadata.name", k.c.LeaseName).String(),
+			TimeoutSeconds: new(int64(300)),
+		})
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(k.timeout):
+			}
+			continue
+		}
+		for ev := range w.ResultChan() {
+			lease, ok := ev.Object.(*coordinationv1.Lease)
+			if !ok {
+				continue
+			}
+			if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != last {
+				last = holder
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+		w.Stop()
+	}
 }
 
 // publish writes the report on this pod, and its role label, in one

@@ -2,6 +2,7 @@ package instance
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -9,6 +10,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/instance/report"
 )
 
 // timing holds every delay of the HA loop. They all derive from one
@@ -49,6 +53,13 @@ type leaseView struct {
 	transitions int32
 	// timeline is the newest timeline a holder has reported.
 	timeline int64
+	// switchoverTo is the instance the operator asks the primary to hand
+	// the Lease to (a planned switchover), "" when none.
+	switchoverTo string
+	// handoff is where the WAL of the primary that handed the Lease over
+	// ended: its holder promotes only once it has received more (0 when
+	// the Lease was taken, not handed over).
+	handoff uint64
 }
 
 // timelineAnnotation on the Lease is the newest timeline any primary has
@@ -56,6 +67,12 @@ type leaseView struct {
 // every number up to it before it promotes (reserveTimelines), so that
 // two instances never run distinct histories under one timeline number.
 const timelineAnnotation = "database.example.com/timeline"
+
+// handoffAnnotation on the Lease is the end of the WAL of the primary that
+// handed the Lease over (databasev1alpha1.AnnotationSwitchoverTo asked it
+// to), which the new holder must have received before it promotes; its
+// first renewal removes it.
+const handoffAnnotation = "database.example.com/handoff-lsn"
 
 // leases takes, renews, releases and observes the primary Lease. It
 // measures expiry from when it saw a renewal, on the local monotonic clock.
@@ -98,12 +115,15 @@ func (l *leases) view() leaseView {
 	spec := l.lease.Spec
 	holder := ptr.Deref(spec.HolderIdentity, "")
 	tli, _ := strconv.ParseInt(l.lease.Annotations[timelineAnnotation], 10, 64)
+	handoff, _ := report.LSN(l.lease.Annotations[handoffAnnotation])
 	return leaseView{
-		holder:      holder,
-		version:     l.lease.ResourceVersion,
-		expired:     holder == "" || l.now().Sub(l.seenAt) >= l.t.lease,
-		transitions: ptr.Deref(spec.LeaseTransitions, 0),
-		timeline:    tli,
+		holder:       holder,
+		version:      l.lease.ResourceVersion,
+		expired:      holder == "" || l.now().Sub(l.seenAt) >= l.t.lease,
+		transitions:  ptr.Deref(spec.LeaseTransitions, 0),
+		timeline:     tli,
+		switchoverTo: l.lease.Annotations[databasev1alpha1.AnnotationSwitchoverTo],
+		handoff:      handoff,
 	}
 }
 
@@ -112,31 +132,70 @@ func (l *leases) view() leaseView {
 // others get a conflict. It returns when the request started, for the
 // fence.
 func (l *leases) take(ctx context.Context, timeline int64) (time.Time, error) {
-	lease := l.lease.DeepCopy()
+	lease := l.held(l.k.c.PodName)
 	if known, _ := strconv.ParseInt(lease.Annotations[timelineAnnotation], 10, 64); timeline > known {
-		if lease.Annotations == nil {
-			lease.Annotations = map[string]string{}
-		}
 		lease.Annotations[timelineAnnotation] = strconv.FormatInt(timeline, 10)
 	}
-	now := metav1.NewMicroTime(time.Now())
-	if ptr.Deref(lease.Spec.HolderIdentity, "") != l.k.c.PodName {
-		lease.Spec.AcquireTime = &now
-		lease.Spec.LeaseTransitions = new(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
-	}
-	lease.Spec.HolderIdentity = new(l.k.c.PodName)
-	lease.Spec.LeaseDurationSeconds = new(int32(l.t.lease / time.Second))
-	lease.Spec.RenewTime = &now
+	delete(lease.Annotations, handoffAnnotation)
 	return l.update(ctx, lease)
 }
 
+// held is the Lease held by holder from now on: a new holder counts as a
+// transition.
+func (l *leases) held(holder string) *coordinationv1.Lease {
+	lease := l.lease.DeepCopy()
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	now := metav1.NewMicroTime(time.Now())
+	if ptr.Deref(lease.Spec.HolderIdentity, "") != holder {
+		lease.Spec.AcquireTime = &now
+		lease.Spec.LeaseTransitions = new(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
+	}
+	lease.Spec.HolderIdentity = new(holder)
+	lease.Spec.LeaseDurationSeconds = new(int32(l.t.lease / time.Second))
+	lease.Spec.RenewTime = &now
+	return lease
+}
+
 // renew extends this instance's hold, and records its timeline. It
-// returns when the request started.
+// returns when the request started. When someone else wrote the Lease
+// since this instance's last renewal without taking it (the operator
+// asking for a switchover, a user's label), it renews the newer version.
 func (l *leases) renew(ctx context.Context, timeline int64) (time.Time, error) {
 	if l.lease == nil || ptr.Deref(l.lease.Spec.HolderIdentity, "") != l.k.c.PodName {
 		return time.Time{}, errNotHolder
 	}
+	start, err := l.take(ctx, timeline)
+	if !errors.Is(err, errLostRace) {
+		return start, err
+	}
+	mine := l.lease.Spec
+	ctx, cancel := context.WithTimeout(ctx, l.k.timeout)
+	defer cancel()
+	lease, gerr := l.k.leases.Get(ctx, l.k.c.LeaseName, metav1.GetOptions{})
+	if gerr != nil {
+		return start, err
+	}
+	if ptr.Deref(lease.Spec.HolderIdentity, "") != l.k.c.PodName || !lease.Spec.RenewTime.Equal(mine.RenewTime) ||
+		ptr.Deref(lease.Spec.LeaseTransitions, 0) != ptr.Deref(mine.LeaseTransitions, 0) {
+		return start, err // taken, or renewed by another holder: lost
+	}
+	l.lease = lease
 	return l.take(ctx, timeline)
+}
+
+// handOver gives the Lease to target, in a planned switchover, with where
+// this primary's WAL ended: only once this server has stopped.
+func (l *leases) handOver(ctx context.Context, target string, end uint64) error {
+	if l.lease == nil || ptr.Deref(l.lease.Spec.HolderIdentity, "") != l.k.c.PodName {
+		return errNotHolder
+	}
+	lease := l.held(target)
+	lease.Annotations[handoffAnnotation] = report.FormatLSN(end)
+	delete(lease.Annotations, databasev1alpha1.AnnotationSwitchoverTo)
+	_, err := l.update(ctx, lease)
+	return err
 }
 
 // release gives the Lease up at once, so that another instance need not

@@ -30,6 +30,7 @@ type manager struct {
 	stopFence context.CancelFunc
 
 	sent     report.Report // the last report published
+	logged   string        // the last message of logOnce
 	standing struct {
 		term  string
 		since time.Time
@@ -45,10 +46,13 @@ func newManager(c Config, log Logger) (*manager, error) {
 	return &manager{c: c, log: log, t: t, procs: startReaper(), kube: k, leases: newLeases(k, t), fence: newFence()}, nil
 }
 
-// loop runs a turn every tick, and at once when the server exits.
+// loop runs a turn every tick, and at once when the server exits or the
+// Lease changes hands.
 func (m *manager) loop(ctx context.Context, reload <-chan struct{}) {
 	ticker := time.NewTicker(m.t.tick)
 	defer ticker.Stop()
+	holderChanged := make(chan struct{}, 1)
+	go m.kube.watchHolder(ctx, holderChanged)
 	for ctx.Err() == nil {
 		m.turn(ctx)
 		var exited <-chan syscall.WaitStatus
@@ -58,6 +62,7 @@ func (m *manager) loop(ctx context.Context, reload <-chan struct{}) {
 		select {
 		case <-ctx.Done():
 		case <-ticker.C:
+		case <-holderChanged:
 		case <-reload:
 			if m.server != nil && !m.server.exitedNow() {
 				_ = m.server.cmd.Process.Signal(syscall.SIGHUP)
@@ -99,7 +104,7 @@ func (m *manager) turn(ctx context.Context) {
 		o, err := m.observe(ctx)
 		obs, s.ready = o, err == nil && o.primary == (m.role == asPrimary)
 		if s.ready {
-			m.lastSeen = o
+			m.lastSeen, s.lsn = o, o.lsn
 		}
 	}
 	// A primary's renewal is its reading of the Lease; the others read it.
@@ -109,6 +114,9 @@ func (m *manager) turn(ctx context.Context) {
 			m.log("reading the Lease: %v", err)
 		}
 		s.lease, s.leaseRead = lease, err == nil
+		s.handoffOverdue = time.Since(m.leases.seenAt) >= m.t.lease/2
+	} else if m.leases.lease != nil {
+		s.lease = m.leases.view()
 	}
 	a := decide(s)
 	if a != wait && a != renew {
@@ -142,6 +150,15 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs observatio
 	case runPrimary:
 		switch {
 		case m.role == asReplica && s.ready:
+			// Handed the Lease (or holding it across a restart): renew it
+			// on this instance's own clock first, which opens the fence,
+			// without which the promotion's own commits would wait.
+			if err := m.take(ctx); err != nil {
+				return nil, err
+			}
+			if err := m.reserveTimelines(obs.timeline, s.lease.timeline); err != nil {
+				return nil, err
+			}
 			return nil, m.promote(ctx)
 		case m.role == stopped && m.c.standby():
 			// Never run a standby's data as a primary without promoting
@@ -162,6 +179,16 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs observatio
 			m.fence.close()
 		}
 		return nil, err
+	case handOver:
+		stopped, err := m.handOver(ctx, s.lease.switchoverTo)
+		if stopped {
+			return nil, err
+		}
+		m.logOnce(err)
+		return m.act(ctx, renew, s, obs)
+	case release:
+		m.log("the WAL here ends before %s, where the Lease's last holder stopped: giving the Lease up", report.FormatLSN(s.lease.handoff))
+		return nil, m.leases.release(ctx)
 	case fenceOff:
 		m.fence.close()
 		m.stop()
@@ -427,6 +454,19 @@ func (m *manager) shutdown() int {
 	}
 	m.report(ctx, nil, nil)
 	return 0
+}
+
+// logOnce logs err unless it is the one it logged last: for what a turn
+// finds again and again while it waits.
+func (m *manager) logOnce(err error) {
+	if err == nil {
+		m.logged = ""
+		return
+	}
+	if err.Error() != m.logged {
+		m.log("%v", err)
+	}
+	m.logged = err.Error()
 }
 
 func (r serverRole) String() string { return [...]string{"stopped", "primary", "replica"}[r] }

@@ -44,7 +44,7 @@ func InstanceRole(db *databasev1alpha1.MyDatabase) *rbacv1ac.RoleApplyConfigurat
 		WithOwnerReferences(ownerReferenceApply(db)).
 		WithRules(
 			rbacv1ac.PolicyRule().WithAPIGroups("coordination.k8s.io").WithResources("leases").
-				WithResourceNames(LeaseName(db)).WithVerbs("get", "update"),
+				WithResourceNames(LeaseName(db)).WithVerbs("get", "watch", "update"),
 			rbacv1ac.PolicyRule().WithAPIGroups("").WithResources("pods").WithVerbs("get", "list"),
 			rbacv1ac.PolicyRule().WithAPIGroups("").WithResources("pods").
 				WithResourceNames(pods...).WithVerbs("patch"))

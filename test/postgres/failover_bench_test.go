@@ -13,7 +13,8 @@ import (
 // unless HA_BENCH_ROUNDS is set: three instances under write load through
 // the read-write front, the primary lost HA_BENCH_ROUNDS times (its
 // container killed: the Lease must expire) and as many times stopped as a
-// deleted pod is (SIGTERM: it gives the Lease up). Each time it measures the
+// deleted pod is (SIGTERM: it gives the Lease up), and HA_BENCH_ROUNDS
+// times switched over to a replica. Each time it measures the
 // write unavailability (the longest time between two acknowledged writes)
 // and the acknowledged writes lost. With HA_BENCH_DOC it writes the figures
 // into that file between the failover-figures markers.
@@ -29,7 +30,7 @@ func TestFailoverTimes(t *testing.T) {
 		gaps []time.Duration
 		lost int
 	}
-	measure := func(how string, lose func(p *pod)) figures {
+	measure := func(how string, move func(primary *pod, others []*pod)) figures {
 		var f figures
 		for i := range rounds {
 			primary := c.waitPrimary(t, pods, 30*time.Second)
@@ -41,7 +42,7 @@ func TestFailoverTimes(t *testing.T) {
 			}
 			w := startWriters(t, conninfo, 4)
 			w.waitAcks(t, 200, 30*time.Second)
-			lose(primary)
+			move(primary, others)
 			c.waitPrimary(t, others, 4*lease)
 			w.waitAcks(t, 200, 30*time.Second)
 			v := w.check(t, conninfo)
@@ -58,8 +59,12 @@ func TestFailoverTimes(t *testing.T) {
 		}
 		return f
 	}
-	killed := measure("container killed", func(p *pod) { p.killContainer(t) })
-	stopped := measure("pod deleted (SIGTERM)", func(p *pod) { p.stop(t) })
+	killed := measure("container killed", func(p *pod, _ []*pod) { p.killContainer(t) })
+	stopped := measure("pod deleted (SIGTERM)", func(p *pod, _ []*pod) { p.stop(t) })
+	switched := measure("switchover", func(_ *pod, others []*pod) { c.switchover(t, others[0]) })
+	if switched.lost > 0 {
+		t.Errorf("a switchover lost %d acknowledged writes", switched.lost)
+	}
 
 	row := func(how string, f figures) string {
 		slices.Sort(f.gaps)
@@ -67,9 +72,9 @@ func TestFailoverTimes(t *testing.T) {
 			f.gaps[len(f.gaps)/2].Round(10*time.Millisecond), f.gaps[len(f.gaps)-1].Round(10*time.Millisecond), f.lost)
 	}
 	table := fmt.Sprintf("Measured by `make bench-ha` on %s, PostgreSQL %d, default Lease of %s, asynchronous replicas, four writers:\n\n"+
-		"| primary lost by | rounds | write gap min | p50 | max | acknowledged writes lost |\n|---|---|---|---|---|---|\n%s\n%s\n",
+		"| primary moved by | rounds | write gap min | p50 | max | acknowledged writes lost |\n|---|---|---|---|---|---|\n%s\n%s\n%s\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), c.srv.major, lease, row("container killed (the Lease expires)", killed),
-		row("pod deleted (SIGTERM: the Lease is given up)", stopped))
+		row("pod deleted (SIGTERM: the Lease is given up)", stopped), row("switchover (the Lease is handed over)", switched))
 	t.Log("\n" + table)
 	if doc := os.Getenv("HA_BENCH_DOC"); doc != "" {
 		if err := splice(doc, "<!-- failover figures -->", "<!-- end of failover figures -->", table); err != nil {

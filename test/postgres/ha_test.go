@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -25,7 +28,8 @@ import (
 // fault at a time under write load. The write-loss checker
 // (checker_test.go) judges each run: no split brain ever; the number of
 // acknowledged writes lost is reported (asynchronous replication may lose
-// the last ones on a failover) and must be zero where no failover happens.
+// the last ones on a failover) and must be zero where no failover happens,
+// and in a switchover.
 func TestHighAvailability(t *testing.T) {
 	ha := startHA(t)
 	c, pods, conninfo, lease := ha.c, ha.pods, ha.conninfo, ha.lease
@@ -33,30 +37,35 @@ func TestHighAvailability(t *testing.T) {
 	for _, f := range []struct {
 		name     string
 		failover bool // the fault must move the primary
+		lossless bool // no acknowledged write may be lost, even in asynchronous mode
 		inject   func(t *testing.T, primary *pod, others []*pod)
 	}{
-		{"postgres killed (restarted by its instance manager)", false, func(t *testing.T, p *pod, _ []*pod) {
+		{"switchover under write load", true, true, func(t *testing.T, _ *pod, others []*pod) {
+			c.switchover(t, others[0])
+			c.waitPrimary(t, others[:1], 3*lease)
+		}},
+		{"postgres killed (restarted by its instance manager)", false, true, func(t *testing.T, p *pod, _ []*pod) {
 			pid := postmasterPID(p.pgdata())
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"replica killed", false, func(t *testing.T, _ *pod, others []*pod) {
+		{"replica killed", false, true, func(t *testing.T, _ *pod, others []*pod) {
 			others[0].killContainer(t)
 			time.Sleep(lease)
 			others[0].start(t)
 		}},
-		{"primary cut off from its replicas", false, func(t *testing.T, p *pod, _ []*pod) {
+		{"primary cut off from its replicas", false, true, func(t *testing.T, p *pod, _ []*pod) {
 			p.peers.Cut()
 			time.Sleep(2 * lease) // past the Lease: the primary renews it, no one takes over
 			p.peers.Restore()
 		}},
-		{"pod lost: instance manager and server killed, back after the failover", true, func(t *testing.T, p *pod, others []*pod) {
+		{"pod lost: instance manager and server killed, back after the failover", true, false, func(t *testing.T, p *pod, others []*pod) {
 			p.killContainer(t)
 			c.waitPrimary(t, others, 3*lease)
 			p.start(t)
 		}},
-		{"primary paused (SIGSTOP) past the Lease, then resumed", true, func(t *testing.T, p *pod, others []*pod) {
+		{"primary paused (SIGSTOP) past the Lease, then resumed", true, false, func(t *testing.T, p *pod, others []*pod) {
 			if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
@@ -65,12 +74,12 @@ func TestHighAvailability(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{"primary cut off from the API server", true, func(t *testing.T, p *pod, others []*pod) {
+		{"primary cut off from the API server", true, false, func(t *testing.T, p *pod, others []*pod) {
 			p.api.Cut()
 			c.waitPrimary(t, others, 3*lease)
 			p.api.Restore()
 		}},
-		{"two failovers in a row", true, func(t *testing.T, p *pod, others []*pod) {
+		{"two failovers in a row", true, false, func(t *testing.T, p *pod, others []*pod) {
 			p.killContainer(t)
 			second := c.waitPrimary(t, others, 3*lease)
 			second.killContainer(t)
@@ -110,8 +119,8 @@ func TestHighAvailability(t *testing.T) {
 			if moved := now != primary; moved != f.failover {
 				t.Errorf("the primary moved from %s to %s: want a failover %t", primary.name, now.name, f.failover)
 			}
-			if !f.failover && v.lost > 0 {
-				t.Errorf("%d acknowledged writes lost without a failover", v.lost)
+			if f.lossless && v.lost > 0 {
+				t.Errorf("%d acknowledged writes lost", v.lost)
 			}
 		})
 	}
@@ -156,6 +165,17 @@ func startHA(t *testing.T) haCluster {
 	c.healthy(t, pods)
 	c.query(t, conninfo, "", checkerTable)
 	return haCluster{c: c, pods: pods, conninfo: conninfo, lease: time.Duration(specs.LeaseDurationSeconds(db)) * time.Second}
+}
+
+// switchover asks for a planned switchover to target, as the operator
+// does: through the Lease.
+func (c *cluster) switchover(t *testing.T, target *pod) {
+	t.Helper()
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: c.db.Namespace, Name: specs.LeaseName(c.db)}}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, databasev1alpha1.AnnotationSwitchoverTo, target.name)
+	if err := c.api.Client.Patch(context.Background(), lease, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // killContainer kills the container's whole process group, as the end of

@@ -31,7 +31,7 @@ import (
 // reconcileInstanceAccess keeps the instance managers' ServiceAccount,
 // Role and RoleBinding, and the primary Lease. The operator may grant the
 // Role only what it holds itself (RBAC refuses an escalation): get, list
-// and patch on pods, get and update on Leases.
+// and patch on pods, get, watch and update on Leases.
 func (r *MyDatabaseReconciler) reconcileInstanceAccess(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	if err := r.applyChild(ctx, obs, specs.InstanceServiceAccount(db), &corev1.ServiceAccount{}); err != nil {
 		return err

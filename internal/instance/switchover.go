@@ -1,0 +1,96 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"example.com/myoperator/internal/instance/report"
+)
+
+// A switchover is a planned change of primary, with no commit lost:
+//
+//  1. The operator names the target in the Lease
+//     (databasev1alpha1.AnnotationSwitchoverTo).
+//  2. The primary waits until the target streams from it and is less than
+//     maxHandOverLag behind, renewing the Lease meanwhile.
+//  3. It stops its server: a fast shutdown, which ends every session,
+//     writes a shutdown checkpoint and sends the WAL up to it to each
+//     connected standby before it exits.
+//  4. It reads where its WAL ended (pg_controldata) and hands the Lease to
+//     the target with that position (handoffAnnotation), in one
+//     conditional update.
+//  5. The target promotes only once it has received WAL past that
+//     position (decide), so it has every commit the old primary made,
+//     acknowledged or not. If it has not within half a Lease, it gives the
+//     Lease up and the most advanced instance, the old primary, is elected.
+//  6. The old primary follows the new one (no rewind needed: its timeline
+//     ended where the new one forked).
+//
+// Until step 4 succeeds the old primary holds the Lease, and the next turn
+// starts it again as the primary: a switchover that fails costs a restart,
+// never the data.
+
+// maxHandOverLag is how far behind the target may be when the primary
+// stops; the shutdown sends it the rest.
+const maxHandOverLag = 16 << 20
+
+// handOver carries out a switchover to target, if it has caught up. It
+// reports whether it stopped the server (the Lease is then the target's,
+// unless err says otherwise).
+func (m *manager) handOver(ctx context.Context, target string) (bool, error) {
+	lag, err := m.standbyLag(ctx, target)
+	if err != nil {
+		return false, err
+	}
+	if lag > maxHandOverLag {
+		return false, fmt.Errorf("switchover to %s: it is %d bytes behind, waiting for it to catch up", target, lag)
+	}
+	m.log("switching over to %s, %d bytes behind", target, lag)
+	m.stop()
+	end, err := m.walEnd(ctx)
+	if err != nil {
+		return true, fmt.Errorf("switchover to %s: %w; keeping the Lease", target, err)
+	}
+	if err := m.leases.handOver(ctx, target, end); err != nil {
+		return true, fmt.Errorf("switchover to %s: handing over the Lease: %w", target, err)
+	}
+	m.log("handed the Lease to %s, WAL ends at %s", target, report.FormatLSN(end))
+	return true, nil
+}
+
+// errNotStreaming: the target of a switchover does not stream from this
+// primary.
+var errNotStreaming = errors.New("it does not stream from this primary")
+
+// standbyLag is how many bytes of WAL the standby named target has yet to
+// flush.
+func (m *manager) standbyLag(ctx context.Context, target string) (uint64, error) {
+	var lag *int64
+	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - flush_lsn)::bigint FROM pg_stat_replication
+			WHERE application_name = $1 AND state = 'streaming' ORDER BY flush_lsn DESC NULLS LAST LIMIT 1`, target).Scan(&lag)
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) || (err == nil && lag == nil):
+		return 0, fmt.Errorf("switchover to %s: %w", target, errNotStreaming)
+	case err != nil:
+		return 0, err
+	}
+	return uint64(max(*lag, 0)), nil
+}
+
+// walEnd is where the WAL of the stopped server ends: its shutdown
+// checkpoint. A server that did not shut down cleanly has no known end.
+func (m *manager) walEnd(ctx context.Context) (uint64, error) {
+	control, err := m.controlData(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if state := control["Database cluster state"]; state != "shut down" {
+		return 0, fmt.Errorf("the server did not shut down cleanly (%q)", state)
+	}
+	return report.LSN(control["Latest checkpoint location"])
+}
