@@ -28,7 +28,7 @@ type kube struct {
 	leases coordinationv1client.LeaseInterface
 	// watches has no timeout: a watch lasts minutes.
 	watches coordinationv1client.LeaseInterface
-	c      Config
+	c       Config
 	// timeout bounds every request, so that a hung connection cannot hold
 	// the HA loop past a renew deadline.
 	timeout time.Duration
