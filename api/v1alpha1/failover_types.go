@@ -38,6 +38,68 @@ type FailoverSpec struct {
 	LeaseDurationSeconds int32 `json:"leaseDurationSeconds,omitempty"`
 }
 
+// SwitchoverSpec asks for a planned change of primary: the primary stops,
+// the target receives the last of its WAL and is promoted, and the old
+// primary follows it, with no commit lost (docs/high-availability.md).
+type SwitchoverSpec struct {
+	// to is the instance (pod) to make the primary, for example orders-1.
+	// Empty: the ready replica with the most WAL.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	To string `json:"to,omitempty"`
+	// requestedAt identifies the request: each new value asks for one
+	// switchover, which status.switchover then reports on. Setting it to
+	// the current time is the usual way to ask.
+	// +required
+	RequestedAt metav1.Time `json:"requestedAt"`
+}
+
+// SwitchoverPhase is how far a switchover has got.
+// +kubebuilder:validation:Enum=Running;Succeeded;Failed
+type SwitchoverPhase string
+
+const (
+	SwitchoverRunning   SwitchoverPhase = "Running"
+	SwitchoverSucceeded SwitchoverPhase = "Succeeded"
+	SwitchoverFailed    SwitchoverPhase = "Failed"
+)
+
+// Why a switchover runs: the user asked for it (spec.switchover), or a
+// rolling update moves the primary before it restarts the old one.
+const (
+	SwitchoverRequested     = "Requested"
+	SwitchoverRollingUpdate = "RollingUpdate"
+)
+
+// SwitchoverStatus reports the last switchover.
+type SwitchoverStatus struct {
+	// requestedAt is the spec.switchover.requestedAt handled last (a
+	// rolling update's switchover carries it over).
+	// +optional
+	RequestedAt *metav1.Time `json:"requestedAt,omitempty"`
+	// reason is Requested (spec.switchover) or RollingUpdate.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// from is the primary when it started.
+	// +optional
+	From string `json:"from,omitempty"`
+	// to is the instance being made the primary.
+	// +optional
+	To string `json:"to,omitempty"`
+	// phase is Running, Succeeded or Failed.
+	// +optional
+	Phase SwitchoverPhase `json:"phase,omitempty"`
+	// message says what happened, and why it failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// startedAt is when the operator asked the primary to hand over.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// finishedAt is when it succeeded or failed.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+}
+
 // InstanceStatus is what one server's instance manager last reported
 // (the pod annotation AnnotationInstance).
 type InstanceStatus struct {

@@ -180,6 +180,11 @@ type MyDatabaseSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Failover FailoverSpec `json:"failover,omitzero"`
+
+	// switchover asks for a planned change of primary, once per new
+	// requestedAt; status.switchover reports how it went.
+	// +optional
+	Switchover *SwitchoverSpec `json:"switchover,omitempty"`
 }
 
 // StorageSpec is the data volume of each server.
@@ -352,6 +357,16 @@ type MyDatabaseStatus struct {
 	// +optional
 	CurrentPrimary string `json:"currentPrimary,omitempty"`
 
+	// targetPrimary is the instance a switchover in progress is making the
+	// primary; empty when none is.
+	// +optional
+	TargetPrimary string `json:"targetPrimary,omitempty"`
+
+	// switchover reports the last switchover, requested or made by a
+	// rolling update.
+	// +optional
+	Switchover *SwitchoverStatus `json:"switchover,omitempty"`
+
 	// instances is what each server's instance manager last reported.
 	// +listType=map
 	// +listMapKey=name
@@ -397,6 +412,7 @@ const MaxNameLength = 52
 // A name with a dot is a valid object name but not a Service name nor a
 // hostname, so it is refused too, on create only for the same reason.
 // +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || !self.metadata.name.contains('.')",optionalOldSelf=true,message="metadata.name may not contain dots: it names the database's Services and pod hostnames, which are DNS labels"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.switchover) || !has(self.spec.switchover.to) || self.spec.switchover.to.matches('^' + self.metadata.name + '-[0-9]+$')",message="spec.switchover.to must name one of this MyDatabase's pods, <metadata.name>-<ordinal>, or be left out to pick the most advanced replica"
 // +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || size(self.metadata.name) <= 52",optionalOldSelf=true,message="metadata.name may be at most 52 characters: the StatefulSet of the same name labels its pods controller-revision-hash=<name>-<hash of up to 10 characters>, and a label value may be at most 63 characters"
 
 // MyDatabase is a PostgreSQL database: one primary and streaming read

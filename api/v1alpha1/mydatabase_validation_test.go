@@ -126,6 +126,9 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 		"priorityClassName too long": {map[string]any{"priorityClassName": strings.Repeat("p", 254)}, "spec.priorityClassName: Too long"},
 		"fence disabled by hand":     {map[string]any{"parameters": map[string]any{"synchronous_standby_names": "*"}}, "synchronous_standby_names: the operator manages them"},
 		"lease of one second":        {map[string]any{"failover.leaseDurationSeconds": int64(1)}, "spec.failover.leaseDurationSeconds in body should be greater than or equal to 2"},
+		"switchover to another's pod": {map[string]any{"switchover": map[string]any{"to": "orders-1", "requestedAt": "2026-11-30T12:00:00Z"}},
+			"spec.switchover.to must name one of this MyDatabase's pods"},
+		"switchover without requestedAt": {map[string]any{"switchover": map[string]any{"to": "invalid-1"}}, "spec.switchover.requestedAt: Required value"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -16,7 +16,7 @@ func TestInstanceRoleIsNarrow(t *testing.T) {
 	d := db(func(d *databasev1alpha1.MyDatabase) { d.Spec.Replicas = ptr.To[int32](3) })
 	role := typed[rbacv1.Role](t, InstanceRole(d))
 	want := []rbacv1.PolicyRule{
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"orders-primary"}, Verbs: []string{"get", "update"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"orders-primary"}, Verbs: []string{"get", "watch", "update"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, ResourceNames: []string{"orders-0", "orders-1", "orders-2"}, Verbs: []string{"patch"}},
 	}

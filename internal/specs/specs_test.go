@@ -223,7 +223,7 @@ func TestStatefulSetFollowsSpec(t *testing.T) {
 			func(d *databasev1alpha1.MyDatabase) { d.Spec.Replicas = ptr.To[int32](3) },
 			func(t *testing.T, s *appsv1.StatefulSet) {
 				if *s.Spec.Replicas != 3 || s.Spec.PodManagementPolicy != appsv1.OrderedReadyPodManagement ||
-					s.Spec.UpdateStrategy.Type != appsv1.RollingUpdateStatefulSetStrategyType || s.Spec.ServiceName != "orders-headless" {
+					s.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType || s.Spec.ServiceName != "orders-headless" {
 					t.Errorf("spec = %+v", s.Spec)
 				}
 			},

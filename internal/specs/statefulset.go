@@ -89,9 +89,9 @@ func StorageSize(db *databasev1alpha1.MyDatabase) resource.Quantity {
 // up, so pod N+1 must wait for pod N to be Ready; scale-down removes the
 // highest ordinal first (a primary there gives the Lease up on its way out).
 //
-// RollingUpdate: the StatefulSet controller replaces pods from the highest
-// ordinal down, one at a time, each only after the previous one is Ready; a
-// primary restarted gives the Lease up to the most advanced replica.
+// OnDelete: the StatefulSet controller never restarts a pod for a new
+// template; the operator does, replicas first and the primary after a
+// switchover (internal/controller/mydatabase, rollout.go).
 func StatefulSet(db *databasev1alpha1.MyDatabase, p Platform) *appsv1ac.StatefulSetApplyConfiguration {
 	return appsv1ac.StatefulSet(StatefulSetName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentDatabase)).
@@ -102,7 +102,7 @@ func StatefulSet(db *databasev1alpha1.MyDatabase, p Platform) *appsv1ac.Stateful
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(db))).
 			WithPodManagementPolicy(appsv1.OrderedReadyPodManagement).
 			WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().
-				WithType(appsv1.RollingUpdateStatefulSetStrategyType)).
+				WithType(appsv1.OnDeleteStatefulSetStrategyType)).
 			WithPersistentVolumeClaimRetentionPolicy(pvcRetentionPolicy(db)).
 			WithTemplate(podTemplate(db, p)).
 			WithVolumeClaimTemplates(dataVolumeClaim(db)))

@@ -52,6 +52,8 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 		r.checkPodCreation,
 		r.reconcileDisruptionBudget,
 		r.reconcilePodRoles,
+		r.reconcileSwitchover,
+		r.reconcileRollout,
 		r.adoptRetainedVolumes,
 	}
 	for _, step := range steps {

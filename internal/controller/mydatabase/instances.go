@@ -58,7 +58,11 @@ func (r *MyDatabaseReconciler) followPrimary(ctx context.Context, db *databasev1
 	case err != nil:
 		return objectError("get", lease, specs.LeaseName(db), err)
 	}
-	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "" && metav1.IsControlledBy(lease, db) {
+	if !metav1.IsControlledBy(lease, db) {
+		return nil
+	}
+	obs.lease = lease
+	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "" {
 		obs.primary = holder
 	}
 	return nil

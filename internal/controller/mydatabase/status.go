@@ -7,6 +7,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,6 +47,14 @@ type observation struct {
 	// yet. Its controller reports a refused pod or claim only in an event,
 	// which no watch brings: the pass looks again soon.
 	podsMissing bool
+	// lease is the primary Lease, nil when there is none.
+	lease *coordinationv1.Lease
+	// switchover is the switchover part of the status, nil when the pass
+	// did not get to it (the status keeps what it had).
+	switchover *switchoverState
+	// requeue, when positive, is how soon the pass wants to look again at
+	// something no watch brings (a switchover's deadline).
+	requeue time.Duration
 	// deleting is set while the finalizer runs; gone once the MyDatabase
 	// has no finalizer left and nothing remains to report.
 	deleting, gone bool
@@ -129,7 +138,15 @@ func (o *observation) result(stallRetry time.Duration) ctrl.Result {
 	case o.podsMissing:
 		return ctrl.Result{RequeueAfter: podCreationRecheck}
 	}
-	return ctrl.Result{}
+	return ctrl.Result{RequeueAfter: o.requeue}
+}
+
+// recheck asks for another pass within d.
+func (o *observation) recheck(d time.Duration) {
+	d = max(d, time.Second)
+	if o.requeue == 0 || d < o.requeue {
+		o.requeue = d
+	}
 }
 
 // rolledOut reports whether the StatefulSet runs the latest template on
@@ -139,9 +156,10 @@ func rolledOut(sts *appsv1.StatefulSet, desired int32) bool {
 		return false
 	}
 	s := sts.Status
+	// Not status.currentRevision: with the OnDelete strategy the
+	// StatefulSet controller does not move it (kubernetes#73492).
 	return s.ObservedGeneration >= sts.Generation &&
-		s.Replicas == desired && s.ReadyReplicas == desired && s.UpdatedReplicas == desired &&
-		(s.UpdateRevision == "" || s.CurrentRevision == s.UpdateRevision)
+		s.Replicas == desired && s.ReadyReplicas == desired && s.UpdatedReplicas == desired
 }
 
 // computeStatus sets db.Status from the observation. The conditions follow
@@ -167,6 +185,9 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	st.CurrentPrimary = obs.primaryPod(db)
 	if obs.pods != nil {
 		st.Instances = instanceStatuses(obs.pods, st.CurrentPrimary)
+	}
+	if obs.switchover != nil {
+		st.TargetPrimary, st.Switchover = obs.switchover.target, obs.switchover.status
 	}
 	st.Endpoint = fmt.Sprintf("%s:%d", specs.ReadWriteHost(db), specs.ServicePort(db))
 	st.ReadEndpoint = ""
@@ -256,8 +277,7 @@ func progress(db *databasev1alpha1.MyDatabase, obs *observation, desired int32) 
 		return databasev1alpha1.ReasonProvisioning, fmt.Sprintf("%d/%d servers ready", readyReplicas(sts), desired)
 	case sts.Status.Replicas != desired || sts.Spec.Replicas == nil || *sts.Spec.Replicas != desired:
 		return databasev1alpha1.ReasonScaling, fmt.Sprintf("scaling from %d to %d servers", sts.Status.Replicas, desired)
-	case sts.Status.ObservedGeneration >= sts.Generation && sts.Status.UpdatedReplicas == desired &&
-		sts.Status.CurrentRevision == sts.Status.UpdateRevision:
+	case sts.Status.ObservedGeneration >= sts.Generation && sts.Status.UpdatedReplicas == desired:
 		return databasev1alpha1.ReasonServersNotReady, fmt.Sprintf(
 			"%d/%d servers ready: the servers run the current spec, waiting for the others to become ready", readyReplicas(sts), desired)
 	default:

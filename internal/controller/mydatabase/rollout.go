@@ -1,0 +1,77 @@
+package mydatabase
+
+import (
+	"context"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
+)
+
+// The StatefulSet's update strategy is OnDelete: its controller never
+// restarts a pod for a new template, the operator does, in the order a
+// database needs rather than from the highest ordinal down. One pod at a
+// time, and only while every pod is ready:
+//
+//  1. each outdated replica is deleted, and comes back from the new
+//     template;
+//  2. when only the primary is outdated, a switchover makes the updated
+//     replica with the most WAL the primary (switchover.go);
+//  3. the old primary, now a replica, is deleted as in 1.
+//
+// So a minor version or a setting that needs a restart costs one
+// switchover, never a primary restart. A primary is restarted in place
+// only when there is no replica that reports itself ready to take over (a
+// single server, or pods that run no instance manager); a switchover that
+// fails is tried again.
+
+// +kubebuilder:rbac:groups=core,resources=pods,verbs=delete
+
+// reconcileRollout takes the next step of a rolling update.
+func (r *MyDatabaseReconciler) reconcileRollout(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	sts := obs.sts
+	if sts == nil || sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision == "" ||
+		obs.switchover == nil || obs.switchover.target != "" {
+		return nil
+	}
+	revision := sts.Status.UpdateRevision
+	var outdated []*corev1.Pod
+	for i := range obs.pods {
+		pod := &obs.pods[i]
+		if !pod.DeletionTimestamp.IsZero() || !podReady(pod) {
+			return nil // one at a time, and never while a server is down
+		}
+		if pod.Labels[appsv1.ControllerRevisionHashLabelKey] != revision {
+			outdated = append(outdated, pod)
+		}
+	}
+	if len(outdated) == 0 || int32(len(obs.pods)) != specs.Replicas(db) {
+		return nil
+	}
+	primary := obs.primaryPod(db)
+	// Replicas first, the highest ordinal first (the StatefulSet's order).
+	slices.Reverse(outdated)
+	for _, pod := range outdated {
+		if pod.Name != primary {
+			r.event(db, corev1.EventTypeNormal, "RollingUpdate", "Restarting replica %s with the new spec", pod.Name)
+			return r.deleteExact(ctx, pod)
+		}
+	}
+	if target, why := pickTarget(db, obs, ""); why == "" {
+		return r.startSwitchover(ctx, db, obs, target, databasev1alpha1.SwitchoverRollingUpdate)
+	}
+	r.event(db, corev1.EventTypeNormal, "RollingUpdate", "Restarting the primary %s with the new spec: no replica is ready to take over", primary)
+	return r.deleteExact(ctx, outdated[0])
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,179 @@
+package mydatabase
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/specs"
+)
+
+// A switchover is carried out by the instance managers (internal/instance,
+// switchover.go): the operator only asks, by naming the target in the
+// primary Lease (AnnotationSwitchoverTo), and follows the Lease until the
+// target holds it. status.targetPrimary and status.switchover say where it
+// stands; events mark its start and end. Two things start one: a new
+// spec.switchover.requestedAt, and a rolling update whose last outdated
+// pod is the primary (rollout.go).
+
+// switchoverTimeout is how long a switchover may take before the operator
+// gives up and withdraws it: the primary hands over only once the target
+// streams less than 16 MiB behind, which a replica under heavy write load
+// or just restarted may need a while for.
+func switchoverTimeout(db *databasev1alpha1.MyDatabase) time.Duration {
+	return max(30*time.Second, 6*time.Duration(specs.LeaseDurationSeconds(db))*time.Second)
+}
+
+// switchoverState is the switchover part of the status a pass computes.
+type switchoverState struct {
+	target string // status.targetPrimary
+	status *databasev1alpha1.SwitchoverStatus
+}
+
+// reconcileSwitchover follows a switchover in progress to its end, or
+// starts the one spec.switchover asks for.
+func (r *MyDatabaseReconciler) reconcileSwitchover(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	obs.switchover = &switchoverState{target: db.Status.TargetPrimary, status: db.Status.Switchover.DeepCopy()}
+	sw := obs.switchover
+	now := r.Clock.Now()
+	if sw.target != "" {
+		switch {
+		case obs.primary == sw.target:
+			r.finishSwitchover(db, obs, databasev1alpha1.SwitchoverSucceeded, fmt.Sprintf("%s is the primary", sw.target))
+		case sw.status == nil || sw.status.StartedAt == nil || now.Sub(sw.status.StartedAt.Time) >= switchoverTimeout(db):
+			r.finishSwitchover(db, obs, databasev1alpha1.SwitchoverFailed, fmt.Sprintf(
+				"%s did not take over within %s, %s stays the primary: the primary hands over only to a replica "+
+					"that streams from it less than 16 MiB behind; its instance manager's log says why it did not",
+				sw.target, switchoverTimeout(db), obs.primaryPod(db)))
+		default:
+			obs.recheck(sw.status.StartedAt.Add(switchoverTimeout(db)).Sub(now))
+			return r.askSwitchover(ctx, obs, sw.target)
+		}
+		return r.askSwitchover(ctx, obs, "")
+	}
+	req := db.Spec.Switchover
+	if req == nil || (sw.status != nil && sw.status.RequestedAt != nil && sw.status.RequestedAt.Equal(&req.RequestedAt)) {
+		return r.askSwitchover(ctx, obs, "") // nothing asked: withdraw what a lost pass may have left
+	}
+	target, why := pickTarget(db, obs, req.To)
+	if why != "" {
+		sw.status = &databasev1alpha1.SwitchoverStatus{RequestedAt: req.RequestedAt.DeepCopy(), Reason: databasev1alpha1.SwitchoverRequested,
+			From: obs.primaryPod(db), To: req.To, Phase: databasev1alpha1.SwitchoverFailed, Message: why,
+			StartedAt: new(metav1.NewTime(now)), FinishedAt: new(metav1.NewTime(now))}
+		r.event(db, corev1.EventTypeWarning, "SwitchoverFailed", "Switchover refused: %s", why)
+		return nil
+	}
+	return r.startSwitchover(ctx, db, obs, target, databasev1alpha1.SwitchoverRequested)
+}
+
+// startSwitchover asks the primary to hand over to target.
+func (r *MyDatabaseReconciler) startSwitchover(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, target, reason string) error {
+	sw := obs.switchover
+	now := metav1.NewTime(r.Clock.Now())
+	st := &databasev1alpha1.SwitchoverStatus{Reason: reason, From: obs.primaryPod(db), To: target, StartedAt: &now}
+	if sw.status != nil {
+		st.RequestedAt = sw.status.RequestedAt
+	}
+	if reason == databasev1alpha1.SwitchoverRequested {
+		st.RequestedAt = db.Spec.Switchover.RequestedAt.DeepCopy()
+	}
+	sw.status = st
+	if target == obs.primaryPod(db) {
+		st.Phase, st.Message, st.FinishedAt = databasev1alpha1.SwitchoverSucceeded, target+" is the primary already", &now
+		return nil
+	}
+	if err := r.askSwitchover(ctx, obs, target); err != nil {
+		return err
+	}
+	st.Phase, st.Message = databasev1alpha1.SwitchoverRunning, fmt.Sprintf("asked %s to hand over to %s", st.From, target)
+	sw.target = target
+	obs.recheck(switchoverTimeout(db))
+	r.event(db, corev1.EventTypeNormal, "SwitchoverStarted", "Switching over from %s to %s (%s)", st.From, target, reason)
+	return nil
+}
+
+// finishSwitchover ends the switchover in progress.
+func (r *MyDatabaseReconciler) finishSwitchover(db *databasev1alpha1.MyDatabase, obs *observation, phase databasev1alpha1.SwitchoverPhase, message string) {
+	sw := obs.switchover
+	if sw.status == nil {
+		sw.status = &databasev1alpha1.SwitchoverStatus{To: sw.target}
+	}
+	sw.status.Phase, sw.status.Message, sw.status.FinishedAt = phase, message, new(metav1.NewTime(r.Clock.Now()))
+	sw.target = ""
+	if phase == databasev1alpha1.SwitchoverSucceeded {
+		r.event(db, corev1.EventTypeNormal, "SwitchedOver", "Switched over from %s to %s", sw.status.From, sw.status.To)
+	} else {
+		r.event(db, corev1.EventTypeWarning, "SwitchoverFailed", "Switchover failed: %s", message)
+	}
+}
+
+// askSwitchover makes the Lease name target (none when empty), the
+// instance managers' channel: a merge patch of the one annotation, which
+// the holder's next renewal takes in its stride.
+func (r *MyDatabaseReconciler) askSwitchover(ctx context.Context, obs *observation, target string) error {
+	lease := obs.lease
+	if lease == nil || lease.Annotations[databasev1alpha1.AnnotationSwitchoverTo] == target {
+		return nil
+	}
+	var value any
+	if target != "" {
+		value = target
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations": map[string]any{databasev1alpha1.AnnotationSwitchoverTo: value}}})
+	if err != nil {
+		return err
+	}
+	err = r.Patch(ctx, lease, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldOwner))
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return objectError("patch", lease, lease.Name, err)
+}
+
+// pickTarget chooses the instance a switchover makes the primary: the one
+// named, if it is a ready replica, else the ready replica with the most
+// WAL. It returns why there is none.
+func pickTarget(db *databasev1alpha1.MyDatabase, obs *observation, named string) (string, string) {
+	primary := obs.primaryPod(db)
+	instances := instanceStatuses(obs.pods, primary)
+	var names []string
+	best, bestLSN := "", uint64(0)
+	for _, in := range instances {
+		names = append(names, in.Name)
+		if named != "" && in.Name != named {
+			continue
+		}
+		if named == primary && in.Name == primary {
+			return primary, ""
+		}
+		lsn, err := report.LSN(in.LSN)
+		if !in.Ready || in.Role != databasev1alpha1.RoleReplica || err != nil {
+			if named != "" {
+				return "", fmt.Sprintf("%s is not a ready replica (role %q, ready %t): only a streaming replica can take over", named, in.Role, in.Ready)
+			}
+			continue
+		}
+		if best == "" || lsn > bestLSN {
+			best, bestLSN = in.Name, lsn
+		}
+	}
+	switch {
+	case best != "":
+		return best, ""
+	case named != "" && !slices.Contains(names, named):
+		return "", fmt.Sprintf("%s is not an instance of this MyDatabase that reports its state (instances: %s)", named, strings.Join(names, ", "))
+	}
+	return "", "no replica is ready to take over"
+}

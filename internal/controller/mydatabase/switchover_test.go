@@ -1,0 +1,198 @@
+package mydatabase
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
+)
+
+// instancePod plays the StatefulSet controller and the instance manager:
+// a ready pod of revision with the report of a ready server in role, at
+// lsn.
+func instancePod(t *testing.T, db *databasev1alpha1.MyDatabase, name, revision, role, lsn string) {
+	t.Helper()
+	labels := specs.Labels(db, specs.ComponentDatabase)
+	labels[appsv1.ControllerRevisionHashLabelKey] = revision
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name, Labels: labels, Annotations: map[string]string{
+			databasev1alpha1.AnnotationInstance: fmt.Sprintf(`{"role":%q,"ready":true,"timeline":1,"lsn":%q,"replayed":%q,"time":"2026-01-02T03:04:05Z"}`, role, lsn, lsn)}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres:17"}}},
+	}
+	if err := k8s.Create(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	// The operator labels the pod meanwhile: read it again on a conflict.
+	eventually(t, name+" ready", func() error {
+		if err := get(db.Namespace, name, pod); err != nil {
+			return err
+		}
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		return k8s.Status().Update(context.Background(), pod)
+	})
+}
+
+// holdLease plays the instance managers: holder takes the Lease, and the
+// switchover request, if any, is taken off it.
+func holdLease(t *testing.T, db *databasev1alpha1.MyDatabase, holder string) {
+	t.Helper()
+	eventually(t, "the Lease held by "+holder, func() error {
+		lease := &coordinationv1.Lease{}
+		if err := get(db.Namespace, specs.LeaseName(db), lease); err != nil {
+			return err
+		}
+		lease.Spec.HolderIdentity = new(holder)
+		delete(lease.Annotations, databasev1alpha1.AnnotationSwitchoverTo)
+		return k8s.Update(context.Background(), lease)
+	})
+}
+
+// switchoverAsked waits until the Lease asks for a switchover to target.
+func switchoverAsked(t *testing.T, db *databasev1alpha1.MyDatabase, target string) {
+	t.Helper()
+	eventually(t, "the Lease to ask for a switchover to "+target, func() error {
+		lease := &coordinationv1.Lease{}
+		if err := get(db.Namespace, specs.LeaseName(db), lease); err != nil {
+			return err
+		}
+		if got := lease.Annotations[databasev1alpha1.AnnotationSwitchoverTo]; got != target {
+			return fmt.Errorf("the Lease asks for %q", got)
+		}
+		return nil
+	})
+}
+
+func eventNoted(t *testing.T, ns, reason, words string) {
+	t.Helper()
+	eventually(t, "a "+reason+" event", func() error {
+		events := &eventsv1.EventList{}
+		if err := k8s.List(context.Background(), events, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Reason == reason && strings.Contains(e.Note, words) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s event saying %q among %d", reason, words, len(events.Items))
+	})
+}
+
+// TestRequestedSwitchover: a new spec.switchover.requestedAt asks the
+// primary, through the Lease, to hand over; status.targetPrimary and
+// status.switchover follow until the target holds the Lease. A request
+// for an instance that cannot take over fails at once, with the reason.
+func TestRequestedSwitchover(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "sw", func(db *databasev1alpha1.MyDatabase) { db.Spec.Replicas = ptr.To[int32](3) }))
+	eventually(t, "the StatefulSet", exists(ns, "sw", &appsv1.StatefulSet{}))
+	instancePod(t, db, "sw-0", "r1", databasev1alpha1.RolePrimary, "0/5000100")
+	instancePod(t, db, "sw-1", "r1", databasev1alpha1.RoleReplica, "0/5000000")
+	instancePod(t, db, "sw-2", "r1", databasev1alpha1.RoleReplica, "0/5000080")
+	holdLease(t, db, "sw-0")
+
+	asked := metav1.NewTime(time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC))
+	update(t, db, func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Switchover = &databasev1alpha1.SwitchoverSpec{RequestedAt: asked}
+	})
+	// No target named: the replica with the most WAL.
+	switchoverAsked(t, db, "sw-2")
+	waitFor(t, db, "a switchover in progress", func(db *databasev1alpha1.MyDatabase) error {
+		sw := db.Status.Switchover
+		if db.Status.TargetPrimary != "sw-2" || sw == nil || sw.Phase != databasev1alpha1.SwitchoverRunning || sw.From != "sw-0" {
+			return fmt.Errorf("targetPrimary %q, switchover %+v", db.Status.TargetPrimary, sw)
+		}
+		return nil
+	})
+	holdLease(t, db, "sw-2")
+	waitFor(t, db, "the switchover done", func(db *databasev1alpha1.MyDatabase) error {
+		sw := db.Status.Switchover
+		if db.Status.TargetPrimary != "" || db.Status.CurrentPrimary != "sw-2" || sw == nil ||
+			sw.Phase != databasev1alpha1.SwitchoverSucceeded || sw.RequestedAt == nil || !sw.RequestedAt.Equal(&asked) {
+			return fmt.Errorf("targetPrimary %q, currentPrimary %q, switchover %+v", db.Status.TargetPrimary, db.Status.CurrentPrimary, sw)
+		}
+		return nil
+	})
+	eventNoted(t, ns, "SwitchedOver", "from sw-0 to sw-2")
+
+	// A request for a server that is not a ready replica: refused, and the
+	// Lease asks nothing.
+	again := metav1.NewTime(asked.Add(time.Minute))
+	update(t, db, func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Switchover = &databasev1alpha1.SwitchoverSpec{To: "sw-7", RequestedAt: again}
+	})
+	waitFor(t, db, "the request refused", func(db *databasev1alpha1.MyDatabase) error {
+		sw := db.Status.Switchover
+		if sw == nil || sw.Phase != databasev1alpha1.SwitchoverFailed || !strings.Contains(sw.Message, "sw-7 is not an instance") ||
+			!sw.RequestedAt.Equal(&again) || db.Status.TargetPrimary != "" {
+			return fmt.Errorf("switchover %+v", sw)
+		}
+		return nil
+	})
+	eventNoted(t, ns, "SwitchoverFailed", "sw-7")
+	switchoverAsked(t, db, "")
+}
+
+// TestRollingUpdateSwitchesOverOnce: a new template restarts the replicas
+// first, one at a time, then switches over to an updated replica, and
+// only then restarts the old primary: the primary is never restarted.
+func TestRollingUpdateSwitchesOverOnce(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "roll", func(db *databasev1alpha1.MyDatabase) { db.Spec.Replicas = ptr.To[int32](3) }))
+	eventually(t, "the StatefulSet", exists(ns, "roll", &appsv1.StatefulSet{}))
+	instancePod(t, db, "roll-0", "r1", databasev1alpha1.RolePrimary, "0/5000100")
+	instancePod(t, db, "roll-1", "r1", databasev1alpha1.RoleReplica, "0/5000100")
+	instancePod(t, db, "roll-2", "r1", databasev1alpha1.RoleReplica, "0/5000100")
+	holdLease(t, db, "roll-0")
+	// The StatefulSet controller has a new revision, which it counts the
+	// pods of as they come back ready.
+	updated := int32(0)
+	counted := func() {
+		t.Helper()
+		eventually(t, "the StatefulSet's status", func() error {
+			sts := &appsv1.StatefulSet{}
+			if err := get(ns, "roll", sts); err != nil {
+				return err
+			}
+			sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: 3, ReadyReplicas: 3,
+				CurrentRevision: "r1", UpdateRevision: "r2", CurrentReplicas: 3 - updated, UpdatedReplicas: updated}
+			return k8s.Status().Update(context.Background(), sts)
+		})
+	}
+	counted()
+	replaced := func(name string) {
+		t.Helper()
+		eventually(t, name+" deleted", gone(ns, name, &corev1.Pod{}))
+		instancePod(t, db, name, "r2", databasev1alpha1.RoleReplica, "0/5000100")
+		updated++
+		counted()
+	}
+	replaced("roll-2")
+	replaced("roll-1")
+	switchoverAsked(t, db, "roll-1")
+	primary := &corev1.Pod{}
+	if err := get(ns, "roll-0", primary); err != nil || !primary.DeletionTimestamp.IsZero() {
+		t.Fatalf("the primary was deleted before the switchover (err %v)", err)
+	}
+	holdLease(t, db, "roll-1")
+	eventually(t, "the old primary deleted once a replica", gone(ns, "roll-0", &corev1.Pod{}))
+	waitFor(t, db, "the switchover reported", func(db *databasev1alpha1.MyDatabase) error {
+		sw := db.Status.Switchover
+		if sw == nil || sw.Reason != databasev1alpha1.SwitchoverRollingUpdate || sw.Phase != databasev1alpha1.SwitchoverSucceeded {
+			return fmt.Errorf("switchover %+v", sw)
+		}
+		return nil
+	})
+}
