@@ -15,7 +15,6 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/instance/report"
@@ -68,12 +67,11 @@ func newKube(c Config, timeout time.Duration) (*kube, error) {
 		c: c, timeout: timeout}, nil
 }
 
-// watchHolder signals wake whenever the Lease's holder changes, so that a
-// new holder (a switchover's target) and the candidates (after a primary
-// gave the Lease up) act at once, not at their next tick. Renewals wake
-// nothing. It returns when ctx ends.
-func (k *kube) watchHolder(ctx context.Context, wake chan<- struct{}) {
-	last := ""
+// watchLease sends every version of the Lease it sees, the newest only
+// when the reader lags, until ctx ends: renewals date the Lease's expiry
+// exactly, and a new holder (a switchover's target, the candidates after a
+// primary gave the Lease up) acts at once rather than at its next tick.
+func (k *kube) watchLease(ctx context.Context, seen chan *coordinationv1.Lease) {
 	for ctx.Err() == nil {
 		w, err := k.watches.Watch(ctx, metav1.ListOptions{
 			FieldSelector:  fields.OneTermEqualSelector("metadata.name", k.c.LeaseName).String(),
@@ -91,13 +89,11 @@ func (k *kube) watchHolder(ctx context.Context, wake chan<- struct{}) {
 			if !ok {
 				continue
 			}
-			if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != last {
-				last = holder
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
+			select { // drop a version not read yet: this one is newer
+			case <-seen:
+			default:
 			}
+			seen <- lease
 		}
 		w.Stop()
 	}

@@ -99,16 +99,45 @@ func (l *leases) observe(ctx context.Context) (leaseView, error) {
 	return l.view(), nil
 }
 
-func (l *leases) record(lease *coordinationv1.Lease) {
+// record keeps lease as the last one seen, unless it is older than that
+// one (a watch event behind a read). It reports whether the holder
+// changed.
+func (l *leases) record(lease *coordinationv1.Lease) bool {
+	if l.lease != nil && older(lease.ResourceVersion, l.lease.ResourceVersion) {
+		return false
+	}
+	changed := l.lease == nil || holderOf(lease) != holderOf(l.lease)
 	l.lease = lease
 	var renewed time.Time
 	if lease.Spec.RenewTime != nil {
 		renewed = lease.Spec.RenewTime.Time
 	}
-	seen := ptr.Deref(lease.Spec.HolderIdentity, "") + "@" + renewed.Format(time.RFC3339Nano)
+	seen := holderOf(lease) + "@" + renewed.Format(time.RFC3339Nano)
 	if seen != l.seen {
 		l.seen, l.seenAt = seen, l.now()
 	}
+	return changed
+}
+
+// expiresIn is how long until the Lease another instance holds expires,
+// by this instance's clock; false when there is no such Lease.
+func (l *leases) expiresIn() (time.Duration, bool) {
+	if l.lease == nil || holderOf(l.lease) == "" || holderOf(l.lease) == l.k.c.PodName {
+		return 0, false
+	}
+	d := l.t.lease - l.now().Sub(l.seenAt)
+	return d, d > 0
+}
+
+func holderOf(lease *coordinationv1.Lease) string { return ptr.Deref(lease.Spec.HolderIdentity, "") }
+
+// older tells whether resourceVersion a is before b. Resource versions
+// are opaque, but the API server's are integers that grow (etcd's
+// revision); anything else is taken as not older.
+func older(a, b string) bool {
+	x, errX := strconv.ParseUint(a, 10, 64)
+	y, errY := strconv.ParseUint(b, 10, 64)
+	return errX == nil && errY == nil && x < y
 }
 
 func (l *leases) view() leaseView {

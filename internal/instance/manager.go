@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/instance/report"
 )
@@ -46,23 +48,50 @@ func newManager(c Config, log Logger) (*manager, error) {
 	return &manager{c: c, log: log, t: t, procs: startReaper(), kube: k, leases: newLeases(k, t), fence: newFence()}, nil
 }
 
-// loop runs a turn every tick, and at once when the server exits or the
-// Lease changes hands.
+// loop runs a turn every tick, and at once when the server exits, the
+// Lease changes hands, or the Lease another instance holds expires.
 func (m *manager) loop(ctx context.Context, reload <-chan struct{}) {
 	ticker := time.NewTicker(m.t.tick)
 	defer ticker.Stop()
-	holderChanged := make(chan struct{}, 1)
-	go m.kube.watchHolder(ctx, holderChanged)
+	seen := make(chan *coordinationv1.Lease, 1)
+	go m.kube.watchLease(ctx, seen)
 	for ctx.Err() == nil {
 		m.turn(ctx)
+		m.awaitTurn(ctx, ticker, reload, seen)
+	}
+}
+
+// awaitTurn returns when the next turn is due. A renewal that the Lease
+// watch brings is recorded without a turn: it dates the renewal to when
+// it happened rather than to the next tick's read, and the expiry timer
+// then fires L after it.
+func (m *manager) awaitTurn(ctx context.Context, ticker *time.Ticker, reload <-chan struct{}, seen <-chan *coordinationv1.Lease) {
+	for {
 		var exited <-chan syscall.WaitStatus
 		if m.server != nil && !m.server.done {
 			exited = m.server.exited
 		}
+		expiry := time.NewTimer(time.Hour)
+		if d, ok := m.leases.expiresIn(); ok && m.role != asPrimary {
+			expiry.Reset(d)
+		} else {
+			expiry.Stop()
+		}
 		select {
 		case <-ctx.Done():
 		case <-ticker.C:
-		case <-holderChanged:
+		case <-expiry.C:
+		case lease := <-seen:
+			// The holder knows its Lease from its own renewals; the others
+			// record every version. A turn only when the holder changed.
+			changed := holderOf(lease) != m.c.PodName
+			if m.role != asPrimary {
+				changed = m.leases.record(lease)
+			}
+			if !changed {
+				expiry.Stop()
+				continue
+			}
 		case <-reload:
 			if m.server != nil && !m.server.exitedNow() {
 				_ = m.server.cmd.Process.Signal(syscall.SIGHUP)
@@ -81,6 +110,8 @@ func (m *manager) loop(ctx context.Context, reload <-chan struct{}) {
 				}
 			}
 		}
+		expiry.Stop()
+		return
 	}
 }
 
