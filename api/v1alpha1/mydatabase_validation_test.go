@@ -88,7 +88,7 @@ func TestMinimalIsAcceptedAndDefaulted(t *testing.T) {
 		User:           "app",
 		Service:        databasev1alpha1.ServiceSpec{Type: "ClusterIP", Port: 5432},
 		DeletionPolicy: databasev1alpha1.DeletionPolicyRetain,
-		Failover:       databasev1alpha1.FailoverSpec{LeaseDurationSeconds: 5},
+		Failover:       databasev1alpha1.FailoverSpec{LeaseDurationSeconds: 4},
 	}
 	if diff := cmp.Diff(want, got.Spec); diff != "" {
 		t.Errorf("defaulted spec (-want +got):\n%s", diff)

@@ -26,7 +26,7 @@ import (
 //     seen no change for L on its own clock: at t2 + L >= t0 + L at the
 //     earliest.
 //   - So the primary stops acknowledging commits at t0 + 3L/5, 2L/5 before
-//     anyone can take the Lease (2 s with the default L of 5 s). The margin
+//     anyone can take the Lease (1.6 s with the default L of 4 s). The margin
 //     covers the difference between the clocks' rates (parts per million),
 //     not their offsets, which do not enter: each side measures intervals
 //     on its own monotonic clock, never compares timestamps.

@@ -311,7 +311,7 @@ func InstanceSelector(db *databasev1alpha1.MyDatabase) map[string]string {
 
 // DefaultLeaseDurationSeconds is spec.failover.leaseDurationSeconds when
 // unset (the CRD defaults it; hand-built objects miss it).
-const DefaultLeaseDurationSeconds = 5
+const DefaultLeaseDurationSeconds = 4
 
 // LeaseDurationSeconds is spec.failover.leaseDurationSeconds or its default.
 func LeaseDurationSeconds(db *databasev1alpha1.MyDatabase) int32 {
