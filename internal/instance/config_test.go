@@ -50,7 +50,7 @@ func TestConfigFromEnvReadsWhatSpecsSets(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.BootstrapPod != "orders-0" || c.User != "app" || c.Database != "appdb" || c.PGData != specs.PGDATA ||
-		c.LeaseName != "orders-primary" || c.LeaseDuration != 5*time.Second ||
+		c.LeaseName != "orders-primary" || c.LeaseDuration != specs.DefaultLeaseDurationSeconds*time.Second ||
 		c.AdvertiseAddress != "$(POD_NAME).orders-headless.shop.svc:5432" {
 		t.Errorf("read %+v", c)
 	}
