@@ -40,6 +40,47 @@ type FailoverSpec struct {
 	LeaseDurationSeconds int32 `json:"leaseDurationSeconds,omitempty"`
 }
 
+// ReplicationSpec is how the replicas receive the primary's WAL:
+// asynchronously unless synchronous is set.
+type ReplicationSpec struct {
+	// synchronous makes every commit wait until a quorum of replicas has
+	// its WAL on disk, so that a failover loses no acknowledged commit.
+	// +optional
+	Synchronous *SynchronousReplication `json:"synchronous,omitempty"`
+}
+
+// Durability is what synchronous replication does when too few replicas
+// stream.
+// +kubebuilder:validation:Enum=Required;Preferred
+type Durability string
+
+const (
+	// DurabilityRequired: a commit waits for number replicas, even when
+	// fewer stream (writes stop rather than be acknowledged with fewer
+	// copies), and a failover promotes only a replica certain to hold
+	// every acknowledged commit.
+	DurabilityRequired Durability = "Required"
+	// DurabilityPreferred: with fewer replicas streaming, a commit waits
+	// for those there are (with none, for the primary's fence alone), and
+	// a failover promotes the most advanced replica it can reach.
+	DurabilityPreferred Durability = "Preferred"
+)
+
+// SynchronousReplication is a quorum: each commit waits for any number of
+// the replicas.
+type SynchronousReplication struct {
+	// number of replicas, any of them, that must have flushed a commit's
+	// WAL before it is acknowledged; less than spec.replicas.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=8
+	// +required
+	Number int32 `json:"number"`
+	// durability is Required (the default) or Preferred.
+	// +kubebuilder:default=Required
+	// +optional
+	Durability Durability `json:"durability,omitempty"`
+}
+
 // SwitchoverSpec asks for a planned change of primary: the primary stops,
 // the target receives the last of its WAL and is promoted, and the old
 // primary follows it, with no commit lost (docs/high-availability.md).

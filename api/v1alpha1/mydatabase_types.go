@@ -181,6 +181,11 @@ type MyDatabaseSpec struct {
 	// +optional
 	Failover FailoverSpec `json:"failover,omitzero"`
 
+	// replication makes the replicas synchronous (a quorum); they are
+	// asynchronous when it is left out.
+	// +optional
+	Replication ReplicationSpec `json:"replication,omitzero"`
+
 	// switchover asks for a planned change of primary, once per new
 	// requestedAt; status.switchover reports how it went.
 	// +optional
@@ -412,6 +417,7 @@ const MaxNameLength = 52
 // A name with a dot is a valid object name but not a Service name nor a
 // hostname, so it is refused too, on create only for the same reason.
 // +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || !self.metadata.name.contains('.')",optionalOldSelf=true,message="metadata.name may not contain dots: it names the database's Services and pod hostnames, which are DNS labels"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.replication) || !has(self.spec.replication.synchronous) || self.spec.replication.synchronous.number < (has(self.spec.replicas) ? self.spec.replicas : 1)",message="spec.replication.synchronous.number must be less than spec.replicas: a commit can only wait for replicas that exist"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.switchover) || !has(self.spec.switchover.to) || self.spec.switchover.to.matches('^' + self.metadata.name + '-[0-9]+$')",message="spec.switchover.to must name one of this MyDatabase's pods, <metadata.name>-<ordinal>, or be left out to pick the most advanced replica"
 // +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || size(self.metadata.name) <= 52",optionalOldSelf=true,message="metadata.name may be at most 52 characters: the StatefulSet of the same name labels its pods controller-revision-hash=<name>-<hash of up to 10 characters>, and a label value may be at most 63 characters"
 

@@ -128,6 +128,10 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 		"lease of one second":        {map[string]any{"failover.leaseDurationSeconds": int64(1)}, "spec.failover.leaseDurationSeconds in body should be greater than or equal to 2"},
 		"switchover to another's pod": {map[string]any{"switchover": map[string]any{"to": "orders-1", "requestedAt": "2026-11-30T12:00:00Z"}},
 			"spec.switchover.to must name one of this MyDatabase's pods"},
+		"a quorum of every replica and more": {map[string]any{"replicas": int64(2), "replication.synchronous.number": int64(2)},
+			"spec.replication.synchronous.number must be less than spec.replicas"},
+		"a quorum on a single server": {map[string]any{"replication.synchronous.number": int64(1)},
+			"spec.replication.synchronous.number must be less than spec.replicas"},
 		"switchover without requestedAt": {map[string]any{"switchover": map[string]any{"to": "invalid-1"}}, "spec.switchover.requestedAt: Required value"},
 	}
 	for name, tc := range cases {

@@ -1,6 +1,8 @@
 package instance
 
 import (
+	"fmt"
+
 	"example.com/myoperator/internal/instance/report"
 )
 
@@ -123,13 +125,18 @@ func decide(s situation) action {
 // A peer that has not stood in this term is waited for until patient is
 // false, if its last report says it is ready (one that is not, a primary
 // that gave the Lease up on its way out included, cannot stand); the last
-// holder is never waited for.
-func elect(me string, mine uint64, term string, peers []peer, lastHolder string, patient bool) bool {
+// holder is never waited for. With a required synchronous quorum, no one
+// wins before electors candidates (this one included) have stood: only
+// then is every acknowledged commit sure to be on one of them
+// (specs.Quorum.Electors). When it does not win, the error says why, if
+// not simply because another is ahead.
+func elect(me string, mine uint64, term string, peers []peer, lastHolder string, patient bool, electors int) (bool, error) {
+	stood := 1
 	for _, p := range peers {
 		r := p.report
 		if r == nil || r.Candidate == nil || r.Candidate.Term != term {
 			if patient && p.name != lastHolder && r != nil && r.Ready {
-				return false
+				return false, nil
 			}
 			continue
 		}
@@ -137,9 +144,14 @@ func elect(me string, mine uint64, term string, peers []peer, lastHolder string,
 		if err != nil {
 			continue
 		}
+		stood++
 		if theirs > mine || (theirs == mine && p.name < me) {
-			return false
+			return false, nil
 		}
 	}
-	return true
+	if stood < electors {
+		return false, fmt.Errorf("election in term %s: %d of the %d candidates a required synchronous quorum needs have stood: "+
+			"without them an acknowledged commit could be missing; waiting", term, stood, electors)
+	}
+	return true, nil
 }

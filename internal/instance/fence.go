@@ -8,8 +8,11 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"example.com/myoperator/internal/specs"
 )
 
 // The fence: a primary acknowledges a commit only while its instance
@@ -38,11 +41,27 @@ import (
 // synchronous_standby_names names.
 const fenceName = "mydatabase_fence"
 
-// fence is open until a deadline on the local monotonic clock.
+// fence is open until a deadline on the local monotonic clock. With
+// synchronous replication it also holds the quorum: how many replicas must
+// have flushed WAL before the fence confirms it.
 type fence struct {
-	mu    sync.Mutex
-	until time.Time
-	now   func() time.Time
+	mu     sync.Mutex
+	until  time.Time
+	now    func() time.Time
+	quorum specs.Quorum
+}
+
+// setQuorum sets the quorum that confirmations wait for from now on.
+func (f *fence) setQuorum(q specs.Quorum) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.quorum = q
+}
+
+func (f *fence) quorumNow() specs.Quorum {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.quorum
 }
 
 func newFence() *fence { return &fence{now: time.Now} }
@@ -90,25 +109,42 @@ func witness(ctx context.Context, socketDir, port string, f *fence) error {
 	if err := startReplication(ctx, conn, sys.XLogPos, sys.Timeline); err != nil {
 		return err
 	}
+	replicas := &standbys{socketDir: socketDir, port: port}
+	defer replicas.close()
 	received := sys.XLogPos
 	confirmed := pglogrepl.LSN(0)
 	for {
-		reply, err := receive(ctx, conn, &received)
+		q := f.quorumNow()
+		wake := witnessWake
+		if q.Synchronous > 0 && received > confirmed {
+			wake = quorumPoll
+		}
+		reply, err := receive(ctx, conn, &received, wake)
 		if err != nil {
 			return err
 		}
 		// The check and the reply are as close as they can be: a pause
 		// between them can only delay the confirmation of WAL received
 		// before it, written while the fence was open.
-		if !f.open() || (received == confirmed && !reply) {
+		if !f.open() {
+			continue
+		}
+		upto := received
+		if q.Synchronous > 0 {
+			if upto, err = replicas.quorumFlushed(ctx, q, received); err != nil {
+				return err
+			}
+		}
+		upto = max(upto, confirmed)
+		if upto == confirmed && !reply {
 			continue
 		}
 		if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
-			WALWritePosition: received, WALFlushPosition: received, WALApplyPosition: received,
+			WALWritePosition: upto, WALFlushPosition: upto, WALApplyPosition: upto,
 		}); err != nil {
 			return err
 		}
-		confirmed = received
+		confirmed = upto
 	}
 }
 
@@ -117,10 +153,63 @@ func witness(ctx context.Context, socketDir, port string, f *fence) error {
 // primary) confirms what waits within this.
 const witnessWake = 50 * time.Millisecond
 
-// receive reads one message, or none within witnessWake, advancing
-// received; it tells whether the server asked for a reply.
-func receive(ctx context.Context, conn *pgconn.PgConn, received *pglogrepl.LSN) (bool, error) {
-	rctx, cancel := context.WithTimeout(ctx, witnessWake)
+// quorumPoll is how often the witness asks how far the replicas have
+// flushed while WAL waits for a quorum: the most a synchronous commit
+// waits beyond the replicas' own confirmation.
+const quorumPoll = 2 * time.Millisecond
+
+// standbys reads the replicas' flush positions from the local primary.
+type standbys struct {
+	socketDir, port string
+	conn            *pgx.Conn
+}
+
+// quorumFlushed is how far the fence may confirm WAL received up to
+// received: as far as q.Synchronous replicas have flushed it. With fewer
+// replicas streaming, a required quorum confirms nothing more; a preferred
+// one waits for those that stream, or for none.
+func (s *standbys) quorumFlushed(ctx context.Context, q specs.Quorum, received pglogrepl.LSN) (pglogrepl.LSN, error) {
+	if s.conn == nil {
+		conn, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres application_name=%s",
+			s.socketDir, s.port, fenceName+"_quorum"))
+		if err != nil {
+			return 0, err
+		}
+		s.conn = conn
+	}
+	rows, err := s.conn.Query(ctx, `SELECT flush_lsn::text FROM pg_stat_replication
+		WHERE application_name <> $1 AND state = 'streaming' AND flush_lsn IS NOT NULL ORDER BY flush_lsn DESC`, fenceName)
+	if err != nil {
+		return 0, err
+	}
+	flushed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, err
+	}
+	need := int(q.Synchronous)
+	switch {
+	case len(flushed) >= need:
+	case q.Required:
+		return 0, nil
+	case len(flushed) == 0:
+		return received, nil
+	default:
+		need = len(flushed)
+	}
+	lsn, err := pglogrepl.ParseLSN(flushed[need-1])
+	return min(lsn, received), err
+}
+
+func (s *standbys) close() {
+	if s.conn != nil {
+		_ = s.conn.Close(context.Background())
+	}
+}
+
+// receive reads one message, or none within wake, advancing received; it
+// tells whether the server asked for a reply.
+func receive(ctx context.Context, conn *pgconn.PgConn, received *pglogrepl.LSN, wake time.Duration) (bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, wake)
 	msg, err := conn.ReceiveMessage(rctx)
 	cancel()
 	switch {

@@ -13,6 +13,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/specs"
 )
 
 // timing holds every delay of the HA loop. They all derive from one
@@ -60,6 +61,10 @@ type leaseView struct {
 	// ended: its holder promotes only once it has received more (0 when
 	// the Lease was taken, not handed over).
 	handoff uint64
+	// quorum is what the operator asks of replication and elections;
+	// quorumErr says why it could not be read (it is then asynchronous).
+	quorum    specs.Quorum
+	quorumErr error
 }
 
 // timelineAnnotation on the Lease is the newest timeline any primary has
@@ -145,6 +150,7 @@ func (l *leases) view() leaseView {
 	holder := ptr.Deref(spec.HolderIdentity, "")
 	tli, _ := strconv.ParseInt(l.lease.Annotations[timelineAnnotation], 10, 64)
 	handoff, _ := report.LSN(l.lease.Annotations[handoffAnnotation])
+	quorum, qerr := specs.ParseQuorum(l.lease.Annotations[specs.AnnotationQuorum])
 	return leaseView{
 		holder:       holder,
 		version:      l.lease.ResourceVersion,
@@ -153,6 +159,8 @@ func (l *leases) view() leaseView {
 		timeline:     tli,
 		switchoverTo: l.lease.Annotations[databasev1alpha1.AnnotationSwitchoverTo],
 		handoff:      handoff,
+		quorum:       quorum,
+		quorumErr:    qerr,
 	}
 }
 

@@ -149,6 +149,10 @@ func (m *manager) turn(ctx context.Context) {
 	} else if m.leases.lease != nil {
 		s.lease = m.leases.view()
 	}
+	m.fence.setQuorum(s.lease.quorum)
+	if s.lease.quorumErr != nil {
+		m.logOnce(s.lease.quorumErr)
+	}
 	a := decide(s)
 	if a != wait && a != renew {
 		m.log("%s (lease holder %q, expired %t, server %v, ready %t)", a, s.lease.holder, s.lease.expired, m.role, s.ready)
@@ -264,7 +268,8 @@ func (m *manager) stand(ctx context.Context, s situation, obs observation) (*rep
 		return me, err
 	}
 	patient := time.Since(m.standing.since) < 2*m.t.tick
-	if !elect(m.c.PodName, obs.lsn, term, peers, s.lease.holder, patient) {
+	if won, why := elect(m.c.PodName, obs.lsn, term, peers, s.lease.holder, patient, s.lease.quorum.Electors()); !won {
+		m.logOnce(why)
 		return me, nil
 	}
 	m.log("elected in term %s at %s", term, me.LSN)

@@ -169,9 +169,12 @@ func deref(s *string) string {
 	return *s
 }
 
-// connect opens a connection to the local server as postgres.
+// connect opens a connection to the local server as postgres. Its own
+// commits (the grants after a promotion) are acknowledged locally: they
+// must not wait for the fence or the synchronous quorum, which may need
+// the replicas that only follow a new primary once it has reported.
 func (m *manager) connect(ctx context.Context) (*pgx.Conn, error) {
-	return pgx.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres application_name=mydatabase_instance",
+	return pgx.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres application_name=mydatabase_instance synchronous_commit=local",
 		m.c.SocketDir, m.c.Port))
 }
 

@@ -46,3 +46,34 @@ func TestLeaseSpecIsTheInstanceManagers(t *testing.T) {
 		t.Errorf("the operator's Lease has a spec %+v", l.Spec)
 	}
 }
+
+// TestQuorumOnTheLease: the Lease carries the quorum spec.replication asks
+// for, which the instance managers read back, and an election needs the
+// candidacies of Instances-Synchronous replicas only when it is required.
+func TestQuorumOnTheLease(t *testing.T) {
+	for name, tc := range map[string]struct {
+		replicas int32
+		sync     *databasev1alpha1.SynchronousReplication
+		want     Quorum
+		electors int
+	}{
+		"asynchronous":           {3, nil, Quorum{Instances: 3}, 1},
+		"one of two replicas":    {3, &databasev1alpha1.SynchronousReplication{Number: 1, Durability: databasev1alpha1.DurabilityRequired}, Quorum{3, 1, true}, 2},
+		"two of two replicas":    {3, &databasev1alpha1.SynchronousReplication{Number: 2}, Quorum{3, 2, true}, 1},
+		"two of four, preferred": {5, &databasev1alpha1.SynchronousReplication{Number: 2, Durability: databasev1alpha1.DurabilityPreferred}, Quorum{5, 2, false}, 1},
+		"two of four, required":  {5, &databasev1alpha1.SynchronousReplication{Number: 2, Durability: databasev1alpha1.DurabilityRequired}, Quorum{5, 2, true}, 3},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := db(func(d *databasev1alpha1.MyDatabase) {
+				d.Spec.Replicas, d.Spec.Replication.Synchronous = new(tc.replicas), tc.sync
+			})
+			got, err := ParseQuorum(Lease(d).Annotations[AnnotationQuorum])
+			if err != nil || got != tc.want {
+				t.Fatalf("quorum on the Lease %+v (%v), want %+v", got, err, tc.want)
+			}
+			if n := got.Electors(); n != tc.electors {
+				t.Errorf("electors %d, want %d", n, tc.electors)
+			}
+		})
+	}
+}

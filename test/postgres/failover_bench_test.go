@@ -23,7 +23,7 @@ func TestFailoverTimes(t *testing.T) {
 	if _, err := fmt.Sscan(os.Getenv("HA_BENCH_ROUNDS"), &rounds); err != nil || rounds < 1 {
 		t.Skip("HA_BENCH_ROUNDS is not set: run make bench-ha")
 	}
-	ha := startHA(t)
+	ha := startHA(t, nil)
 	c, pods, conninfo, lease := ha.c, ha.pods, ha.conninfo, ha.lease
 
 	type figures struct {
