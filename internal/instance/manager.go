@@ -119,7 +119,7 @@ func (m *manager) turn(ctx context.Context) {
 	if err != nil && ctx.Err() == nil {
 		m.log("%s: %v", a, err)
 	}
-	m.keepPasswords(ctx, s.ready && (a == wait || a == renew))
+	m.keepPasswords(ctx, s.ready && (a == wait || a == renew || a == follow))
 	// What the server said at the start of the turn still holds unless the
 	// action changed the server.
 	var seen *observation

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"example.com/myoperator/internal/instance/report"
 	"example.com/myoperator/internal/instance/scram"
 )
 
@@ -139,7 +140,13 @@ func (m *manager) keepPassword(ctx context.Context, src passwordSource) error {
 	}
 	password := string(secret.Data["password"])
 	if !scram.Supported(password) {
-		delete(m.pw.accepted, src.secret)
+		if password == m.c.Password {
+			// What the container started with (a user-supplied Secret
+			// that never changed since): not a change to apply.
+			m.pw.accepted[src.secret] = secret.ResourceVersion
+			return nil
+		}
+		m.pw.accepted[src.secret] = report.PasswordRefused + secret.ResourceVersion
 		return fmt.Errorf("Secret %s: %w", src.secret, scram.ErrUnsupported)
 	}
 	ok, err := m.accepts(ctx, src.role, password)

@@ -53,6 +53,7 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 		r.reconcileDisruptionBudget,
 		r.reconcilePodRoles,
 		r.adoptRetainedVolumes,
+		r.reconcileRotation,
 	}
 	for _, step := range steps {
 		if err := step(ctx, db, obs); err != nil {

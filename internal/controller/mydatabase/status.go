@@ -46,6 +46,9 @@ type observation struct {
 	// yet. Its controller reports a refused pod or claim only in an event,
 	// which no watch brings: the pass looks again soon.
 	podsMissing bool
+	// passwords is status.passwords as the rotation step saw it, nil when
+	// it did not run (rotation.go).
+	passwords []databasev1alpha1.PasswordStatus
 	// deleting is set while the finalizer runs; gone once the MyDatabase
 	// has no finalizer left and nothing remains to report.
 	deleting, gone bool
@@ -164,6 +167,9 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	desired := specs.Replicas(db)
 	st.Selector = specs.Selector(db)
 	st.CredentialsSecret = specs.CredentialsSecretName(db)
+	if obs.passwords != nil {
+		st.Passwords = obs.passwords
+	}
 	st.CurrentPrimary = obs.primaryPod(db)
 	if obs.pods != nil {
 		st.Instances = instanceStatuses(obs.pods, st.CurrentPrimary)

@@ -53,6 +53,10 @@ type Report struct {
 	Time time.Time `json:"time"`
 }
 
+// PasswordRefused prefixes, in Passwords, the resourceVersion of a Secret
+// whose password the instance manager will not set (not printable ASCII).
+const PasswordRefused = "refused:"
+
 // Candidacy is an instance's claim in one election: the Lease version it
 // saw expire (the term) and how much WAL it has.
 type Candidacy struct {

@@ -1,0 +1,183 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/specs"
+)
+
+// TestPasswordRotation rotates the application user's password and then
+// the replication password of three real servers under their instance
+// managers, with the test in the operator's place (the controller's own
+// steps are tested in internal/controller/mydatabase and
+// test/reliability): it creates the staging Secret, waits until every
+// instance reports that its server accepts it, and only then copies the
+// password into the Secret and deletes the staging Secret, as the
+// operator does.
+func TestPasswordRotation(t *testing.T) {
+	ha := startHA(t)
+	c, pods := ha.c, ha.pods
+	ctx := context.Background()
+	api := c.api.Client
+	// The Secrets the operator would have created, in the API server: the
+	// instance managers read the replication Secret from there.
+	for _, s := range c.secrets {
+		if err := api.Create(ctx, s.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	credsName, replName := specs.GeneratedCredentialsSecretName(c.db), specs.ReplicationSecretName(c.db)
+	user, dbname := c.db.Spec.User, c.db.Spec.DatabaseName
+	front := strings.Split(strings.Fields(ha.conninfo)[1], "=")[1]
+	app := func(password string) string {
+		return fmt.Sprintf("host=127.0.0.1 port=%s user=%s dbname=%s sslmode=disable password=%s connect_timeout=5",
+			front, user, dbname, password)
+	}
+	oldApp := string(c.secrets[credsName].Data[specs.SecretPasswordKey])
+
+	t.Run("application user", func(t *testing.T) {
+		const newApp = "rotated-app-password-1"
+		staged := stage(t, c, credsName, user, newApp)
+		waitAccepted(t, c, pods, staged)
+		// PostgreSQL changed first: the Secret still has the old password,
+		// which no longer works, and the new one does.
+		c.refused(t, app(oldApp), "", "password authentication failed", "SELECT 1")
+		if got := c.query(t, app(newApp), "", "SELECT current_user"); got != user {
+			t.Fatalf("logged in as %q", got)
+		}
+		finish(t, c, credsName, staged)
+		// A client that reads the Secret again reconnects.
+		s := &corev1.Secret{}
+		if err := api.Get(ctx, client.ObjectKey{Namespace: c.db.Namespace, Name: credsName}, s); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.query(t, app(string(s.Data[specs.SecretPasswordKey])), "", "SELECT count(*) >= 0 FROM pg_class"); got != "t" {
+			t.Fatalf("a client with the Secret's new password read %q", got)
+		}
+		if !strings.Contains(string(s.Data[specs.SecretURIKey]), ":"+newApp+"@") {
+			t.Fatal("the Secret's uri does not carry the new password")
+		}
+		// The plaintext never reached the server's log: ALTER ROLE was sent
+		// with a verifier.
+		for _, p := range pods {
+			if log := p.log(0); strings.Contains(log, newApp) {
+				t.Fatalf("%s's container log holds the new password", p.name)
+			}
+		}
+	})
+
+	t.Run("replication", func(t *testing.T) {
+		oldRepl := string(c.secrets[replName].Data[specs.SecretPasswordKey])
+		const newRepl = "rotated-replication-password-1"
+		staged := stage(t, c, replName, specs.ReplicationRole, newRepl)
+		waitAccepted(t, c, pods, staged)
+		primary := c.labelledPrimary(ctx, pods)
+		if primary == nil {
+			t.Fatal("no primary")
+		}
+		repl := func(password string) string {
+			return fmt.Sprintf("host=127.0.0.1 port=%d user=replicator dbname=postgres sslmode=disable password=%s connect_timeout=5",
+				primary.port, password)
+		}
+		c.refused(t, repl(oldRepl), "", "password authentication failed", "SELECT 1")
+		c.query(t, repl(newRepl), "", "SELECT 1")
+		finish(t, c, replName, staged)
+		// The replicas keep streaming, and reconnect with the new password
+		// once their connections are cut.
+		c.healthy(t, pods)
+		c.query(t, primary.socket("postgres", "postgres"), "",
+			"SELECT pg_terminate_backend(pid) FROM pg_stat_replication WHERE application_name <> 'mydatabase_fence'")
+		c.healthy(t, pods)
+		for _, p := range pods {
+			if p != primary && !strings.Contains(p.log(0), "the replication password file has the rotated password") {
+				t.Errorf("%s did not switch its password file", p.name)
+			}
+		}
+	})
+
+	t.Run("a new primary finishes a rotation the old one never applied", func(t *testing.T) {
+		// The primary is lost at once after the staging Secret appears,
+		// before its instance manager could look: the next primary sets it.
+		primary := c.labelledPrimary(ctx, pods)
+		primary.killContainer(t)
+		const newApp = "rotated-app-password-2"
+		staged := stage(t, c, credsName, user, newApp)
+		var others []*pod
+		for _, p := range pods {
+			if p != primary {
+				others = append(others, p)
+			}
+		}
+		c.waitPrimary(t, others, 3*ha.lease)
+		waitAccepted(t, c, others, staged)
+		c.query(t, app(newApp), "", "SELECT 1")
+		finish(t, c, credsName, staged)
+		primary.start(t)
+		c.healthy(t, pods)
+		waitAccepted(t, c, pods, nil)
+	})
+}
+
+// stage creates the staging Secret of target, as the operator does.
+func stage(t *testing.T, c *cluster, target, role, password string) *corev1.Secret {
+	t.Helper()
+	s := specs.StagingSecret(c.db, target, role, password, time.Now().UTC().Format(time.RFC3339))
+	if err := c.api.Client.Create(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// waitAccepted waits until each pod reports that its server accepts the
+// staging Secret at its resourceVersion (nil: reports nothing pending,
+// every staging Secret gone from the reports).
+func waitAccepted(t *testing.T, c *cluster, pods []*pod, staged *corev1.Secret) {
+	t.Helper()
+	eventually(t, 60*time.Second, "every instance accepting the staged password", func() (bool, string) {
+		var missing []string
+		for _, p := range pods {
+			obj := &corev1.Pod{}
+			if err := c.api.Client.Get(context.Background(), client.ObjectKey{Namespace: c.db.Namespace, Name: p.name}, obj); err != nil {
+				return false, err.Error()
+			}
+			r, err := report.Parse(obj.Annotations[databasev1alpha1.AnnotationInstance])
+			switch {
+			case err != nil:
+				missing = append(missing, p.name+": "+err.Error())
+			case staged == nil && len(r.Passwords) > 0:
+				missing = append(missing, fmt.Sprintf("%s still reports %v", p.name, r.Passwords))
+			case staged != nil && r.Passwords[staged.Name] != staged.ResourceVersion:
+				missing = append(missing, fmt.Sprintf("%s reports %v", p.name, r.Passwords))
+			}
+		}
+		return len(missing) == 0, strings.Join(missing, "; ")
+	})
+}
+
+// finish copies the staged password into the Secret and deletes the
+// staging Secret, the operator's last two steps.
+func finish(t *testing.T, c *cluster, target string, staged *corev1.Secret) {
+	t.Helper()
+	ctx := context.Background()
+	s := &corev1.Secret{}
+	if err := c.api.Client.Get(ctx, client.ObjectKey{Namespace: c.db.Namespace, Name: target}, s); err != nil {
+		t.Fatal(err)
+	}
+	s.Data = specs.WithPassword(s.Data, string(staged.Data[specs.SecretPasswordKey]))
+	if err := c.api.Client.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.api.Client.Delete(ctx, staged); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+}
