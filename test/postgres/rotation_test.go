@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -29,13 +30,6 @@ func TestPasswordRotation(t *testing.T) {
 	c, pods := ha.c, ha.pods
 	ctx := context.Background()
 	api := c.api.Client
-	// The Secrets the operator would have created, in the API server: the
-	// instance managers read the replication Secret from there.
-	for _, s := range c.secrets {
-		if err := api.Create(ctx, s.DeepCopy()); err != nil {
-			t.Fatal(err)
-		}
-	}
 	credsName, replName := specs.GeneratedCredentialsSecretName(c.db), specs.ReplicationSecretName(c.db)
 	user, dbname := c.db.Spec.User, c.db.Spec.DatabaseName
 	front := strings.Split(strings.Fields(ha.conninfo)[1], "=")[1]
@@ -180,4 +174,60 @@ func finish(t *testing.T, c *cluster, target string, staged *corev1.Secret) {
 	if err := c.api.Client.Delete(ctx, staged); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
+}
+
+// TestUserSecretPasswordChange: a MyDatabase with its own Secret
+// (spec.credentials.secretName). When the user puts a new password in it,
+// the primary's instance manager sets it: the old one stops working, the
+// new one works on the primary and, replayed, on the replica.
+func TestUserSecretPasswordChange(t *testing.T) {
+	servers := findServers(t)
+	srv := servers[len(servers)-1]
+	db := newDatabase(srv.major, nil)
+	db.Spec.Credentials = &databasev1alpha1.CredentialsSpec{SecretName: "shop-owner"}
+	const first, second = "first-password-of-the-user", "second-password-of-the-user"
+	own := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop-owner", Namespace: db.Namespace},
+		Data:       map[string][]byte{specs.SecretUsernameKey: []byte(db.Spec.User), specs.SecretPasswordKey: []byte(first)},
+	}
+	c := newCluster(t, srv, db, own, specs.ReplicationSecret(db, "replication-password"))
+	ports := freePorts(t, 2)
+	pods := []*pod{c.newPod(0, ports[0]), c.newPod(1, ports[1])}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range pods {
+				t.Logf("container log of %s:\n%s", p.name, p.log(0))
+			}
+		}
+	})
+	for _, p := range pods {
+		p.start(t)
+		p.waitReady(t)
+	}
+	c.healthy(t, pods)
+	app := func(p *pod) string { return tcp(p.port, db.Spec.User, db.Spec.DatabaseName) }
+	c.query(t, app(pods[0]), first, "SELECT 1")
+	ctx := context.Background()
+	live := &corev1.Secret{}
+	if err := c.api.Client.Get(ctx, client.ObjectKeyFromObject(own), live); err != nil {
+		t.Fatal(err)
+	}
+	waitAcceptedAt(t, c, pods, live.Name, live.ResourceVersion)
+
+	live.Data[specs.SecretPasswordKey] = []byte(second)
+	if err := c.api.Client.Update(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	waitAcceptedAt(t, c, pods, live.Name, live.ResourceVersion)
+	for _, p := range pods {
+		c.refused(t, app(p), first, "password authentication failed", "SELECT 1")
+		c.query(t, app(p), second, "SELECT 1")
+	}
+}
+
+// waitAcceptedAt waits until each pod reports that its server accepts the
+// password of Secret name at resourceVersion rv.
+func waitAcceptedAt(t *testing.T, c *cluster, pods []*pod, name, rv string) {
+	t.Helper()
+	waitAccepted(t, c, pods, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: rv}})
 }
