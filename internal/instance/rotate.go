@@ -147,7 +147,7 @@ func (m *manager) keepPassword(ctx context.Context, src passwordSource) error {
 			return nil
 		}
 		m.pw.accepted[src.secret] = report.PasswordRefused + secret.ResourceVersion
-		return fmt.Errorf("Secret %s: %w", src.secret, scram.ErrUnsupported)
+		return fmt.Errorf("the password in Secret %s: %w", src.secret, scram.ErrUnsupported)
 	}
 	ok, err := m.accepts(ctx, src.role, password)
 	if err != nil {

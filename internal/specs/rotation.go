@@ -1,6 +1,7 @@
 package specs
 
 import (
+	"maps"
 	"net/url"
 	"strings"
 	"time"
@@ -71,9 +72,7 @@ func StagingSecret(db *databasev1alpha1.MyDatabase, target, role, password, requ
 // credentials Secret.
 func WithPassword(data map[string][]byte, password string) map[string][]byte {
 	out := make(map[string][]byte, len(data))
-	for k, v := range data {
-		out[k] = v
-	}
+	maps.Copy(out, data)
 	out[SecretPasswordKey] = []byte(password)
 	if raw, ok := data[SecretURIKey]; ok {
 		if u, err := url.Parse(string(raw)); err == nil && u.User != nil {

@@ -188,9 +188,9 @@ func (r *MyDatabaseReconciler) followUserSecret(ctx context.Context, db *databas
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: t.secret}, secret); err != nil {
 		return st, client.IgnoreNotFound(err) // checkUserSecret has said what is wrong
 	}
-	switch got := primaryReport.Passwords[t.secret]; {
-	case got == secret.ResourceVersion:
-	case got == report.PasswordRefused+secret.ResourceVersion:
+	switch primaryReport.Passwords[t.secret] {
+	case secret.ResourceVersion:
+	case report.PasswordRefused + secret.ResourceVersion:
 		obs.stalled = refusedPassword(t)
 	default:
 		st.Rotating = fmt.Sprintf("Secret %s changed; waiting for the instance manager of %s to set its password in PostgreSQL", t.secret, primary)
