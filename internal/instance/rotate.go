@@ -51,6 +51,10 @@ type passwords struct {
 	polled   time.Time
 	finalAt  time.Time
 	accepted map[string]string // Secret name -> resourceVersion the local server accepts
+	// checked is the server the accepted passwords were checked on: a
+	// server started since (a rewind, a clone, a restart) is checked again
+	// before anything is reported of it.
+	checked *server
 	failed   map[string]string // Secret name -> the last error logged, so it is logged once
 }
 
@@ -117,7 +121,7 @@ func (m *manager) keepPasswords(ctx context.Context, ready bool) {
 	if time.Since(m.pw.polled) < m.t.lease {
 		return
 	}
-	m.pw.polled = time.Now()
+	m.pw.polled, m.pw.checked = time.Now(), m.server
 	for _, src := range m.pw.sources {
 		err := m.keepPassword(ctx, src)
 		m.pw.logOnce(m.log, src, err)
@@ -292,6 +296,10 @@ func (p *passwords) logOnce(log Logger, src passwordSource, err error) {
 // resourceVersion whose password the local server accepts.
 func (m *manager) acceptedPasswords() map[string]string {
 	if m.pw == nil || len(m.pw.accepted) == 0 || m.role == stopped {
+		return nil
+	}
+	if m.pw.checked != m.server {
+		m.pw.polled = time.Time{} // check the new server at the next turn
 		return nil
 	}
 	return maps.Clone(m.pw.accepted)
