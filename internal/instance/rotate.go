@@ -122,6 +122,13 @@ func (m *manager) keepPasswords(ctx context.Context, ready bool) {
 		return
 	}
 	m.pw.polled, m.pw.checked = time.Now(), m.server
+	// The whole step gets half a tick: a slow API server or a commit
+	// waiting for the fence delays the primary's next renewal by at most
+	// L/10, well within the fence's margin (a renewal every L/5, the
+	// fence closing 3L/5 after the last one). Unfinished work is picked up
+	// at the next poll: every step of it is idempotent.
+	ctx, cancel := context.WithTimeout(ctx, m.t.tick/2)
+	defer cancel()
 	for _, src := range m.pw.sources {
 		err := m.keepPassword(ctx, src)
 		m.pw.logOnce(m.log, src, err)
