@@ -99,6 +99,38 @@ func TestPasswordRotation(t *testing.T) {
 		}
 	})
 
+	t.Run("replicas cut off from the primary during a replication rotation", func(t *testing.T) {
+		// The replicas cannot replay the ALTER ROLE; they learn from the
+		// primary's report that it took the new password, and reconnect
+		// with it once the cut is lifted.
+		primary := c.labelledPrimary(ctx, pods)
+		var replicas []*pod
+		offsets := map[*pod]int{}
+		for _, p := range pods {
+			if p != primary {
+				replicas = append(replicas, p)
+				offsets[p] = strings.Count(p.log(0), "the replication password file has the rotated password")
+			}
+		}
+		primary.peers.Cut()
+		c.query(t, primary.socket("postgres", "postgres"), "",
+			"SELECT pg_terminate_backend(pid) FROM pg_stat_replication WHERE application_name <> 'mydatabase_fence'")
+		staged := stage(t, c, replName, specs.ReplicationRole, "rotated-replication-password-2")
+		waitAccepted(t, c, []*pod{primary}, staged)
+		eventually(t, 30*time.Second, "the replicas switching their password files", func() (bool, string) {
+			for _, p := range replicas {
+				if strings.Count(p.log(0), "the replication password file has the rotated password") == offsets[p] {
+					return false, p.name + " has not switched"
+				}
+			}
+			return true, ""
+		})
+		primary.peers.Restore()
+		c.healthy(t, pods)
+		waitAccepted(t, c, pods, staged)
+		finish(t, c, replName, staged)
+	})
+
 	t.Run("a new primary finishes a rotation the old one never applied", func(t *testing.T) {
 		// The primary is lost at once after the staging Secret appears,
 		// before its instance manager could look: the next primary sets it.
