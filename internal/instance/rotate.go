@@ -55,7 +55,7 @@ type passwords struct {
 	// server started since (a rewind, a clone, a restart) is checked again
 	// before anything is reported of it.
 	checked *server
-	failed   map[string]string // Secret name -> the last error logged, so it is logged once
+	failed  map[string]string // Secret name -> the last error logged, so it is logged once
 }
 
 // parsePasswordSources reads PASSWORD_SECRETS: role=Secret pairs.
