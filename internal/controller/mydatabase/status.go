@@ -33,6 +33,9 @@ type observation struct {
 	// dataVolume is the primary's data volume as this pass read it from
 	// the API server ("" when there is none), nil before it looked.
 	dataVolume *string
+	// passwords is status.passwords as the rotation step saw it, nil when
+	// it did not run (rotation.go).
+	passwords []databasev1alpha1.PasswordStatus
 	// stalled is set when only the user can unblock the MyDatabase.
 	stalled *blocker
 	// waiting is set when something outside our control must happen first
@@ -46,9 +49,6 @@ type observation struct {
 	// yet. Its controller reports a refused pod or claim only in an event,
 	// which no watch brings: the pass looks again soon.
 	podsMissing bool
-	// passwords is status.passwords as the rotation step saw it, nil when
-	// it did not run (rotation.go).
-	passwords []databasev1alpha1.PasswordStatus
 	// deleting is set while the finalizer runs; gone once the MyDatabase
 	// has no finalizer left and nothing remains to report.
 	deleting, gone bool
