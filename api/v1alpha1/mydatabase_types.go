@@ -49,6 +49,7 @@ const (
 
 // MyDatabaseSpec is the desired state of a MyDatabase.
 // +kubebuilder:validation:XValidation:rule="has(self.credentials) == has(oldSelf.credentials) && (!has(self.credentials) || self.credentials == oldSelf.credentials)",message="credentials is immutable: the data only knows the password it was created with"
+// +kubebuilder:validation:XValidation:rule="!has(self.credentials) || !has(self.passwordRotation) || !has(self.passwordRotation.userRequestedAt)",message="passwordRotation.userRequestedAt rotates the generated Secret only: with credentials.secretName, change the password in your Secret and the operator sets it in PostgreSQL"
 type MyDatabaseSpec struct {
 	// engine is the database software. Only postgres is supported today.
 	// Immutable.
@@ -125,6 +126,10 @@ type MyDatabaseSpec struct {
 	// one. Immutable.
 	// +optional
 	Credentials *CredentialsSpec `json:"credentials,omitempty"`
+
+	// passwordRotation asks for new passwords (PasswordRotationSpec).
+	// +optional
+	PasswordRotation *PasswordRotationSpec `json:"passwordRotation,omitempty"`
 
 	// service is how clients reach the database.
 	// +kubebuilder:default={}
@@ -381,6 +386,13 @@ type MyDatabaseStatus struct {
 	// credentialsSecret is the Secret with the connection details.
 	// +optional
 	CredentialsSecret string `json:"credentialsSecret,omitempty"`
+
+	// passwords is where the password of each role stands: its Secret, the
+	// last rotation, a rotation under way.
+	// +listType=map
+	// +listMapKey=role
+	// +optional
+	Passwords []PasswordStatus `json:"passwords,omitempty"`
 
 	// currentVersion is the version every server runs, once the rollout of
 	// spec.version has finished.

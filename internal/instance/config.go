@@ -70,6 +70,12 @@ type Config struct {
 	// Kubeconfig, when set, is used instead of the pod's service account
 	// (test harnesses run the instance manager outside a pod).
 	Kubeconfig string // KUBECONFIG, optional
+
+	// PasswordSecrets names, as role=Secret pairs, the Secrets whose
+	// passwords the primary sets on the roles; ReplicationSecret holds the
+	// replication password (rotate.go). Optional: empty disables rotation.
+	PasswordSecrets   string // PASSWORD_SECRETS
+	ReplicationSecret string // REPLICATION_SECRET
 }
 
 // secretVars are the environment variables that hold passwords: read once,
@@ -111,6 +117,7 @@ func ConfigFromEnv() (Config, error) {
 	}
 	c.LeaseDuration = time.Duration(n) * time.Second
 	c.Kubeconfig = os.Getenv("KUBECONFIG")
+	c.PasswordSecrets, c.ReplicationSecret = os.Getenv("PASSWORD_SECRETS"), os.Getenv("REPLICATION_SECRET")
 	return c, nil
 }
 

@@ -31,6 +31,7 @@ type manager struct {
 	renewed   time.Time // start of the last successful renewal or take
 	stopFence context.CancelFunc
 
+	pw       *passwords    // password rotation (rotate.go)
 	sent     report.Report // the last report published
 	logged   string        // the last message of logOnce
 	standing struct {
@@ -161,6 +162,7 @@ func (m *manager) turn(ctx context.Context) {
 	if err != nil && ctx.Err() == nil {
 		m.log("%s: %v", a, err)
 	}
+	m.keepPasswords(ctx, s.ready && (a == wait || a == renew || a == follow))
 	// What the server said at the start of the turn still holds unless the
 	// action changed the server.
 	var seen *observation
@@ -447,7 +449,8 @@ func (m *manager) startFence() {
 // its WAL positions changed and MinInterval has passed. seen is what the
 // running server answered, nil to ask it.
 func (m *manager) report(ctx context.Context, candidate *report.Candidacy, seen *observation) {
-	r := report.Report{Address: m.c.AdvertiseAddress, Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond)}
+	r := report.Report{Address: m.c.AdvertiseAddress, Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
+		Passwords: m.acceptedPasswords()}
 	if m.role != stopped && seen == nil {
 		if o, err := m.observe(ctx); err == nil && o.primary == (m.role == asPrimary) {
 			seen = &o

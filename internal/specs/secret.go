@@ -99,7 +99,7 @@ func CredentialsSecret(db *databasev1alpha1.MyDatabase, password string) *corev1
 			Name:            GeneratedCredentialsSecretName(db),
 			Namespace:       db.Namespace,
 			Labels:          Labels(db, ComponentCredentials),
-			Annotations:     map[string]string{databasev1alpha1.AnnotationPasswordDigest: PasswordDigest([]byte(password))},
+			Annotations:     secretAnnotations(password, UserRotationRequest(db)),
 			OwnerReferences: SecretOwnerReferences(db),
 		},
 		Type: corev1.SecretTypeOpaque,
@@ -122,10 +122,21 @@ func ReplicationSecret(db *databasev1alpha1.MyDatabase, password string) *corev1
 			Name:            ReplicationSecretName(db),
 			Namespace:       db.Namespace,
 			Labels:          Labels(db, ComponentCredentials),
-			Annotations:     map[string]string{databasev1alpha1.AnnotationPasswordDigest: PasswordDigest([]byte(password))},
+			Annotations:     secretAnnotations(password, ReplicationRotationRequest(db)),
 			OwnerReferences: SecretOwnerReferences(db),
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{SecretPasswordKey: []byte(password)},
 	}
+}
+
+// secretAnnotations: the digest of the password, and the rotation request
+// a Secret created with a request in the spec already fulfils (its password
+// is new).
+func secretAnnotations(password, request string) map[string]string {
+	a := map[string]string{databasev1alpha1.AnnotationPasswordDigest: PasswordDigest([]byte(password))}
+	if request != "" {
+		a[databasev1alpha1.AnnotationRotationRequest] = request
+	}
+	return a
 }

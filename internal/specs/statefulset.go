@@ -298,6 +298,7 @@ func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 		// The kubelet expands $(POD_NAME), defined above.
 		env("ADVERTISE_ADDRESS", fmt.Sprintf("$(POD_NAME).%s.%s.svc:%d", HeadlessServiceName(db), db.Namespace, containerPort)),
 		env("LEASE_DURATION_SECONDS", fmt.Sprint(LeaseDurationSeconds(db))),
+		env("PASSWORD_SECRETS", PasswordSources(db)), env("REPLICATION_SECRET", ReplicationSecretName(db)),
 	}
 }
 

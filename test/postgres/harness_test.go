@@ -20,7 +20,9 @@ package postgres
 //     with a token of the same ServiceAccount, whose API server address is
 //     a proxy of the pod's own (cut, it partitions the pod from the API
 //     server);
-//   - secretKeyRef values are read from the Secrets the builders generate;
+//   - secretKeyRef values are read from the Secrets the builders generate
+//     (also created in the API server, where the instance managers read
+//     them for password rotation), as they were when the pod was made;
 //   - the container runs as the postgres OS user of this machine instead of
 //     uid 999, with PATH led by the bin directory of the major under test
 //     (the official image has its own on PATH) and HOME in the pod directory,
@@ -242,6 +244,12 @@ func (c *cluster) startAPI() {
 	}
 	if err := api.Client.Create(ctx, c.db); err != nil {
 		t.Fatal(err)
+	}
+	// The Secrets, which the instance managers read for password rotation.
+	for _, s := range c.secrets {
+		if err := api.Client.Create(ctx, s.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, obj := range []runtime.ApplyConfiguration{specs.InstanceServiceAccount(c.db), specs.InstanceRole(c.db),
 		specs.InstanceRoleBinding(c.db), specs.Lease(c.db)} {

@@ -55,6 +55,7 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 		r.reconcileSwitchover,
 		r.reconcileRollout,
 		r.adoptRetainedVolumes,
+		r.reconcileRotation,
 	}
 	for _, step := range steps {
 		if err := step(ctx, db, obs); err != nil {

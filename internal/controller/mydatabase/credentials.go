@@ -92,8 +92,9 @@ func (r *MyDatabaseReconciler) ensureGeneratedSecret(ctx context.Context, db *da
 	annotations := map[string]string{databasev1alpha1.AnnotationPasswordDigest: specs.PasswordDigest(password)}
 	if recorded, ok := secret.Annotations[databasev1alpha1.AnnotationPasswordDigest]; ok && recorded != annotations[databasev1alpha1.AnnotationPasswordDigest] {
 		obs.stalled = &blocker{databasev1alpha1.ReasonCredentialsChanged, fmt.Sprintf(
-			"the password in Secret %q was changed, but the database still accepts only the password it was created with: "+
-				"restore the original password; or, if you also changed it in PostgreSQL (ALTER ROLE), remove the annotation %s from the Secret to accept the new one",
+			"the password in Secret %q was changed by hand, but the database still accepts only its previous password: "+
+				"restore it, and set spec.passwordRotation to have the operator change it safely; or, if you also changed it in PostgreSQL (ALTER ROLE), "+
+				"remove the annotation %s from the Secret to accept the new one",
 			name, databasev1alpha1.AnnotationPasswordDigest)}
 		return nil
 	}

@@ -34,6 +34,9 @@ type observation struct {
 	// dataVolume is the primary's data volume as this pass read it from
 	// the API server ("" when there is none), nil before it looked.
 	dataVolume *string
+	// passwords is status.passwords as the rotation step saw it, nil when
+	// it did not run (rotation.go).
+	passwords []databasev1alpha1.PasswordStatus
 	// stalled is set when only the user can unblock the MyDatabase.
 	stalled *blocker
 	// waiting is set when something outside our control must happen first
@@ -182,6 +185,9 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	desired := specs.Replicas(db)
 	st.Selector = specs.Selector(db)
 	st.CredentialsSecret = specs.CredentialsSecretName(db)
+	if obs.passwords != nil {
+		st.Passwords = obs.passwords
+	}
 	st.CurrentPrimary = obs.primaryPod(db)
 	if obs.pods != nil {
 		st.Instances = instanceStatuses(obs.pods, st.CurrentPrimary)

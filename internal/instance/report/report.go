@@ -44,9 +44,18 @@ type Report struct {
 	// Candidate is set while the instance stands for election after the
 	// Lease expired (see internal/instance, elect).
 	Candidate *Candidacy `json:"candidate,omitempty"`
+	// Passwords maps each password Secret the instance manager reads to the
+	// resourceVersion whose password its server accepts for the role
+	// (internal/instance, rotate.go): never a password, nor anything
+	// derived from one.
+	Passwords map[string]string `json:"passwords,omitempty"`
 	// Time is when the report was made.
 	Time time.Time `json:"time"`
 }
+
+// PasswordRefused prefixes, in Passwords, the resourceVersion of a Secret
+// whose password the instance manager will not set (not printable ASCII).
+const PasswordRefused = "refused:"
 
 // Candidacy is an instance's claim in one election: the Lease version it
 // saw expire (the term) and how much WAL it has.

@@ -1,0 +1,316 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/instance/scram"
+)
+
+// Password rotation, the instance manager's part (docs/password-rotation.md).
+//
+// Every instance reads, once per Lease duration, the Secrets named in
+// PASSWORD_SECRETS (a generated Secret's staging Secret, or a user-supplied
+// Secret) and compares each password with the verifier its own server
+// holds for the role (pg_authid; a replica has the primary's, replayed).
+// The primary sets a password its server does not accept yet with ALTER
+// ROLE and a SCRAM-SHA-256 verifier computed here, so the plaintext never
+// reaches the server. Each instance reports, per Secret, the
+// resourceVersion whose password its server accepts; the operator changes
+// a generated Secret only once the primary and every ready replica report
+// its staging Secret's. The report holds no password and nothing derived
+// from one.
+//
+// The replication password is also the replicas' password file: an
+// instance switches it to the staging password as soon as its own server
+// or the primary's report accepts it, so that a replica whose connection
+// drops after the change reconnects with the new one. The environment of
+// the container cannot change, and the password never enters the
+// server's: the file is the instance manager's, in the socket directory.
+
+// passwordSource is a role and the Secret its password comes from.
+type passwordSource struct{ role, secret string }
+
+// passwords is the state of the rotation in this instance manager.
+type passwords struct {
+	secrets  corev1client.SecretInterface
+	timeout  time.Duration
+	sources  []passwordSource
+	polled   time.Time
+	finalAt  time.Time
+	accepted map[string]string // Secret name -> resourceVersion the local server accepts
+	// checked is the server the accepted passwords were checked on: a
+	// server started since (a rewind, a clone, a restart) is checked again
+	// before anything is reported of it.
+	checked *server
+	failed  map[string]string // Secret name -> the last error logged, so it is logged once
+}
+
+// parsePasswordSources reads PASSWORD_SECRETS: role=Secret pairs.
+func parsePasswordSources(s string) ([]passwordSource, error) {
+	var out []passwordSource
+	for pair := range strings.SplitSeq(s, ",") {
+		if pair == "" {
+			continue
+		}
+		role, secret, ok := strings.Cut(pair, "=")
+		if !ok || role == "" || secret == "" {
+			return nil, fmt.Errorf("PASSWORD_SECRETS: %q is not role=Secret", pair)
+		}
+		out = append(out, passwordSource{role, secret})
+	}
+	return out, nil
+}
+
+func newPasswords(c Config, timeout time.Duration) (*passwords, error) {
+	sources, err := parsePasswordSources(c.PasswordSecrets)
+	if err != nil {
+		return nil, err
+	}
+	var cfg *rest.Config
+	if c.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("API server configuration: %w", err)
+	}
+	cfg.UserAgent = "mydatabase-instance/" + c.PodName
+	cfg.Timeout = timeout
+	core, err := corev1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &passwords{secrets: core.Secrets(c.Namespace), timeout: timeout, sources: sources,
+		accepted: map[string]string{}, failed: map[string]string{}}, nil
+}
+
+// finalReadEvery: how often, without a staging Secret, the replication
+// Secret itself is read, for an instance that missed a whole rotation
+// (cut off from the API server throughout).
+const finalReadEvery = 6
+
+// keepPasswords is the rotation's step of a turn. It runs only when the
+// server answers in its role and the turn's action left it alone.
+func (m *manager) keepPasswords(ctx context.Context, ready bool) {
+	if m.c.PasswordSecrets == "" || !ready || m.role == stopped {
+		return
+	}
+	if m.pw == nil {
+		pw, err := newPasswords(m.c, m.t.tick)
+		if err != nil {
+			m.log("password rotation disabled: %v", err)
+			m.c.PasswordSecrets = ""
+			return
+		}
+		m.pw = pw
+	}
+	if time.Since(m.pw.polled) < m.t.lease {
+		return
+	}
+	m.pw.polled, m.pw.checked = time.Now(), m.server
+	// The whole step gets half a tick: a slow API server or a commit
+	// waiting for the fence delays the primary's next renewal by at most
+	// L/10, well within the fence's margin (a renewal every L/5, the
+	// fence closing 3L/5 after the last one). Unfinished work is picked up
+	// at the next poll: every step of it is idempotent.
+	ctx, cancel := context.WithTimeout(ctx, m.t.tick/2)
+	defer cancel()
+	for _, src := range m.pw.sources {
+		err := m.keepPassword(ctx, src)
+		m.pw.logOnce(m.log, src, err)
+	}
+}
+
+// keepPassword makes the role's password the Secret's, if the Secret
+// exists (primary), and records whether the local server accepts it.
+func (m *manager) keepPassword(ctx context.Context, src passwordSource) error {
+	secret, err := m.pw.get(ctx, src.secret)
+	if apierrors.IsNotFound(err) {
+		delete(m.pw.accepted, src.secret)
+		if src.role == replicationRole {
+			return m.followReplicationSecret(ctx)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	password := string(secret.Data["password"])
+	if !scram.Supported(password) {
+		if password == m.c.Password {
+			// What the container started with (a user-supplied Secret
+			// that never changed since): not a change to apply.
+			m.pw.accepted[src.secret] = secret.ResourceVersion
+			return nil
+		}
+		m.pw.accepted[src.secret] = report.PasswordRefused + secret.ResourceVersion
+		return fmt.Errorf("the password in Secret %s: %w", src.secret, scram.ErrUnsupported)
+	}
+	ok, err := m.accepts(ctx, src.role, password)
+	if err != nil {
+		return err
+	}
+	if !ok && m.role == asPrimary {
+		if err := m.setPassword(ctx, src.role, password); err != nil {
+			return err
+		}
+		m.log("set the password of role %s from Secret %s (resourceVersion %s)", src.role, src.secret, secret.ResourceVersion)
+		ok = true
+	}
+	if !ok {
+		delete(m.pw.accepted, src.secret)
+		if src.role == replicationRole && m.primaryAccepts(ctx, src.secret, secret.ResourceVersion) {
+			// The primary has it, this replica has not replayed it (its
+			// connection may be the one that dropped): reconnect with it.
+			return m.usePassfile(password)
+		}
+		return nil
+	}
+	m.pw.accepted[src.secret] = secret.ResourceVersion
+	if src.role == replicationRole {
+		return m.usePassfile(password)
+	}
+	return nil
+}
+
+// followReplicationSecret reads, now and then, the replication Secret
+// itself, which holds the accepted password once no rotation is under way.
+func (m *manager) followReplicationSecret(ctx context.Context) error {
+	if m.c.ReplicationSecret == "" || time.Since(m.pw.finalAt) < finalReadEvery*m.t.lease {
+		return nil
+	}
+	m.pw.finalAt = time.Now()
+	secret, err := m.pw.get(ctx, m.c.ReplicationSecret)
+	if err != nil {
+		return err
+	}
+	if p := string(secret.Data["password"]); p != "" {
+		return m.usePassfile(p)
+	}
+	return nil
+}
+
+// usePassfile makes password the replication password this instance uses
+// from now on (clones, rewinds, streaming).
+func (m *manager) usePassfile(password string) error {
+	if password == m.c.ReplicationPassword {
+		return nil
+	}
+	c := m.c
+	c.ReplicationPassword = password
+	if err := c.writePassfile(); err != nil {
+		return err
+	}
+	m.c.ReplicationPassword = password
+	m.log("the replication password file has the rotated password")
+	return nil
+}
+
+// primaryAccepts tells whether the primary this instance follows reports
+// that its server accepts the Secret at resourceVersion rv.
+func (m *manager) primaryAccepts(ctx context.Context, secret, rv string) bool {
+	if m.following == "" {
+		return false
+	}
+	r, err := m.kube.report(ctx, m.following)
+	return err == nil && r != nil && r.Passwords[secret] == rv
+}
+
+// accepts tells whether the local server's verifier of role accepts
+// password.
+func (m *manager) accepts(ctx context.Context, role, password string) (bool, error) {
+	var stored *string
+	err := m.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		err := conn.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = $1", role).Scan(&stored)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("role %s does not exist", role)
+		}
+		return err
+	})
+	return err == nil && stored != nil && scram.Matches(*stored, password), err
+}
+
+// setPassword sets role's password by its verifier. The commit waits for
+// the fence like any other: it is acknowledged only while the Lease is
+// held, and the turn gives up after a tick (the next poll checks again).
+func (m *manager) setPassword(ctx context.Context, role, password string) error {
+	verifier, err := scram.Verifier(password)
+	if err != nil {
+		return err
+	}
+	return m.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		// A verifier is base64, digits, '$' and ':' only; quoted anyway.
+		_, err := conn.Exec(ctx, fmt.Sprintf("ALTER ROLE %s PASSWORD '%s'",
+			pgx.Identifier{role}.Sanitize(), strings.ReplaceAll(verifier, "'", "''")))
+		return err
+	})
+}
+
+// withServerFor is withServer bounded by one tick, so that a commit
+// waiting for a closed fence cannot hold the HA loop.
+func (m *manager) withServerFor(ctx context.Context, f func(context.Context, *pgx.Conn) error) error {
+	ctx, cancel := context.WithTimeout(ctx, m.t.tick)
+	defer cancel()
+	return m.withServer(ctx, f)
+}
+
+func (p *passwords) get(ctx context.Context, name string) (*secretData, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	s, err := p.secrets.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return &secretData{Data: s.Data, ResourceVersion: s.ResourceVersion}, nil
+}
+
+type secretData struct {
+	Data            map[string][]byte
+	ResourceVersion string
+}
+
+// logOnce logs an error of a source when it differs from the last one
+// logged, and its end.
+func (p *passwords) logOnce(log Logger, src passwordSource, err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg == p.failed[src.secret] {
+		return
+	}
+	p.failed[src.secret] = msg
+	if err != nil {
+		log("password of role %s from Secret %s: %v", src.role, src.secret, err)
+	}
+}
+
+// acceptedPasswords is what the report says: per Secret, the
+// resourceVersion whose password the local server accepts.
+func (m *manager) acceptedPasswords() map[string]string {
+	if m.pw == nil || len(m.pw.accepted) == 0 || m.role == stopped {
+		return nil
+	}
+	if m.pw.checked != m.server {
+		m.pw.polled = time.Time{} // check the new server at the next turn
+		return nil
+	}
+	return maps.Clone(m.pw.accepted)
+}
+
+// replicationRole is the role the replicas stream as (specs.ReplicationRole).
+const replicationRole = "replicator"
