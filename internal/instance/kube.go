@@ -23,8 +23,9 @@ import (
 // kube is what the instance manager asks of the API server: its Lease,
 // its own pod, and its peers' reports.
 type kube struct {
-	pods   corev1client.PodInterface
-	leases coordinationv1client.LeaseInterface
+	pods    corev1client.PodInterface
+	secrets corev1client.SecretInterface // the password Secrets (rotate.go)
+	leases  coordinationv1client.LeaseInterface
 	// watches has no timeout: a watch lasts minutes.
 	watches coordinationv1client.LeaseInterface
 	c       Config
@@ -63,7 +64,7 @@ func newKube(c Config, timeout time.Duration) (*kube, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kube{pods: core.Pods(c.Namespace), leases: coord.Leases(c.Namespace), watches: watches.Leases(c.Namespace),
+	return &kube{pods: core.Pods(c.Namespace), secrets: core.Secrets(c.Namespace), leases: coord.Leases(c.Namespace), watches: watches.Leases(c.Namespace),
 		c: c, timeout: timeout}, nil
 }
 

@@ -12,8 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"example.com/myoperator/internal/instance/report"
 	"example.com/myoperator/internal/instance/scram"
@@ -74,27 +72,12 @@ func parsePasswordSources(s string) ([]passwordSource, error) {
 	return out, nil
 }
 
-func newPasswords(c Config, timeout time.Duration) (*passwords, error) {
+func newPasswords(c Config, secrets corev1client.SecretInterface, timeout time.Duration) (*passwords, error) {
 	sources, err := parsePasswordSources(c.PasswordSecrets)
 	if err != nil {
 		return nil, err
 	}
-	var cfg *rest.Config
-	if c.Kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("API server configuration: %w", err)
-	}
-	cfg.UserAgent = "mydatabase-instance/" + c.PodName
-	cfg.Timeout = timeout
-	core, err := corev1client.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &passwords{secrets: core.Secrets(c.Namespace), timeout: timeout, sources: sources,
+	return &passwords{secrets: secrets, timeout: timeout, sources: sources,
 		accepted: map[string]string{}, failed: map[string]string{}}, nil
 }
 
@@ -110,7 +93,7 @@ func (m *manager) keepPasswords(ctx context.Context, ready bool) {
 		return
 	}
 	if m.pw == nil {
-		pw, err := newPasswords(m.c, m.t.tick)
+		pw, err := newPasswords(m.c, m.kube.secrets, m.t.tick)
 		if err != nil {
 			m.log("password rotation disabled: %v", err)
 			m.c.PasswordSecrets = ""

@@ -34,12 +34,7 @@ func TestFailoverTimes(t *testing.T) {
 		var f figures
 		for i := range rounds {
 			primary := c.waitPrimary(t, pods, 30*time.Second)
-			var others []*pod
-			for _, p := range pods {
-				if p != primary {
-					others = append(others, p)
-				}
-			}
+			others := without(pods, primary)
 			w := startWriters(t, conninfo, 4)
 			w.waitAcks(t, 200, 30*time.Second)
 			move(primary, others)
@@ -61,7 +56,7 @@ func TestFailoverTimes(t *testing.T) {
 	}
 	killed := measure("container killed", func(p *pod, _ []*pod) { p.killContainer(t) })
 	stopped := measure("pod deleted (SIGTERM)", func(p *pod, _ []*pod) { p.stop(t) })
-	switched := measure("switchover", func(_ *pod, others []*pod) { c.switchover(t, others[0]) })
+	switched := measure("switchover", func(_ *pod, others []*pod) { c.requestSwitchover(t, others[0]) })
 	if switched.lost > 0 {
 		t.Errorf("a switchover lost %d acknowledged writes", switched.lost)
 	}

@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -58,13 +55,7 @@ func TestSynchronousReplication(t *testing.T) {
 		second := c.waitPrimary(t, others, 3*lease)
 		second.killContainer(t)
 		p.start(t)
-		left := []*pod{p}
-		for _, o := range others {
-			if o != second {
-				left = append(left, o)
-			}
-		}
-		c.waitPrimary(t, left, 6*lease)
+		c.waitPrimary(t, append(without(others, second), p), 6*lease)
 		second.start(t)
 	}, true}}
 	for _, f := range ha.faults() {
@@ -90,9 +81,18 @@ type haFault struct {
 func (ha haCluster) faults() []haFault {
 	c, lease := ha.c, ha.lease
 	return []haFault{
-		{"switchover under write load", true, true, func(t *testing.T, _ *pod, others []*pod) {
-			c.switchover(t, others[0])
+		{"switchover under write load, requested in spec.switchover", true, true, func(t *testing.T, _ *pod, others []*pod) {
+			c.requestSwitchover(t, others[0])
 			c.waitPrimary(t, others[:1], 3*lease)
+		}, false},
+		{"the operator down during a failover", true, false, func(t *testing.T, p *pod, others []*pod) {
+			c.primaryReported(t, p, false) // so that the operator has a primary to see change
+			c.op.stop()
+			p.killContainer(t)
+			now := c.waitPrimary(t, others, 3*lease)
+			p.start(t)
+			c.op = c.startOperator(t)
+			c.primaryReported(t, now, true)
 		}, false},
 		{"postgres killed (restarted by its instance manager)", false, true, func(t *testing.T, p *pod, _ []*pod) {
 			pid := postmasterPID(p.pgdata())
@@ -133,13 +133,7 @@ func (ha haCluster) faults() []haFault {
 			p.killContainer(t)
 			second := c.waitPrimary(t, others, 3*lease)
 			second.killContainer(t)
-			var last []*pod
-			for _, o := range others {
-				if o != second {
-					last = append(last, o)
-				}
-			}
-			c.waitPrimary(t, last, 3*lease)
+			c.waitPrimary(t, without(others, second), 3*lease)
 			p.start(t)
 			second.start(t)
 		}, false},
@@ -151,18 +145,14 @@ func (ha haCluster) inject(t *testing.T, f haFault, lossless bool, results *haRe
 	c, pods, conninfo := ha.c, ha.pods, ha.conninfo
 	t.Run(f.name, func(t *testing.T) {
 		primary := c.waitPrimary(t, pods, 30*time.Second)
-		var others []*pod
-		for _, p := range pods {
-			if p != primary {
-				others = append(others, p)
-			}
-		}
+		others := without(pods, primary)
 		w := startWriters(t, conninfo, 4)
 		w.waitAcks(t, 50, 30*time.Second)
 		f.inject(t, primary, others)
 		w.waitAcks(t, 100, 60*time.Second)
 		c.healthy(t, pods)
 		now := c.waitPrimary(t, pods, 30*time.Second)
+		c.primaryReported(t, now, false)
 		v := w.check(t, conninfo)
 		results.add(f.name, primary.name, now.name, v)
 		t.Logf("%s: %d writes acknowledged by %v, %d lost, longest gap %s, primary %s -> %s",
@@ -202,8 +192,25 @@ func startHA(t *testing.T, synchronous *databasev1alpha1.SynchronousReplication)
 	creds := specs.CredentialsSecret(db, appPassword)
 	user, dbname := string(creds.Data[specs.SecretUsernameKey]), string(creds.Data[specs.SecretDatabaseKey])
 	c := newCluster(t, srv, db, creds, specs.ReplicationSecret(db, "replication-password"))
-	ports := freePorts(t, 3)
-	pods := []*pod{c.newPod(0, ports[0]), c.newPod(1, ports[1]), c.newPod(2, ports[2])}
+	pods := c.startPods(t, 3)
+	c.op = c.startOperator(t)
+	front := c.front(t, pods)
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%s user=%s password=%s dbname=%s sslmode=disable connect_timeout=2",
+		strings.Split(front.Addr(), ":")[1], user, appPassword, dbname)
+	c.healthy(t, pods)
+	c.query(t, conninfo, "", checkerTable)
+	return haCluster{c: c, pods: pods, conninfo: conninfo, lease: time.Duration(specs.LeaseDurationSeconds(db)) * time.Second}
+}
+
+// startPods starts n instances, one after the other, each ready before
+// the next (as OrderedReady does); their logs are shown if the test fails.
+func (c *cluster) startPods(t *testing.T, n int) []*pod {
+	t.Helper()
+	ports := freePorts(t, n)
+	pods := make([]*pod, n)
+	for i := range pods {
+		pods[i] = c.newPod(i, ports[i])
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, p := range pods {
@@ -215,23 +222,18 @@ func startHA(t *testing.T, synchronous *databasev1alpha1.SynchronousReplication)
 		p.start(t)
 		p.waitReady(t)
 	}
-	front := c.front(t, pods)
-	conninfo := fmt.Sprintf("host=127.0.0.1 port=%s user=%s password=%s dbname=%s sslmode=disable connect_timeout=2",
-		strings.Split(front.Addr(), ":")[1], user, appPassword, dbname)
-	c.healthy(t, pods)
-	c.query(t, conninfo, "", checkerTable)
-	return haCluster{c: c, pods: pods, conninfo: conninfo, lease: time.Duration(specs.LeaseDurationSeconds(db)) * time.Second}
+	return pods
 }
 
-// switchover asks for a planned switchover to target, as the operator
-// does: through the Lease.
-func (c *cluster) switchover(t *testing.T, target *pod) {
-	t.Helper()
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: c.db.Namespace, Name: specs.LeaseName(c.db)}}
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, databasev1alpha1.AnnotationSwitchoverTo, target.name)
-	if err := c.api.Client.Patch(context.Background(), lease, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
-		t.Fatal(err)
+// without is pods but p.
+func without(pods []*pod, p *pod) []*pod {
+	var out []*pod
+	for _, o := range pods {
+		if o != p {
+			out = append(out, o)
+		}
 	}
+	return out
 }
 
 // killContainer kills the container's whole process group, as the end of

@@ -177,7 +177,8 @@ type cluster struct {
 	// operator's image holds at /instance.
 	instanceBin string
 	api         *testenv.Env
-	token       string // of the instance managers' ServiceAccount
+	op          *operator // the operator, when the test runs it
+	token       string    // of the instance managers' ServiceAccount
 	podLabels   map[string]string
 }
 
@@ -245,9 +246,18 @@ func (c *cluster) startAPI() {
 	if err := api.Client.Create(ctx, c.db); err != nil {
 		t.Fatal(err)
 	}
-	// The Secrets, which the instance managers read for password rotation.
+	// The Secrets, which the instance managers read for password rotation,
+	// owned by the MyDatabase the API server just gave its UID, as the
+	// operator expects of its own.
 	for _, s := range c.secrets {
-		if err := api.Client.Create(ctx, s.DeepCopy()); err != nil {
+		s := s.DeepCopy()
+		for i := range s.OwnerReferences {
+			s.OwnerReferences[i].UID = c.db.UID
+		}
+		if _, ok := s.Labels[databasev1alpha1.LabelOwnerUID]; ok {
+			s.Labels[databasev1alpha1.LabelOwnerUID] = string(c.db.UID)
+		}
+		if err := api.Client.Create(ctx, s); err != nil {
 			t.Fatal(err)
 		}
 	}

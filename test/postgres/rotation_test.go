@@ -223,19 +223,7 @@ func TestUserSecretPasswordChange(t *testing.T) {
 		Data:       map[string][]byte{specs.SecretUsernameKey: []byte(db.Spec.User), specs.SecretPasswordKey: []byte(first)},
 	}
 	c := newCluster(t, srv, db, own, specs.ReplicationSecret(db, "replication-password"))
-	ports := freePorts(t, 2)
-	pods := []*pod{c.newPod(0, ports[0]), c.newPod(1, ports[1])}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range pods {
-				t.Logf("container log of %s:\n%s", p.name, p.log(0))
-			}
-		}
-	})
-	for _, p := range pods {
-		p.start(t)
-		p.waitReady(t)
-	}
+	pods := c.startPods(t, 2)
 	c.healthy(t, pods)
 	app := func(p *pod) string { return tcp(p.port, db.Spec.User, db.Spec.DatabaseName) }
 	c.query(t, app(pods[0]), first, "SELECT 1")

@@ -10,10 +10,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
@@ -74,22 +72,6 @@ func switchoverAsked(t *testing.T, db *databasev1alpha1.MyDatabase, target strin
 	})
 }
 
-func eventNoted(t *testing.T, ns, reason, words string) {
-	t.Helper()
-	eventually(t, "a "+reason+" event", func() error {
-		events := &eventsv1.EventList{}
-		if err := k8s.List(context.Background(), events, client.InNamespace(ns)); err != nil {
-			return err
-		}
-		for _, e := range events.Items {
-			if e.Reason == reason && strings.Contains(e.Note, words) {
-				return nil
-			}
-		}
-		return fmt.Errorf("no %s event saying %q among %d", reason, words, len(events.Items))
-	})
-}
-
 // TestRequestedSwitchover: a new spec.switchover.requestedAt asks the
 // primary, through the Lease, to hand over; status.targetPrimary and
 // status.switchover follow until the target holds the Lease. A request
@@ -125,7 +107,7 @@ func TestRequestedSwitchover(t *testing.T) {
 		}
 		return nil
 	})
-	eventNoted(t, ns, "SwitchedOver", "from sw-0 to sw-2")
+	eventually(t, "a SwitchedOver event", eventWith(ns, "SwitchedOver", "from sw-0 to sw-2"))
 
 	// A request for a server that is not a ready replica: refused, and the
 	// Lease asks nothing.
@@ -141,7 +123,7 @@ func TestRequestedSwitchover(t *testing.T) {
 		}
 		return nil
 	})
-	eventNoted(t, ns, "SwitchoverFailed", "sw-7")
+	eventually(t, "a SwitchoverFailed event", eventWith(ns, "SwitchoverFailed", "sw-7"))
 	switchoverAsked(t, db, "")
 }
 
