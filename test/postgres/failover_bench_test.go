@@ -16,8 +16,9 @@ import (
 // deleted pod is (SIGTERM: it gives the Lease up), and HA_BENCH_ROUNDS
 // times switched over to a replica. Each time it measures the
 // write unavailability (the longest time between two acknowledged writes)
-// and the acknowledged writes lost. With HA_BENCH_DOC it writes the figures
-// into that file between the failover-figures markers.
+// and the acknowledged writes lost. With HA_BENCH_DOC (file names,
+// space-separated) it writes the figures into each between the
+// failover-figures markers.
 func TestFailoverTimes(t *testing.T) {
 	rounds := 0
 	if _, err := fmt.Sscan(os.Getenv("HA_BENCH_ROUNDS"), &rounds); err != nil || rounds < 1 {
@@ -71,7 +72,7 @@ func TestFailoverTimes(t *testing.T) {
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), c.srv.major, lease, row("container killed (the Lease expires)", killed),
 		row("pod deleted (SIGTERM: the Lease is given up)", stopped), row("switchover (the Lease is handed over)", switched))
 	t.Log("\n" + table)
-	if doc := os.Getenv("HA_BENCH_DOC"); doc != "" {
+	for _, doc := range strings.Fields(os.Getenv("HA_BENCH_DOC")) {
 		if err := splice(doc, "<!-- failover figures -->", "<!-- end of failover figures -->", table); err != nil {
 			t.Fatal(err)
 		}
