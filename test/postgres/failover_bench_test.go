@@ -72,7 +72,7 @@ func TestFailoverTimes(t *testing.T) {
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), c.srv.major, lease, row("container killed (the Lease expires)", killed),
 		row("pod deleted (SIGTERM: the Lease is given up)", stopped), row("switchover (the Lease is handed over)", switched))
 	t.Log("\n" + table)
-	for _, doc := range strings.Fields(os.Getenv("HA_BENCH_DOC")) {
+	for doc := range strings.FieldsSeq(os.Getenv("HA_BENCH_DOC")) {
 		if err := splice(doc, "<!-- failover figures -->", "<!-- end of failover figures -->", table); err != nil {
 			t.Fatal(err)
 		}
