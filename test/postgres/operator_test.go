@@ -38,6 +38,8 @@ type operator struct {
 	once   sync.Once
 }
 
+// startOperator starts the operator; MYDB_OPERATOR_LOG names a file for
+// its log (none by default).
 func (c *cluster) startOperator(t *testing.T) *operator {
 	t.Helper()
 	if path := os.Getenv("MYDB_OPERATOR_LOG"); path != "" {
