@@ -1,9 +1,11 @@
 package mydatabase
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -143,6 +145,12 @@ func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databa
 	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(specs.InstanceSelector(db))); err != nil {
 		return objectError("list", &corev1.Pod{}, "", err)
 	}
+	// A list comes in no particular order; the rollout and the status go
+	// by ordinal. The names share their prefix, so the shorter is the
+	// lower ("db-9" before "db-10").
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int {
+		return cmp.Or(cmp.Compare(len(a.Name), len(b.Name)), cmp.Compare(a.Name, b.Name))
+	})
 	obs.pods = pods.Items
 	for i := range pods.Items {
 		pod := &pods.Items[i]

@@ -87,6 +87,11 @@ func (r *MyDatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	// Every step reads the status as this process last wrote it, not as a
+	// lagging cache may still show it: a switchover or a rotation in
+	// progress is known only from there.
+	cached := db.ResourceVersion
+	db = r.written.baseline(req.NamespacedName, db)
 	obs := &observation{}
 	var err error
 	if db.DeletionTimestamp.IsZero() {
@@ -108,7 +113,7 @@ func (r *MyDatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if obs.gone {
 		return ctrl.Result{}, nil
 	}
-	if werr := r.writeStatus(ctx, db, obs); werr != nil {
+	if werr := r.writeStatus(ctx, db, cached, obs); werr != nil {
 		if apierrors.IsConflict(werr) {
 			return conflict(ctx, werr)
 		}
@@ -163,19 +168,17 @@ func (r *MyDatabaseReconciler) ensureFinalizer(ctx context.Context, db *database
 }
 
 // writeStatus computes the status from what was observed and patches it
-// when it differs from what the server holds. That is the cached object's
-// status, unless this process wrote a status over exactly that object and
-// the cache does not show the write yet: then it is the status written.
-// Comparing with the cache alone would skip a needed write (the cache says
-// Provisioning, the server the Ready we wrote a moment ago) and leave a
-// lie in place; comparing with the last write alone would repeat it. The
-// patch carries the resourceVersion it was computed against: if anyone
-// wrote since, it conflicts and the pass is retried on the newer object.
-func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+// when it differs from what the server holds: db's status, which
+// Reconcile took from this process's last write while the cache (at
+// resourceVersion cached) does not show it yet. Comparing with the cache
+// alone would skip a needed write (the cache says Provisioning, the server
+// the Ready we wrote a moment ago) and leave a lie in place; comparing
+// with the last write alone would repeat it. The patch carries the
+// resourceVersion it was computed against: if anyone wrote since, it
+// conflicts and the pass is retried on the newer object.
+func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1alpha1.MyDatabase, cached string, obs *observation) error {
 	key := types.NamespacedName{Namespace: db.Namespace, Name: db.Name}
-	seen := db.ResourceVersion
-	base := r.written.baseline(key, db)
-	db.ResourceVersion, db.Status = base.ResourceVersion, *base.Status.DeepCopy()
+	base := db.DeepCopy()
 	computeStatus(db, obs, r.Clock.Now())
 	r.Metrics.Set(key, db.Status.Phase)
 	if equality.Semantic.DeepEqual(base.Status, db.Status) {
@@ -184,7 +187,7 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 	if err := r.Status().Patch(ctx, db, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
-	r.written.remember(key, seen, db)
+	r.written.remember(key, cached, base.ResourceVersion, db)
 	r.recordTransitions(ctx, base, db)
 	return nil
 }

@@ -3,6 +3,7 @@ package mydatabase
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -75,26 +76,27 @@ func (o *observation) primaryPod(db *databasev1alpha1.MyDatabase) string {
 }
 
 // statusWrites remembers, per MyDatabase, the last status this process
-// wrote, the resourceVersion that write produced, and the resourceVersion
-// of the object it was written over, until the informer cache shows
-// another object. The watch event of a child a pass applied often wakes
-// the next pass before the MyDatabase's own status write reaches the
-// cache: that pass must compare with what it wrote, not with the cache.
-// Entries live only while the cache lags, so the map stays small.
+// wrote, the resourceVersion that write produced, and the resourceVersions
+// the cache may still show that are older than it, until the informer
+// cache shows another object. The watch event of a child a pass applied
+// often wakes the next pass before the MyDatabase's own status write
+// reaches the cache: that pass must start from what it wrote, not from
+// the cache. Entries live only while the cache lags, so the map stays
+// small.
 type statusWrites struct {
 	mu sync.Mutex
 	m  map[types.NamespacedName]writtenStatus
 }
 
 type writtenStatus struct {
-	over    string // resourceVersion the pass read, the write was made over
-	version string // resourceVersion the write produced
+	over    []string // resourceVersions older than the write, which the cache may still show
+	version string   // resourceVersion the write produced
 	status  databasev1alpha1.MyDatabaseStatus
 }
 
 // baseline returns what the server holds of db as far as this process
-// knows: db itself, or, while the cache still shows the object this
-// process last wrote a status over, that object with the status written
+// knows: db itself, or, while the cache still shows an object this process
+// has since written a status over, that object with the status written
 // and the resourceVersion the write produced.
 func (w *statusWrites) baseline(key types.NamespacedName, db *databasev1alpha1.MyDatabase) *databasev1alpha1.MyDatabase {
 	w.mu.Lock()
@@ -103,7 +105,7 @@ func (w *statusWrites) baseline(key types.NamespacedName, db *databasev1alpha1.M
 	last, ok := w.m[key]
 	switch {
 	case !ok:
-	case last.over == db.ResourceVersion:
+	case slices.Contains(last.over, db.ResourceVersion):
 		base.ResourceVersion, base.Status = last.version, *last.status.DeepCopy()
 	default:
 		delete(w.m, key) // the cache has moved on
@@ -112,12 +114,22 @@ func (w *statusWrites) baseline(key types.NamespacedName, db *databasev1alpha1.M
 }
 
 // remember records the status written over the object at resourceVersion
-// over; written is the object as the write returned it.
-func (w *statusWrites) remember(key types.NamespacedName, over string, written *databasev1alpha1.MyDatabase) {
+// base, in a pass that read resourceVersion cached from the cache; written
+// is the object as the write returned it. A chain of writes the cache has
+// not caught up with keeps every version of it: the cache may show any of
+// them next.
+func (w *statusWrites) remember(key types.NamespacedName, cached, base string, written *databasev1alpha1.MyDatabase) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m == nil {
 		w.m = map[types.NamespacedName]writtenStatus{}
+	}
+	over := []string{cached}
+	if last, ok := w.m[key]; ok && slices.Contains(last.over, cached) {
+		over = append(last.over, last.version)
+	}
+	if !slices.Contains(over, base) {
+		over = append(over, base)
 	}
 	w.m[key] = writtenStatus{over: over, version: written.ResourceVersion, status: *written.Status.DeepCopy()}
 }

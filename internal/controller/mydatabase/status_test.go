@@ -43,7 +43,7 @@ func TestStatusBaselineFollowsTheLastWriteWhileTheCacheLags(t *testing.T) {
 	if b := w.baseline(key, at("10", "Provisioning")); b.ResourceVersion != "10" || b.Status.Phase != "Provisioning" {
 		t.Fatalf("nothing written yet: baseline %s %s, want the cached object", b.ResourceVersion, b.Status.Phase)
 	}
-	w.remember(key, "10", at("12", "Ready"))
+	w.remember(key, "10", "10", at("12", "Ready"))
 	if b := w.baseline(key, at("10", "Provisioning")); b.ResourceVersion != "12" || b.Status.Phase != "Ready" {
 		t.Errorf("cache still at the object written over: baseline %s %s, want the write (12 Ready)", b.ResourceVersion, b.Status.Phase)
 	}
@@ -53,7 +53,23 @@ func TestStatusBaselineFollowsTheLastWriteWhileTheCacheLags(t *testing.T) {
 	if b := w.baseline(key, at("10", "Provisioning")); b.ResourceVersion != "10" {
 		t.Error("the write was not forgotten once the cache moved on")
 	}
-	w.remember(key, "14", at("15", "Ready"))
+	// A chain of writes the cache lags behind: any version of it it shows
+	// still gives the last write.
+	w.remember(key, "13", "13", at("14", "Ready"))
+	w.remember(key, "13", "14", at("16", "Updating"))
+	for _, cached := range []string{"13", "14"} {
+		if b := w.baseline(key, at(cached, "Ready")); b.ResourceVersion != "16" || b.Status.Phase != "Updating" {
+			t.Errorf("cache at %s, behind two writes: baseline %s %s, want the last write (16 Updating)", cached, b.ResourceVersion, b.Status.Phase)
+		}
+	}
+	w.remember(key, "14", "16", at("17", "Ready"))
+	if b := w.baseline(key, at("13", "Ready")); b.ResourceVersion != "17" {
+		t.Errorf("cache at 13, behind three writes: baseline %s, want 17", b.ResourceVersion)
+	}
+	if b := w.baseline(key, at("17", "Ready")); b.ResourceVersion != "17" || len(w.m) != 0 {
+		t.Errorf("the cache caught up: baseline %s, %d entries kept; want the cached 17 and none", b.ResourceVersion, len(w.m))
+	}
+	w.remember(key, "14", "14", at("15", "Ready"))
 	w.forget(key)
 	if b := w.baseline(key, at("14", "Ready")); b.ResourceVersion != "14" {
 		t.Error("a deleted MyDatabase's write was not forgotten")
@@ -95,14 +111,19 @@ func TestStatusIsNotLostWhenTheCacheLags(t *testing.T) {
 		return got.Status.Phase
 	}
 
-	if err := r.writeStatus(context.Background(), stale.DeepCopy(), &observation{sts: sts(1)}); err != nil {
+	// writeStatus as Reconcile calls it, over the object the cache serves.
+	write := func(obs *observation) error {
+		key := client.ObjectKeyFromObject(stale)
+		return r.writeStatus(context.Background(), r.written.baseline(key, stale), stale.ResourceVersion, obs)
+	}
+	if err := write(&observation{sts: sts(1)}); err != nil {
 		t.Fatal(err)
 	}
 	if p := phase(); p != databasev1alpha1.PhaseReady {
 		t.Fatalf("after the first pass the server says %s, want Ready", p)
 	}
 	// Next pass: the cache still serves the object from before the write.
-	if err := r.writeStatus(context.Background(), stale.DeepCopy(), &observation{sts: sts(0)}); err != nil {
+	if err := write(&observation{sts: sts(0)}); err != nil {
 		t.Fatal(err)
 	}
 	if p := phase(); p == databasev1alpha1.PhaseReady {
@@ -130,7 +151,7 @@ func TestStatusIsNotLostWhenTheCacheLags(t *testing.T) {
 			return c.Get(ctx, key, obj, opts...)
 		},
 	})
-	err := r.writeStatus(context.Background(), stale.DeepCopy(), &observation{sts: sts(1)})
+	err := write(&observation{sts: sts(1)})
 	if !apierrors.IsConflict(err) {
 		t.Fatalf("a write over a status someone else changed: %v, want a conflict", err)
 	}
