@@ -101,6 +101,8 @@ type MyDatabaseSpec struct {
 	// +kubebuilder:validation:MaxProperties=200
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z][a-z0-9_.]*$'))",message="parameter names are lower-case PostgreSQL setting names such as max_connections"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'primary_conninfo', 'primary_slot_name', 'hot_standby', 'wal_level', 'max_wal_senders', 'restore_command', 'archive_mode', 'archive_command', 'synchronous_standby_names']))",message="parameters may not set listen_addresses, port, unix_socket_directories, data_directory, config_file, hba_file, ident_file, primary_conninfo, primary_slot_name, hot_standby, wal_level, max_wal_senders, restore_command, archive_mode, archive_command or synchronous_standby_names: the operator manages them"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['ssl', 'ssl_cert_file', 'ssl_key_file', 'ssl_ca_file', 'ssl_crl_file', 'ssl_crl_dir', 'ssl_passphrase_command']))",message="parameters may not set ssl, ssl_cert_file, ssl_key_file, ssl_ca_file, ssl_crl_file, ssl_crl_dir or ssl_passphrase_command: TLS is always on, with the certificate of spec.tls"
+	// +kubebuilder:validation:XValidation:rule="!('ssl_min_protocol_version' in self) || self['ssl_min_protocol_version'] in ['TLSv1.2', 'TLSv1.3']",message="ssl_min_protocol_version may be TLSv1.2 (the default) or TLSv1.3: older protocols are not safe"
 	// +optional
 	Parameters map[string]string `json:"parameters,omitempty"`
 
@@ -195,6 +197,17 @@ type MyDatabaseSpec struct {
 	// requestedAt; status.switchover reports how it went.
 	// +optional
 	Switchover *SwitchoverSpec `json:"switchover,omitempty"`
+
+	// tls is how client connections are encrypted (TLSSpec): TLS is always
+	// offered; clients: Required refuses connections without it.
+	// +kubebuilder:default={}
+	// +optional
+	TLS TLSSpec `json:"tls,omitzero"`
+
+	// networkPolicy, when enabled, admits to the database port only the
+	// clients listed and the other instances.
+	// +optional
+	NetworkPolicy NetworkPolicySpec `json:"networkPolicy,omitzero"`
 }
 
 // StorageSpec is the data volume of each server.
@@ -376,6 +389,11 @@ type MyDatabaseStatus struct {
 	// rolling update.
 	// +optional
 	Switchover *SwitchoverStatus `json:"switchover,omitempty"`
+
+	// tls is where the server certificate stands (condition
+	// CertificateValid says whether clients can verify it).
+	// +optional
+	TLS *TLSStatus `json:"tls,omitempty"`
 
 	// instances is what each server's instance manager last reported.
 	// +listType=map

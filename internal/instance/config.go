@@ -48,6 +48,9 @@ type Config struct {
 	SocketDir string // PGHOST
 	Port      string // PGPORT
 	ConfigDir string // CONFIG_DIR: postgresql.conf and pg_hba.conf
+	// TLSDir holds the server certificate Secret's files (tls.go).
+	// Optional: without it the server offers no TLS.
+	TLSDir string // TLS_DIR
 
 	User                string // POSTGRES_USER
 	Database            string // POSTGRES_DB
@@ -116,7 +119,7 @@ func ConfigFromEnv() (Config, error) {
 		return c, fmt.Errorf("LEASE_DURATION_SECONDS is %q, want a whole number of seconds, at least 2", leaseSeconds)
 	}
 	c.LeaseDuration = time.Duration(n) * time.Second
-	c.Kubeconfig = os.Getenv("KUBECONFIG")
+	c.Kubeconfig, c.TLSDir = os.Getenv("KUBECONFIG"), os.Getenv("TLS_DIR")
 	c.PasswordSecrets, c.ReplicationSecret = os.Getenv("PASSWORD_SECRETS"), os.Getenv("REPLICATION_SECRET")
 	return c, nil
 }

@@ -163,6 +163,7 @@ func (m *manager) turn(ctx context.Context) {
 		m.log("%s: %v", a, err)
 	}
 	m.keepPasswords(ctx, s.ready && (a == wait || a == renew || a == follow))
+	m.keepCertificate()
 	// What the server said at the start of the turn still holds unless the
 	// action changed the server.
 	var seen *observation
@@ -383,6 +384,9 @@ func (m *manager) follow(ctx context.Context, holder string, ready bool) error {
 
 // start starts the server in a role; a replica streams from address.
 func (m *manager) start(ctx context.Context, role serverRole, address string) error {
+	if _, err := m.c.copyTLS(); err != nil {
+		return err
+	}
 	args := m.c.serverArgs()
 	if role == asReplica {
 		var err error

@@ -79,10 +79,10 @@ func (s *server) stop(patience time.Duration) {
 // names the fence as its synchronous standby; a standby ignores it until
 // it is promoted.
 func (c Config) serverArgs() []string {
-	return []string{"-D", c.PGData,
+	return append([]string{"-D", c.PGData,
 		"-c", "config_file=" + c.ConfigDir + "/" + postgresConf, "-c", "hba_file=" + c.ConfigDir + "/" + hbaConf,
 		"-c", "unix_socket_directories=" + c.SocketDir, "-c", "port=" + c.Port,
-		"-c", "synchronous_standby_names=" + fenceName}
+		"-c", "synchronous_standby_names=" + fenceName}, c.tlsArgs()...)
 }
 
 // standbyArgs make the server a standby of the primary at address, or of

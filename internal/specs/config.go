@@ -39,6 +39,8 @@ var defaultParameters = map[string]string{
 	// replication slot, bounded so that a 1Gi volume cannot fill with WAL.
 	"wal_keep_size":   "128MB",
 	"log_destination": "stderr",
+	// TLS itself (ssl and the files) is the instance manager's to set.
+	"ssl_min_protocol_version": "TLSv1.2",
 }
 
 // PostgresConf renders postgresql.conf: the defaults overridden by
@@ -67,7 +69,7 @@ func quoteSetting(v string) string {
 func ConfigData(db *databasev1alpha1.MyDatabase) map[string]string {
 	return map[string]string{
 		PostgresConfKey: PostgresConf(db),
-		HBAConfKey:      hbaConf,
+		HBAConfKey:      HBAConf(db),
 	}
 }
 

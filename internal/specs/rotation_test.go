@@ -62,7 +62,7 @@ func TestRotationRequests(t *testing.T) {
 func TestWithPassword(t *testing.T) {
 	s := CredentialsSecret(db(), "old")
 	got := WithPassword(s.Data, "new")
-	if string(got[SecretPasswordKey]) != "new" || string(got[SecretURIKey]) != "postgresql://app:new@orders-rw.shop.svc:5432/app" {
+	if string(got[SecretPasswordKey]) != "new" || string(got[SecretURIKey]) != "postgresql://app:new@orders-rw.shop.svc:5432/app?sslmode=verify-full" {
 		t.Errorf("password %q, uri %q", got[SecretPasswordKey], got[SecretURIKey])
 	}
 	if string(s.Data[SecretPasswordKey]) != "old" {

@@ -93,6 +93,9 @@ func CredentialsSecret(db *databasev1alpha1.MyDatabase, password string) *corev1
 		User:   url.UserPassword(db.Spec.User, password),
 		Host:   net.JoinHostPort(host, port),
 		Path:   "/" + db.Spec.DatabaseName,
+		// The servers' certificate verifies against ca.crt, which the
+		// operator adds to this Secret.
+		RawQuery: "sslmode=verify-full",
 	}
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
@@ -139,4 +142,17 @@ func secretAnnotations(password, request string) map[string]string {
 		a[databasev1alpha1.AnnotationRotationRequest] = request
 	}
 	return a
+}
+
+// WithVerifyFull is a connection URI that asks for sslmode=verify-full, the
+// rest of it as it was (an unparsable one is returned as it is).
+func WithVerifyFull(uri []byte) []byte {
+	u, err := url.Parse(string(uri))
+	if err != nil || len(uri) == 0 {
+		return uri
+	}
+	q := u.Query()
+	q.Set("sslmode", "verify-full")
+	u.RawQuery = q.Encode()
+	return []byte(u.String())
 }

@@ -436,7 +436,7 @@ func TestSecrets(t *testing.T) {
 	want := map[string]string{
 		"username": "app", "password": "p@ss:word/", "database": "app",
 		"host": "orders-rw.shop.svc", "port": "5432",
-		"uri": "postgresql://app:p%40ss%3Aword%2F@orders-rw.shop.svc:5432/app",
+		"uri": "postgresql://app:p%40ss%3Aword%2F@orders-rw.shop.svc:5432/app?sslmode=verify-full",
 	}
 	got := map[string]string{}
 	for k, v := range s.Data {

@@ -171,6 +171,9 @@ func podTemplate(db *databasev1alpha1.MyDatabase, p Platform) *corev1ac.PodTempl
 			corev1ac.Volume().WithName("config").WithConfigMap(corev1ac.ConfigMapVolumeSource().
 				WithName(ConfigMapName(db)).WithDefaultMode(0o444)),
 			corev1ac.Volume().WithName(instanceManagerVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
+			// Readable through fsGroup; the instance manager copies it (TLSDir).
+			corev1ac.Volume().WithName(tlsVolume).WithSecret(corev1ac.SecretVolumeSource().
+				WithSecretName(ServerCertSecretName(db)).WithDefaultMode(0o440)),
 			corev1ac.Volume().WithName("run").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
 	if len(db.Spec.NodeSelector) > 0 {
@@ -194,7 +197,10 @@ func podTemplate(db *databasev1alpha1.MyDatabase, p Platform) *corev1ac.PodTempl
 		WithSpec(spec)
 }
 
-const instanceManagerVolume = "controller"
+const (
+	instanceManagerVolume = "controller"
+	tlsVolume             = "tls"
+)
 
 // instanceManagerInstaller is the init container that copies the instance
 // manager out of the operator's image into the pod.
@@ -229,6 +235,7 @@ func container(db *databasev1alpha1.MyDatabase) *corev1ac.ContainerApplyConfigur
 									corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(DataMountPath),
 									corev1ac.VolumeMount().WithName("config").WithMountPath(ConfigDir).WithReadOnly(true),
 									corev1ac.VolumeMount().WithName(instanceManagerVolume).WithMountPath(InstanceManagerDir).WithReadOnly(true),
+									corev1ac.VolumeMount().WithName(tlsVolume).WithMountPath(TLSDir).WithReadOnly(true),
 									corev1ac.VolumeMount().WithName("run").WithMountPath(SocketDir),
 									corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp")).
 		WithStartupProbe(execProbe(ReadinessCommand, 5, 720)). // up to an hour for initdb or a clone
@@ -284,6 +291,7 @@ func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 		env("PGHOST", SocketDir),
 		env("PGPORT", fmt.Sprint(containerPort)),
 		env("CONFIG_DIR", ConfigDir),
+		env("TLS_DIR", TLSDir),
 		env("POSTGRES_USER", db.Spec.User),
 		env("POSTGRES_DB", db.Spec.DatabaseName),
 		corev1ac.EnvVar().WithName("POSTGRES_PASSWORD").

@@ -40,6 +40,7 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 	for _, check := range []func(context.Context, *databasev1alpha1.MyDatabase, *observation) error{
 		r.checkStorageClass,
 		r.reconcileCredentials,
+		r.reconcileTLS,
 	} {
 		if err := check(ctx, db, obs); err != nil || obs.blocked() {
 			return err

@@ -1,7 +1,9 @@
 package mydatabase
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -67,8 +69,10 @@ func TestDeleteUnderRetainKeepsDataAndAdoptsIt(t *testing.T) {
 	oldUID := db.UID
 	password := secretValue(t, ns, "keep-credentials")
 
+	eventually(t, "the CA", exists(ns, "keep-ca", &corev1.Secret{}))
+	ca := secretData(t, ns, "keep-ca")
 	deleteDB(t, db)
-	for _, name := range []string{"keep-credentials", "keep-replication"} {
+	for _, name := range []string{"keep-credentials", "keep-replication", "keep-ca"} {
 		s := &corev1.Secret{}
 		if err := get(ns, name, s); err != nil {
 			t.Fatalf("Secret %s after delete under Retain: %v", name, err)
@@ -94,6 +98,7 @@ func TestDeleteUnderRetainKeepsDataAndAdoptsIt(t *testing.T) {
 		// Play the garbage collector, so the new instance starts clean.
 		_ = k8s.Delete(context.Background(), sts)
 	}
+	_ = k8s.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "keep-server-tls"}})
 
 	// The same name again: the Secrets and volume are adopted, the password
 	// is the one the data knows.
@@ -117,6 +122,19 @@ func TestDeleteUnderRetainKeepsDataAndAdoptsIt(t *testing.T) {
 	if got := secretValue(t, ns, "keep-credentials"); got != password {
 		t.Errorf("password changed on adoption")
 	}
+	eventually(t, "a server certificate from the retained CA", func() error {
+		s := &corev1.Secret{}
+		if err := get(ns, "keep-server-tls", s); err != nil {
+			return err
+		}
+		if !bytes.Equal(s.Data[specs.CACertKey], ca[specs.CACertKey]) {
+			return errors.New("the server certificate names another CA")
+		}
+		return nil
+	})
+	if got := secretData(t, ns, "keep-ca"); !bytes.Equal(got[specs.CAKeyKey], ca[specs.CAKeyKey]) {
+		t.Error("the retained CA was made again on adoption")
+	}
 	if kept.UID != pvc.UID {
 		t.Errorf("PVC UID %s, want the original %s", kept.UID, pvc.UID)
 	}
@@ -124,11 +142,16 @@ func TestDeleteUnderRetainKeepsDataAndAdoptsIt(t *testing.T) {
 
 func secretValue(t *testing.T, ns, name string) string {
 	t.Helper()
+	return string(secretData(t, ns, name)[specs.SecretPasswordKey])
+}
+
+func secretData(t *testing.T, ns, name string) map[string][]byte {
+	t.Helper()
 	s := &corev1.Secret{}
 	if err := get(ns, name, s); err != nil {
 		t.Fatal(err)
 	}
-	return string(s.Data[specs.SecretPasswordKey])
+	return s.Data
 }
 
 func TestDeleteUnderDeleteRemovesData(t *testing.T) {

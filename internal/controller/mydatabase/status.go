@@ -56,6 +56,9 @@ type observation struct {
 	// switchover is the switchover part of the status, nil when the pass
 	// did not get to it (the status keeps what it had).
 	switchover *switchoverState
+	// tls is the TLS part of the status, nil when the pass did not get to
+	// it (tls.go).
+	tls *tlsState
 	// requeue, when positive, is how soon the pass wants to look again at
 	// something no watch brings (a switchover's deadline).
 	requeue time.Duration
@@ -206,6 +209,15 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	}
 	if obs.switchover != nil {
 		st.TargetPrimary, st.Switchover = obs.switchover.target, obs.switchover.status
+	}
+	if obs.tls != nil {
+		st.TLS = obs.tls.status
+		valid := metav1.ConditionTrue
+		if obs.tls.reason != databasev1alpha1.ReasonCertificateValid {
+			valid = metav1.ConditionFalse
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: databasev1alpha1.ConditionCertificateValid, Status: valid,
+			Reason: obs.tls.reason, Message: obs.tls.message, ObservedGeneration: db.Generation, LastTransitionTime: metav1.NewTime(now)})
 	}
 	st.Endpoint = fmt.Sprintf("%s:%d", specs.ReadWriteHost(db), specs.ServicePort(db))
 	st.ReadEndpoint = ""

@@ -1,0 +1,269 @@
+package mydatabase
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/pki"
+	"example.com/myoperator/internal/specs"
+)
+
+// Every server offers TLS. Unless spec.tls.serverCertSecret names the
+// user's certificate, the operator keeps two Secrets:
+//   - <name>-ca, a CA of this MyDatabase, made once and never made again
+//     while it exists: clients trust it. Like the password Secrets it
+//     follows the deletion policy, and if it vanishes while a certificate
+//     it issued is still in use the MyDatabase stalls rather than mint a
+//     CA no client trusts;
+//   - <name>-server-tls, the server certificate (a kubernetes.io/tls
+//     Secret with ca.crt), issued from that CA for every name clients use
+//     (specs.ServerDNSNames) and issued again when a third of its lifetime
+//     is left, when the names change (scaling) or when it no longer
+//     verifies against the CA. The instance managers reload it without a
+//     restart.
+//
+// The generated credentials Secret carries ca.crt, and its uri asks for
+// sslmode=verify-full.
+
+// tlsState is the TLS part of the status a pass computes.
+type tlsState struct {
+	status  *databasev1alpha1.TLSStatus
+	reason  string // of the CertificateValid condition
+	message string
+}
+
+func (r *MyDatabaseReconciler) reconcileTLS(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	var caCert []byte
+	var err error
+	if specs.UserSuppliedServerCert(db) {
+		caCert = r.checkUserCertificate(ctx, db, obs)
+	} else {
+		caCert, err = r.issueServerCertificate(ctx, db, obs)
+	}
+	if err != nil || caCert == nil {
+		return err
+	}
+	return r.alignConnectionSecret(ctx, db, caCert)
+}
+
+// checkUserCertificate reads the Secret spec.tls names (around the cache:
+// it carries none of our labels) and reports on its certificate. It
+// returns the CA clients verify with, nil when the Secret is unusable.
+func (r *MyDatabaseReconciler) checkUserCertificate(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) []byte {
+	name := db.Spec.TLS.ServerCertSecret
+	secret := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
+	if err != nil {
+		message := fmt.Sprintf("reading Secret %q named in spec.tls.serverCertSecret: %v", name, err)
+		if apierrors.IsNotFound(err) {
+			message = fmt.Sprintf("Secret %q named in spec.tls.serverCertSecret does not exist in namespace %q: create it with the keys %s, %s and %s "+
+				"(a cert-manager Certificate's Secret has them), or remove spec.tls.serverCertSecret to have the operator issue one",
+				name, db.Namespace, specs.TLSCertKey, specs.TLSKeyKey, specs.CACertKey)
+		}
+		obs.stalled = &blocker{databasev1alpha1.ReasonTLSSecretNotFound, message}
+		return nil
+	}
+	var missing []string
+	for _, k := range []string{specs.TLSCertKey, specs.TLSKeyKey, specs.CACertKey} {
+		if len(secret.Data[k]) == 0 {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		obs.stalled = &blocker{databasev1alpha1.ReasonTLSSecretNotFound, fmt.Sprintf(
+			"Secret %q named in spec.tls.serverCertSecret lacks the keys %s: the servers need the certificate, its key and the CA that signed it",
+			name, strings.Join(missing, ", "))}
+		return nil
+	}
+	r.observeCertificate(db, obs, name, "", secret.Data, false)
+	return secret.Data[specs.CACertKey]
+}
+
+// issueServerCertificate keeps the CA and the server certificate it
+// issues. It returns the CA certificate, nil when blocked.
+func (r *MyDatabaseReconciler) issueServerCertificate(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) ([]byte, error) {
+	ca, err := r.ensureCA(ctx, db, obs)
+	if err != nil || obs.blocked() {
+		return nil, err
+	}
+	name := specs.IssuedServerCertSecretName(db)
+	now := r.Clock.Now()
+	secret := &corev1.Secret{}
+	err = r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		server, err := pki.NewServer(ca, specs.ServerCommonName(db), specs.ServerDNSNames(db), now)
+		if err != nil {
+			return nil, err
+		}
+		secret = specs.ServerCertSecret(db, server, ca.Cert)
+		if err := r.Create(ctx, secret, client.FieldOwner(FieldOwner)); apierrors.IsAlreadyExists(err) {
+			return nil, r.explainExistingSecret(ctx, db, obs, name)
+		} else if err != nil {
+			return nil, objectError("create", secret, name, err)
+		}
+		obs.created = append(obs.created, "Secret "+name)
+	case err != nil:
+		return nil, objectError("get", secret, name, err)
+	case !metav1.IsControlledBy(secret, db):
+		obs.waiting = &blocker{databasev1alpha1.ReasonWaitingForOldInstance, fmt.Sprintf(
+			"Secret %q still belongs to a deleted MyDatabase of the same name; waiting for the garbage collector", name)}
+		return nil, nil
+	default:
+		check := pki.CheckServer(secret.Data[specs.TLSCertKey], secret.Data[specs.TLSKeyKey], ca.Cert, specs.ServerDNSNames(db), now)
+		stale := check.Renew || !bytes.Equal(secret.Data[specs.CACertKey], ca.Cert) || !pki.SameNames(check.Cert, specs.ServerDNSNames(db))
+		if stale {
+			if err := r.renewServerCertificate(ctx, db, ca, secret, check); err != nil {
+				return nil, err
+			}
+		}
+	}
+	r.observeCertificate(db, obs, name, specs.CASecretName(db), secret.Data, true)
+	return ca.Cert, nil
+}
+
+// renewServerCertificate issues the certificate again, into the same
+// Secret (a patch over the version read: a concurrent change conflicts).
+func (r *MyDatabaseReconciler) renewServerCertificate(ctx context.Context, db *databasev1alpha1.MyDatabase, ca pki.KeyPair, secret *corev1.Secret, old pki.Check) error {
+	server, err := pki.NewServer(ca, specs.ServerCommonName(db), specs.ServerDNSNames(db), r.Clock.Now())
+	if err != nil {
+		return err
+	}
+	before := secret.DeepCopy()
+	secret.Data = specs.ServerCertSecret(db, server, ca.Cert).Data
+	if err := r.Patch(ctx, secret, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return objectError("patch", secret, secret.Name, err)
+	}
+	why := "it is due for renewal"
+	switch {
+	case old.Cert != nil && !pki.SameNames(old.Cert, specs.ServerDNSNames(db)):
+		why = "the names clients use changed"
+	case len(old.Problems) > 0:
+		why = strings.Join(old.Problems, "; ")
+	}
+	r.event(db, corev1.EventTypeNormal, "CertificateRenewed", "Issued a new server certificate in Secret %s: %s", secret.Name, why)
+	return nil
+}
+
+// ensureCA creates the CA once and returns it. A CA Secret that vanished
+// while the server certificate it issued remains stalls the MyDatabase.
+func (r *MyDatabaseReconciler) ensureCA(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (pki.KeyPair, error) {
+	name := specs.CASecretName(db)
+	secret := &corev1.Secret{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		return r.createCA(ctx, db, obs)
+	case err != nil:
+		return pki.KeyPair{}, objectError("get", secret, name, err)
+	}
+	if ref := metav1.GetControllerOf(secret); ref != nil && ref.UID != db.UID {
+		obs.waiting = &blocker{databasev1alpha1.ReasonWaitingForOldInstance, fmt.Sprintf(
+			"Secret %q still belongs to a deleted MyDatabase of the same name (uid %s); waiting for the garbage collector", name, ref.UID)}
+		return pki.KeyPair{}, nil
+	}
+	ca := pki.KeyPair{Cert: secret.Data[specs.CACertKey], Key: secret.Data[specs.CAKeyKey]}
+	if err := ca.Valid(); err != nil {
+		obs.stalled = &blocker{databasev1alpha1.ReasonCALost, fmt.Sprintf(
+			"Secret %q does not hold a usable CA (%v); the operator will not replace a CA clients may trust: restore its keys %s and %s from a backup",
+			name, err, specs.CACertKey, specs.CAKeyKey)}
+		return pki.KeyPair{}, nil
+	}
+	return ca, r.alignMetadata(ctx, secret, specs.Labels(db, specs.ComponentTLS), nil, specs.SecretOwnerReferences(db), db)
+}
+
+// createCA makes the CA, unless a server certificate it would have
+// issued exists: then the CA was lost, and is not silently replaced.
+func (r *MyDatabaseReconciler) createCA(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (pki.KeyPair, error) {
+	name, server := specs.CASecretName(db), specs.IssuedServerCertSecretName(db)
+	existing := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: server}, existing)
+	switch {
+	case err == nil:
+		obs.stalled = &blocker{databasev1alpha1.ReasonCALost, fmt.Sprintf(
+			"Secret %q (the CA) is gone, but the server certificate it issued (Secret %q) is still in use and clients may trust that CA: "+
+				"restore Secret %q from a backup; or, to start over with a new CA (every client must then be given the new %s), delete Secret %q too",
+			name, server, name, specs.CACertKey, server)}
+		return pki.KeyPair{}, nil
+	case !apierrors.IsNotFound(err):
+		return pki.KeyPair{}, objectError("get", existing, server, err)
+	}
+	ca, err := pki.NewCA(specs.CACommonName(db), r.Clock.Now())
+	if err != nil {
+		return pki.KeyPair{}, err
+	}
+	secret := specs.CASecret(db, ca)
+	if err := r.Create(ctx, secret, client.FieldOwner(FieldOwner)); apierrors.IsAlreadyExists(err) {
+		return pki.KeyPair{}, r.explainExistingSecret(ctx, db, obs, name)
+	} else if err != nil {
+		return pki.KeyPair{}, objectError("create", secret, name, err)
+	}
+	obs.created = append(obs.created, "Secret "+name)
+	return ca, nil
+}
+
+// observeCertificate reports on the server certificate in data: status.tls,
+// and the CertificateValid condition with what a verifying client would
+// trip over. The pass looks again when the certificate is due for
+// renewal, or expires.
+func (r *MyDatabaseReconciler) observeCertificate(db *databasev1alpha1.MyDatabase, obs *observation, secret, caSecret string, data map[string][]byte, issued bool) {
+	now := r.Clock.Now()
+	names := specs.ServerDNSNames(db)
+	check := pki.CheckServer(data[specs.TLSCertKey], data[specs.TLSKeyKey], data[specs.CACertKey], names, now)
+	st := &tlsState{status: &databasev1alpha1.TLSStatus{ServerCertSecret: secret, CASecret: caSecret}, reason: databasev1alpha1.ReasonCertificateValid}
+	obs.tls = st
+	if check.Cert == nil {
+		st.reason, st.message = databasev1alpha1.ReasonCertificateInvalid, fmt.Sprintf("Secret %q: %s", secret, strings.Join(check.Problems, "; "))
+		return
+	}
+	st.status.NotAfter, st.status.DNSNames = &metav1.Time{Time: check.Cert.NotAfter}, check.Cert.DNSNames
+	renewAt := pki.RenewAt(check.Cert)
+	if issued {
+		st.status.RenewAt = &metav1.Time{Time: renewAt}
+	}
+	switch {
+	case len(check.Problems) > 0:
+		st.reason, st.message = databasev1alpha1.ReasonCertificateInvalid, fmt.Sprintf(
+			"the certificate in Secret %q cannot be verified by a client with sslmode=verify-full: %s", secret, strings.Join(check.Problems, "; "))
+	case !issued && !now.Before(renewAt):
+		st.reason, st.message = databasev1alpha1.ReasonCertificateExpiring, fmt.Sprintf(
+			"the certificate in Secret %q expires at %s: renew it (the servers reload it when the Secret changes)", secret, check.Cert.NotAfter.UTC().Format("2006-01-02T15:04:05Z"))
+		obs.recheck(check.Cert.NotAfter.Sub(now))
+	default:
+		st.message = fmt.Sprintf("the certificate in Secret %q covers every name clients use and is valid until %s",
+			secret, check.Cert.NotAfter.UTC().Format("2006-01-02T15:04:05Z"))
+		obs.recheck(renewAt.Sub(now))
+	}
+}
+
+// alignConnectionSecret gives the generated credentials Secret the CA
+// clients verify the servers with, and makes its uri ask for
+// verify-full. The password is never touched here.
+func (r *MyDatabaseReconciler) alignConnectionSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, caCert []byte) error {
+	if specs.UserSuppliedCredentials(db) {
+		return nil
+	}
+	secret := &corev1.Secret{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.GeneratedCredentialsSecretName(db)}, secret); err != nil {
+		return objectError("get", secret, specs.GeneratedCredentialsSecretName(db), client.IgnoreNotFound(err))
+	}
+	uri := specs.WithVerifyFull(secret.Data[specs.SecretURIKey])
+	if bytes.Equal(secret.Data[specs.CACertKey], caCert) && bytes.Equal(secret.Data[specs.SecretURIKey], uri) {
+		return nil
+	}
+	before := secret.DeepCopy()
+	secret.Data[specs.CACertKey] = caCert
+	secret.Data[specs.SecretURIKey] = uri
+	if err := r.Patch(ctx, secret, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return objectError("patch", secret, secret.Name, err)
+	}
+	return nil
+}
