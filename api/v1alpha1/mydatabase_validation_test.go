@@ -133,9 +133,9 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 			"spec.replication.synchronous.number must be less than spec.replicas"},
 		"a quorum on a single server": {map[string]any{"replication.synchronous.number": int64(1)},
 			"spec.replication.synchronous.number must be less than spec.replicas"},
-		"TLS switched off":           {map[string]any{"parameters": map[string]any{"ssl": "off"}}, "parameters may not set ssl, ssl_cert_file"},
-		"TLS 1.0 allowed":            {map[string]any{"parameters": map[string]any{"ssl_min_protocol_version": "TLSv1"}}, "ssl_min_protocol_version may be TLSv1.2"},
-		"TLS clients sometimes":      {map[string]any{"tls.clients": "Sometimes"}, `spec.tls.clients: Unsupported value: "Sometimes"`},
+		"TLS switched off":               {map[string]any{"parameters": map[string]any{"ssl": "off"}}, "parameters may not set ssl, ssl_cert_file"},
+		"TLS 1.0 allowed":                {map[string]any{"parameters": map[string]any{"ssl_min_protocol_version": "TLSv1"}}, "ssl_min_protocol_version may be TLSv1.2"},
+		"TLS clients sometimes":          {map[string]any{"tls.clients": "Sometimes"}, `spec.tls.clients: Unsupported value: "Sometimes"`},
 		"switchover without requestedAt": {map[string]any{"switchover": map[string]any{"to": "invalid-1"}}, "spec.switchover.requestedAt: Required value"},
 	}
 	for name, tc := range cases {

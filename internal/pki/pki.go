@@ -191,4 +191,3 @@ func SameNames(cert *x509.Certificate, names []string) bool {
 	slices.Sort(b)
 	return slices.Equal(a, b)
 }
-
