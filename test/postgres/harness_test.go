@@ -4,9 +4,10 @@ package postgres
 // this machine. It maps only what cannot be the same on the host:
 //
 //   - every volume mount of the container (the data volume, the ConfigMap at
-//     specs.ConfigDir, the instance manager's, run and tmp emptyDirs) becomes
+//     specs.ConfigDir, the server certificate Secret at specs.TLSDir, the
+//     instance manager's, run and tmp emptyDirs) becomes
 //     a directory under one temporary directory, so PGDATA, PGHOST and
-//     CONFIG_DIR (and every path in the init container's and the container's
+//     CONFIG_DIR, TLS_DIR (and every path in the init container's and the container's
 //     commands) point into it;
 //   - /instance in the operator's image, which the init container copies, is
 //     cmd/instance built from this checkout;
@@ -73,6 +74,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
@@ -187,6 +189,12 @@ func newCluster(t *testing.T, srv server, db *databasev1alpha1.MyDatabase, secre
 	c := &cluster{t: t, srv: srv, user: postgresUser(t), db: db, secrets: map[string]*corev1.Secret{}}
 	for _, s := range secrets {
 		c.secrets[s.Name] = s
+	}
+	if _, ok := c.secrets[specs.ServerCertSecretName(db)]; !ok && !specs.UserSuppliedServerCert(db) {
+		// The CA and server certificate the operator would issue.
+		ca, server := issueCertificates(t, db)
+		c.secrets[specs.CASecretName(db)] = specs.CASecret(db, ca)
+		c.secrets[specs.IssuedServerCertSecretName(db)] = specs.ServerCertSecret(db, server, ca.Cert)
 	}
 	c.startAPI()
 	sts := specs.StatefulSet(c.db, specs.Platform{})
@@ -433,6 +441,16 @@ func (c *cluster) newPod(ordinal, port int) *pod {
 		}
 		vol := c.volume(*m.Name)
 		switch {
+		case vol.Secret != nil:
+			// A Secret volume: root's, group-readable through fsGroup.
+			secret, ok := c.secrets[*vol.Secret.SecretName]
+			if !ok {
+				t.Fatalf("volume %s mounts Secret %s, which the test did not give the harness", *m.Name, *vol.Secret.SecretName)
+			}
+			if err := os.Chmod(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			p.writeSecret(t, dir, secret, vol.Secret)
 		case vol.ConfigMap != nil:
 			// The ConfigMap: root's, read-only, files at the volume's mode.
 			mode := os.FileMode(0o644)
@@ -486,7 +504,7 @@ func (c *cluster) newPod(ordinal, port int) *pod {
 			t.Fatalf("env %s: the harness cannot resolve this valueFrom", name)
 		}
 		switch name {
-		case "PGDATA", "PGHOST", "CONFIG_DIR":
+		case "PGDATA", "PGHOST", "CONFIG_DIR", "TLS_DIR":
 			value = p.hostPath(t, value)
 		case "PGPORT":
 			if value != containerPort {
@@ -604,6 +622,59 @@ func (p *pod) writeConfig(t *testing.T, data map[string]string, dir string, mode
 			t.Fatal(err)
 		}
 	}
+}
+
+// writeSecret writes a Secret volume's files as the kubelet does: each
+// key a file at the volume's mode, its group the pod's fsGroup (here the
+// postgres OS user's), swapped in whole (written aside, then renamed).
+func (p *pod) writeSecret(t *testing.T, dir string, secret *corev1.Secret, vol *corev1ac.SecretVolumeSourceApplyConfiguration) {
+	t.Helper()
+	mode := os.FileMode(0o644)
+	if vol.DefaultMode != nil {
+		mode = os.FileMode(*vol.DefaultMode)
+	}
+	for key, value := range secret.Data {
+		tmp := filepath.Join(dir, ".."+key)
+		if err := os.WriteFile(tmp, value, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(tmp, 0, p.c.user.gid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(tmp, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// updateSecret gives this pod's volume of Secret name its new content, as
+// the kubelet does some time after the Secret changes.
+func (p *pod) updateSecret(t *testing.T, secret *corev1.Secret) {
+	t.Helper()
+	for _, m := range p.c.ctr.VolumeMounts {
+		if vol := p.c.volume(*m.Name); vol.Secret != nil && *vol.Secret.SecretName == secret.Name {
+			p.writeSecret(t, p.hostPath(t, *m.MountPath), secret, vol.Secret)
+			return
+		}
+	}
+	t.Fatalf("no volume of the container mounts Secret %s", secret.Name)
+}
+
+// issueCertificates makes a CA and a server certificate as the operator
+// does (internal/controller/mydatabase, tls.go).
+func issueCertificates(t *testing.T, db *databasev1alpha1.MyDatabase) (ca, server pki.KeyPair) {
+	t.Helper()
+	ca, err := pki.NewCA(specs.CACommonName(db), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if server, err = pki.NewServer(ca, specs.ServerCommonName(db), specs.ServerDNSNames(db), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return ca, server
 }
 
 // updateConfig replaces the ConfigMap's files of this pod.

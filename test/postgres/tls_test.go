@@ -1,0 +1,175 @@
+package postgres
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/pki"
+	"example.com/myoperator/internal/specs"
+	"example.com/myoperator/internal/testenv"
+)
+
+// TestTLS: servers with spec.tls.clients Required, their certificate the
+// operator's (issued by the harness as the operator does).
+//   - psql with sslmode=verify-full and only the CA of the credentials
+//     Secret reaches the server under every name in the certificate, and
+//     no other name;
+//   - a connection without TLS is refused;
+//   - the replica streams over TLS (libpq's default sslmode=prefer: the
+//     replication password is still what authenticates it);
+//   - a renewed certificate reaches the server without a restart: a
+//     connection open across the renewal stays open, new ones see the new
+//     certificate.
+func TestTLS(t *testing.T) {
+	servers := findServers(t)
+	srv := servers[len(servers)-1]
+	db := newDatabase(srv.major, nil)
+	db.Spec.TLS.Clients = databasev1alpha1.TLSClientsRequired
+	password, err := specs.RandomPassword()
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := specs.CredentialsSecret(db, password)
+	user, dbname := db.Spec.User, db.Spec.DatabaseName
+	c := newCluster(t, srv, db, creds, specs.ReplicationSecret(db, "replication-password"))
+	ports := freePorts(t, 2)
+	primary, replica := c.newPod(0, ports[0]), c.newPod(1, ports[1])
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range c.pods {
+				t.Logf("container log of %s:\n%s", p.name, p.log(0))
+			}
+		}
+	})
+	primary.start(t)
+	primary.waitReady(t)
+	replica.start(t)
+	replica.waitReady(t)
+
+	caSecret := c.secrets[specs.CASecretName(db)]
+	rootCert := filepath.Join(c.base, "ca.crt")
+	if err := os.WriteFile(rootCert, caSecret.Data[specs.CACertKey], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	verified := func(name string, port int) string {
+		return fmt.Sprintf("host=%s hostaddr=127.0.0.1 port=%d user=%s dbname=%s sslmode=verify-full sslrootcert=%s",
+			name, port, user, dbname, rootCert)
+	}
+
+	t.Run("verify-full under every name of the certificate", func(t *testing.T) {
+		for _, name := range specs.ServerDNSNames(db) {
+			if got := c.query(t, verified(name, primary.port), password, "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"); got != "t" {
+				t.Errorf("%s: TLS %q", name, got)
+			}
+		}
+		c.refused(t, verified("shop-rw.elsewhere", primary.port), password, "does not match host name", "SELECT 1")
+	})
+	t.Run("a connection without TLS is refused", func(t *testing.T) {
+		c.refused(t, tcp(primary.port, user, dbname), password, "pg_hba.conf rejects connection", "SELECT 1")
+	})
+	t.Run("the replica streams over TLS", func(t *testing.T) {
+		got := c.query(t, primary.socket("postgres", "postgres"), "",
+			"SELECT string_agg(application_name || ' ' || ssl, ',') FROM pg_stat_replication JOIN pg_stat_ssl USING (pid) WHERE client_addr IS NOT NULL")
+		if got != replica.name+" true" {
+			t.Errorf("replication connections (application_name, ssl): %q", got)
+		}
+	})
+
+	t.Run("renewal under an open connection", func(t *testing.T) {
+		ctx := context.Background()
+		open, openSerial := connectTLS(t, primary.port, user, dbname, password, caSecret.Data[specs.CACertKey])
+		defer func() { _ = open.Close(ctx) }()
+		var pid int
+		if err := open.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+
+		// The operator's renewal: a new certificate from the same CA into
+		// the same Secret, which the kubelet then swaps into the volume.
+		ca := pki.KeyPair{Cert: caSecret.Data[specs.CACertKey], Key: caSecret.Data[specs.CAKeyKey]}
+		renewed, err := pki.NewServer(ca, specs.ServerCommonName(db), specs.ServerDNSNames(db), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := pki.ParseCert(renewed.Cert)
+		if err != nil {
+			t.Fatal(err)
+		}
+		off := int64(len(primary.log(0)))
+		primary.updateSecret(t, specs.ServerCertSecret(db, renewed, ca.Cert))
+		testenv.Eventually(t, 10*time.Second, "the instance manager to reload", func() error {
+			if !strings.Contains(primary.log(off), "the server certificate changed: reloading") {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+
+		// New connections see the new certificate (the reload is the
+		// postmaster's, a moment after the signal).
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			conn, serial := connectTLS(t, primary.port, user, dbname, password, ca.Cert)
+			_ = conn.Close(ctx)
+			if serial.Cmp(cert.SerialNumber) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("new connections still see serial %s, want the renewed %s", serial, cert.SerialNumber)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if openSerial.Cmp(cert.SerialNumber) == 0 {
+			t.Fatal("the connection opened before the renewal saw the renewed certificate")
+		}
+		// The connection opened before is the same session, still on TLS.
+		var samePid int
+		var ssl bool
+		if err := open.QueryRow(ctx, "SELECT pg_backend_pid(), ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&samePid, &ssl); err != nil {
+			t.Fatalf("the connection open across the renewal: %v", err)
+		}
+		if samePid != pid || !ssl {
+			t.Errorf("after the renewal: backend %d (was %d), TLS %t", samePid, pid, ssl)
+		}
+	})
+	replica.stop(t)
+	primary.stop(t)
+}
+
+// connectTLS connects with TLS verified against caPEM under the
+// read-write Service's name, and returns the serial of the certificate the
+// server presented.
+func connectTLS(t *testing.T, port int, user, dbname, password string, caPEM []byte) (*pgx.Conn, *big.Int) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s sslmode=require", port, user, dbname))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Password = password
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	var serial *big.Int
+	cfg.TLSConfig = &tls.Config{RootCAs: roots, ServerName: "shop-rw", MinVersion: tls.VersionTLS12,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			serial = cs.PeerCertificates[0].SerialNumber
+			return nil
+		}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, serial
+}
