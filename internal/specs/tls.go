@@ -88,14 +88,15 @@ func CASecret(db *databasev1alpha1.MyDatabase, ca pki.KeyPair) *corev1.Secret {
 }
 
 // ServerCertSecret holds a server certificate issued by the CA caCert.
-// The MyDatabase controls it: it can always be issued again.
+// It follows the deletion policy with the CA (a retained one is adopted
+// again, or issued anew if it no longer fits).
 func ServerCertSecret(db *databasev1alpha1.MyDatabase, server pki.KeyPair, caCert []byte) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            IssuedServerCertSecretName(db),
 			Namespace:       db.Namespace,
 			Labels:          Labels(db, ComponentTLS),
-			OwnerReferences: []metav1.OwnerReference{OwnerReference(db)},
+			OwnerReferences: SecretOwnerReferences(db),
 		},
 		Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{TLSCertKey: server.Cert, TLSKeyKey: server.Key, CACertKey: caCert},

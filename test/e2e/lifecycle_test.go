@@ -292,7 +292,7 @@ func TestDeleteRetainKeepsDataAndCredentials(t *testing.T) {
 		kept["persistentvolumeclaims/"+name] = pvc.UID
 	}
 	secrets := map[string]*corev1.Secret{}
-	for _, name := range []string{"x-credentials", "x-replication"} {
+	for _, name := range []string{"x-credentials", "x-replication", "x-ca", "x-server-tls"} {
 		s := &corev1.Secret{}
 		if !exists(t, ns, name, s) {
 			t.Fatalf("Secret %s does not exist", name)

@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"bytes"
 	"context"
 	"testing"
 
@@ -10,12 +11,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
 )
 
 // Scenario 1: the operator dies right after its k-th write, for every k
 // through a create; a restarted operator must reach exactly the state of an
 // undisturbed run, with one credentials Secret whose password never changes
-// once written.
+// once written, and one CA, never made again.
 func TestCrashAtEveryWriteDuringCreate(t *testing.T) {
 	refNS := namespace(t)
 	ref := newDB(refNS)
@@ -34,8 +36,12 @@ func TestCrashAtEveryWriteDuringCreate(t *testing.T) {
 			return
 		}
 		before := password(t, ns, "pg-credentials")
+		ca := secretKey(t, ns, "pg-ca", specs.CAKeyKey)
 		o := newOperator(env.Client, env.Client)
 		o.converge(t, key)
+		if ca != nil && !bytes.Equal(secretKey(t, ns, "pg-ca", specs.CAKeyKey), ca) {
+			t.Fatalf("crash after write %d: the CA was made again", k)
+		}
 		if diff := cmp.Diff(want, snapshot(t, ns)); diff != "" {
 			t.Fatalf("crash after write %d: end state differs from an undisturbed run (-want +got):\n%s", k, diff)
 		}

@@ -29,6 +29,7 @@ import (
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/controller/mydatabase"
 	"example.com/myoperator/internal/metrics"
+	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
@@ -316,8 +317,13 @@ func snapshot(t *testing.T, ns string) map[string]any {
 				for k, v := range data {
 					plain, _ := base64.StdEncoding.DecodeString(v.(string))
 					data[k] = string(plain)
-					if k == specs.SecretPasswordKey || k == specs.SecretURIKey {
+					switch {
+					case k == specs.SecretPasswordKey || k == specs.SecretURIKey:
 						data[k] = fmt.Sprintf("<%d bytes>", len(plain))
+					case strings.HasSuffix(k, ".key"):
+						data[k] = "<private key>" // random; and never in a report
+					case strings.HasSuffix(k, ".crt"):
+						data[k] = certificateSummary(plain) // random serial and key
 					}
 				}
 			}
@@ -325,6 +331,17 @@ func snapshot(t *testing.T, ns string) map[string]any {
 		}
 	}
 	return out
+}
+
+// certificateSummary is what two runs issue alike of a certificate: its
+// subject, issuer, names and validity.
+func certificateSummary(pem []byte) string {
+	cert, err := pki.ParseCert(pem)
+	if err != nil {
+		return "<not a certificate: " + err.Error() + ">"
+	}
+	return fmt.Sprintf("<certificate %q by %q for %v, %s to %s>", cert.Subject.CommonName, cert.Issuer.CommonName,
+		cert.DNSNames, cert.NotBefore.UTC().Format(time.RFC3339), cert.NotAfter.UTC().Format(time.RFC3339))
 }
 
 var volatile = map[string]bool{

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -157,11 +158,15 @@ func runLifecycle(t *testing.T, ns string, cfg *rest.Config, cacheOpts cache.Opt
 	})
 
 	db.Spec.Replicas = ptr.To[int32](3)
+	db.Spec.NetworkPolicy.Enabled = true
 	if err := env.Client.Update(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the read-only Service and disruption budget", func() error {
+	waitUntil(t, "the read-only Service, disruption budget and network policy", func() error {
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pg-ro"}, &corev1.Service{}); err != nil {
+			return err
+		}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pg"}, &networkingv1.NetworkPolicy{}); err != nil {
 			return err
 		}
 		return env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pg"}, &policyv1.PodDisruptionBudget{})

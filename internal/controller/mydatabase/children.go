@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,6 +55,7 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 		r.reconcileStatefulSet,
 		r.checkPodCreation,
 		r.reconcileDisruptionBudget,
+		r.reconcileNetworkPolicy,
 		r.reconcilePodRoles,
 		r.reconcileSwitchover,
 		r.reconcileRollout,
@@ -105,6 +107,15 @@ func (r *MyDatabaseReconciler) reconcileDisruptionBudget(ctx context.Context, db
 		return r.applyChild(ctx, obs, specs.PodDisruptionBudget(db), &policyv1.PodDisruptionBudget{})
 	}
 	return r.deleteChild(ctx, db, &policyv1.PodDisruptionBudget{}, specs.PodDisruptionBudgetName(db))
+}
+
+// reconcileNetworkPolicy keeps the NetworkPolicy while spec.networkPolicy
+// asks for one.
+func (r *MyDatabaseReconciler) reconcileNetworkPolicy(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	if specs.NetworkPolicyEnabled(db) {
+		return r.applyChild(ctx, obs, specs.NetworkPolicy(db), &networkingv1.NetworkPolicy{})
+	}
+	return r.deleteChild(ctx, db, &networkingv1.NetworkPolicy{}, specs.NetworkPolicyName(db))
 }
 
 func (r *MyDatabaseReconciler) deleteChild(ctx context.Context, db *databasev1alpha1.MyDatabase, obj client.Object, name string) error {

@@ -74,9 +74,7 @@ func (r *MyDatabaseReconciler) ensureGeneratedSecret(ctx context.Context, db *da
 	if err != nil {
 		return objectError("get", secret, name, err)
 	}
-	if ref := metav1.GetControllerOf(secret); ref != nil && ref.UID != db.UID {
-		obs.waiting = &blocker{databasev1alpha1.ReasonWaitingForOldInstance, fmt.Sprintf(
-			"Secret %q still belongs to a deleted MyDatabase of the same name (uid %s); waiting for the garbage collector", name, ref.UID)}
+	if ownedByAnother(secret, db, obs) {
 		return nil
 	}
 	password := secret.Data[specs.SecretPasswordKey]

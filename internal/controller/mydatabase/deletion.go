@@ -17,7 +17,8 @@ import (
 // reconcileDelete applies the deletion policy, then lets the MyDatabase go.
 // Everything with our controller reference (StatefulSet, Services,
 // ConfigMap, PodDisruptionBudget) is left to the garbage collector; only the
-// data (PVCs) and the password Secrets need a decision:
+// data (PVCs) and the Secrets (passwords, CA and server certificate) need a
+// decision:
 //   - Retain: they carry no owner reference under Retain in the first place;
 //     any left (a policy changed a moment ago) are removed, so they outlive
 //     the MyDatabase and a new one of the same name adopts them.

@@ -72,7 +72,7 @@ func TestDeleteUnderRetainKeepsDataAndAdoptsIt(t *testing.T) {
 	eventually(t, "the CA", exists(ns, "keep-ca", &corev1.Secret{}))
 	ca := secretData(t, ns, "keep-ca")
 	deleteDB(t, db)
-	for _, name := range []string{"keep-credentials", "keep-replication", "keep-ca"} {
+	for _, name := range []string{"keep-credentials", "keep-replication", "keep-ca", "keep-server-tls"} {
 		s := &corev1.Secret{}
 		if err := get(ns, name, s); err != nil {
 			t.Fatalf("Secret %s after delete under Retain: %v", name, err)
@@ -98,7 +98,6 @@ func TestDeleteUnderRetainKeepsDataAndAdoptsIt(t *testing.T) {
 		// Play the garbage collector, so the new instance starts clean.
 		_ = k8s.Delete(context.Background(), sts)
 	}
-	_ = k8s.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "keep-server-tls"}})
 
 	// The same name again: the Secrets and volume are adopted, the password
 	// is the one the data knows.

@@ -24,7 +24,7 @@ import (
 //     it issued is still in use the MyDatabase stalls rather than mint a
 //     CA no client trusts;
 //   - <name>-server-tls, the server certificate (a kubernetes.io/tls
-//     Secret with ca.crt), issued from that CA for every name clients use
+//     Secret with ca.crt), retained and adopted with the CA, issued from it for every name clients use
 //     (specs.ServerDNSNames) and issued again when a third of its lifetime
 //     is left, when the names change (scaling) or when it no longer
 //     verifies against the CA. The instance managers reload it without a
@@ -113,9 +113,7 @@ func (r *MyDatabaseReconciler) issueServerCertificate(ctx context.Context, db *d
 		obs.created = append(obs.created, "Secret "+name)
 	case err != nil:
 		return nil, objectError("get", secret, name, err)
-	case !metav1.IsControlledBy(secret, db):
-		obs.waiting = &blocker{databasev1alpha1.ReasonWaitingForOldInstance, fmt.Sprintf(
-			"Secret %q still belongs to a deleted MyDatabase of the same name; waiting for the garbage collector", name)}
+	case ownedByAnother(secret, db, obs):
 		return nil, nil
 	default:
 		check := pki.CheckServer(secret.Data[specs.TLSCertKey], secret.Data[specs.TLSKeyKey], ca.Cert, specs.ServerDNSNames(db), now)
@@ -124,6 +122,9 @@ func (r *MyDatabaseReconciler) issueServerCertificate(ctx context.Context, db *d
 			if err := r.renewServerCertificate(ctx, db, ca, secret, check); err != nil {
 				return nil, err
 			}
+		}
+		if err := r.alignMetadata(ctx, secret, specs.Labels(db, specs.ComponentTLS), nil, specs.SecretOwnerReferences(db), db); err != nil {
+			return nil, err
 		}
 	}
 	r.observeCertificate(db, obs, name, specs.CASecretName(db), secret.Data, true)
@@ -165,9 +166,7 @@ func (r *MyDatabaseReconciler) ensureCA(ctx context.Context, db *databasev1alpha
 	case err != nil:
 		return pki.KeyPair{}, objectError("get", secret, name, err)
 	}
-	if ref := metav1.GetControllerOf(secret); ref != nil && ref.UID != db.UID {
-		obs.waiting = &blocker{databasev1alpha1.ReasonWaitingForOldInstance, fmt.Sprintf(
-			"Secret %q still belongs to a deleted MyDatabase of the same name (uid %s); waiting for the garbage collector", name, ref.UID)}
+	if ownedByAnother(secret, db, obs) {
 		return pki.KeyPair{}, nil
 	}
 	ca := pki.KeyPair{Cert: secret.Data[specs.CACertKey], Key: secret.Data[specs.CAKeyKey]}
@@ -178,6 +177,18 @@ func (r *MyDatabaseReconciler) ensureCA(ctx context.Context, db *databasev1alpha
 		return pki.KeyPair{}, nil
 	}
 	return ca, r.alignMetadata(ctx, secret, specs.Labels(db, specs.ComponentTLS), nil, specs.SecretOwnerReferences(db), db)
+}
+
+// ownedByAnother reports, as a wait, a Secret that still belongs to a
+// deleted MyDatabase of the same name.
+func ownedByAnother(secret *corev1.Secret, db *databasev1alpha1.MyDatabase, obs *observation) bool {
+	ref := metav1.GetControllerOf(secret)
+	if ref == nil || ref.UID == db.UID {
+		return false
+	}
+	obs.waiting = &blocker{databasev1alpha1.ReasonWaitingForOldInstance, fmt.Sprintf(
+		"Secret %q still belongs to a deleted MyDatabase of the same name (uid %s); waiting for the garbage collector", secret.Name, ref.UID)}
+	return true
 }
 
 // createCA makes the CA, unless a server certificate it would have
