@@ -59,7 +59,7 @@ func TestWriteStatus(t *testing.T) {
 			},
 		},
 	}
-	var events []corev1.Event
+	events := make([]corev1.Event, 0, 12)
 	for i := range 12 {
 		events = append(events, corev1.Event{Type: "Normal", Reason: "Step", Message: "step " + string(rune('a'+i)),
 			LastTimestamp: *ago(time.Duration(12-i) * time.Minute)})
@@ -145,7 +145,7 @@ func TestObjectYAMLRedactsSecrets(t *testing.T) {
 	const password = "s3cr3t-Passw0rd-xyz"
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "x-credentials", Annotations: map[string]string{
-			lastApplied:               `{"stringData":{"password":"` + password + `"}}`,
+			lastApplied:             `{"stringData":{"password":"` + password + `"}}`,
 			"example.com/unrelated": "kept"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
 		Data:       map[string][]byte{"password": []byte(password), "username": []byte("app")},

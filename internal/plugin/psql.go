@@ -95,7 +95,7 @@ func (e *Env) psql(ctx context.Context, name string, replica bool, psqlPath stri
 	if err != nil {
 		return fmt.Errorf("port-forward to pod %s: %w", pod.Name, err)
 	}
-	fmt.Fprintf(e.Stderr, "Connecting to %s (%s) as %s, through a port-forward to 127.0.0.1:%d.\n",
+	e.printf(e.Stderr, "Connecting to %s (%s) as %s, through a port-forward to 127.0.0.1:%d.\n",
 		pod.Name, orDash(pod.Labels[databasev1alpha1.LabelRole]), creds[secretUsernameKey], port)
 
 	cmd := exec.CommandContext(ctx, bin, psqlArgs...)

@@ -144,7 +144,7 @@ func (e *Env) report(ctx context.Context, name, output string) (err error) {
 	if err := b.add("README.txt", []byte(reportReadme(db, now, notes))); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.Stdout, "Wrote the support bundle of %s/%s to %s (Secret values redacted).\n", db.Namespace, db.Name, output)
+	e.printf(e.Stdout, "Wrote the support bundle of %s/%s to %s (Secret values redacted).\n", db.Namespace, db.Name, output)
 	return nil
 }
 

@@ -65,9 +65,9 @@ func (e *Env) restart(ctx context.Context, name string, waitFor time.Duration) e
 		return fmt.Errorf("setting spec.podAnnotations: %w", err)
 	}
 	stamp := at.UTC().Format(time.RFC3339)
-	fmt.Fprintf(e.Stdout, "Rolling restart of %s/%s requested (spec.podAnnotations %s=%s).\n", db.Namespace, db.Name, RestartedAtAnnotation, stamp)
+	e.printf(e.Stdout, "Rolling restart of %s/%s requested (spec.podAnnotations %s=%s).\n", db.Namespace, db.Name, RestartedAtAnnotation, stamp)
 	if waitFor <= 0 {
-		fmt.Fprintf(e.Stdout, "Follow it with: kubectl mydb status %s -n %s\n", db.Name, db.Namespace)
+		e.printf(e.Stdout, "Follow it with: kubectl mydb status %s -n %s\n", db.Name, db.Namespace)
 		return nil
 	}
 	generation := db.Generation // after the patch
@@ -80,7 +80,7 @@ func (e *Env) restart(ctx context.Context, name string, waitFor time.Duration) e
 	if err != nil {
 		return fmt.Errorf("the restart did not finish within %s: %s", waitFor, state)
 	}
-	fmt.Fprintf(e.Stdout, "Restarted: every pod runs the new template and %s is Ready.\n", name)
+	e.printf(e.Stdout, "Restarted: every pod runs the new template and %s is Ready.\n", name)
 	return nil
 }
 

@@ -36,9 +36,9 @@ type Env struct {
 	loading   *clientcmd.ClientConfigLoadingRules
 	overrides *clientcmd.ConfigOverrides
 	Now       func() time.Time
-	Stdin  io.Reader
-	Stdout io.Writer
-	Stderr io.Writer
+	Stdin     io.Reader
+	Stdout    io.Writer
+	Stderr    io.Writer
 
 	// Set by connect, from Flags.
 	config    *rest.Config
@@ -138,4 +138,10 @@ func (e *Env) getDB(ctx context.Context, name string) (*databasev1alpha1.MyDatab
 		return nil, fmt.Errorf("MyDatabase %s/%s: %w", e.namespace, name, err)
 	}
 	return db, nil
+}
+
+// printf tells the user something on a terminal stream; a terminal that
+// cannot be written to is no reason to fail a command that did its work.
+func (e *Env) printf(w io.Writer, format string, args ...any) {
+	_, _ = fmt.Fprintf(w, format, args...)
 }

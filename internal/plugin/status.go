@@ -106,7 +106,9 @@ func eventTime(ev corev1.Event) time.Time {
 // and the time, so that tests pin its output.
 func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 	db, st := v.DB, v.DB.Status
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	// Tables are tab-separated lines; the tabwriter aligns each block of
+	// them (a line without a tab, such as a section's title, ends one).
+	w := &strings.Builder{}
 	age := func(t *metav1.Time) string {
 		if t == nil || t.IsZero() {
 			return "-"
@@ -125,26 +127,20 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 	fmt.Fprintf(w, "Read-write\t%s\n", orDash(st.Endpoint))
 	fmt.Fprintf(w, "Read-only\t%s\n", orDash(st.ReadEndpoint))
 	fmt.Fprintf(w, "Credentials\tSecret %s (user %s, database %s)\n", orDash(st.CredentialsSecret), orDash(db.Spec.User), orDash(db.Spec.DatabaseName))
-	if err := w.Flush(); err != nil {
-		return err
-	}
 
-	section(out, "Conditions")
+	section(w, "Conditions")
 	if len(st.Conditions) == 0 {
-		fmt.Fprintln(out, "  none reported yet")
+		fmt.Fprintln(w, "  none reported yet")
 	} else {
 		fmt.Fprintln(w, "  TYPE\tSTATUS\tREASON\tAGE\tMESSAGE")
 		for _, c := range st.Conditions {
 			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age(&c.LastTransitionTime), c.Message)
 		}
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
 
-	section(out, "Instances (as their instance managers report them)")
+	section(w, "Instances (as their instance managers report them)")
 	if len(st.Instances) == 0 {
-		fmt.Fprintln(out, "  none has reported: no instance manager runs yet, or none could reach the API server")
+		fmt.Fprintln(w, "  none has reported: no instance manager runs yet, or none could reach the API server")
 	} else {
 		fmt.Fprintln(w, "  NAME\tROLE\tREADY\tTIMELINE\tLSN\tLAG (BYTES)\tREPORTED")
 		for _, i := range st.Instances {
@@ -155,13 +151,10 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 			fmt.Fprintf(w, "  %s\t%s\t%t\t%d\t%s\t%s\t%s ago\n", i.Name, orDash(i.Role), i.Ready, i.Timeline, orDash(i.LSN), lag, age(i.ReportedAt))
 		}
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
 
-	section(out, "Pods")
+	section(w, "Pods")
 	if len(v.Pods) == 0 {
-		fmt.Fprintln(out, "  none")
+		fmt.Fprintln(w, "  none")
 	} else {
 		fmt.Fprintln(w, "  NAME\tROLE LABEL\tPHASE\tREADY\tNODE\tAGE")
 		for _, p := range v.Pods {
@@ -169,16 +162,13 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 				p.Status.Phase, podReady(&p), orDash(p.Spec.NodeName), age(&p.CreationTimestamp))
 		}
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
 
-	section(out, "Switchover")
-	fmt.Fprintln(out, "  "+switchoverLine(st.Switchover, age))
+	section(w, "Switchover")
+	fmt.Fprintln(w, "  "+switchoverLine(st.Switchover, age))
 
-	section(out, "Passwords")
+	section(w, "Passwords")
 	if len(st.Passwords) == 0 {
-		fmt.Fprintln(out, "  none reported")
+		fmt.Fprintln(w, "  none reported")
 	} else {
 		fmt.Fprintln(w, "  ROLE\tSECRET\tLAST ROTATION\tROTATING")
 		for _, p := range st.Passwords {
@@ -189,17 +179,14 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", p.Role, p.Secret, last, orDash(p.Rotating))
 		}
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
 
 	events := v.Events
 	if len(events) > maxEvents {
 		events = events[len(events)-maxEvents:]
 	}
-	section(out, fmt.Sprintf("Events (the last %d)", maxEvents))
+	section(w, fmt.Sprintf("Events (the last %d)", maxEvents))
 	if len(events) == 0 {
-		fmt.Fprintln(out, "  none")
+		fmt.Fprintln(w, "  none")
 	} else {
 		fmt.Fprintln(w, "  AGE\tTYPE\tREASON\tMESSAGE")
 		for _, ev := range events {
@@ -207,10 +194,14 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", age(&t), ev.Type, ev.Reason, strings.TrimSpace(ev.Message))
 		}
 	}
-	return w.Flush()
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	if _, err := io.WriteString(tw, w.String()); err != nil {
+		return err
+	}
+	return tw.Flush()
 }
 
-func section(out io.Writer, title string) { fmt.Fprintf(out, "\n%s:\n", title) }
+func section(w *strings.Builder, title string) { fmt.Fprintf(w, "\n%s:\n", title) }
 
 func orDash(s string) string {
 	if s == "" {

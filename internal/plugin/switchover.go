@@ -65,16 +65,16 @@ func (e *Env) switchover(ctx context.Context, name, target string, waitFor time.
 	if to == "" {
 		to = "the most advanced ready replica"
 	}
-	fmt.Fprintf(e.Stdout, "Switchover of %s/%s to %s requested at %s (spec.switchover).\n", db.Namespace, db.Name, to, at.Format(time.RFC3339))
+	e.printf(e.Stdout, "Switchover of %s/%s to %s requested at %s (spec.switchover).\n", db.Namespace, db.Name, to, at.Format(time.RFC3339))
 	if waitFor <= 0 {
-		fmt.Fprintf(e.Stdout, "Follow it with: kubectl mydb status %s -n %s\n", db.Name, db.Namespace)
+		e.printf(e.Stdout, "Follow it with: kubectl mydb status %s -n %s\n", db.Name, db.Namespace)
 		return nil
 	}
 	sw, err := e.waitSwitchover(ctx, name, at, waitFor)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.Stdout, "Switchover %s: %s -> %s. %s\n", sw.Phase, sw.From, sw.To, sw.Message)
+	e.printf(e.Stdout, "Switchover %s: %s -> %s. %s\n", sw.Phase, sw.From, sw.To, sw.Message)
 	if sw.Phase == databasev1alpha1.SwitchoverFailed {
 		return errors.New("the switchover failed")
 	}

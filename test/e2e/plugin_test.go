@@ -121,9 +121,10 @@ func TestPlugin(t *testing.T) {
 		// The instance managers' part: x-0 holds the Lease, all report.
 		lease := &coordinationv1.Lease{}
 		eventually(t, 30*time.Second, "Lease x-primary exists", func() (bool, string) { return exists(t, ns, "x-primary", lease), "" })
+		patch := client.MergeFrom(lease.DeepCopy())
 		lease.Spec.HolderIdentity = new("x-0")
 		lease.Spec.LeaseDurationSeconds = new(int32(60))
-		if err := env.c.Update(ctx, lease); err != nil {
+		if err := env.c.Patch(ctx, lease, patch); err != nil {
 			t.Fatal(err)
 		}
 		standIn(t, ns, "x-0", `{"role":"primary","ready":true,"timeline":1,"lsn":"0/3000100","time":"2026-11-30T12:00:00Z"}`, "primary")
@@ -151,7 +152,7 @@ func TestPlugin(t *testing.T) {
 		db := &databasev1alpha1.MyDatabase{}
 		exists(t, ns, dbName, db)
 		sw := db.Spec.Switchover
-		if sw == nil || sw.To != "x-2" || sw.RequestedAt.Time.Before(start.Add(-2*time.Second)) || sw.RequestedAt.Time.After(time.Now()) {
+		if sw == nil || sw.To != "x-2" || sw.RequestedAt.Add(2*time.Second).Before(start) || sw.RequestedAt.After(time.Now()) {
 			t.Errorf("spec.switchover = %+v, want to x-2 requested during the command", sw)
 		}
 		if db.Status.CurrentPrimary != "x-2" {
@@ -173,7 +174,7 @@ func TestPlugin(t *testing.T) {
 			t.Errorf("report output lacks its success line")
 		}
 		files := readTarGz(t, bundle)
-		var names []string
+		names := make([]string, 0, len(files))
 		for name := range files {
 			names = append(names, name)
 		}

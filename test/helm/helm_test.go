@@ -93,7 +93,8 @@ patches:
 				}
 				delete(want, key)
 			}
-			args := []string{"template", "main", filepath.Join(repo, "charts/myoperator"), "--namespace", tc.namespace, "--include-crds"}
+			args := make([]string, 0, 6+2*len(tc.set))
+			args = append(args, "template", "main", filepath.Join(repo, "charts/myoperator"), "--namespace", tc.namespace, "--include-crds")
 			for _, s := range tc.set {
 				args = append(args, "--set", s)
 			}
