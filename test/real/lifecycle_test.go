@@ -173,6 +173,10 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		})
 	})
 
+	step("kubectl mydb: status; psql on the primary and on a replica, with the Secret's password", func(t *testing.T) {
+		checkPlugin(t, ns, password, rows)
+	})
+
 	step("a parameter change rolls every pod and takes effect", func(t *testing.T) {
 		before := podUIDs(t, ns)
 		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Parameters["max_connections"] = "60" })
