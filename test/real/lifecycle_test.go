@@ -177,6 +177,11 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		checkPlugin(t, ns, password, rows)
 	})
 
+	step("kubectl mydb: a switchover, then a rolling restart through the switchover path", func(t *testing.T) {
+		checkPluginMoves(t, ns, dbName+"-2")
+		checkPlugin(t, ns, password, rows)
+	})
+
 	step("a parameter change rolls every pod and takes effect", func(t *testing.T) {
 		before := podUIDs(t, ns)
 		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Parameters["max_connections"] = "60" })

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/testenv"
 )
 
@@ -63,7 +64,16 @@ func checkPlugin(t *testing.T, ns, password string, rows int) {
 		t.Fatal(err)
 	}
 	squeezed := squeeze(out)
-	for _, want := range []string{"\nPhase Ready\n", "\npg-0 primary true ", "\npg-1 replica true ", "\npg-2 replica true "} {
+	primary := getDB(t, ns).Status.CurrentPrimary
+	wants := []string{"\nPhase Ready\n", "\nPrimary " + primary + "\n"}
+	for i := range 3 {
+		name, role := fmt.Sprintf("%s-%d", dbName, i), "replica"
+		if name == primary {
+			role = "primary"
+		}
+		wants = append(wants, "\n"+name+" "+role+" true ")
+	}
+	for _, want := range wants {
 		if !strings.Contains(squeezed, want) {
 			t.Errorf("status output lacks %q", strings.TrimSpace(want))
 		}
@@ -90,6 +100,48 @@ func checkPlugin(t *testing.T, ns, password string, rows int) {
 			}
 			return nil
 		})
+	}
+}
+
+// checkPluginMoves runs kubectl mydb switchover to the replica target,
+// then restart, each with --wait, and checks what the operator did.
+func checkPluginMoves(t *testing.T, ns, target string) {
+	from := getDB(t, ns).Status.CurrentPrimary
+	if from == target || from == "" {
+		t.Fatalf("the primary is %q: pick another target than %s", from, target)
+	}
+	out, err := kubectlMydb(t, "switchover", dbName, target, "-n", ns, "--wait=2m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("Switchover Succeeded: %s -> %s.", from, target); !strings.Contains(out, want) {
+		t.Errorf("switchover output lacks %q", want)
+	}
+	if db := getDB(t, ns); db.Status.CurrentPrimary != target {
+		t.Fatalf("currentPrimary %q after the switchover, want %s", db.Status.CurrentPrimary, target)
+	}
+
+	before := podUIDs(t, ns)
+	out, err = kubectlMydb(t, "restart", dbName, "-n", ns, "--wait=5m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "Restarted: every pod runs the new template") {
+		t.Errorf("restart output lacks its success line")
+	}
+	for name, uid := range podUIDs(t, ns) {
+		if before[name] == uid {
+			t.Errorf("pod %s was not restarted", name)
+		}
+	}
+	// Replicas first, then the primary's switchover: never a primary
+	// restarted in place.
+	db := getDB(t, ns)
+	sw := db.Status.Switchover
+	if sw == nil || sw.Reason != databasev1alpha1.SwitchoverRollingUpdate || sw.Phase != databasev1alpha1.SwitchoverSucceeded ||
+		sw.From != target || db.Status.CurrentPrimary == target {
+		t.Errorf("after the restart: primary %s, switchover %+v; want a rolling-update switchover away from %s",
+			db.Status.CurrentPrimary, sw, target)
 	}
 }
 
