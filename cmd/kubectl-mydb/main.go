@@ -27,10 +27,17 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"example.com/myoperator/internal/plugin"
 )
 
 func main() {
+	// The plugin talks to the user, not to a log: without a logger,
+	// controller-runtime's client prints a warning with a stack trace
+	// 30 s into a command (a psql session, a --wait).
+	ctrllog.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := plugin.NewCommand(plugin.Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}).ExecuteContext(ctx)
 	stop()
