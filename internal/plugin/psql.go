@@ -89,7 +89,10 @@ func (e *Env) psql(ctx context.Context, name string, replica bool, psqlPath stri
 		return err
 	}
 
-	pfCtx, stop := context.WithCancel(ctx)
+	// Ctrl-C belongs to psql, which cancels the running query with it: the
+	// terminal sends it to psql too, and neither the port-forward nor psql
+	// may end with this command's context (which the signal cancels).
+	pfCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	port, err := e.portForward(pfCtx, pod)
 	if err != nil {
@@ -98,7 +101,7 @@ func (e *Env) psql(ctx context.Context, name string, replica bool, psqlPath stri
 	e.printf(e.Stderr, "Connecting to %s (%s) as %s, through a port-forward to 127.0.0.1:%d.\n",
 		pod.Name, orDash(pod.Labels[databasev1alpha1.LabelRole]), creds[secretUsernameKey], port)
 
-	cmd := exec.CommandContext(ctx, bin, psqlArgs...)
+	cmd := exec.Command(bin, psqlArgs...) // not tied to ctx: see above
 	cmd.Env = append(os.Environ(),
 		"PGHOST=127.0.0.1",
 		"PGPORT="+strconv.Itoa(port),

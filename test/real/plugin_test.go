@@ -65,7 +65,8 @@ func checkPlugin(t *testing.T, ns, password string, rows int) {
 	}
 	squeezed := squeeze(out)
 	primary := getDB(t, ns).Status.CurrentPrimary
-	wants := []string{"\nPhase Ready\n", "\nPrimary " + primary + "\n"}
+	wants := make([]string, 0, 5)
+	wants = append(wants, "\nPhase Ready\n", "\nPrimary "+primary+"\n")
 	for i := range 3 {
 		name, role := fmt.Sprintf("%s-%d", dbName, i), "replica"
 		if name == primary {
