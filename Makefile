@@ -106,7 +106,7 @@ k8s-binaries: ## Build (once) and print the directory of the Kubernetes test bin
 # test/e2e and test/postgres have targets of their own; `make test-all` runs
 # every tier.
 LEADER_TESTS = ^TestLeaderElection
-TEST_PKGS = $$(go list ./... | grep -v -e /test/e2e -e /test/postgres -e /test/bench)
+TEST_PKGS = $$(go list ./... | grep -v -e /test/e2e -e /test/postgres -e /test/bench -e /test/helm)
 
 .PHONY: test
 test: fmt-check vet check-generated kustomize ## Fast tier: unit and envtest tests (race detector on) against a real kube-apiserver built from source; rewrites nothing.
@@ -139,16 +139,27 @@ bench-ha: ## Failover and switchover figures on real PostgreSQL (test/postgres T
 	HA_BENCH_ROUNDS=10 HA_BENCH_DOC="$(CURDIR)/docs/high-availability.md $(CURDIR)/docs/benchmarks.md" go test ./test/postgres/ -run TestFailoverTimes -count=1 -v -timeout 30m
 
 .PHONY: test-all
-test-all: verify test test-heavy test-postgres test-e2e test-real ## Everything CI runs (.ci/run): the README's test command.
+test-all: verify test test-heavy test-helm test-postgres test-e2e test-real ## Everything CI runs (.ci/run): the README's test command.
 
 .PHONY: verify
-verify: ## Fail if generated files, formatting or go.mod/go.sum differ from what is committed.
-	@$(MAKE) -s manifests generate
+verify: ## Fail if generated files (the Helm chart included), formatting or go.mod/go.sum differ from what is committed.
+	@$(MAKE) -s manifests generate helm-chart
 	@go mod tidy
 	@$(MAKE) -s fmt-check
-	@if [ -n "$$(git status --porcelain -- api config go.mod go.sum)" ]; then \
-		echo "Generated files or go.mod/go.sum are out of date; run 'make manifests generate' and 'go mod tidy', then commit:"; \
-		git status --porcelain -- api config go.mod go.sum; git --no-pager diff --stat -- api config go.mod go.sum; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- api config charts go.mod go.sum)" ]; then \
+		echo "Generated files or go.mod/go.sum are out of date; run 'make manifests generate helm-chart' and 'go mod tidy', then commit:"; \
+		git status --porcelain -- api config charts go.mod go.sum; git --no-pager diff --stat -- api config charts go.mod go.sum; exit 1; fi
+
+.PHONY: helm-chart
+helm-chart: kustomize ## Regenerate the templates and CRD of charts/myoperator from the kustomize output of config/ (hack/helmchart).
+	@go run ./hack/helmchart -kustomize "$(KUSTOMIZE)" -chart charts/myoperator
+
+# helm template of charts/myoperator, for each of its options, against
+# kustomize build of config/default and config/namespaced (test/helm).
+# Building helm the first time takes about 2 minutes (cached in bin/).
+.PHONY: test-helm
+test-helm: helm kustomize ## Prove that charts/myoperator renders what config/ does (helm template vs kustomize build).
+	HELM="$(HELM)" KUSTOMIZE="$(KUSTOMIZE)" go test ./test/helm/ -count=1 -v
 
 .PHONY: test-postgres
 test-postgres: ## Run what internal/specs generates on real PostgreSQL servers (test/postgres); installs them first if none (hack/postgres.sh).
@@ -183,15 +194,15 @@ dev-down: ## Stop the processes make dev started and delete its cluster.
 
 E2E_TIMEOUT ?= 30m
 .PHONY: test-e2e
-test-e2e: ## Run the end-to-end tests (test/e2e) on their own local cluster, with the operator as a process.
+test-e2e: helm ## Run the end-to-end tests (test/e2e) on their own local cluster, with the operator as a process.
 	@assets="$$(hack/k8s-binaries.sh)" && \
-	E2E_K8S_BINARIES="$$assets" go test -tags e2e ./test/e2e/ -v -count=1 -timeout $(E2E_TIMEOUT)
+	E2E_K8S_BINARIES="$$assets" HELM="$(HELM)" go test -tags e2e ./test/e2e/ -v -count=1 -timeout $(E2E_TIMEOUT)
 
 REAL_TIMEOUT ?= 30m
 .PHONY: test-real
-test-real: ## Run the life cycle on real pods (test/real) on a one-node cluster with a real kubelet, containerd and CNI (hack/real-node.sh). Needs Linux and root; builds and caches its parts the first time.
+test-real: helm ## Run the life cycle on real pods (test/real) on a one-node cluster with a real kubelet, containerd and CNI (hack/real-node.sh), and the operator installed by the Helm chart. Needs Linux and root; builds and caches its parts the first time.
 	@hack/node-parts.sh >/dev/null
-	@PATH="$$(hack/k8s-binaries.sh --node):$$PATH" go test -tags real ./test/real/ -v -count=1 -timeout $(REAL_TIMEOUT)
+	@PATH="$$(hack/k8s-binaries.sh --node):$$PATH" HELM="$(HELM)" go test -tags real ./test/real/ -v -count=1 -timeout $(REAL_TIMEOUT)
 	@echo "Measured (bin/real/results.txt):"; cat bin/real/results.txt
 
 ##@ Build
@@ -199,6 +210,10 @@ test-real: ## Run the life cycle on real pods (test/real) on a one-node cluster 
 .PHONY: build
 build: manifests generate fmt vet ## Build manager binary.
 	go build -o bin/manager cmd/main.go
+
+.PHONY: plugin
+plugin: ## Build the kubectl plugin, bin/kubectl-mydb: put it on PATH for `kubectl mydb`.
+	go build -o bin/kubectl-mydb ./cmd/kubectl-mydb
 
 .PHONY: run
 run: manifests generate fmt vet ## Run a controller from your host.
@@ -285,12 +300,14 @@ KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo "$$(hack/k8s-binaries.
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 GOLANGCI_LINT = $(LOCALBIN)/golangci-lint
+HELM ?= $(LOCALBIN)/helm
 
 ## Tool Versions
 KUSTOMIZE_VERSION ?= v5.8.1
 CONTROLLER_TOOLS_VERSION ?= v0.22.0
 
 GOLANGCI_LINT_VERSION ?= v2.13.1
+HELM_VERSION ?= v3.22.0
 .PHONY: kustomize
 kustomize: $(KUSTOMIZE) ## Download kustomize locally if necessary.
 $(KUSTOMIZE): $(LOCALBIN)
@@ -300,6 +317,11 @@ $(KUSTOMIZE): $(LOCALBIN)
 controller-gen: $(CONTROLLER_GEN) ## Download controller-gen locally if necessary.
 $(CONTROLLER_GEN): $(LOCALBIN)
 	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
+
+.PHONY: helm
+helm: $(HELM) ## Build helm locally (from the Go module proxy) if necessary.
+$(HELM): $(LOCALBIN)
+	$(call go-install-tool,$(HELM),helm.sh/helm/v3/cmd/helm,$(HELM_VERSION))
 
 .PHONY: golangci-lint
 golangci-lint: $(GOLANGCI_LINT) ## Download golangci-lint locally if necessary.

@@ -173,6 +173,15 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		})
 	})
 
+	step("kubectl mydb: status; psql on the primary and on a replica, with the Secret's password", func(t *testing.T) {
+		checkPlugin(t, ns, password, rows)
+	})
+
+	step("kubectl mydb: a switchover, then a rolling restart through the switchover path", func(t *testing.T) {
+		checkPluginMoves(t, ns, dbName+"-2")
+		checkPlugin(t, ns, password, rows)
+	})
+
 	step("a parameter change rolls every pod and takes effect", func(t *testing.T) {
 		before := podUIDs(t, ns)
 		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Parameters["max_connections"] = "60" })

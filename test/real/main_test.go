@@ -69,6 +69,10 @@ type harness struct {
 
 	operator    *testenv.Proc
 	provisioner *testenv.Proc
+	managerBin  string
+	// instanceImage is the operator's image, built from this checkout and
+	// imported into the node (hack/operator-image.sh).
+	instanceImage string
 
 	c  client.Client
 	cs kubernetes.Interface
@@ -179,7 +183,7 @@ func (h *harness) setup() error {
 	if err != nil {
 		return fmt.Errorf("hack/operator-image.sh: %w", err)
 	}
-	instanceImage := strings.TrimSpace(string(out))
+	h.instanceImage = strings.TrimSpace(string(out))
 	if err := h.script("load", imageTar); err != nil {
 		return err
 	}
@@ -215,15 +219,22 @@ func (h *harness) setup() error {
 	if h.c, err = client.New(cfg, client.Options{Scheme: testenv.Scheme()}); err != nil {
 		return err
 	}
+	h.managerBin = managerBin
+	return h.startOperator()
+}
+
+// startOperator starts the operator as a process of this machine and waits
+// until it is ready.
+func (h *harness) startOperator() error {
 	ports, err := testenv.FreePorts(2)
 	if err != nil {
 		return err
 	}
 	health := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	h.operator, err = testenv.StartProc("operator", filepath.Join(h.work, "operator.log"),
-		filepath.Join(h.work, "operator.pid"), managerBin,
+		filepath.Join(h.work, "operator.pid"), h.managerBin,
 		"--health-probe-bind-address="+health, fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[1]),
-		"--metrics-secure=false", "--instance-manager-image="+instanceImage)
+		"--metrics-secure=false", "--instance-manager-image="+h.instanceImage)
 	if err != nil {
 		return err
 	}

@@ -102,6 +102,12 @@ func TestNamespaceScopedInstall(t *testing.T) {
 	if !watches {
 		t.Errorf("the manager does not get WATCH_NAMESPACE from its own namespace: env %+v", in.manager.Env)
 	}
+	// The database pods' init container needs the operator's image.
+	if !slices.ContainsFunc(in.manager.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "INSTANCE_MANAGER_IMAGE" && e.Value == in.manager.Image
+	}) {
+		t.Errorf("the manager's INSTANCE_MANAGER_IMAGE is not its own image %q: env %+v", in.manager.Image, in.manager.Env)
+	}
 
 	// Install the rendered Role, RoleBinding and ServiceAccount into a test
 	// namespace, as kustomize would with `namespace:` changed.

@@ -1,0 +1,308 @@
+package plugin
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
+)
+
+var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func ago(d time.Duration) *metav1.Time { t := metav1.NewTime(now.Add(-d)); return &t }
+
+func readyPod(name, role, node string) corev1.Pod {
+	return corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{databasev1alpha1.LabelRole: role},
+			CreationTimestamp: *ago(time.Hour)},
+		Spec: corev1.PodSpec{NodeName: node},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+}
+
+func TestWriteStatus(t *testing.T) {
+	db := &databasev1alpha1.MyDatabase{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders", Generation: 3},
+		Spec:       databasev1alpha1.MyDatabaseSpec{Engine: "postgres", Version: "17", User: "app", DatabaseName: "app"},
+		Status: databasev1alpha1.MyDatabaseStatus{
+			ObservedGeneration: 3, Phase: databasev1alpha1.PhaseReady, Ready: "2/2",
+			Endpoint: "orders-rw.shop.svc:5432", ReadEndpoint: "orders-ro.shop.svc:5432",
+			CurrentPrimary: "orders-1", TargetPrimary: "orders-1", CurrentVersion: "17.2",
+			CredentialsSecret: "orders-credentials",
+			Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Available",
+				Message: "2/2 servers ready", LastTransitionTime: *ago(5 * time.Minute)}},
+			Instances: []databasev1alpha1.InstanceStatus{
+				{Name: "orders-0", Role: "replica", Ready: true, Timeline: 2, LSN: "0/5000000", LagBytes: ptr.To[int64](256), ReportedAt: ago(3 * time.Second)},
+				{Name: "orders-1", Role: "primary", Ready: true, Timeline: 2, LSN: "0/5000100", ReportedAt: ago(2 * time.Second)},
+			},
+			Switchover: &databasev1alpha1.SwitchoverStatus{Reason: "Requested", From: "orders-0", To: "orders-1",
+				Phase: databasev1alpha1.SwitchoverSucceeded, Message: "orders-1 is the primary",
+				StartedAt: ago(2 * time.Minute), FinishedAt: ago(110 * time.Second)},
+			Passwords: []databasev1alpha1.PasswordStatus{
+				{Role: "app", Secret: "orders-credentials", LastRotationTime: ago(48 * time.Hour)},
+				{Role: "replicator", Secret: "orders-replication", Rotating: "the replicas to accept it"},
+			},
+		},
+	}
+	events := make([]corev1.Event, 0, 12)
+	for i := range 12 {
+		events = append(events, corev1.Event{Type: "Normal", Reason: "Step", Message: "step " + string(rune('a'+i)),
+			LastTimestamp: *ago(time.Duration(12-i) * time.Minute)})
+	}
+	view := &statusView{DB: db, Events: events,
+		Pods: []corev1.Pod{readyPod("orders-0", "replica", "node-a"), readyPod("orders-1", "primary", "node-b")}}
+	var out bytes.Buffer
+	if err := writeStatus(&out, view, now); err != nil {
+		t.Fatal(err)
+	}
+	want := `MyDatabase   shop/orders
+Engine       postgres 17.2
+Phase        Ready
+Ready        2/2 servers (generation 3, observed 3)
+Primary      orders-1
+Read-write   orders-rw.shop.svc:5432
+Read-only    orders-ro.shop.svc:5432
+Credentials  Secret orders-credentials (user app, database app)
+
+Conditions:
+  TYPE   STATUS  REASON     AGE  MESSAGE
+  Ready  True    Available  5m   2/2 servers ready
+
+Instances (as their instance managers report them):
+  NAME      ROLE     READY  TIMELINE  LSN        LAG (BYTES)  REPORTED
+  orders-0  replica  true   2         0/5000000  256          3s ago
+  orders-1  primary  true   2         0/5000100  -            2s ago
+
+Pods:
+  NAME      ROLE LABEL  PHASE    READY  NODE    AGE
+  orders-0  replica     Running  true   node-a  60m
+  orders-1  primary     Running  true   node-b  60m
+
+Switchover:
+  Succeeded: orders-0 -> orders-1 (Requested, started 2m ago, finished 110s ago): orders-1 is the primary
+
+Passwords:
+  ROLE        SECRET              LAST ROTATION  ROTATING
+  app         orders-credentials  2d ago         -
+  replicator  orders-replication  never          the replicas to accept it
+
+Events (the last 10):
+  AGE  TYPE    REASON  MESSAGE
+  10m  Normal  Step    step c
+  9m   Normal  Step    step d
+  8m   Normal  Step    step e
+  7m   Normal  Step    step f
+  6m   Normal  Step    step g
+  5m   Normal  Step    step h
+  4m   Normal  Step    step i
+  3m   Normal  Step    step j
+  2m   Normal  Step    step k
+  60s  Normal  Step    step l
+`
+	if diff := cmp.Diff(want, out.String()); diff != "" {
+		t.Errorf("status output (-want +got):\n%s", diff)
+	}
+}
+
+// A new MyDatabase: nothing reported yet, and every empty field says so.
+func TestWriteStatusEmpty(t *testing.T) {
+	db := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x", Generation: 1}}
+	var out bytes.Buffer
+	if err := writeStatus(&out, &statusView{DB: db}, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Phase        -\n", "Primary      -\n", "  none reported yet\n",
+		"  none has reported: no instance manager runs yet", "Switchover:\n  none so far\n", "Events (the last 10):\n  none\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestPrimaryLineDuringSwitchover(t *testing.T) {
+	got := primaryLine(databasev1alpha1.MyDatabaseStatus{CurrentPrimary: "x-0", TargetPrimary: "x-2"})
+	if want := "x-0 (switching over to x-2)"; got != want {
+		t.Errorf("primaryLine = %q, want %q", got, want)
+	}
+}
+
+func TestObjectYAMLRedactsSecrets(t *testing.T) {
+	const password = "s3cr3t-Passw0rd-xyz"
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "x-credentials", Annotations: map[string]string{
+			lastApplied:             `{"stringData":{"password":"` + password + `"}}`,
+			"example.com/unrelated": "kept"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
+		Data:       map[string][]byte{"password": []byte(password), "username": []byte("app")},
+		StringData: map[string]string{"uri": "postgresql://app:" + password + "@x-rw:5432/app"},
+	}
+	out, err := ObjectYAML(secret, "Secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(out)
+	for _, leak := range []string{password, "YXBw" /* base64 of app */, base64(password)} {
+		if strings.Contains(got, leak) {
+			t.Errorf("the redacted Secret contains %q:\n%s", leak, got)
+		}
+	}
+	for _, want := range []string{"password: " + Redacted, "username: " + Redacted, "uri: " + Redacted,
+		lastApplied + ": " + Redacted, "example.com/unrelated: kept", "kind: Secret", "name: x-credentials"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the redacted Secret lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "managedFields") {
+		t.Errorf("managedFields kept:\n%s", got)
+	}
+	if string(secret.Data["password"]) != password {
+		t.Error("ObjectYAML changed the Secret it was given")
+	}
+}
+
+func base64(s string) string {
+	b, _ := json.Marshal([]byte(s)) // encoding/json writes []byte as base64
+	return strings.Trim(string(b), `"`)
+}
+
+// Other kinds are written as they are (a ConfigMap's data is no secret).
+func TestObjectYAMLKeepsOtherKinds(t *testing.T) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x-config"}, Data: map[string]string{"postgresql.conf": "max_connections = 100"}}
+	out, err := ObjectYAML(cm, "ConfigMap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "max_connections = 100") {
+		t.Errorf("ConfigMap data lost:\n%s", out)
+	}
+}
+
+func TestTarBundle(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "report-ns-x.tar.gz")
+	b, err := openBundle(path, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.add("objects/Pod/x-0.yaml", []byte("kind: Pod\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	h, err := tr.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(tr)
+	if h.Name != "report-ns-x/objects/Pod/x-0.yaml" || string(data) != "kind: Pod\n" {
+		t.Errorf("archive holds %q = %q", h.Name, data)
+	}
+	if _, err := openBundle(path, now); err == nil {
+		t.Error("openBundle overwrote an existing archive")
+	}
+}
+
+func TestSwitchoverPatch(t *testing.T) {
+	patch, err := switchoverPatch("x-2", time.Date(2026, 11, 30, 12, 0, 0, 500, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"spec":{"switchover":{"to":"x-2","requestedAt":"2026-11-30T12:00:00Z"}}}`; string(patch) != want {
+		t.Errorf("patch = %s, want %s", patch, want)
+	}
+	patch, _ = switchoverPatch("", now)
+	if want := `{"spec":{"switchover":{"requestedAt":"2026-11-30T12:00:00Z"}}}`; string(patch) != want {
+		t.Errorf("patch = %s, want %s", patch, want)
+	}
+}
+
+func TestSwitchoverDone(t *testing.T) {
+	at := metav1.NewTime(now)
+	earlier := metav1.NewTime(now.Add(-time.Hour))
+	cases := map[string]struct {
+		sw   *databasev1alpha1.SwitchoverStatus
+		want bool
+	}{
+		"none":              {nil, false},
+		"an earlier one":    {&databasev1alpha1.SwitchoverStatus{RequestedAt: &earlier, Phase: "Succeeded"}, false},
+		"this one, running": {&databasev1alpha1.SwitchoverStatus{RequestedAt: &at, Phase: "Running"}, false},
+		"this one, done":    {&databasev1alpha1.SwitchoverStatus{RequestedAt: &at, Phase: "Succeeded"}, true},
+		"this one, failed":  {&databasev1alpha1.SwitchoverStatus{RequestedAt: &at, Phase: "Failed"}, true},
+	}
+	for name, tc := range cases {
+		if got := switchoverDone(tc.sw, now); got != tc.want {
+			t.Errorf("%s: switchoverDone = %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+func TestRestartPatch(t *testing.T) {
+	patch, err := restartPatch(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"spec":{"podAnnotations":{"kubectl.kubernetes.io/restartedAt":"2026-11-30T12:00:00Z"}}}`; string(patch) != want {
+		t.Errorf("patch = %s, want %s", patch, want)
+	}
+}
+
+// restart works only because spec.podAnnotations reaches the pod template,
+// whose change is what starts the operator's rolling update.
+func TestPodAnnotationsReachThePodTemplate(t *testing.T) {
+	db := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x"},
+		Spec: databasev1alpha1.MyDatabaseSpec{PodAnnotations: map[string]string{RestartedAtAnnotation: "2026-11-30T12:00:00Z"}}}
+	sts := specs.StatefulSet(db, specs.Platform{})
+	if got := sts.Spec.Template.Annotations[RestartedAtAnnotation]; got != "2026-11-30T12:00:00Z" {
+		t.Errorf("pod template annotation %s = %q", RestartedAtAnnotation, got)
+	}
+	// And psql forwards to the port the server container names postgres.
+	var port int32
+	for _, c := range sts.Spec.Template.Spec.Containers {
+		for _, p := range c.Ports {
+			if ptr.Deref(p.Name, "") == postgresPortName {
+				port = ptr.Deref(p.ContainerPort, 0)
+			}
+		}
+	}
+	if port == 0 {
+		t.Fatalf("no container port named %q in the server pod template", postgresPortName)
+	}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Ports: []corev1.ContainerPort{{Name: postgresPortName, ContainerPort: port}}}}}}
+	if got := PostgresPort(pod); got != port {
+		t.Errorf("PostgresPort = %d, want %d", got, port)
+	}
+}
+
+func TestSimulatedNode(t *testing.T) {
+	kwok := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-node-0",
+		Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}, Labels: map[string]string{"type": "kwok"}}}
+	real := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{"kubernetes.io/os": "linux"}}}
+	if !SimulatedNode(kwok) || SimulatedNode(real) {
+		t.Errorf("SimulatedNode: kwok %v, real %v", SimulatedNode(kwok), SimulatedNode(real))
+	}
+}

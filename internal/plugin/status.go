@@ -1,0 +1,246 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+)
+
+// maxEvents is how many of the most recent events status shows.
+const maxEvents = 10
+
+func newStatusCommand(env *Env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status NAME",
+		Short: "Phase, conditions, instances, endpoints, switchover, passwords and recent events of a MyDatabase",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			view, err := env.statusView(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return writeStatus(env.Stdout, view, env.Now())
+		},
+	}
+}
+
+// statusView is everything status prints, read from the cluster.
+type statusView struct {
+	DB     *databasev1alpha1.MyDatabase
+	Pods   []corev1.Pod
+	Events []corev1.Event
+}
+
+func (e *Env) statusView(ctx context.Context, name string) (*statusView, error) {
+	db, err := e.getDB(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	pods, err := e.podsOf(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	events, err := e.eventsOf(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	return &statusView{DB: db, Pods: pods, Events: events}, nil
+}
+
+// podsOf lists the server pods of db, sorted by name.
+func (e *Env) podsOf(ctx context.Context, db *databasev1alpha1.MyDatabase) ([]corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := e.c.List(ctx, list, client.InNamespace(db.Namespace), client.MatchingLabels{
+		databasev1alpha1.LabelInstance:  db.Name,
+		databasev1alpha1.LabelManagedBy: databasev1alpha1.ManagedBy,
+	}); err != nil {
+		return nil, fmt.Errorf("listing the pods: %w", err)
+	}
+	slices.SortFunc(list.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return list.Items, nil
+}
+
+// eventsOf lists the events about db (the MyDatabase itself), oldest first.
+func (e *Env) eventsOf(ctx context.Context, db *databasev1alpha1.MyDatabase) ([]corev1.Event, error) {
+	list := &corev1.EventList{}
+	if err := e.c.List(ctx, list, client.InNamespace(db.Namespace), client.MatchingFieldsSelector{
+		Selector: fields.SelectorFromSet(fields.Set{
+			"involvedObject.kind": "MyDatabase",
+			"involvedObject.name": db.Name,
+			"involvedObject.uid":  string(db.UID),
+		}),
+	}); err != nil {
+		return nil, fmt.Errorf("listing the events: %w", err)
+	}
+	slices.SortStableFunc(list.Items, func(a, b corev1.Event) int { return eventTime(a).Compare(eventTime(b)) })
+	return list.Items, nil
+}
+
+// eventTime is when an event last happened, whichever API wrote it.
+func eventTime(ev corev1.Event) time.Time {
+	switch {
+	case ev.Series != nil && !ev.Series.LastObservedTime.IsZero():
+		return ev.Series.LastObservedTime.Time
+	case !ev.LastTimestamp.IsZero():
+		return ev.LastTimestamp.Time
+	case !ev.EventTime.IsZero():
+		return ev.EventTime.Time
+	}
+	return ev.CreationTimestamp.Time
+}
+
+// writeStatus prints the summary. It is a plain function of what was read
+// and the time, so that tests pin its output.
+func writeStatus(out io.Writer, v *statusView, now time.Time) error {
+	db, st := v.DB, v.DB.Status
+	// Tables are tab-separated lines; the tabwriter aligns each block of
+	// them (a line without a tab, such as a section's title, ends one).
+	w := &strings.Builder{}
+	age := func(t *metav1.Time) string {
+		if t == nil || t.IsZero() {
+			return "-"
+		}
+		return duration.HumanDuration(now.Sub(t.Time))
+	}
+	version := st.CurrentVersion
+	if version == "" {
+		version = db.Spec.Version
+	}
+	fmt.Fprintf(w, "MyDatabase\t%s/%s\n", db.Namespace, db.Name)
+	fmt.Fprintf(w, "Engine\t%s %s\n", orDash(string(db.Spec.Engine)), orDash(version))
+	fmt.Fprintf(w, "Phase\t%s\n", orDash(string(st.Phase)))
+	fmt.Fprintf(w, "Ready\t%s servers (generation %d, observed %d)\n", orDash(st.Ready), db.Generation, st.ObservedGeneration)
+	fmt.Fprintf(w, "Primary\t%s\n", primaryLine(st))
+	fmt.Fprintf(w, "Read-write\t%s\n", orDash(st.Endpoint))
+	fmt.Fprintf(w, "Read-only\t%s\n", orDash(st.ReadEndpoint))
+	fmt.Fprintf(w, "Credentials\tSecret %s (user %s, database %s)\n", orDash(st.CredentialsSecret), orDash(db.Spec.User), orDash(db.Spec.DatabaseName))
+
+	section(w, "Conditions")
+	if len(st.Conditions) == 0 {
+		fmt.Fprintln(w, "  none reported yet")
+	} else {
+		fmt.Fprintln(w, "  TYPE\tSTATUS\tREASON\tAGE\tMESSAGE")
+		for _, c := range st.Conditions {
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age(&c.LastTransitionTime), c.Message)
+		}
+	}
+
+	section(w, "Instances (as their instance managers report them)")
+	if len(st.Instances) == 0 {
+		fmt.Fprintln(w, "  none has reported: no instance manager runs yet, or none could reach the API server")
+	} else {
+		fmt.Fprintln(w, "  NAME\tROLE\tREADY\tTIMELINE\tLSN\tLAG (BYTES)\tREPORTED")
+		for _, i := range st.Instances {
+			lag := "-"
+			if i.LagBytes != nil {
+				lag = fmt.Sprint(*i.LagBytes)
+			}
+			fmt.Fprintf(w, "  %s\t%s\t%t\t%d\t%s\t%s\t%s ago\n", i.Name, orDash(i.Role), i.Ready, i.Timeline, orDash(i.LSN), lag, age(i.ReportedAt))
+		}
+	}
+
+	section(w, "Pods")
+	if len(v.Pods) == 0 {
+		fmt.Fprintln(w, "  none")
+	} else {
+		fmt.Fprintln(w, "  NAME\tROLE LABEL\tPHASE\tREADY\tNODE\tAGE")
+		for _, p := range v.Pods {
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%t\t%s\t%s\n", p.Name, orDash(p.Labels[databasev1alpha1.LabelRole]),
+				p.Status.Phase, podReady(&p), orDash(p.Spec.NodeName), age(&p.CreationTimestamp))
+		}
+	}
+
+	section(w, "Switchover")
+	fmt.Fprintln(w, "  "+switchoverLine(st.Switchover, age))
+
+	section(w, "Passwords")
+	if len(st.Passwords) == 0 {
+		fmt.Fprintln(w, "  none reported")
+	} else {
+		fmt.Fprintln(w, "  ROLE\tSECRET\tLAST ROTATION\tROTATING")
+		for _, p := range st.Passwords {
+			last := "never"
+			if p.LastRotationTime != nil {
+				last = age(p.LastRotationTime) + " ago"
+			}
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", p.Role, p.Secret, last, orDash(p.Rotating))
+		}
+	}
+
+	events := v.Events
+	if len(events) > maxEvents {
+		events = events[len(events)-maxEvents:]
+	}
+	section(w, fmt.Sprintf("Events (the last %d)", maxEvents))
+	if len(events) == 0 {
+		fmt.Fprintln(w, "  none")
+	} else {
+		fmt.Fprintln(w, "  AGE\tTYPE\tREASON\tMESSAGE")
+		for _, ev := range events {
+			t := metav1.NewTime(eventTime(ev))
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", age(&t), ev.Type, ev.Reason, strings.TrimSpace(ev.Message))
+		}
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	if _, err := io.WriteString(tw, w.String()); err != nil {
+		return err
+	}
+	return tw.Flush()
+}
+
+func section(w *strings.Builder, title string) { fmt.Fprintf(w, "\n%s:\n", title) }
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func primaryLine(st databasev1alpha1.MyDatabaseStatus) string {
+	line := orDash(st.CurrentPrimary)
+	if st.TargetPrimary != "" && st.TargetPrimary != st.CurrentPrimary {
+		line += fmt.Sprintf(" (switching over to %s)", st.TargetPrimary)
+	}
+	return line
+}
+
+func switchoverLine(sw *databasev1alpha1.SwitchoverStatus, age func(*metav1.Time) string) string {
+	if sw == nil {
+		return "none so far"
+	}
+	line := fmt.Sprintf("%s: %s -> %s (%s", orDash(string(sw.Phase)), orDash(sw.From), orDash(sw.To), orDash(sw.Reason))
+	if sw.StartedAt != nil {
+		line += ", started " + age(sw.StartedAt) + " ago"
+	}
+	if sw.FinishedAt != nil {
+		line += ", finished " + age(sw.FinishedAt) + " ago"
+	}
+	line += ")"
+	if sw.Message != "" {
+		line += ": " + sw.Message
+	}
+	return line
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
