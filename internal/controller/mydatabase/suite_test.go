@@ -125,10 +125,12 @@ func (b *syncBuffer) String() string {
 }
 
 // leakMarkers are substrings of every password the tests generate or type.
-var leakMarkers = []string{"test-password-", "someone-typed-this", "s3cret-from-the-user"}
+// leakMarkers: the passwords the tests make or type, and the PEM header of
+// every private key (the CAs' and the server certificates').
+var leakMarkers = []string{"test-password-", "someone-typed-this", "s3cret-from-the-user", "PRIVATE KEY"}
 
 // findSecretLeak scans the operator's logs, every event and every status
-// written during the tests for a password.
+// written during the tests for a password or a private key.
 func findSecretLeak() string {
 	ctx := context.Background()
 	haystacks := map[string]string{"logs": logs.String()}
