@@ -9,11 +9,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,29 +26,16 @@ import (
 	"example.com/myoperator/internal/testenv"
 )
 
-var (
-	pluginOnce sync.Once
-	pluginDir  string
-	pluginErr  error
-)
+var plugin testenv.Plugin
 
 // kubectlMydb runs `kubectl mydb ARGS` with cmd/kubectl-mydb, built from
-// this checkout, on PATH: kubectl finds the plugin as a user's kubectl
-// does.
+// this checkout, on PATH.
 func kubectlMydb(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	pluginOnce.Do(func() {
-		pluginDir = filepath.Join(env.work, "plugin")
-		pluginErr = testenv.GoBuild(env.repo, filepath.Join(pluginDir, "kubectl-mydb"), "./cmd/kubectl-mydb")
-	})
-	if pluginErr != nil {
-		t.Fatal(pluginErr)
+	if plugin.Dir == "" {
+		plugin.Repo, plugin.Dir = env.repo, filepath.Join(env.work, "plugin")
 	}
-	cmd := exec.Command("kubectl", append([]string{"mydb"}, args...)...)
-	cmd.Env = append(os.Environ(), "PATH="+pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	out, err := cmd.CombinedOutput()
-	t.Logf("$ kubectl mydb %s\n%s", strings.Join(args, " "), out)
-	return string(out), err
+	return plugin.Run(t, args...)
 }
 
 func mustMydb(t *testing.T, args ...string) string {

@@ -4,12 +4,10 @@ package real
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,28 +15,16 @@ import (
 	"example.com/myoperator/internal/testenv"
 )
 
-var (
-	pluginOnce sync.Once
-	pluginDir  string
-	pluginErr  error
-)
+var plugin testenv.Plugin
 
 // kubectlMydb runs `kubectl mydb ARGS` with cmd/kubectl-mydb, built from
-// this checkout, on PATH, and returns its combined output.
+// this checkout, on PATH.
 func kubectlMydb(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	pluginOnce.Do(func() {
-		pluginDir = filepath.Join(env.work, "plugin")
-		pluginErr = testenv.GoBuild(env.repo, filepath.Join(pluginDir, "kubectl-mydb"), "./cmd/kubectl-mydb")
-	})
-	if pluginErr != nil {
-		t.Fatal(pluginErr)
+	if plugin.Dir == "" {
+		plugin.Repo, plugin.Dir = env.repo, filepath.Join(env.work, "plugin")
 	}
-	cmd := exec.Command("kubectl", append([]string{"mydb"}, args...)...)
-	cmd.Env = append(os.Environ(), "PATH="+pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	out, err := cmd.CombinedOutput()
-	t.Logf("$ kubectl mydb %s\n%s", strings.Join(args, " "), out)
-	return string(out), err
+	return plugin.Run(t, args...)
 }
 
 // psqlBinary is the psql the plugin runs: on PATH, else the one of

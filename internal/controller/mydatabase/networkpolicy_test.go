@@ -41,16 +41,19 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 	selector := fmt.Sprint(specs.SelectorLabels(db))
 	want := fmt.Sprintf("pods %s, [Ingress]: [pods %s] to TCP/5432; [pods map[app:shop]] to TCP/5432", selector, selector)
-	np := &networkingv1.NetworkPolicy{}
-	eventually(t, "the NetworkPolicy", func() error {
-		if err := get(ns, "np", np); err != nil {
-			return err
+	admits := func(want string) func() error {
+		return func() error {
+			np := &networkingv1.NetworkPolicy{}
+			if err := get(ns, "np", np); err != nil {
+				return err
+			}
+			if got := rules(np); got != want {
+				return fmt.Errorf("got  %s\nwant %s", got, want)
+			}
+			return nil
 		}
-		if got := rules(np); got != want {
-			return fmt.Errorf("got  %s\nwant %s", got, want)
-		}
-		return nil
-	})
+	}
+	eventually(t, "the NetworkPolicy", admits(want))
 
 	monitoring := networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "shop"}},
 		PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "shop"}}}
@@ -58,15 +61,7 @@ func TestNetworkPolicy(t *testing.T) {
 		db.Spec.NetworkPolicy.Clients = []networkingv1.NetworkPolicyPeer{monitoring}
 	})
 	want = fmt.Sprintf("pods %s, [Ingress]: [pods %s] to TCP/5432; [pods map[app:shop] in namespaces map[team:shop]] to TCP/5432", selector, selector)
-	eventually(t, "the NetworkPolicy to follow the clients", func() error {
-		if err := get(ns, "np", np); err != nil {
-			return err
-		}
-		if got := rules(np); got != want {
-			return fmt.Errorf("got  %s\nwant %s", got, want)
-		}
-		return nil
-	})
+	eventually(t, "the NetworkPolicy to follow the clients", admits(want))
 
 	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.NetworkPolicy.Enabled = false })
 	eventually(t, "the NetworkPolicy gone", gone(ns, "np", &networkingv1.NetworkPolicy{}))
