@@ -134,6 +134,15 @@ func TestWriteStatusEmpty(t *testing.T) {
 	}
 }
 
+func TestTLSLine(t *testing.T) {
+	st := &databasev1alpha1.TLSStatus{ServerCertSecret: "x-server-tls",
+		NotAfter: &metav1.Time{Time: now.Add(90 * 24 * time.Hour)}, RenewAt: &metav1.Time{Time: now.Add(60 * 24 * time.Hour)}}
+	got := tlsLine(databasev1alpha1.TLSClientsRequired, st, now)
+	if want := "clients Required; certificate in Secret x-server-tls, expires in 90d, renewed by the operator in 60d"; got != want {
+		t.Errorf("tlsLine = %q, want %q", got, want)
+	}
+}
+
 func TestPrimaryLineDuringSwitchover(t *testing.T) {
 	got := primaryLine(databasev1alpha1.MyDatabaseStatus{CurrentPrimary: "x-0", TargetPrimary: "x-2"})
 	if want := "x-0 (switching over to x-2)"; got != want {

@@ -127,6 +127,9 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 	fmt.Fprintf(w, "Read-write\t%s\n", orDash(st.Endpoint))
 	fmt.Fprintf(w, "Read-only\t%s\n", orDash(st.ReadEndpoint))
 	fmt.Fprintf(w, "Credentials\tSecret %s (user %s, database %s)\n", orDash(st.CredentialsSecret), orDash(db.Spec.User), orDash(db.Spec.DatabaseName))
+	if st.TLS != nil {
+		fmt.Fprintf(w, "TLS\t%s\n", tlsLine(db.Spec.TLS.Clients, st.TLS, now))
+	}
 
 	section(w, "Conditions")
 	if len(st.Conditions) == 0 {
@@ -243,4 +246,17 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// tlsLine says whether clients must use TLS and where the certificate
+// stands.
+func tlsLine(clients databasev1alpha1.TLSClients, st *databasev1alpha1.TLSStatus, now time.Time) string {
+	line := fmt.Sprintf("clients %s; certificate in Secret %s", orDash(string(clients)), st.ServerCertSecret)
+	if st.NotAfter != nil {
+		line += fmt.Sprintf(", expires in %s", duration.HumanDuration(st.NotAfter.Sub(now)))
+	}
+	if st.RenewAt != nil {
+		line += fmt.Sprintf(", renewed by the operator in %s", duration.HumanDuration(st.RenewAt.Sub(now)))
+	}
+	return line
 }
