@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -253,7 +254,15 @@ func (r *MyDatabaseReconciler) observeCertificate(db *databasev1alpha1.MyDatabas
 			secret, check.Cert.NotAfter.UTC().Format("2006-01-02T15:04:05Z"))
 		obs.recheck(renewAt.Sub(now))
 	}
+	if !issued {
+		// No watch brings a change to the user's Secret (the cache holds
+		// only ours): status follows it within userCertRecheck.
+		obs.recheck(userCertRecheck)
+	}
 }
+
+// userCertRecheck is how often a user's certificate is read again.
+const userCertRecheck = 10 * time.Minute
 
 // alignConnectionSecret gives the generated credentials Secret the CA
 // clients verify the servers with, and makes its uri ask for
