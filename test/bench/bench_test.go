@@ -42,10 +42,11 @@ func TestHarness(t *testing.T) {
 		}
 		switch run.Mode {
 		case "raw":
-			// create the MyDatabase, finalizer, two Secrets, eight applies
-			// (ConfigMap, two Services, the instance managers' ServiceAccount,
-			// Role, RoleBinding and Lease, StatefulSet), status
-			if want := 13 * opts.N; run.Requests.Writes != want || run.Requests.Conflicts != 0 {
+			// create the MyDatabase, finalizer, four Secrets (passwords, CA,
+			// server certificate), eight applies (ConfigMap, two Services,
+			// the instance managers' ServiceAccount, Role, RoleBinding and
+			// Lease, StatefulSet), status
+			if want := 15 * opts.N; run.Requests.Writes != want || run.Requests.Conflicts != 0 {
 				t.Errorf("raw run: %d writes (%d conflicts), want %d: %v", run.Requests.Writes, run.Requests.Conflicts, want, run.Requests.ByRequest)
 			}
 		case "operator":

@@ -15,6 +15,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/controller/mydatabase"
+	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -69,7 +70,8 @@ func createDBs(ctx context.Context, c client.Client, ns string, n, workers int) 
 // rawConverge is the baseline: workers goroutines, each taking one
 // MyDatabase at a time through the writes the operator makes for it, from
 // the same builders and in the same order, with nothing else: create it,
-// add the finalizer, create the two Secrets, apply the ConfigMap, the two
+// add the finalizer, create the four Secrets (passwords, CA and server
+// certificate, issued as the operator does), apply the ConfigMap, the two
 // Services and the StatefulSet, patch the status.
 func rawConverge(ctx context.Context, c client.Client, ns string, n, workers int) error {
 	return forEach(ctx, n, workers, func(ctx context.Context, i int) error {
@@ -87,12 +89,26 @@ func rawChildren(ctx context.Context, c client.Client, db *databasev1alpha1.MyDa
 	if err := c.Patch(ctx, db, patch); err != nil {
 		return err
 	}
+	ca, err := pki.NewCA(specs.CACommonName(db), time.Now())
+	if err != nil {
+		return err
+	}
+	server, err := pki.NewServer(ca, specs.ServerCommonName(db), specs.ServerDNSNames(db), time.Now())
+	if err != nil {
+		return err
+	}
+	var secrets []*corev1.Secret
 	for _, build := range []func(*databasev1alpha1.MyDatabase, string) *corev1.Secret{specs.ReplicationSecret, specs.CredentialsSecret} {
 		password, err := specs.RandomPassword()
 		if err != nil {
 			return err
 		}
-		if err := c.Create(ctx, build(db, password), client.FieldOwner(mydatabase.FieldOwner)); err != nil {
+		secrets = append(secrets, build(db, password))
+	}
+	secrets[1].Data[specs.CACertKey] = ca.Cert // the credentials Secret, with the CA clients verify with
+	secrets = append(secrets, specs.CASecret(db, ca), specs.ServerCertSecret(db, server, ca.Cert))
+	for _, s := range secrets {
+		if err := c.Create(ctx, s, client.FieldOwner(mydatabase.FieldOwner)); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ package e2e
 import (
 	"archive/tar"
 	"compress/gzip"
+	"context"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -174,8 +175,21 @@ func TestPlugin(t *testing.T) {
 				t.Errorf("the bundle lacks %s", want)
 			}
 		}
-		if readme := files["bundle/README.txt"]; !strings.Contains(readme, "no Deployment labelled") {
+		// This suite's operator is a local process; another test may have
+		// left an installed one (make build-installer's) in the cluster.
+		installed := &appsv1.DeploymentList{}
+		if err := env.c.List(context.Background(), installed,
+			client.MatchingLabels{"control-plane": "controller-manager", "app.kubernetes.io/name": "main"}); err != nil {
+			t.Fatal(err)
+		}
+		readme := files["bundle/README.txt"]
+		if len(installed.Items) == 0 && !strings.Contains(readme, "no Deployment labelled") {
 			t.Errorf("README.txt does not say that the operator runs outside the cluster:\n%s", readme)
+		}
+		for _, d := range installed.Items {
+			if _, ok := files["bundle/operator/"+d.Namespace+"/"+d.Name+".yaml"]; !ok {
+				t.Errorf("the bundle lacks the operator Deployment %s/%s", d.Namespace, d.Name)
+			}
 		}
 		if ev := files["bundle/events.txt"]; !strings.Contains(ev, "SwitchoverSucceeded") && !strings.Contains(ev, "PrimaryChanged") {
 			t.Errorf("events.txt lacks the switchover's events:\n%s", ev)

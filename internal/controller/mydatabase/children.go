@@ -40,8 +40,8 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 	// can provision.
 	for _, check := range []func(context.Context, *databasev1alpha1.MyDatabase, *observation) error{
 		r.checkStorageClass,
-		r.reconcileCredentials,
 		r.reconcileTLS,
+		r.reconcileCredentials,
 	} {
 		if err := check(ctx, db, obs); err != nil || obs.blocked() {
 			return err

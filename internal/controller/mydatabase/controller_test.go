@@ -167,7 +167,7 @@ func TestCreateBuildsEveryChild(t *testing.T) {
 	}
 
 	// One event names every child created, in the order they were made.
-	want := "Created Secret orders-replication, Secret orders-credentials, Secret orders-ca, Secret orders-server-tls, ConfigMap orders-config, " +
+	want := "Created Secret orders-ca, Secret orders-server-tls, Secret orders-replication, Secret orders-credentials, ConfigMap orders-config, " +
 		"Service orders-headless, Service orders-rw, ServiceAccount orders-instance, Role orders-instance, " +
 		"RoleBinding orders-instance, Lease orders-primary, StatefulSet orders"
 	eventually(t, "one Created event", func() error {

@@ -18,7 +18,8 @@ import (
 )
 
 // reconcileCredentials makes sure both password Secrets exist and are
-// usable. A password is generated only when no data exists yet; once a
+// usable; the generated credentials Secret carries the CA of reconcileTLS,
+// which runs first. A password is generated only when no data exists yet; once a
 // Secret exists it is never rewritten, and if it vanishes while the data
 // remains, the MyDatabase stalls instead of minting a password the data
 // does not know.
@@ -30,7 +31,15 @@ func (r *MyDatabaseReconciler) reconcileCredentials(ctx context.Context, db *dat
 		obs.stalled = r.checkUserSecret(ctx, db)
 		return nil
 	}
-	return r.ensureGeneratedSecret(ctx, db, obs, specs.GeneratedCredentialsSecretName(db), specs.CredentialsSecret)
+	withCA := func(db *databasev1alpha1.MyDatabase, password string) *corev1.Secret {
+		s := specs.CredentialsSecret(db, password)
+		s.Data[specs.CACertKey] = obs.caCert
+		return s
+	}
+	if err := r.ensureGeneratedSecret(ctx, db, obs, specs.GeneratedCredentialsSecretName(db), withCA); err != nil || obs.blocked() {
+		return err
+	}
+	return r.alignConnectionSecret(ctx, db, obs.caCert)
 }
 
 func (o *observation) blocked() bool { return o.stalled != nil || o.waiting != nil }

@@ -57,8 +57,9 @@ type observation struct {
 	// did not get to it (the status keeps what it had).
 	switchover *switchoverState
 	// tls is the TLS part of the status, nil when the pass did not get to
-	// it (tls.go).
-	tls *tlsState
+	// it (tls.go); caCert is the CA clients verify the servers with.
+	tls    *tlsState
+	caCert []byte
 	// requeue, when positive, is how soon the pass wants to look again at
 	// something no watch brings (a switchover's deadline).
 	requeue time.Duration

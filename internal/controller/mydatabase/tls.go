@@ -41,18 +41,16 @@ type tlsState struct {
 	message string
 }
 
+// reconcileTLS keeps the certificates, and leaves in obs.caCert the CA
+// clients verify the servers with, for the credentials Secret.
 func (r *MyDatabaseReconciler) reconcileTLS(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
-	var caCert []byte
-	var err error
 	if specs.UserSuppliedServerCert(db) {
-		caCert = r.checkUserCertificate(ctx, db, obs)
-	} else {
-		caCert, err = r.issueServerCertificate(ctx, db, obs)
+		obs.caCert = r.checkUserCertificate(ctx, db, obs)
+		return nil
 	}
-	if err != nil || caCert == nil {
-		return err
-	}
-	return r.alignConnectionSecret(ctx, db, caCert)
+	var err error
+	obs.caCert, err = r.issueServerCertificate(ctx, db, obs)
+	return err
 }
 
 // checkUserCertificate reads the Secret spec.tls names (around the cache:
@@ -265,12 +263,11 @@ func (r *MyDatabaseReconciler) observeCertificate(db *databasev1alpha1.MyDatabas
 const userCertRecheck = 10 * time.Minute
 
 // alignConnectionSecret gives the generated credentials Secret the CA
-// clients verify the servers with, and makes its uri ask for
-// verify-full. The password is never touched here.
+// clients verify the servers with, and makes its uri ask for verify-full:
+// a Secret made before TLS, or since a change of CA. The password is never
+// touched here. A Secret the cache does not show yet was just made, with
+// both.
 func (r *MyDatabaseReconciler) alignConnectionSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, caCert []byte) error {
-	if specs.UserSuppliedCredentials(db) {
-		return nil
-	}
 	secret := &corev1.Secret{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.GeneratedCredentialsSecretName(db)}, secret); err != nil {
 		return objectError("get", secret, specs.GeneratedCredentialsSecretName(db), client.IgnoreNotFound(err))
