@@ -184,8 +184,12 @@ func RenewAt(cert *x509.Certificate) time.Time {
 	return cert.NotAfter.Add(-cert.NotAfter.Sub(cert.NotBefore) / 3)
 }
 
-// SameNames reports whether cert names exactly names (in any order).
+// SameNames reports whether cert names exactly names (in any order); no
+// certificate names nothing.
 func SameNames(cert *x509.Certificate, names []string) bool {
+	if cert == nil {
+		return false
+	}
 	a, b := slices.Clone(cert.DNSNames), slices.Clone(names)
 	slices.Sort(a)
 	slices.Sort(b)

@@ -3,6 +3,7 @@ package mydatabase
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -195,6 +196,13 @@ func ownedByAnother(secret *corev1.Secret, db *databasev1alpha1.MyDatabase, obs 
 func (r *MyDatabaseReconciler) createCA(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (pki.KeyPair, error) {
 	name, server := specs.CASecretName(db), specs.IssuedServerCertSecretName(db)
 	existing := &corev1.Secret{}
+	// The cache may lag behind the CA this process made a moment ago:
+	// only the API server can say it is gone.
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, existing); err == nil {
+		return pki.KeyPair{}, apierrors.NewConflict(corev1.Resource("secrets"), name, errors.New("it exists but is not in the cache yet"))
+	} else if !apierrors.IsNotFound(err) {
+		return pki.KeyPair{}, objectError("get", existing, name, err)
+	}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: server}, existing)
 	switch {
 	case err == nil:
