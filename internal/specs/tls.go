@@ -59,11 +59,12 @@ func ServerCertSecretName(db *databasev1alpha1.MyDatabase) string {
 // .svc.cluster.local form.
 func ServerDNSNames(db *databasev1alpha1.MyDatabase) []string {
 	headless := HeadlessServiceName(db)
-	hosts := []string{ReadWriteServiceName(db), ReadOnlyServiceName(db), headless}
+	hosts := make([]string, 0, 3+Replicas(db))
+	hosts = append(hosts, ReadWriteServiceName(db), ReadOnlyServiceName(db), headless)
 	for i := range Replicas(db) {
 		hosts = append(hosts, PodName(db, i)+"."+headless)
 	}
-	var names []string
+	names := make([]string, 0, 4*len(hosts))
 	for _, h := range hosts {
 		ns := h + "." + db.Namespace
 		names = append(names, h, ns, ns+".svc", ns+".svc.cluster.local")

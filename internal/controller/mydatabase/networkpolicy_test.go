@@ -22,7 +22,7 @@ func TestNetworkPolicy(t *testing.T) {
 		db.Spec.NetworkPolicy = databasev1alpha1.NetworkPolicySpec{Enabled: true, Clients: []networkingv1.NetworkPolicyPeer{app}}
 	}))
 	rules := func(np *networkingv1.NetworkPolicy) string {
-		var out []string
+		out := make([]string, 0, len(np.Spec.Ingress))
 		for _, r := range np.Spec.Ingress {
 			var from []string
 			for _, f := range r.From {
