@@ -21,6 +21,7 @@ package real
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,7 +130,7 @@ func TestLifecycleOnRealPods(t *testing.T) {
 	step("pods have no route out of this machine", func(t *testing.T) {
 		// Routes of the pod network only (hack/real-node.sh): no default
 		// route, destination 0.0.0.0 in /proc/net/route.
-		for line := range strings.Lines(runPod(t, ns, "routes", nil, "cat", "/proc/net/route")) {
+		for line := range strings.Lines(runPod(t, ns, "routes", nil, nil, "cat", "/proc/net/route")) {
 			if f := strings.Fields(line); len(f) > 1 && f[1] == "00000000" {
 				t.Fatalf("a pod has a default route: %s", line)
 			}
@@ -464,10 +465,16 @@ func credentials(t *testing.T, ns string) (uri, password string) {
 	if err := env.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
 		t.Fatal(err)
 	}
-	if len(s.Data["uri"]) == 0 || len(s.Data["password"]) == 0 {
-		t.Fatalf("Secret %s has no uri or password", name)
+	if len(s.Data["uri"]) == 0 || len(s.Data["password"]) == 0 || len(s.Data[specs.CACertKey]) == 0 {
+		t.Fatalf("Secret %s has no uri, password or %s", name, specs.CACertKey)
 	}
-	return string(s.Data["uri"]), string(s.Data["password"])
+	// The uri asks for sslmode=verify-full: the client verifies the server
+	// with the Secret's ca.crt only, as an application would.
+	ca := filepath.Join(env.work, ns+"-"+specs.CACertKey)
+	if err := os.WriteFile(ca, s.Data[specs.CACertKey], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return string(s.Data["uri"]) + "&sslrootcert=" + url.QueryEscape(ca), string(s.Data["password"])
 }
 
 func deleteAndWait(t *testing.T, ns string) {
@@ -516,13 +523,20 @@ func psqlPod(t *testing.T, ns, name, query string) string {
 	uri := corev1.EnvVar{Name: "DATABASE_URI", ValueFrom: &corev1.EnvVarSource{
 		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "uri"},
 	}}
-	return runPod(t, ns, name, []corev1.EnvVar{uri},
-		"psql", "--no-psqlrc", "--tuples-only", "--no-align", "--command", query, "$(DATABASE_URI)")
+	// The CA as the README tells an application to mount it: only the
+	// Secret's ca.crt, and PGSSLROOTCERT naming it (the uri asks for
+	// sslmode=verify-full).
+	rootCert := corev1.EnvVar{Name: "PGSSLROOTCERT", Value: "/etc/db/" + specs.CACertKey}
+	return runPod(t, ns, name, []corev1.EnvVar{uri, rootCert}, func(spec *corev1.PodSpec) {
+		spec.Volumes = []corev1.Volume{{Name: "ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: secret, Items: []corev1.KeyToPath{{Key: specs.CACertKey, Path: specs.CACertKey}}}}}}
+		spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "ca", MountPath: "/etc/db", ReadOnly: true}}
+	}, "psql", "--no-psqlrc", "--tuples-only", "--no-align", "--command", query, "$(DATABASE_URI)")
 }
 
 // runPod runs a command to completion in a pod of the namespace (the
 // postgres image, Pod Security restricted) and returns its output.
-func runPod(t *testing.T, ns, name string, vars []corev1.EnvVar, command ...string) string {
+func runPod(t *testing.T, ns, name string, vars []corev1.EnvVar, mutate func(*corev1.PodSpec), command ...string) string {
 	t.Helper()
 	ctx := t.Context()
 	pod := &corev1.Pod{
@@ -546,6 +560,9 @@ func runPod(t *testing.T, ns, name string, vars []corev1.EnvVar, command ...stri
 				},
 			}},
 		},
+	}
+	if mutate != nil {
+		mutate(&pod.Spec)
 	}
 	if err := env.c.Create(ctx, pod); err != nil {
 		t.Fatal(err)
