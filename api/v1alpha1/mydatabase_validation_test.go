@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
@@ -414,7 +415,7 @@ func TestLongestName(t *testing.T) {
 		asObject[corev1.ConfigMap](t, specs.ConfigMap(db)),
 		asObject[policyv1.PodDisruptionBudget](t, specs.PodDisruptionBudget(db)),
 		specs.CredentialsSecret(db, "password"),
-		specs.ReplicationSecret(db, "password"),
+		specs.ReplicationCertSecret(db, pki.KeyPair{Cert: []byte("certificate"), Key: []byte("key")}, nil),
 		claim,
 		pod,
 	}

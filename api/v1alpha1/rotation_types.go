@@ -31,17 +31,11 @@ type PasswordRotationSpec struct {
 	// in PostgreSQL.
 	// +optional
 	UserRequestedAt *metav1.Time `json:"userRequestedAt,omitempty"`
-
-	// replicationRequestedAt asks for a new password of the replicator role
-	// (the Secret <name>-replication), which only the servers use; replicas
-	// keep streaming.
-	// +optional
-	ReplicationRequestedAt *metav1.Time `json:"replicationRequestedAt,omitempty"`
 }
 
 // PasswordStatus is where the password of one role stands.
 type PasswordStatus struct {
-	// role is the PostgreSQL role: spec.user or replicator.
+	// role is the PostgreSQL role: spec.user.
 	Role string `json:"role"`
 
 	// secret holds the password clients (or the servers) read.

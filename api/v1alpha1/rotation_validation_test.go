@@ -35,9 +35,8 @@ func TestPasswordRotationValidation(t *testing.T) {
 		from, to map[string]any
 		want     string // empty: the update must be accepted
 	}{
-		"replication rotation, own Secret": {own, map[string]any{"passwordRotation.replicationRequestedAt": at}, ""},
-		"user rotation, own Secret":        {own, map[string]any{"passwordRotation.userRequestedAt": at}, "passwordRotation.userRequestedAt rotates the generated Secret only"},
-		"user rotation, generated Secret":  {nil, map[string]any{"passwordRotation.userRequestedAt": at}, ""},
+		"user rotation, own Secret":       {own, map[string]any{"passwordRotation.userRequestedAt": at}, "passwordRotation.userRequestedAt rotates the generated Secret only"},
+		"user rotation, generated Secret": {nil, map[string]any{"passwordRotation.userRequestedAt": at}, ""},
 	} {
 		i++
 		t.Run("update: "+name, func(t *testing.T) {

@@ -21,7 +21,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -30,20 +29,19 @@ import (
 
 	"example.com/myoperator/internal/instance/report"
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // bootstrapSQL creates the application's role and database and the
-// replication role. psql reads the values from its environment with
-// \getenv, so that no password is ever on a command line.
+// replication role, which has no password (replication.go). psql reads
+// the values from its environment with \getenv, so that no password is
+// ever on a command line.
 const bootstrapSQL = `\getenv app_user POSTGRES_USER
 \getenv app_password POSTGRES_PASSWORD
 \getenv app_db POSTGRES_DB
-\getenv replication_password REPLICATION_PASSWORD
 CREATE ROLE :"app_user" LOGIN PASSWORD :'app_password';
 CREATE DATABASE :"app_db" OWNER :"app_user";
 REVOKE ALL ON DATABASE :"app_db" FROM PUBLIC;
-CREATE ROLE replicator WITH REPLICATION LOGIN PASSWORD :'replication_password';
+CREATE ROLE replicator WITH REPLICATION LOGIN;
 `
 
 // rewindGrants let the replication role run pg_rewind against a primary
@@ -66,17 +64,6 @@ func (c Config) initialised() bool {
 func (c Config) standby() bool {
 	_, err := os.Stat(c.PGData + "/standby.signal")
 	return err == nil
-}
-
-// writePassfile writes the replication password where libpq reads it
-// (mode 0600), escaped as the password file format wants.
-func (c Config) writePassfile() error {
-	p := strings.NewReplacer(`\`, `\\`, `:`, `\:`).Replace(c.ReplicationPassword)
-	tmp := c.passfile() + ".tmp"
-	if err := os.WriteFile(tmp, []byte("*:*:*:replicator:"+p+"\n"), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, c.passfile())
 }
 
 // initPrimary makes a new data directory with the roles and database of
@@ -130,7 +117,7 @@ func (m *manager) bootstrap(ctx context.Context, scratch string) error {
 		}
 	}
 	env := []string{"POSTGRES_USER=" + c.User, "POSTGRES_DB=" + c.Database,
-		"POSTGRES_PASSWORD=" + c.Password, "REPLICATION_PASSWORD=" + c.ReplicationPassword}
+		"POSTGRES_PASSWORD=" + c.Password}
 	_, err = m.procs.run(ctx, env, bootstrapSQL+rewindGrants, "psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
 		"--host="+scratch, "--port="+c.Port, "--username=postgres", "--dbname=postgres")
 	return err
@@ -142,7 +129,7 @@ func (m *manager) bootstrap(ctx context.Context, scratch string) error {
 // leaves it as it was.
 func (m *manager) cloneReplica(ctx context.Context, address string) error {
 	c := m.c
-	host, port, err := net.SplitHostPort(address)
+	conninfo, err := m.replicationConninfo(ctx, address)
 	if err != nil {
 		return err
 	}
@@ -151,8 +138,7 @@ func (m *manager) cloneReplica(ctx context.Context, address string) error {
 		return err
 	}
 	m.log("cloning the primary at %s", address)
-	if _, err := m.procs.run(ctx, []string{"PGPASSFILE=" + c.passfile()}, "", "pg_basebackup", "--pgdata="+scratch,
-		"--host="+host, "--port="+port, "--username=replicator", "--no-password",
+	if _, err := m.procs.run(ctx, nil, "", "pg_basebackup", "--pgdata="+scratch, "--dbname="+conninfo, "--no-password",
 		"--wal-method=stream", "--checkpoint=fast"); err != nil {
 		return err
 	}
@@ -178,12 +164,11 @@ func (m *manager) cloneReplica(ctx context.Context, address string) error {
 // gone), the data is cloned again: what it held beyond the divergence was
 // never replicated, so it is no longer part of the database's history.
 func (m *manager) rewind(ctx context.Context, address string) error {
-	host, port, err := net.SplitHostPort(address)
+	conninfo, err := m.replicationConninfo(ctx, address)
 	if err != nil {
 		return err
 	}
-	out, err := m.procs.run(ctx, []string{"PGPASSFILE=" + m.c.passfile()}, "", "pg_rewind", "--target-pgdata="+m.c.PGData,
-		fmt.Sprintf("--source-server=host=%s port=%s user=replicator dbname=postgres", host, port))
+	out, err := m.procs.run(ctx, nil, "", "pg_rewind", "--target-pgdata="+m.c.PGData, "--source-server="+conninfo+" dbname=postgres")
 	if err == nil {
 		if strings.Contains(out, "Done!") {
 			m.log("rewound to the primary at %s", address)
@@ -216,16 +201,11 @@ const (
 // their history files differ, and pg_rewind, which compares numbers,
 // would see nothing to do.
 func (m *manager) diverged(ctx context.Context, address string, seen observation) (history, error) {
-	host, port, err := net.SplitHostPort(address)
+	conninfo, err := m.replicationConninfo(ctx, address)
 	if err != nil {
 		return 0, err
 	}
-	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%s user=replicator dbname=replication replication=true passfile=%s connect_timeout=5",
-		host, port, m.c.passfile()))
-	if err != nil {
-		return 0, err
-	}
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	conn, err := m.dialReplication(ctx, conninfo)
 	if err != nil {
 		return 0, err
 	}

@@ -26,8 +26,9 @@ limitations under the License.
 //     place only when complete, so a crash half way is retried from scratch
 //     and never leaves a half-made PGDATA;
 //   - the passwords never enter the server's environment, nor any command
-//     line: the replication password reaches libpq through a password file,
-//     the bootstrap passwords psql through its environment only;
+//     line: the bootstrap password reaches psql through its environment
+//     only (and a legacy replication password, replication.go, libpq
+//     through a password file);
 //   - a standby never starts with a lower max_connections & co. than the
 //     primary whose WAL it replays (see keepPrimaryMinimums).
 package instance
@@ -51,11 +52,16 @@ type Config struct {
 	// TLSDir holds the server certificate Secret's files (tls.go).
 	// Optional: without it the server offers no TLS.
 	TLSDir string // TLS_DIR
+	// ReplicationTLSDir holds the replicas' client certificate Secret's
+	// files, and the CA the server checks client certificates with.
+	ReplicationTLSDir string // REPLICATION_TLS_DIR
 
-	User                string // POSTGRES_USER
-	Database            string // POSTGRES_DB
-	Password            string // POSTGRES_PASSWORD
-	ReplicationPassword string // REPLICATION_PASSWORD
+	User     string // POSTGRES_USER
+	Database string // POSTGRES_DB
+	Password string // POSTGRES_PASSWORD
+	// ReplicationPassword is set only in the pods of a MyDatabase made
+	// before replicas authenticated by certificate (replication.go).
+	ReplicationPassword string // REPLICATION_PASSWORD, optional
 
 	// BootstrapPod is the pod that makes the data when the MyDatabase is
 	// new (ordinal 0); afterwards the primary is whoever holds the Lease.
@@ -75,10 +81,9 @@ type Config struct {
 	Kubeconfig string // KUBECONFIG, optional
 
 	// PasswordSecrets names, as role=Secret pairs, the Secrets whose
-	// passwords the primary sets on the roles; ReplicationSecret holds the
-	// replication password (rotate.go). Optional: empty disables rotation.
-	PasswordSecrets   string // PASSWORD_SECRETS
-	ReplicationSecret string // REPLICATION_SECRET
+	// passwords the primary sets on the roles (rotate.go). Optional:
+	// empty disables rotation.
+	PasswordSecrets string // PASSWORD_SECRETS
 }
 
 // secretVars are the environment variables that hold passwords: read once,
@@ -98,7 +103,7 @@ func ConfigFromEnv() (Config, error) {
 	}{
 		{"POD_NAME", &c.PodName}, {"PGDATA", &c.PGData}, {"PGHOST", &c.SocketDir}, {"PGPORT", &c.Port},
 		{"CONFIG_DIR", &c.ConfigDir}, {"POSTGRES_USER", &c.User}, {"POSTGRES_DB", &c.Database},
-		{"POSTGRES_PASSWORD", &c.Password}, {"REPLICATION_PASSWORD", &c.ReplicationPassword},
+		{"POSTGRES_PASSWORD", &c.Password}, {"REPLICATION_TLS_DIR", &c.ReplicationTLSDir},
 		{"BOOTSTRAP_POD", &c.BootstrapPod}, {"NAMESPACE", &c.Namespace}, {"LEASE_NAME", &c.LeaseName},
 		{"POD_SELECTOR", &c.PodSelector}, {"ADVERTISE_ADDRESS", &c.AdvertiseAddress}, {"LEASE_DURATION_SECONDS", &leaseSeconds},
 	} {
@@ -106,6 +111,7 @@ func ConfigFromEnv() (Config, error) {
 			missing = append(missing, v.name)
 		}
 	}
+	c.Kubeconfig, c.TLSDir, c.ReplicationPassword = os.Getenv("KUBECONFIG"), os.Getenv("TLS_DIR"), os.Getenv("REPLICATION_PASSWORD")
 	for _, v := range secretVars {
 		if err := os.Unsetenv(v); err != nil {
 			return c, err
@@ -119,8 +125,7 @@ func ConfigFromEnv() (Config, error) {
 		return c, fmt.Errorf("LEASE_DURATION_SECONDS is %q, want a whole number of seconds, at least 2", leaseSeconds)
 	}
 	c.LeaseDuration = time.Duration(n) * time.Second
-	c.Kubeconfig, c.TLSDir = os.Getenv("KUBECONFIG"), os.Getenv("TLS_DIR")
-	c.PasswordSecrets, c.ReplicationSecret = os.Getenv("PASSWORD_SECRETS"), os.Getenv("REPLICATION_SECRET")
+	c.PasswordSecrets = os.Getenv("PASSWORD_SECRETS")
 	return c, nil
 }
 
@@ -130,7 +135,3 @@ const (
 	postgresConf = "postgresql.conf"
 	hbaConf      = "pg_hba.conf"
 )
-
-// passfile is the libpq password file of the replication role, in the
-// socket directory (an emptyDir of the pod, never on the data volume).
-func (c Config) passfile() string { return c.SocketDir + "/.pgpass-replication" }

@@ -51,7 +51,7 @@ func TestConfigFromEnvReadsWhatSpecsSets(t *testing.T) {
 	}
 	if c.BootstrapPod != "orders-0" || c.User != "app" || c.Database != "appdb" || c.PGData != specs.PGDATA ||
 		c.LeaseName != "orders-primary" || c.LeaseDuration != specs.DefaultLeaseDurationSeconds*time.Second ||
-		c.AdvertiseAddress != "$(POD_NAME).orders-headless.shop.svc:5432" {
+		c.AdvertiseAddress != "$(POD_NAME).orders-headless.shop.svc:5432" || c.TLSDir != specs.TLSDir || c.ReplicationTLSDir != specs.ReplicationTLSDir {
 		t.Errorf("read %+v", c)
 	}
 	if c.Password != "secret of POSTGRES_PASSWORD" || c.ReplicationPassword != "secret of REPLICATION_PASSWORD" {
@@ -66,14 +66,15 @@ func TestConfigFromEnvReadsWhatSpecsSets(t *testing.T) {
 
 func TestConfigFromEnvNamesWhatIsMissing(t *testing.T) {
 	for _, v := range []string{"POD_NAME", "PGDATA", "PGHOST", "PGPORT", "CONFIG_DIR", "POSTGRES_USER", "POSTGRES_DB",
-		"POSTGRES_PASSWORD", "REPLICATION_PASSWORD", "BOOTSTRAP_POD", "NAMESPACE", "LEASE_NAME", "POD_SELECTOR",
+		"POSTGRES_PASSWORD", "REPLICATION_TLS_DIR", "BOOTSTRAP_POD", "NAMESPACE", "LEASE_NAME", "POD_SELECTOR",
 		"ADVERTISE_ADDRESS", "LEASE_DURATION_SECONDS"} {
 		t.Setenv(v, "x")
 	}
 	t.Setenv("PGDATA", "")
-	t.Setenv("REPLICATION_PASSWORD", "")
+	t.Setenv("REPLICATION_TLS_DIR", "")
+	t.Setenv("REPLICATION_PASSWORD", "") // optional: a MyDatabase made before replication by certificate
 	_, err := ConfigFromEnv()
-	if err == nil || err.Error() != "the container environment lacks PGDATA, REPLICATION_PASSWORD" {
+	if err == nil || err.Error() != "the container environment lacks PGDATA, REPLICATION_TLS_DIR" {
 		t.Fatalf("error %v", err)
 	}
 }

@@ -3,7 +3,6 @@ package instance
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -100,12 +99,11 @@ func (m *manager) standbyArgs(ctx context.Context, address string) ([]string, er
 	if address == "" {
 		return append(args, "-c", "primary_conninfo="), nil
 	}
-	host, port, err := net.SplitHostPort(address)
+	conninfo, err := m.replicationConninfo(ctx, address)
 	if err != nil {
 		return nil, err
 	}
-	return append(args, "-c", fmt.Sprintf("primary_conninfo=host=%s port=%s user=replicator passfile=%s application_name=%s",
-		host, port, m.c.passfile(), m.c.PodName)), nil
+	return append(args, "-c", fmt.Sprintf("primary_conninfo=%s application_name=%s", conninfo, m.c.PodName)), nil
 }
 
 // observation is what the server says of itself.
@@ -209,13 +207,27 @@ func (m *manager) promoteServer(ctx context.Context) error {
 // afterPromotion checkpoints the new primary, so that its pg_control
 // holds its new timeline, which pg_rewind reads: before that checkpoint,
 // pg_rewind finds the source on the old timeline and rewinds nothing. Then
-// it runs rewindGrants.
+// it runs rewindGrants, and removes the replication role's password if it
+// still has one (data made before replicas authenticated by certificate,
+// replication.go).
 func (m *manager) afterPromotion(ctx context.Context) error {
 	return m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
 			return err
 		}
-		_, err := conn.Exec(ctx, rewindGrants)
-		return err
+		if _, err := conn.Exec(ctx, rewindGrants); err != nil {
+			return err
+		}
+		var hasPassword bool
+		if err := conn.QueryRow(ctx, "SELECT rolpassword IS NOT NULL FROM pg_catalog.pg_authid WHERE rolname = $1", replicationRole).Scan(&hasPassword); err != nil {
+			return err
+		}
+		if hasPassword {
+			if _, err := conn.Exec(ctx, "ALTER ROLE "+replicationRole+" PASSWORD NULL"); err != nil {
+				return err
+			}
+			m.log("removed the password of role %s: replicas authenticate by certificate", replicationRole)
+		}
+		return nil
 	})
 }

@@ -29,14 +29,7 @@ import (
 // resourceVersion whose password its server accepts; the operator changes
 // a generated Secret only once the primary and every ready replica report
 // its staging Secret's. The report holds no password and nothing derived
-// from one.
-//
-// The replication password is also the replicas' password file: an
-// instance switches it to the staging password as soon as its own server
-// or the primary's report accepts it, so that a replica whose connection
-// drops after the change reconnects with the new one. The environment of
-// the container cannot change, and the password never enters the
-// server's: the file is the instance manager's, in the socket directory.
+// from one. (The replication role has none: replication.go.)
 
 // passwordSource is a role and the Secret its password comes from.
 type passwordSource struct{ role, secret string }
@@ -47,7 +40,6 @@ type passwords struct {
 	timeout  time.Duration
 	sources  []passwordSource
 	polled   time.Time
-	finalAt  time.Time
 	accepted map[string]string // Secret name -> resourceVersion the local server accepts
 	// checked is the server the accepted passwords were checked on: a
 	// server started since (a rewind, a clone, a restart) is checked again
@@ -80,11 +72,6 @@ func newPasswords(c Config, secrets corev1client.SecretInterface, timeout time.D
 	return &passwords{secrets: secrets, timeout: timeout, sources: sources,
 		accepted: map[string]string{}, failed: map[string]string{}}, nil
 }
-
-// finalReadEvery: how often, without a staging Secret, the replication
-// Secret itself is read, for an instance that missed a whole rotation
-// (cut off from the API server throughout).
-const finalReadEvery = 6
 
 // keepPasswords is the rotation's step of a turn. It runs only when the
 // server answers in its role and the turn's action left it alone.
@@ -124,9 +111,6 @@ func (m *manager) keepPassword(ctx context.Context, src passwordSource) error {
 	secret, err := m.pw.get(ctx, src.secret)
 	if apierrors.IsNotFound(err) {
 		delete(m.pw.accepted, src.secret)
-		if src.role == replicationRole {
-			return m.followReplicationSecret(ctx)
-		}
 		return nil
 	}
 	if err != nil {
@@ -156,61 +140,10 @@ func (m *manager) keepPassword(ctx context.Context, src passwordSource) error {
 	}
 	if !ok {
 		delete(m.pw.accepted, src.secret)
-		if src.role == replicationRole && m.primaryAccepts(ctx, src.secret, secret.ResourceVersion) {
-			// The primary has it, this replica has not replayed it (its
-			// connection may be the one that dropped): reconnect with it.
-			return m.usePassfile(password)
-		}
 		return nil
 	}
 	m.pw.accepted[src.secret] = secret.ResourceVersion
-	if src.role == replicationRole {
-		return m.usePassfile(password)
-	}
 	return nil
-}
-
-// followReplicationSecret reads, now and then, the replication Secret
-// itself, which holds the accepted password once no rotation is under way.
-func (m *manager) followReplicationSecret(ctx context.Context) error {
-	if m.c.ReplicationSecret == "" || time.Since(m.pw.finalAt) < finalReadEvery*m.t.lease {
-		return nil
-	}
-	m.pw.finalAt = time.Now()
-	secret, err := m.pw.get(ctx, m.c.ReplicationSecret)
-	if err != nil {
-		return err
-	}
-	if p := string(secret.Data["password"]); p != "" {
-		return m.usePassfile(p)
-	}
-	return nil
-}
-
-// usePassfile makes password the replication password this instance uses
-// from now on (clones, rewinds, streaming).
-func (m *manager) usePassfile(password string) error {
-	if password == m.c.ReplicationPassword {
-		return nil
-	}
-	c := m.c
-	c.ReplicationPassword = password
-	if err := c.writePassfile(); err != nil {
-		return err
-	}
-	m.c.ReplicationPassword = password
-	m.log("the replication password file has the rotated password")
-	return nil
-}
-
-// primaryAccepts tells whether the primary this instance follows reports
-// that its server accepts the Secret at resourceVersion rv.
-func (m *manager) primaryAccepts(ctx context.Context, secret, rv string) bool {
-	if m.following == "" {
-		return false
-	}
-	r, err := m.kube.report(ctx, m.following)
-	return err == nil && r != nil && r.Passwords[secret] == rv
 }
 
 // accepts tells whether the local server's verifier of role accepts
@@ -294,6 +227,3 @@ func (m *manager) acceptedPasswords() map[string]string {
 	}
 	return maps.Clone(m.pw.accepted)
 }
-
-// replicationRole is the role the replicas stream as (specs.ReplicationRole).
-const replicationRole = "replicator"

@@ -73,9 +73,6 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 		return 1, err
 	}
 	defer m.procs.stop()
-	if err := c.writePassfile(); err != nil {
-		return 1, fmt.Errorf("writing the replication password file: %w", err)
-	}
 	m.loop(ctx, reload)
 	return m.shutdown(), nil
 }

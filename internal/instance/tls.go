@@ -8,59 +8,86 @@ import (
 	"syscall"
 )
 
-// The server certificate reaches the pod as a Secret volume (TLS_DIR),
-// whose files are the kubelet's: group-readable through fsGroup and
-// replaced by a symlink swap when the Secret changes. PostgreSQL refuses a
-// key that others than its owner may read unless root owns it, so the
+// The certificates reach the pod as Secret volumes (TLS_DIR, the server's;
+// REPLICATION_TLS_DIR, the replicas' client certificate), whose files are
+// the kubelet's: group-readable through fsGroup and replaced by a symlink
+// swap when the Secret changes. PostgreSQL refuses a key that others than
+// its owner may read unless root owns it, and so does libpq, so the
 // instance manager keeps copies of its own, mode 0600, in the socket
-// directory (an emptyDir, never the data volume), points the server at
-// them, and when the Secret's files change it replaces the copies and
-// reloads the server: SIGHUP makes PostgreSQL load the new certificate
-// for new connections, and the open ones keep their session.
+// directory (an emptyDir, never the data volume), points the server and
+// the replication connections at them, and when a Secret's files change
+// it replaces the copies and reloads the server: SIGHUP makes PostgreSQL
+// load the new certificate and CA for new connections, and the open ones
+// keep their session. A replica's connection to the primary reads its
+// files at each connection.
 
-// tlsFiles are the files the server uses, in TLS_DIR and in the copy.
-var tlsFiles = []string{"tls.crt", "tls.key"}
+// tlsFile is a file of a Secret volume and the name of its copy.
+type tlsFile struct{ dir, name, copy string }
+
+// The copies.
+const (
+	serverCert = "tls.crt"
+	serverKey  = "tls.key"
+	// serverCA verifies the primary's certificate, for a replica.
+	serverCA = "server-ca.crt"
+	// clientCA verifies the replicas' client certificates (ssl_ca_file).
+	clientCA   = "client-ca.crt"
+	clientCert = "replication.crt"
+	clientKey  = "replication.key"
+)
+
+// tlsFiles are the files the instance copies: none of the server's when
+// the pod has no TLS_DIR.
+func (c Config) tlsFiles() []tlsFile {
+	files := []tlsFile{{c.ReplicationTLSDir, "tls.crt", clientCert}, {c.ReplicationTLSDir, "tls.key", clientKey},
+		{c.ReplicationTLSDir, "ca.crt", clientCA}}
+	if c.TLSDir != "" {
+		files = append(files, tlsFile{c.TLSDir, "tls.crt", serverCert}, tlsFile{c.TLSDir, "tls.key", serverKey},
+			tlsFile{c.TLSDir, "ca.crt", serverCA})
+	}
+	return files
+}
 
 // tlsCopyDir is where the copies live.
 func (c Config) tlsCopyDir() string { return filepath.Join(c.SocketDir, "tls") }
 
-// tlsArgs turn TLS on with the copies; none when the pod has no TLS_DIR.
+// tlsCopy is the path of a copy.
+func (c Config) tlsCopy(name string) string { return filepath.Join(c.tlsCopyDir(), name) }
+
+// tlsArgs turn TLS on with the copies (none when the pod has no TLS_DIR),
+// and have the server check client certificates, the replicas', against
+// the MyDatabase's CA.
 func (c Config) tlsArgs() []string {
+	args := []string{"-c", "ssl_ca_file=" + c.tlsCopy(clientCA)}
 	if c.TLSDir == "" {
-		return nil
+		return args
 	}
-	dir := c.tlsCopyDir()
-	return []string{"-c", "ssl=on",
-		"-c", "ssl_cert_file=" + filepath.Join(dir, "tls.crt"), "-c", "ssl_key_file=" + filepath.Join(dir, "tls.key")}
+	return append(args, "-c", "ssl=on", "-c", "ssl_cert_file="+c.tlsCopy(serverCert), "-c", "ssl_key_file="+c.tlsCopy(serverKey))
 }
 
-// copyTLS brings the copies in line with TLS_DIR. It reports whether
-// they changed; a half-written pair is never left behind (each file is
-// written aside and renamed, the key last, and PostgreSQL reads them only
-// at a reload, which follows).
+// copyTLS brings the copies in line with the Secret volumes. It reports
+// whether they changed; a half-written pair is never left behind (each
+// file is written aside and renamed, the key after its certificate, and
+// PostgreSQL reads them only at a reload, which follows).
 func (c Config) copyTLS() (bool, error) {
-	if c.TLSDir == "" {
-		return false, nil
-	}
-	dir := c.tlsCopyDir()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(c.tlsCopyDir(), 0o700); err != nil {
 		return false, err
 	}
 	changed := false
-	for _, name := range tlsFiles {
-		want, err := os.ReadFile(filepath.Join(c.TLSDir, name))
+	for _, f := range c.tlsFiles() {
+		want, err := os.ReadFile(filepath.Join(f.dir, f.name))
 		if err != nil {
-			return false, fmt.Errorf("the server certificate Secret: %w", err)
+			return false, fmt.Errorf("a certificate Secret: %w", err)
 		}
-		have, err := os.ReadFile(filepath.Join(dir, name))
+		have, err := os.ReadFile(c.tlsCopy(f.copy))
 		if err == nil && bytes.Equal(have, want) {
 			continue
 		}
-		tmp := filepath.Join(dir, "."+name)
+		tmp := c.tlsCopy("." + f.copy)
 		if err := os.WriteFile(tmp, want, 0o600); err != nil {
 			return false, err
 		}
-		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		if err := os.Rename(tmp, c.tlsCopy(f.copy)); err != nil {
 			return false, err
 		}
 		changed = true
@@ -77,7 +104,7 @@ func (m *manager) keepCertificate() {
 		return
 	}
 	if changed && m.server != nil && !m.server.exitedNow() {
-		m.log("the server certificate changed: reloading")
+		m.log("a certificate changed: reloading")
 		_ = m.server.cmd.Process.Signal(syscall.SIGHUP)
 	}
 }

@@ -62,6 +62,22 @@ func NewServer(ca KeyPair, commonName string, dnsNames []string, now time.Time) 
 	return issue(tmpl, now, ServerLifetime, signer)
 }
 
+// NewClient makes a client certificate for the PostgreSQL role
+// commonName (what pg_hba.conf's cert method matches), signed by ca. It
+// lives as long as a server certificate.
+func NewClient(ca KeyPair, commonName string, now time.Time) (KeyPair, error) {
+	signer, err := ca.parse()
+	if err != nil {
+		return KeyPair{}, fmt.Errorf("the CA: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: commonName},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	return issue(tmpl, now, ServerLifetime, signer)
+}
+
 type signer struct {
 	cert *x509.Certificate
 	key  *ecdsa.PrivateKey
@@ -130,7 +146,7 @@ func ParseCert(data []byte) (*x509.Certificate, error) {
 	return x509.ParseCertificate(block.Bytes)
 }
 
-// Check is what can be said of a server certificate against its CA and
+// Check is what can be said of a certificate against its CA and
 // the names it must cover. Problems are in plain words, for status.
 type Check struct {
 	Cert *x509.Certificate
@@ -146,6 +162,21 @@ type Check struct {
 // certificate, that it is valid now and covers every name. Renew is set
 // once less than a third of its lifetime is left, and on any problem.
 func CheckServer(certPEM, keyPEM, caPEM []byte, names []string, now time.Time) Check {
+	return check(certPEM, keyPEM, caPEM, x509.ExtKeyUsageServerAuth, names, now)
+}
+
+// CheckClient checks a client certificate as CheckServer does a server's,
+// and that it names the role commonName.
+func CheckClient(certPEM, keyPEM, caPEM []byte, commonName string, now time.Time) Check {
+	c := check(certPEM, keyPEM, caPEM, x509.ExtKeyUsageClientAuth, nil, now)
+	if c.Cert != nil && c.Cert.Subject.CommonName != commonName {
+		c.Problems = append(c.Problems, fmt.Sprintf("the certificate names %q, not %q", c.Cert.Subject.CommonName, commonName))
+		c.Renew = true
+	}
+	return c
+}
+
+func check(certPEM, keyPEM, caPEM []byte, usage x509.ExtKeyUsage, names []string, now time.Time) Check {
 	var c Check
 	pair, err := KeyPair{Cert: certPEM, Key: keyPEM}.parse()
 	if err != nil {
@@ -161,7 +192,7 @@ func CheckServer(certPEM, keyPEM, caPEM []byte, names []string, now time.Time) C
 	if !roots.AppendCertsFromPEM(caPEM) {
 		c.Problems = append(c.Problems, "ca.crt holds no PEM certificate")
 	} else if _, err := c.Cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now,
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
 		c.Problems = append(c.Problems, "ca.crt does not verify tls.crt: "+err.Error())
 	}
 	var missing []string

@@ -81,3 +81,38 @@ func TestRenewAtAndNames(t *testing.T) {
 		t.Error("a CA with another's key is valid")
 	}
 }
+
+func TestCheckClient(t *testing.T) {
+	ca, other := mustCA(t, now), mustCA(t, now)
+	client, err := NewClient(ca, "replicator", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := mustServer(t, ca, []string{"db-rw"}, now)
+	for name, tc := range map[string]struct {
+		pair    KeyPair
+		ca      []byte
+		role    string
+		at      time.Time
+		problem string
+		renew   bool
+	}{
+		"fresh":                  {client, ca.Cert, "replicator", now, "", false},
+		"two thirds of its life": {client, ca.Cert, "replicator", now.Add(61 * 24 * time.Hour), "", true},
+		"expired":                {client, ca.Cert, "replicator", now.Add(91 * 24 * time.Hour), "expired", true},
+		"another CA":             {client, other.Cert, "replicator", now, "ca.crt does not verify tls.crt", true},
+		"another role":           {client, ca.Cert, "postgres", now, `names "replicator", not "postgres"`, true},
+		"a server certificate":   {server, ca.Cert, "db-rw", now, "incompatible key usage", true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := CheckClient(tc.pair.Cert, tc.pair.Key, tc.ca, tc.role, tc.at)
+			got := strings.Join(c.Problems, "; ")
+			if (tc.problem == "") != (got == "") || !strings.Contains(got, tc.problem) {
+				t.Errorf("problems %q, want %q", got, tc.problem)
+			}
+			if c.Renew != tc.renew {
+				t.Errorf("renew %t, want %t", c.Renew, tc.renew)
+			}
+		})
+	}
+}

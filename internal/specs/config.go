@@ -16,11 +16,10 @@ import (
 
 // Files in the ConfigMap, mounted at ConfigDir in every pod.
 const (
-	PostgresConfKey   = "postgresql.conf"
-	HBAConfKey        = "pg_hba.conf"
-	ConfigDir         = "/etc/mydatabase"
-	containerPort     = 5432
-	replicationSecret = "password"
+	PostgresConfKey = "postgresql.conf"
+	HBAConfKey      = "pg_hba.conf"
+	ConfigDir       = "/etc/mydatabase"
+	containerPort   = 5432
 )
 
 //go:embed files/pg_hba.conf

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/pki"
 )
 
 var confLine = regexp.MustCompile(`^[a-z][a-z0-9_.]* = '([^'\\]|''|\\\\|\\n|\\r)*'$`)
@@ -37,7 +38,7 @@ func FuzzBuilders(f *testing.F) {
 			d.Spec.PodLabels = map[string]string{lkey: lval}
 		})
 		for _, child := range []any{ConfigMap(d), HeadlessService(d), ReadWriteService(d), ReadOnlyService(d),
-			StatefulSet(d, Platform{}), PodDisruptionBudget(d), CredentialsSecret(d, "pw"), ReplicationSecret(d, "pw")} {
+			StatefulSet(d, Platform{}), PodDisruptionBudget(d), CredentialsSecret(d, "pw"), ReplicationCertSecret(d, pki.KeyPair{}, nil)} {
 			if _, err := json.Marshal(child); err != nil {
 				t.Fatalf("%T does not encode: %v", child, err)
 			}

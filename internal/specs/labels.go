@@ -30,7 +30,15 @@ func ConfigMapName(db *databasev1alpha1.MyDatabase) string        { return db.Na
 func PodDisruptionBudgetName(db *databasev1alpha1.MyDatabase) string {
 	return db.Name
 }
-func ReplicationSecretName(db *databasev1alpha1.MyDatabase) string { return db.Name + "-replication" }
+
+// LegacyReplicationSecretName held the replication password of a
+// MyDatabase made before replicas authenticated by certificate. The
+// operator deletes it once no pod can need it (credentials.go); until
+// then an instance manager may fall back to it (internal/instance,
+// replication.go).
+func LegacyReplicationSecretName(db *databasev1alpha1.MyDatabase) string {
+	return db.Name + "-replication"
+}
 
 // LeaseName is the primary Lease: its holder is the primary.
 func LeaseName(db *databasev1alpha1.MyDatabase) string { return db.Name + "-primary" }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/pki"
 )
 
 // maxReplicas is the largest spec.replicas the CRD accepts
@@ -116,9 +117,9 @@ func derivedNames(t *testing.T, d *databasev1alpha1.MyDatabase) []derivedName {
 	add("credentials Secret name", credentials.Name, dnsSubdomain)
 	labels("credentials Secret", credentials.Labels)
 	add("credentials Secret host", string(credentials.Data[SecretHostKey]), dnsName)
-	replication := ReplicationSecret(d, "password")
-	add("replication Secret name", replication.Name, dnsSubdomain)
-	labels("replication Secret", replication.Labels)
+	replication := ReplicationCertSecret(d, pki.KeyPair{}, nil)
+	add("replication certificate Secret name", replication.Name, dnsSubdomain)
+	labels("replication certificate Secret", replication.Labels)
 	return out
 }
 

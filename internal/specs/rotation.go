@@ -3,7 +3,6 @@ package specs
 import (
 	"maps"
 	"net/url"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,28 +11,22 @@ import (
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 )
 
-// ReplicationRole is the PostgreSQL role the replicas stream as.
+// ReplicationRole is the PostgreSQL role the replicas stream as. It has
+// no password: the replicas present a client certificate for it
+// (ReplicationCertSecret).
 const ReplicationRole = "replicator"
 
 // StagingSecretName is the Secret that carries a new password of a
 // generated Secret until PostgreSQL accepts it (docs/password-rotation.md).
 func StagingSecretName(secret string) string { return secret + "-rotation" }
 
-// UserRotationRequest and ReplicationRotationRequest are the
-// spec.passwordRotation requests in the form recorded on the Secrets
-// (AnnotationRotationRequest), "" when none.
+// UserRotationRequest is the spec.passwordRotation request in the form
+// recorded on the Secret (AnnotationRotationRequest), "" when none.
 func UserRotationRequest(db *databasev1alpha1.MyDatabase) string {
 	if db.Spec.PasswordRotation == nil || UserSuppliedCredentials(db) {
 		return ""
 	}
 	return formatRequest(db.Spec.PasswordRotation.UserRequestedAt)
-}
-
-func ReplicationRotationRequest(db *databasev1alpha1.MyDatabase) string {
-	if db.Spec.PasswordRotation == nil {
-		return ""
-	}
-	return formatRequest(db.Spec.PasswordRotation.ReplicationRequestedAt)
 }
 
 func formatRequest(t *metav1.Time) string {
@@ -87,24 +80,21 @@ func WithPassword(data map[string][]byte, password string) map[string][]byte {
 // database container: role=Secret pairs, the Secrets whose password the
 // instance manager of the primary sets on the role whenever they exist and
 // PostgreSQL does not accept it yet. For a generated Secret that is its
-// staging Secret; for a user-supplied one the Secret itself.
+// staging Secret; for a user-supplied one the Secret itself. The
+// application's role is the only one with a password.
 func PasswordSources(db *databasev1alpha1.MyDatabase) string {
-	user := StagingSecretName(GeneratedCredentialsSecretName(db))
-	if UserSuppliedCredentials(db) {
-		user = db.Spec.Credentials.SecretName
-	}
-	return strings.Join([]string{
-		db.Spec.User + "=" + user,
-		ReplicationRole + "=" + StagingSecretName(ReplicationSecretName(db)),
-	}, ",")
+	return db.Spec.User + "=" + passwordSource(db)
 }
 
 // PasswordSecretNames are the Secrets an instance manager may read: the
-// sources above and the replication Secret (a replica's password file).
+// sources above.
 func PasswordSecretNames(db *databasev1alpha1.MyDatabase) []string {
-	user := StagingSecretName(GeneratedCredentialsSecretName(db))
+	return []string{passwordSource(db)}
+}
+
+func passwordSource(db *databasev1alpha1.MyDatabase) string {
 	if UserSuppliedCredentials(db) {
-		user = db.Spec.Credentials.SecretName
+		return db.Spec.Credentials.SecretName
 	}
-	return []string{user, ReplicationSecretName(db), StagingSecretName(ReplicationSecretName(db))}
+	return StagingSecretName(GeneratedCredentialsSecretName(db))
 }

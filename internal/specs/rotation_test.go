@@ -19,10 +19,8 @@ func TestPasswordSources(t *testing.T) {
 		sources     string
 		secretNames []string
 	}{
-		"generated": {db(), "app=orders-credentials-rotation,replicator=orders-replication-rotation",
-			[]string{"orders-credentials-rotation", "orders-replication", "orders-replication-rotation"}},
-		"user-supplied": {db(own), "app=mine,replicator=orders-replication-rotation",
-			[]string{"mine", "orders-replication", "orders-replication-rotation"}},
+		"generated":     {db(), "app=orders-credentials-rotation", []string{"orders-credentials-rotation"}},
+		"user-supplied": {db(own), "app=mine", []string{"mine"}},
 	} {
 		if got := PasswordSources(tc.db); got != tc.sources {
 			t.Errorf("%s: PASSWORD_SECRETS %q, want %q", name, got, tc.sources)
@@ -39,16 +37,13 @@ func TestPasswordSources(t *testing.T) {
 func TestRotationRequests(t *testing.T) {
 	at := metav1.NewTime(time.Date(2026, 11, 30, 21, 0, 0, 0, time.FixedZone("CET", 3600)))
 	d := db(func(d *databasev1alpha1.MyDatabase) {
-		d.Spec.PasswordRotation = &databasev1alpha1.PasswordRotationSpec{UserRequestedAt: &at, ReplicationRequestedAt: &at}
+		d.Spec.PasswordRotation = &databasev1alpha1.PasswordRotationSpec{UserRequestedAt: &at}
 	})
 	if got := UserRotationRequest(d); got != "2026-11-30T20:00:00Z" {
 		t.Errorf("user request %q", got)
 	}
 	if got := CredentialsSecret(d, "pw").Annotations[databasev1alpha1.AnnotationRotationRequest]; got != "2026-11-30T20:00:00Z" {
 		t.Errorf("a new credentials Secret records request %q", got)
-	}
-	if got := ReplicationSecret(d, "pw").Annotations[databasev1alpha1.AnnotationRotationRequest]; got != "2026-11-30T20:00:00Z" {
-		t.Errorf("a new replication Secret records request %q", got)
 	}
 	d.Spec.Credentials = &databasev1alpha1.CredentialsSpec{SecretName: "mine"}
 	if got := UserRotationRequest(d); got != "" {
@@ -67,8 +62,5 @@ func TestWithPassword(t *testing.T) {
 	}
 	if string(s.Data[SecretPasswordKey]) != "old" {
 		t.Error("WithPassword changed its input")
-	}
-	if repl := WithPassword(ReplicationSecret(db(), "old").Data, "new"); len(repl) != 1 || string(repl[SecretPasswordKey]) != "new" {
-		t.Errorf("replication data %v", repl)
 	}
 }

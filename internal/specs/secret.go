@@ -117,22 +117,6 @@ func CredentialsSecret(db *databasev1alpha1.MyDatabase, password string) *corev1
 	}
 }
 
-// ReplicationSecret holds the password of the replicator role, which only
-// the servers use. It follows the same rules as the credentials Secret.
-func ReplicationSecret(db *databasev1alpha1.MyDatabase, password string) *corev1.Secret {
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:            ReplicationSecretName(db),
-			Namespace:       db.Namespace,
-			Labels:          Labels(db, ComponentCredentials),
-			Annotations:     secretAnnotations(password, ReplicationRotationRequest(db)),
-			OwnerReferences: SecretOwnerReferences(db),
-		},
-		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{SecretPasswordKey: []byte(password)},
-	}
-}
-
 // secretAnnotations: the digest of the password, and the rotation request
 // a Secret created with a request in the spec already fulfils (its password
 // is new).

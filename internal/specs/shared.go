@@ -17,7 +17,7 @@ func SharedStrings() []string {
 		databasev1alpha1.LabelName, databasev1alpha1.LabelInstance, databasev1alpha1.LabelComponent, databasev1alpha1.LabelManagedBy, databasev1alpha1.LabelOwnerUID, databasev1alpha1.LabelRole,
 		databasev1alpha1.AnnotationSpecHash, databasev1alpha1.AnnotationConfigHash, databasev1alpha1.AnnotationPasswordDigest,
 		databasev1alpha1.ManagedBy, databasev1alpha1.RolePrimary, databasev1alpha1.RoleReplica, string(databasev1alpha1.EnginePostgres),
-		ComponentDatabase, ComponentCredentials, ComponentConfig, ComponentService,
+		ComponentDatabase, ComponentCredentials, ComponentConfig, ComponentService, ComponentTLS,
 		PostgresConfKey, HBAConfKey, defaults[PostgresConfKey], defaults[HBAConfKey],
 		"controller-revision-hash", "statefulset.kubernetes.io/pod-name", "apps.kubernetes.io/pod-index",
 		databasev1alpha1.GroupVersion.String(), "MyDatabase", "apps/v1", "StatefulSet", // owner references

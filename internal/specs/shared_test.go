@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/pki"
 )
 
 // Every key and every value that does not name one MyDatabase, on every
@@ -26,7 +27,7 @@ func TestSharedStringsCoverEveryChild(t *testing.T) {
 		typed[corev1.Service](t, ReadWriteService(d)).ObjectMeta,
 		typed[corev1.Service](t, ReadOnlyService(d)).ObjectMeta,
 		typed[policyv1.PodDisruptionBudget](t, PodDisruptionBudget(d)).ObjectMeta,
-		CredentialsSecret(d, "pw").ObjectMeta, ReplicationSecret(d, "pw").ObjectMeta,
+		CredentialsSecret(d, "pw").ObjectMeta, ReplicationCertSecret(d, pki.KeyPair{}, nil).ObjectMeta,
 	}
 	shared := SharedStrings()
 	perDatabase := map[string]bool{databasev1alpha1.LabelInstance: true, databasev1alpha1.LabelOwnerUID: true}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/pki"
 )
 
 // db returns a MyDatabase as the API server defaults it.
@@ -422,7 +423,7 @@ func TestSecrets(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			d := db(func(d *databasev1alpha1.MyDatabase) { d.Spec.DeletionPolicy = tc.policy })
-			for _, s := range []*corev1.Secret{CredentialsSecret(d, "pw"), ReplicationSecret(d, "pw")} {
+			for _, s := range []*corev1.Secret{CredentialsSecret(d, "pw"), ReplicationCertSecret(d, pki.KeyPair{}, nil)} {
 				if len(s.OwnerReferences) != tc.wantOwners {
 					t.Errorf("%s owner references %v, want %d", s.Name, s.OwnerReferences, tc.wantOwners)
 				}

@@ -174,6 +174,8 @@ func podTemplate(db *databasev1alpha1.MyDatabase, p Platform) *corev1ac.PodTempl
 			// Readable through fsGroup; the instance manager copies it (TLSDir).
 			corev1ac.Volume().WithName(tlsVolume).WithSecret(corev1ac.SecretVolumeSource().
 				WithSecretName(ServerCertSecretName(db)).WithDefaultMode(0o440)),
+			corev1ac.Volume().WithName(replicationTLSVolume).WithSecret(corev1ac.SecretVolumeSource().
+				WithSecretName(ReplicationCertSecretName(db)).WithDefaultMode(0o440)),
 			corev1ac.Volume().WithName("run").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
 	if len(db.Spec.NodeSelector) > 0 {
@@ -200,6 +202,7 @@ func podTemplate(db *databasev1alpha1.MyDatabase, p Platform) *corev1ac.PodTempl
 const (
 	instanceManagerVolume = "controller"
 	tlsVolume             = "tls"
+	replicationTLSVolume  = "replication-tls"
 )
 
 // instanceManagerInstaller is the init container that copies the instance
@@ -236,6 +239,7 @@ func container(db *databasev1alpha1.MyDatabase) *corev1ac.ContainerApplyConfigur
 									corev1ac.VolumeMount().WithName("config").WithMountPath(ConfigDir).WithReadOnly(true),
 									corev1ac.VolumeMount().WithName(instanceManagerVolume).WithMountPath(InstanceManagerDir).WithReadOnly(true),
 									corev1ac.VolumeMount().WithName(tlsVolume).WithMountPath(TLSDir).WithReadOnly(true),
+									corev1ac.VolumeMount().WithName(replicationTLSVolume).WithMountPath(ReplicationTLSDir).WithReadOnly(true),
 									corev1ac.VolumeMount().WithName("run").WithMountPath(SocketDir),
 									corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp")).
 		WithStartupProbe(execProbe(ReadinessCommand, 5, 720)). // up to an hour for initdb or a clone
@@ -292,12 +296,18 @@ func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 		env("PGPORT", fmt.Sprint(containerPort)),
 		env("CONFIG_DIR", ConfigDir),
 		env("TLS_DIR", TLSDir),
+		env("REPLICATION_TLS_DIR", ReplicationTLSDir),
 		env("POSTGRES_USER", db.Spec.User),
 		env("POSTGRES_DB", db.Spec.DatabaseName),
 		corev1ac.EnvVar().WithName("POSTGRES_PASSWORD").
 			WithValueFrom(secretRef(CredentialsSecretName(db), SecretPasswordKey)),
+		// Only while a MyDatabase made before replication by certificate
+		// still has the Secret: a replica falls back to it against a
+		// primary that does not check certificates yet (optional: no pod
+		// needs the Secret to start).
 		corev1ac.EnvVar().WithName("REPLICATION_PASSWORD").
-			WithValueFrom(secretRef(ReplicationSecretName(db), replicationSecret)),
+			WithValueFrom(corev1ac.EnvVarSource().WithSecretKeyRef(corev1ac.SecretKeySelector().
+				WithName(LegacyReplicationSecretName(db)).WithKey(SecretPasswordKey).WithOptional(true))),
 		env("BOOTSTRAP_POD", BootstrapPod(db)),
 		corev1ac.EnvVar().WithName("NAMESPACE").WithValueFrom(corev1ac.EnvVarSource().
 			WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.namespace"))),
@@ -306,7 +316,7 @@ func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 		// The kubelet expands $(POD_NAME), defined above.
 		env("ADVERTISE_ADDRESS", fmt.Sprintf("$(POD_NAME).%s.%s.svc:%d", HeadlessServiceName(db), db.Namespace, containerPort)),
 		env("LEASE_DURATION_SECONDS", fmt.Sprint(LeaseDurationSeconds(db))),
-		env("PASSWORD_SECRETS", PasswordSources(db)), env("REPLICATION_SECRET", ReplicationSecretName(db)),
+		env("PASSWORD_SECRETS", PasswordSources(db)),
 	}
 }
 

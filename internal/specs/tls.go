@@ -12,15 +12,21 @@ import (
 )
 
 // TLS: every server offers it, with the certificate of the Secret
-// ServerCertSecretName, mounted at TLSDir. The instance manager copies the
-// files to a directory of its own with the modes PostgreSQL demands, and
-// reloads the server when the Secret changes (internal/instance, tls.go).
+// ServerCertSecretName, mounted at TLSDir, and the replicas authenticate
+// to the primary with the client certificate of ReplicationCertSecretName,
+// mounted at ReplicationTLSDir: the replication role has no password. The
+// instance manager copies the files to a directory of its own with the
+// modes PostgreSQL demands, and reloads the server when a Secret changes
+// (internal/instance, tls.go).
 const (
 	// ComponentTLS labels the CA and server certificate Secrets the
 	// operator issues.
 	ComponentTLS = "tls"
 	// TLSDir is where the server certificate Secret is mounted.
 	TLSDir = "/etc/mydatabase-tls"
+	// ReplicationTLSDir is where the replication client certificate
+	// Secret is mounted.
+	ReplicationTLSDir = "/etc/mydatabase-replication-tls"
 
 	// Keys of the server certificate Secret (those of a kubernetes.io/tls
 	// Secret, and cert-manager's ca.crt), and of the CA Secret.
@@ -101,6 +107,29 @@ func ServerCertSecret(db *databasev1alpha1.MyDatabase, server pki.KeyPair, caCer
 		},
 		Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{TLSCertKey: server.Cert, TLSKeyKey: server.Key, CACertKey: caCert},
+	}
+}
+
+// ReplicationCertSecretName is the Secret of the client certificate the
+// replicas authenticate with (pg_hba.conf: cert), issued by the CA.
+func ReplicationCertSecretName(db *databasev1alpha1.MyDatabase) string {
+	return db.Name + "-replication-tls"
+}
+
+// ReplicationCertSecret holds the replicas' client certificate, for the
+// role ReplicationRole, and the CA that issued it: the servers verify
+// client certificates with that ca.crt (ssl_ca_file). The CA's key never
+// leaves its own Secret. It follows the deletion policy with the CA.
+func ReplicationCertSecret(db *databasev1alpha1.MyDatabase, client pki.KeyPair, caCert []byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            ReplicationCertSecretName(db),
+			Namespace:       db.Namespace,
+			Labels:          Labels(db, ComponentTLS),
+			OwnerReferences: SecretOwnerReferences(db),
+		},
+		Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{TLSCertKey: client.Cert, TLSKeyKey: client.Key, CACertKey: caCert},
 	}
 }
 

@@ -97,17 +97,18 @@ func rawChildren(ctx context.Context, c client.Client, db *databasev1alpha1.MyDa
 	if err != nil {
 		return err
 	}
-	var secrets []*corev1.Secret
-	for _, build := range []func(*databasev1alpha1.MyDatabase, string) *corev1.Secret{specs.ReplicationSecret, specs.CredentialsSecret} {
-		password, err := specs.RandomPassword()
-		if err != nil {
-			return err
-		}
-		secrets = append(secrets, build(db, password))
+	replication, err := pki.NewClient(ca, specs.ReplicationRole, time.Now())
+	if err != nil {
+		return err
 	}
-	secrets[1].Data[specs.CACertKey] = ca.Cert // the credentials Secret, with the CA clients verify with
-	secrets = append(secrets, specs.CASecret(db, ca), specs.ServerCertSecret(db, server, ca.Cert))
-	for _, s := range secrets {
+	password, err := specs.RandomPassword()
+	if err != nil {
+		return err
+	}
+	credentials := specs.CredentialsSecret(db, password)
+	credentials.Data[specs.CACertKey] = ca.Cert // with the CA clients verify with
+	for _, s := range []*corev1.Secret{specs.CASecret(db, ca), specs.ReplicationCertSecret(db, replication, ca.Cert),
+		specs.ServerCertSecret(db, server, ca.Cert), credentials} {
 		if err := c.Create(ctx, s, client.FieldOwner(mydatabase.FieldOwner)); err != nil {
 			return err
 		}

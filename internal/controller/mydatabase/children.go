@@ -59,6 +59,7 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 		r.reconcilePodRoles,
 		r.reconcileSwitchover,
 		r.reconcileRollout,
+		r.retireReplicationPassword,
 		r.adoptRetainedVolumes,
 		r.reconcileRotation,
 	}

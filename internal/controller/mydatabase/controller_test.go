@@ -118,7 +118,7 @@ func TestCreateBuildsEveryChild(t *testing.T) {
 	// Under Retain (the default) the Secrets carry no owner reference: the
 	// garbage collector can never take them, even if the finalizer is removed
 	// by hand while the operator is down.
-	for _, name := range []string{"orders-credentials", "orders-replication"} {
+	for _, name := range []string{"orders-credentials", "orders-ca", "orders-replication-tls", "orders-server-tls"} {
 		secret := &corev1.Secret{}
 		eventually(t, name, exists(ns, name, secret))
 		if len(secret.OwnerReferences) != 0 {
@@ -127,9 +127,9 @@ func TestCreateBuildsEveryChild(t *testing.T) {
 		if got := secret.Labels[databasev1alpha1.LabelOwnerUID]; got != string(db.UID) {
 			t.Errorf("Secret %s owner-uid label = %q, want %q", name, got, db.UID)
 		}
-		if n := len(secret.Data[specs.SecretPasswordKey]); n < 24 {
-			t.Errorf("Secret %s password has %d characters, want at least 24", name, n)
-		}
+	}
+	if n := len(secretData(t, ns, "orders-credentials")[specs.SecretPasswordKey]); n < 24 {
+		t.Errorf("the password has %d characters, want at least 24", n)
 	}
 	creds := &corev1.Secret{}
 	_ = get(ns, "orders-credentials", creds)
@@ -167,7 +167,7 @@ func TestCreateBuildsEveryChild(t *testing.T) {
 	}
 
 	// One event names every child created, in the order they were made.
-	want := "Created Secret orders-ca, Secret orders-server-tls, Secret orders-replication, Secret orders-credentials, ConfigMap orders-config, " +
+	want := "Created Secret orders-ca, Secret orders-replication-tls, Secret orders-server-tls, Secret orders-credentials, ConfigMap orders-config, " +
 		"Service orders-headless, Service orders-rw, ServiceAccount orders-instance, Role orders-instance, " +
 		"RoleBinding orders-instance, Lease orders-primary, StatefulSet orders"
 	eventually(t, "one Created event", func() error {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,16 +18,13 @@ import (
 	"example.com/myoperator/internal/specs"
 )
 
-// reconcileCredentials makes sure both password Secrets exist and are
-// usable; the generated credentials Secret carries the CA of reconcileTLS,
-// which runs first. A password is generated only when no data exists yet; once a
-// Secret exists it is never rewritten, and if it vanishes while the data
-// remains, the MyDatabase stalls instead of minting a password the data
-// does not know.
+// reconcileCredentials makes sure the application's password Secret
+// exists and is usable; the generated credentials Secret carries the CA of
+// reconcileTLS, which runs first. A password is generated only when no
+// data exists yet; once a Secret exists it is never rewritten, and if it
+// vanishes while the data remains, the MyDatabase stalls instead of
+// minting a password the data does not know.
 func (r *MyDatabaseReconciler) reconcileCredentials(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
-	if err := r.ensureGeneratedSecret(ctx, db, obs, specs.ReplicationSecretName(db), specs.ReplicationSecret); err != nil || obs.blocked() {
-		return err
-	}
 	if specs.UserSuppliedCredentials(db) {
 		obs.stalled = r.checkUserSecret(ctx, db)
 		return nil
@@ -43,6 +41,55 @@ func (r *MyDatabaseReconciler) reconcileCredentials(ctx context.Context, db *dat
 }
 
 func (o *observation) blocked() bool { return o.stalled != nil || o.waiting != nil }
+
+// retireReplicationPassword deletes the replication password Secret of a
+// MyDatabase made before replicas authenticated by certificate (and its
+// rotation's staging Secret), once no pod can need it: every pod runs a
+// template that mounts the client certificate. Until then a replica of
+// the new template falls back to the password against a primary of the
+// old one (internal/instance, replication.go).
+func (r *MyDatabaseReconciler) retireReplicationPassword(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	if !everyPodMountsReplicationCert(db, obs) {
+		return nil
+	}
+	legacy := specs.LegacyReplicationSecretName(db)
+	for _, name := range []string{legacy, specs.StagingSecretName(legacy)} {
+		secret := &corev1.Secret{}
+		if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return objectError("get", secret, name, err)
+		}
+		if err := r.deleteExact(ctx, secret); err != nil {
+			return err
+		}
+		r.event(db, corev1.EventTypeNormal, "ReplicationPasswordRetired",
+			"Deleted Secret %s: every instance now replicates with the client certificate of Secret %s", name, specs.ReplicationCertSecretName(db))
+	}
+	return nil
+}
+
+// everyPodMountsReplicationCert: the StatefulSet's template, as its
+// controller last observed it, gives the pods the replication client
+// certificate, and every pod runs that template.
+func everyPodMountsReplicationCert(db *databasev1alpha1.MyDatabase, obs *observation) bool {
+	sts := obs.sts
+	if sts == nil || sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision == "" ||
+		int32(len(obs.pods)) != specs.Replicas(db) {
+		return false
+	}
+	mounted := false
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		mounted = mounted || v.Secret != nil && v.Secret.SecretName == specs.ReplicationCertSecretName(db)
+	}
+	for i := range obs.pods {
+		if obs.pods[i].Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision {
+			return false
+		}
+	}
+	return mounted
+}
 
 // checkUserSecret validates the Secret named in spec.credentials. It is read
 // around the cache (it carries none of our labels) and never written.

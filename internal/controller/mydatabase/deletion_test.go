@@ -72,7 +72,7 @@ func TestDeleteUnderRetainKeepsDataAndAdoptsIt(t *testing.T) {
 	eventually(t, "the CA", exists(ns, "keep-ca", &corev1.Secret{}))
 	ca := secretData(t, ns, "keep-ca")
 	deleteDB(t, db)
-	for _, name := range []string{"keep-credentials", "keep-replication", "keep-ca", "keep-server-tls"} {
+	for _, name := range []string{"keep-credentials", "keep-replication-tls", "keep-ca", "keep-server-tls"} {
 		s := &corev1.Secret{}
 		if err := get(ns, name, s); err != nil {
 			t.Fatalf("Secret %s after delete under Retain: %v", name, err)
@@ -158,7 +158,7 @@ func TestDeleteUnderDeleteRemovesData(t *testing.T) {
 	db := create(t, newDB(ns, "drop", func(db *databasev1alpha1.MyDatabase) {
 		db.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
 	}))
-	for _, name := range []string{"drop-credentials", "drop-replication"} {
+	for _, name := range []string{"drop-credentials", "drop-replication-tls"} {
 		s := &corev1.Secret{}
 		eventually(t, name, exists(ns, name, s))
 		assertOwnedChild(t, db, s)
@@ -179,7 +179,7 @@ func TestDeleteUnderDeleteRemovesData(t *testing.T) {
 
 	deleteDB(t, db)
 	eventually(t, "the data volume to be deleted", gone(ns, pvc.Name, &corev1.PersistentVolumeClaim{}))
-	for _, name := range []string{"drop-credentials", "drop-replication"} {
+	for _, name := range []string{"drop-credentials", "drop-replication-tls"} {
 		eventually(t, name+" to be deleted", gone(ns, name, &corev1.Secret{}))
 	}
 	if err := get(ns, foreign.Name, &corev1.PersistentVolumeClaim{}); err != nil {

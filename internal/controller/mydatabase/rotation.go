@@ -50,8 +50,7 @@ func passwordTargets(db *databasev1alpha1.MyDatabase) []passwordTarget {
 	if specs.UserSuppliedCredentials(db) {
 		user = passwordTarget{role: db.Spec.User, secret: db.Spec.Credentials.SecretName, userSupplied: true}
 	}
-	return []passwordTarget{user, {role: specs.ReplicationRole, secret: specs.ReplicationSecretName(db),
-		request: specs.ReplicationRotationRequest(db)}}
+	return []passwordTarget{user}
 }
 
 // reconcileRotation runs the rotation of each password and reports where

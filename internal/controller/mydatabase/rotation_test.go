@@ -149,26 +149,40 @@ func TestPasswordRotationWaitsForEveryServer(t *testing.T) {
 	}
 }
 
-// TestReplicationPasswordRotation: the same steps for the replicator role,
-// with one server: only the primary must accept it.
-func TestReplicationPasswordRotation(t *testing.T) {
+// TestLegacyReplicationPasswordRetired: the replication password Secret
+// (and its staging Secret) of a MyDatabase made before replicas
+// authenticated by certificate stays while a pod runs the old template,
+// whose environment needs it, and is deleted once every pod runs the
+// template that mounts the client certificate.
+func TestLegacyReplicationPasswordRetired(t *testing.T) {
 	ns := namespace(t)
-	db := create(t, newDB(ns, "repl"))
-	rotationPods(t, db, 1)
-	requested := metav1.NewTime(time.Date(2026, 11, 30, 21, 0, 0, 0, time.UTC))
-	update(t, db, func(db *databasev1alpha1.MyDatabase) {
-		db.Spec.PasswordRotation = &databasev1alpha1.PasswordRotationSpec{ReplicationRequestedAt: &requested}
-	})
-	staging := secretOf(t, ns, "repl-replication-rotation")
-	if got := staging.Annotations[databasev1alpha1.AnnotationRole]; got != specs.ReplicationRole {
-		t.Fatalf("staging Secret for role %q", got)
+	db := newDB(ns, "legacy")
+	legacy := []string{"legacy-replication", "legacy-replication-rotation"}
+	for _, name := range legacy {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: specs.Labels(db, specs.ComponentCredentials)},
+			Data: map[string][]byte{specs.SecretPasswordKey: []byte("old-replication-password")}}
+		if err := k8s.Create(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
 	}
-	reportPasswords(t, ns, "repl-0", databasev1alpha1.RolePrimary, map[string]string{staging.Name: staging.ResourceVersion})
-	eventually(t, "the staging Secret deleted", gone(ns, staging.Name, &corev1.Secret{}))
-	if got := secretOf(t, ns, "repl-replication"); string(got.Data[specs.SecretPasswordKey]) != string(staging.Data[specs.SecretPasswordKey]) {
-		t.Fatal("the replication Secret does not have the staged password")
+	db = create(t, db)
+	eventually(t, "the StatefulSet", exists(ns, "legacy", &appsv1.StatefulSet{}))
+	instancePod(t, db, "legacy-0", "r0", databasev1alpha1.RolePrimary, "0/5000100")
+	markReady(t, db) // the template's revision is r1
+	eventually(t, "the pod of the old template restarted", gone(ns, "legacy-0", &corev1.Pod{}))
+	for _, name := range legacy {
+		if err := get(ns, name, &corev1.Secret{}); err != nil {
+			t.Fatalf("Secret %s, which the old template's pod needs, is gone before the pod: %v", name, err)
+		}
 	}
-	waitFor(t, db, "Ready", phaseIs(databasev1alpha1.PhaseReady))
+	instancePod(t, db, "legacy-0", "r1", databasev1alpha1.RolePrimary, "0/5000100")
+	for _, name := range legacy {
+		eventually(t, name+" deleted", gone(ns, name, &corev1.Secret{}))
+	}
+	eventually(t, "a ReplicationPasswordRetired event", eventWith(ns, "ReplicationPasswordRetired", "legacy-replication-tls"))
+	if s := secretOf(t, ns, "legacy-replication-tls"); len(s.Data[specs.TLSCertKey]) == 0 {
+		t.Fatal("the replication certificate Secret has no certificate")
+	}
 }
 
 // TestUserSecretChangeIsFollowed: a user-supplied Secret's new password is

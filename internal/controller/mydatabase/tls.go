@@ -18,19 +18,25 @@ import (
 	"example.com/myoperator/internal/specs"
 )
 
-// Every server offers TLS. Unless spec.tls.serverCertSecret names the
-// user's certificate, the operator keeps two Secrets:
+// Every server offers TLS, and the replicas authenticate to the primary
+// with a client certificate. The operator keeps:
 //   - <name>-ca, a CA of this MyDatabase, made once and never made again
-//     while it exists: clients trust it. Like the password Secrets it
-//     follows the deletion policy, and if it vanishes while a certificate
+//     while it exists: clients trust it, and the servers check the
+//     replicas' certificates with it. Like the password Secrets it follows
+//     the deletion policy, and if it vanishes while a server certificate
 //     it issued is still in use the MyDatabase stalls rather than mint a
 //     CA no client trusts;
+//   - <name>-replication-tls, the replicas' client certificate for the
+//     replication role (which has no password), with the CA's certificate;
 //   - <name>-server-tls, the server certificate (a kubernetes.io/tls
-//     Secret with ca.crt), retained and adopted with the CA, issued from it for every name clients use
-//     (specs.ServerDNSNames) and issued again when a third of its lifetime
-//     is left, when the names change (scaling) or when it no longer
-//     verifies against the CA. The instance managers reload it without a
-//     restart.
+//     Secret with ca.crt) for every name clients use
+//     (specs.ServerDNSNames), unless spec.tls.serverCertSecret names the
+//     user's.
+//
+// An issued certificate is issued again, into the same Secret, when a third
+// of its lifetime is left, when it no longer verifies against the CA, or
+// (the server's) when the names change (scaling). Both follow the deletion
+// policy with the CA. The instance managers reload them without a restart.
 //
 // The generated credentials Secret carries ca.crt, and its uri asks for
 // sslmode=verify-full.
@@ -45,13 +51,39 @@ type tlsState struct {
 // reconcileTLS keeps the certificates, and leaves in obs.caCert the CA
 // clients verify the servers with, for the credentials Secret.
 func (r *MyDatabaseReconciler) reconcileTLS(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	ca, err := r.ensureCA(ctx, db, obs)
+	if err != nil || obs.blocked() {
+		return err
+	}
+	now := r.Clock.Now()
+	_, err = r.keepIssued(ctx, db, obs, specs.ReplicationCertSecretName(db), func() (*corev1.Secret, error) {
+		client, err := pki.NewClient(ca, specs.ReplicationRole, now)
+		return specs.ReplicationCertSecret(db, client, ca.Cert), err
+	}, func(data map[string][]byte) string {
+		check := pki.CheckClient(data[specs.TLSCertKey], data[specs.TLSKeyKey], ca.Cert, specs.ReplicationRole, now)
+		return renewal(check, data, ca.Cert, nil)
+	})
+	if err != nil || obs.blocked() {
+		return err
+	}
 	if specs.UserSuppliedServerCert(db) {
 		obs.caCert = r.checkUserCertificate(ctx, db, obs)
 		return nil
 	}
-	var err error
-	obs.caCert, err = r.issueServerCertificate(ctx, db, obs)
-	return err
+	name, names := specs.IssuedServerCertSecretName(db), specs.ServerDNSNames(db)
+	data, err := r.keepIssued(ctx, db, obs, name, func() (*corev1.Secret, error) {
+		server, err := pki.NewServer(ca, specs.ServerCommonName(db), names, now)
+		return specs.ServerCertSecret(db, server, ca.Cert), err
+	}, func(data map[string][]byte) string {
+		check := pki.CheckServer(data[specs.TLSCertKey], data[specs.TLSKeyKey], ca.Cert, names, now)
+		return renewal(check, data, ca.Cert, names)
+	})
+	if err != nil || data == nil {
+		return err
+	}
+	r.observeCertificate(db, obs, name, specs.CASecretName(db), data, true)
+	obs.caCert = ca.Cert
+	return nil
 }
 
 // checkUserCertificate reads the Secret spec.tls names (around the cache:
@@ -87,71 +119,61 @@ func (r *MyDatabaseReconciler) checkUserCertificate(ctx context.Context, db *dat
 	return secret.Data[specs.CACertKey]
 }
 
-// issueServerCertificate keeps the CA and the server certificate it
-// issues. It returns the CA certificate, nil when blocked.
-func (r *MyDatabaseReconciler) issueServerCertificate(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) ([]byte, error) {
-	ca, err := r.ensureCA(ctx, db, obs)
-	if err != nil || obs.blocked() {
-		return nil, err
-	}
-	name := specs.IssuedServerCertSecretName(db)
-	now := r.Clock.Now()
+// keepIssued keeps the certificate Secret name: created by issue when
+// missing, issued again when due says why, its metadata aligned with the
+// deletion policy. It returns the Secret's data, nil when blocked.
+func (r *MyDatabaseReconciler) keepIssued(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, name string,
+	issue func() (*corev1.Secret, error), due func(map[string][]byte) string) (map[string][]byte, error) {
 	secret := &corev1.Secret{}
-	err = r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
+	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
 	switch {
 	case apierrors.IsNotFound(err):
-		server, err := pki.NewServer(ca, specs.ServerCommonName(db), specs.ServerDNSNames(db), now)
-		if err != nil {
+		if secret, err = issue(); err != nil {
 			return nil, err
 		}
-		secret = specs.ServerCertSecret(db, server, ca.Cert)
 		if err := r.Create(ctx, secret, client.FieldOwner(FieldOwner)); apierrors.IsAlreadyExists(err) {
 			return nil, r.explainExistingSecret(ctx, db, obs, name)
 		} else if err != nil {
 			return nil, objectError("create", secret, name, err)
 		}
 		obs.created = append(obs.created, "Secret "+name)
+		return secret.Data, nil
 	case err != nil:
 		return nil, objectError("get", secret, name, err)
 	case ownedByAnother(secret, db, obs):
 		return nil, nil
-	default:
-		check := pki.CheckServer(secret.Data[specs.TLSCertKey], secret.Data[specs.TLSKeyKey], ca.Cert, specs.ServerDNSNames(db), now)
-		stale := check.Renew || !bytes.Equal(secret.Data[specs.CACertKey], ca.Cert) || !pki.SameNames(check.Cert, specs.ServerDNSNames(db))
-		if stale {
-			if err := r.renewServerCertificate(ctx, db, ca, secret, check); err != nil {
-				return nil, err
-			}
-		}
-		if err := r.alignMetadata(ctx, secret, specs.Labels(db, specs.ComponentTLS), nil, specs.SecretOwnerReferences(db), db); err != nil {
+	}
+	if why := due(secret.Data); why != "" {
+		fresh, err := issue()
+		if err != nil {
 			return nil, err
 		}
+		// A patch over the version read: a concurrent change conflicts.
+		before := secret.DeepCopy()
+		secret.Data = fresh.Data
+		if err := r.Patch(ctx, secret, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return nil, objectError("patch", secret, name, err)
+		}
+		r.event(db, corev1.EventTypeNormal, "CertificateRenewed", "Issued a new certificate in Secret %s: %s", name, why)
 	}
-	r.observeCertificate(db, obs, name, specs.CASecretName(db), secret.Data, true)
-	return ca.Cert, nil
+	return secret.Data, r.alignMetadata(ctx, secret, specs.Labels(db, specs.ComponentTLS), nil, specs.SecretOwnerReferences(db), db)
 }
 
-// renewServerCertificate issues the certificate again, into the same
-// Secret (a patch over the version read: a concurrent change conflicts).
-func (r *MyDatabaseReconciler) renewServerCertificate(ctx context.Context, db *databasev1alpha1.MyDatabase, ca pki.KeyPair, secret *corev1.Secret, old pki.Check) error {
-	server, err := pki.NewServer(ca, specs.ServerCommonName(db), specs.ServerDNSNames(db), r.Clock.Now())
-	if err != nil {
-		return err
-	}
-	before := secret.DeepCopy()
-	secret.Data = specs.ServerCertSecret(db, server, ca.Cert).Data
-	if err := r.Patch(ctx, secret, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return objectError("patch", secret, secret.Name, err)
-	}
-	why := "it is due for renewal"
+// renewal says why an issued certificate is due, "" when it is not: its
+// check, a CA it does not carry, or names it does not cover exactly
+// (nil: none to cover).
+func renewal(check pki.Check, data map[string][]byte, caCert []byte, names []string) string {
 	switch {
-	case old.Cert != nil && !pki.SameNames(old.Cert, specs.ServerDNSNames(db)):
-		why = "the names clients use changed"
-	case len(old.Problems) > 0:
-		why = strings.Join(old.Problems, "; ")
+	case names != nil && check.Cert != nil && !pki.SameNames(check.Cert, names):
+		return "the names clients use changed"
+	case len(check.Problems) > 0:
+		return strings.Join(check.Problems, "; ")
+	case !bytes.Equal(data[specs.CACertKey], caCert):
+		return "it carries another CA"
+	case check.Renew:
+		return "it is due for renewal"
 	}
-	r.event(db, corev1.EventTypeNormal, "CertificateRenewed", "Issued a new server certificate in Secret %s: %s", secret.Name, why)
-	return nil
+	return ""
 }
 
 // ensureCA creates the CA once and returns it. A CA Secret that vanished

@@ -150,8 +150,14 @@ func TestUserCertificate(t *testing.T) {
 		}
 		return nil
 	})
-	if err := get(ns, "byo-ca", &corev1.Secret{}); err == nil {
-		t.Error("the operator made a CA although the certificate is the user's")
+	if err := get(ns, "byo-server-tls", &corev1.Secret{}); err == nil {
+		t.Error("the operator issued a server certificate although the certificate is the user's")
+	}
+	// The replicas' client certificate comes from the operator's CA
+	// whatever the server's certificate.
+	opCA, repl := secretData(t, ns, "byo-ca"), secretData(t, ns, "byo-replication-tls")
+	if check := pki.CheckClient(repl[specs.TLSCertKey], repl[specs.TLSKeyKey], opCA[specs.CACertKey], specs.ReplicationRole, now); len(check.Problems) > 0 {
+		t.Errorf("the replication certificate: %v", check.Problems)
 	}
 	if s := secretData(t, ns, "byo-cert"); !bytes.Equal(s[specs.TLSCertKey], expired.Cert) {
 		t.Error("the operator wrote the user's Secret")
