@@ -33,10 +33,10 @@ import (
 func TestStopDuringBootstrap(t *testing.T) {
 	srv := findServers(t)[0]
 	db := newDatabase(srv.major, parameters)
-	appPassword, replPassword := "app-password", "replication-password"
+	appPassword := "app-password"
 	creds := specs.CredentialsSecret(db, appPassword)
 	user, dbname := string(creds.Data[specs.SecretUsernameKey]), string(creds.Data[specs.SecretDatabaseKey])
-	c := newCluster(t, srv, db, creds, specs.ReplicationSecret(db, replPassword))
+	c := newCluster(t, srv, db, creds)
 	p := c.newPod(0, freePorts(t, 1)[0])
 	// initdb, the private server and the bootstrap SQL take about 1.5 s here.
 	for _, after := range []time.Duration{50 * time.Millisecond, 400 * time.Millisecond, 900 * time.Millisecond,

@@ -191,7 +191,7 @@ func startHA(t *testing.T, synchronous *databasev1alpha1.SynchronousReplication)
 	appPassword := "app-password"
 	creds := specs.CredentialsSecret(db, appPassword)
 	user, dbname := string(creds.Data[specs.SecretUsernameKey]), string(creds.Data[specs.SecretDatabaseKey])
-	c := newCluster(t, srv, db, creds, specs.ReplicationSecret(db, "replication-password"))
+	c := newCluster(t, srv, db, creds)
 	pods := c.startPods(t, 3)
 	c.op = c.startOperator(t)
 	front := c.front(t, pods)

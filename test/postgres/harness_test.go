@@ -5,10 +5,11 @@ package postgres
 //
 //   - every volume mount of the container (the data volume, the ConfigMap at
 //     specs.ConfigDir, the server certificate Secret at specs.TLSDir, the
-//     instance manager's, run and tmp emptyDirs) becomes
-//     a directory under one temporary directory, so PGDATA, PGHOST and
-//     CONFIG_DIR, TLS_DIR (and every path in the init container's and the container's
-//     commands) point into it;
+//     replication client certificate Secret at specs.ReplicationTLSDir, the
+//     instance manager's, run and tmp emptyDirs) becomes a directory under
+//     one temporary directory, so PGDATA, PGHOST, CONFIG_DIR, TLS_DIR and
+//     REPLICATION_TLS_DIR (and every path in the init container's and the
+//     container's commands) point into it;
 //   - /instance in the operator's image, which the init container copies, is
 //     cmd/instance built from this checkout;
 //   - PGPORT becomes a free port of this machine, and ADVERTISE_ADDRESS
@@ -190,11 +191,19 @@ func newCluster(t *testing.T, srv server, db *databasev1alpha1.MyDatabase, secre
 	for _, s := range secrets {
 		c.secrets[s.Name] = s
 	}
-	if _, ok := c.secrets[specs.ServerCertSecretName(db)]; !ok && !specs.UserSuppliedServerCert(db) {
-		// The CA and server certificate the operator would issue.
+	// The CA and certificates the operator would issue, unless the test
+	// brings its own.
+	if _, ok := c.secrets[specs.CASecretName(db)]; !ok {
 		ca, server := issueCertificates(t, db)
 		c.secrets[specs.CASecretName(db)] = specs.CASecret(db, ca)
-		c.secrets[specs.IssuedServerCertSecretName(db)] = specs.ServerCertSecret(db, server, ca.Cert)
+		if !specs.UserSuppliedServerCert(db) {
+			c.secrets[specs.IssuedServerCertSecretName(db)] = specs.ServerCertSecret(db, server, ca.Cert)
+		}
+		client, err := pki.NewClient(ca, specs.ReplicationRole, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.secrets[specs.ReplicationCertSecretName(db)] = specs.ReplicationCertSecret(db, client, ca.Cert)
 	}
 	c.startAPI()
 	sts := specs.StatefulSet(c.db, specs.Platform{})
@@ -488,6 +497,9 @@ func (c *cluster) newPod(ordinal, port int) *pod {
 		case e.ValueFrom.SecretKeyRef != nil:
 			ref := e.ValueFrom.SecretKeyRef
 			s, ok := c.secrets[*ref.Name]
+			if !ok && ref.Optional != nil && *ref.Optional {
+				continue // the kubelet leaves the variable out
+			}
 			if !ok {
 				t.Fatalf("env %s refers to Secret %s, which the builders did not generate", name, *ref.Name)
 			}
@@ -504,7 +516,7 @@ func (c *cluster) newPod(ordinal, port int) *pod {
 			t.Fatalf("env %s: the harness cannot resolve this valueFrom", name)
 		}
 		switch name {
-		case "PGDATA", "PGHOST", "CONFIG_DIR", "TLS_DIR":
+		case "PGDATA", "PGHOST", "CONFIG_DIR", "TLS_DIR", "REPLICATION_TLS_DIR":
 			value = p.hostPath(t, value)
 		case "PGPORT":
 			if value != containerPort {
@@ -934,4 +946,16 @@ func freePorts(t *testing.T, n int) []int {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports
+}
+
+// writeOwned writes a file only the postgres OS user may read, as libpq
+// wants a private key.
+func writeOwned(t *testing.T, c *cluster, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(path, c.user.uid, c.user.gid); err != nil {
+		t.Fatal(err)
+	}
 }

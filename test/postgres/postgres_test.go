@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -75,16 +76,11 @@ func testCluster(t *testing.T, srv server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	replPassword, err := specs.RandomPassword()
-	if err != nil {
-		t.Fatal(err)
-	}
 	creds := specs.CredentialsSecret(db, appPassword)
-	repl := specs.ReplicationSecret(db, replPassword)
 	user := string(creds.Data[specs.SecretUsernameKey])
 	dbname := string(creds.Data[specs.SecretDatabaseKey])
 
-	c := newCluster(t, srv, db, creds, repl)
+	c := newCluster(t, srv, db, creds)
 	ports := freePorts(t, 2)
 	primary := c.newPod(0, ports[0])
 	replica := c.newPod(1, ports[1])
@@ -101,6 +97,12 @@ func testCluster(t *testing.T, srv server) {
 	superuser := func(p *pod) string { return p.socket("postgres", "postgres") }
 	replication := func(p *pod, role string) string {
 		return fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=replication replication=true sslmode=disable", p.port, role)
+	}
+	// withCert is conninfo over TLS with the client certificate in dir
+	// (the copies an instance manager keeps, the postgres OS user's).
+	withCert := func(conninfo, dir string) string {
+		return strings.Replace(conninfo, "sslmode=disable", fmt.Sprintf("sslmode=verify-ca sslrootcert=%s/server-ca.crt sslcert=%s/replication.crt sslkey=%s/replication.key",
+			dir, dir, dir), 1)
 	}
 	systemID := func(t *testing.T, p *pod) string {
 		return c.query(t, superuser(p), "", "SELECT system_identifier FROM pg_control_system()")
@@ -180,29 +182,54 @@ func testCluster(t *testing.T, srv server) {
 		c.refused(t, tcp(primary.port, "postgres", dbname), "any",
 			`pg_hba.conf rejects connection for host "127.0.0.1", user "postgres", database "`+dbname+`"`, "SELECT 1")
 		c.refused(t, replication(primary, "postgres"), "any",
-			`no pg_hba.conf entry for replication connection from host "127.0.0.1", user "postgres"`, "IDENTIFY_SYSTEM")
-		// The replicator replicates with its password, and does nothing else.
-		if got := c.query(t, replication(primary, "replicator"), replPassword, "IDENTIFY_SYSTEM"); !strings.HasPrefix(got, primaryID+"|") {
+			`pg_hba.conf rejects replication connection for host "127.0.0.1", user "postgres"`, "IDENTIFY_SYSTEM")
+		// The replicator has no password: it replicates over TLS with the
+		// client certificate of the MyDatabase's CA, and does nothing else.
+		certs := filepath.Join(primary.socketDir(), "tls")
+		if got := c.query(t, superuser(primary), "", "SELECT rolpassword IS NULL FROM pg_authid WHERE rolname = 'replicator'"); got != "t" {
+			t.Errorf("the replicator has a password")
+		}
+		if got := c.query(t, withCert(replication(primary, "replicator"), certs), "", "IDENTIFY_SYSTEM"); !strings.HasPrefix(got, primaryID+"|") {
 			t.Errorf("IDENTIFY_SYSTEM as replicator: %q, want the primary's system identifier %s", got, primaryID)
 		}
-		c.refused(t, replication(primary, "replicator"), "wrong"+replPassword,
-			`password authentication failed for user "replicator"`, "IDENTIFY_SYSTEM")
+		c.refused(t, strings.Replace(replication(primary, "replicator"), "sslmode=disable", "sslmode=require", 1), "any",
+			"connection requires a valid client certificate", "IDENTIFY_SYSTEM")
+		c.refused(t, replication(primary, "replicator"), "any",
+			`pg_hba.conf rejects replication connection for host "127.0.0.1", user "replicator", no encryption`, "IDENTIFY_SYSTEM")
+		// A certificate for the role from another CA is refused.
+		other := filepath.Join(c.base, "forged")
+		if err := os.Mkdir(other, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		otherCA, err := pki.NewCA("another CA", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		forged, err := pki.NewClient(otherCA, specs.ReplicationRole, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, data := range map[string][]byte{"replication.crt": forged.Cert, "replication.key": forged.Key,
+			"server-ca.crt": c.secrets[specs.CASecretName(db)].Data[specs.CACertKey]} {
+			writeOwned(t, c, filepath.Join(other, name), data)
+		}
+		c.refused(t, withCert(replication(primary, "replicator"), other), "", "unknown ca", "IDENTIFY_SYSTEM")
 		for _, d := range []string{dbname, "template1"} {
-			c.refused(t, tcp(primary.port, "replicator", d), replPassword,
+			c.refused(t, withCert(tcp(primary.port, "replicator", d), certs), "",
 				`pg_hba.conf rejects connection for host "127.0.0.1", user "replicator", database "`+d+`"`, "SELECT 1")
 		}
 		// In the postgres database it may read what pg_rewind compares,
 		// and nothing of the data.
-		c.query(t, tcp(primary.port, "replicator", "postgres"), replPassword, "SELECT count(*) FROM pg_ls_dir('global', false, false)")
-		c.refused(t, tcp(primary.port, "replicator", "postgres"), replPassword,
+		c.query(t, withCert(tcp(primary.port, "replicator", "postgres"), certs), "", "SELECT count(*) FROM pg_ls_dir('global', false, false)")
+		c.refused(t, withCert(tcp(primary.port, "replicator", "postgres"), certs), "",
 			"permission denied for table pg_authid", "SELECT rolpassword FROM pg_authid")
-		c.refused(t, primary.socket("replicator", "postgres"), replPassword,
+		c.refused(t, primary.socket("replicator", "postgres"), "any",
 			`pg_hba.conf rejects connection for host "[local]", user "replicator", database "postgres"`, "SELECT 1")
 		// The application user cannot replicate.
 		c.refused(t, replication(primary, user), appPassword,
-			`no pg_hba.conf entry for replication connection from host "127.0.0.1", user "`+user+`"`, "IDENTIFY_SYSTEM")
-		// Neither password is on the server's command line or in its environment.
-		checkNoSecrets(t, primary, appPassword, replPassword)
+			`pg_hba.conf rejects replication connection for host "127.0.0.1", user "`+user+`"`, "IDENTIFY_SYSTEM")
+		// The password is not on the server's command line or in its environment.
+		checkNoSecrets(t, primary, appPassword)
 	})
 
 	step("the spec's parameters are in effect on the primary", func(t *testing.T) {
@@ -238,10 +265,14 @@ func testCluster(t *testing.T, srv server) {
 			"INSERT INTO items VALUES (2, 'written on the replica')")
 		checkProbes(t, replica, true)
 		checkParameters(t, c, replica, db)
-		checkNoSecrets(t, replica, appPassword, replPassword)
-		passfile := filepath.Join(replica.socketDir(), ".pgpass-replication")
-		if fi, err := os.Stat(passfile); err != nil || fi.Mode().Perm() != 0o600 {
-			t.Errorf("replication password file %s: %v, mode %v, want 0600", passfile, err, fi.Mode())
+		checkNoSecrets(t, replica, appPassword)
+		// It streams with the client certificate, over TLS, and no password.
+		if got := c.query(t, superuser(primary), "", `SELECT s.ssl, s.client_dn FROM pg_stat_replication r
+			JOIN pg_stat_ssl s USING (pid) WHERE r.application_name = '`+replica.name+"'"); got != "t|/CN=replicator" {
+			t.Errorf("the replica's connection: ssl|client_dn %q, want t|/CN=replicator", got)
+		}
+		if _, err := os.Stat(filepath.Join(replica.socketDir(), ".pgpass-replication")); !os.IsNotExist(err) {
+			t.Errorf("a replication password file exists (%v)", err)
 		}
 	})
 

@@ -17,9 +17,8 @@ import (
 	"example.com/myoperator/internal/specs"
 )
 
-// TestPasswordRotation rotates the application user's password and then
-// the replication password of three real servers under their instance
-// managers, with the test in the operator's place (the controller's own
+// TestPasswordRotation rotates the application user's password on three
+// real servers under their instance managers, with the test in the operator's place (the controller's own
 // steps are tested in internal/controller/mydatabase and
 // test/reliability): it creates the staging Secret, waits until every
 // instance reports that its server accepts it, and only then copies the
@@ -33,7 +32,7 @@ func TestPasswordRotation(t *testing.T) {
 	c.op.stop()
 	ctx := context.Background()
 	api := c.api.Client
-	credsName, replName := specs.GeneratedCredentialsSecretName(c.db), specs.ReplicationSecretName(c.db)
+	credsName := specs.GeneratedCredentialsSecretName(c.db)
 	user, dbname := c.db.Spec.User, c.db.Spec.DatabaseName
 	front := strings.Split(strings.Fields(ha.conninfo)[1], "=")[1]
 	app := func(password string) string {
@@ -71,67 +70,6 @@ func TestPasswordRotation(t *testing.T) {
 				t.Fatalf("%s's container log holds the new password", p.name)
 			}
 		}
-	})
-
-	t.Run("replication", func(t *testing.T) {
-		oldRepl := string(c.secrets[replName].Data[specs.SecretPasswordKey])
-		const newRepl = "rotated-replication-password-1"
-		staged := stage(t, c, replName, specs.ReplicationRole, newRepl)
-		waitAccepted(t, c, pods, staged)
-		primary := c.labelledPrimary(ctx, pods)
-		if primary == nil {
-			t.Fatal("no primary")
-		}
-		repl := func(password string) string {
-			return fmt.Sprintf("host=127.0.0.1 port=%d user=replicator dbname=postgres sslmode=disable password=%s connect_timeout=5",
-				primary.port, password)
-		}
-		c.refused(t, repl(oldRepl), "", "password authentication failed", "SELECT 1")
-		c.query(t, repl(newRepl), "", "SELECT 1")
-		finish(t, c, replName, staged)
-		// The replicas keep streaming, and reconnect with the new password
-		// once their connections are cut.
-		c.healthy(t, pods)
-		c.query(t, primary.socket("postgres", "postgres"), "",
-			"SELECT pg_terminate_backend(pid) FROM pg_stat_replication WHERE application_name <> 'mydatabase_fence'")
-		c.healthy(t, pods)
-		for _, p := range pods {
-			if p != primary && !strings.Contains(p.log(0), "the replication password file has the rotated password") {
-				t.Errorf("%s did not switch its password file", p.name)
-			}
-		}
-	})
-
-	t.Run("replicas cut off from the primary during a replication rotation", func(t *testing.T) {
-		// The replicas cannot replay the ALTER ROLE; they learn from the
-		// primary's report that it took the new password, and reconnect
-		// with it once the cut is lifted.
-		primary := c.labelledPrimary(ctx, pods)
-		var replicas []*pod
-		offsets := map[*pod]int{}
-		for _, p := range pods {
-			if p != primary {
-				replicas = append(replicas, p)
-				offsets[p] = strings.Count(p.log(0), "the replication password file has the rotated password")
-			}
-		}
-		primary.peers.Cut()
-		c.query(t, primary.socket("postgres", "postgres"), "",
-			"SELECT pg_terminate_backend(pid) FROM pg_stat_replication WHERE application_name <> 'mydatabase_fence'")
-		staged := stage(t, c, replName, specs.ReplicationRole, "rotated-replication-password-2")
-		waitAccepted(t, c, []*pod{primary}, staged)
-		eventually(t, 30*time.Second, "the replicas switching their password files", func() (bool, string) {
-			for _, p := range replicas {
-				if strings.Count(p.log(0), "the replication password file has the rotated password") == offsets[p] {
-					return false, p.name + " has not switched"
-				}
-			}
-			return true, ""
-		})
-		primary.peers.Restore()
-		c.healthy(t, pods)
-		waitAccepted(t, c, pods, staged)
-		finish(t, c, replName, staged)
 	})
 
 	t.Run("a new primary finishes a rotation the old one never applied", func(t *testing.T) {
@@ -225,7 +163,7 @@ func TestUserSecretPasswordChange(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "shop-owner", Namespace: db.Namespace},
 		Data:       map[string][]byte{specs.SecretUsernameKey: []byte(db.Spec.User), specs.SecretPasswordKey: []byte(first)},
 	}
-	c := newCluster(t, srv, db, own, specs.ReplicationSecret(db, "replication-password"))
+	c := newCluster(t, srv, db, own)
 	pods := c.startPods(t, 2)
 	c.healthy(t, pods)
 	app := func(p *pod) string { return tcp(p.port, db.Spec.User, db.Spec.DatabaseName) }

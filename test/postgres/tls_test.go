@@ -43,7 +43,7 @@ func TestTLS(t *testing.T) {
 	}
 	creds := specs.CredentialsSecret(db, password)
 	user, dbname := db.Spec.User, db.Spec.DatabaseName
-	c := newCluster(t, srv, db, creds, specs.ReplicationSecret(db, "replication-password"))
+	c := newCluster(t, srv, db, creds)
 	ports := freePorts(t, 2)
 	primary, replica := c.newPod(0, ports[0]), c.newPod(1, ports[1])
 	t.Cleanup(func() {
