@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/pki"
@@ -27,11 +29,13 @@ import (
 //     Secret reaches the server under every name in the certificate, and
 //     no other name;
 //   - a connection without TLS is refused;
-//   - the replica streams over TLS (libpq's default sslmode=prefer: the
-//     replication password is still what authenticates it);
+//   - the replica streams over TLS, authenticated by its client
+//     certificate (the replication role has no password);
 //   - a renewed certificate reaches the server without a restart: a
 //     connection open across the renewal stays open, new ones see the new
-//     certificate.
+//     certificate;
+//   - a renewed client certificate is what the replica presents when it
+//     connects again.
 func TestTLS(t *testing.T) {
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
@@ -79,11 +83,9 @@ func TestTLS(t *testing.T) {
 	t.Run("a connection without TLS is refused", func(t *testing.T) {
 		c.refused(t, tcp(primary.port, user, dbname), password, "pg_hba.conf rejects connection", "SELECT 1")
 	})
-	t.Run("the replica streams over TLS", func(t *testing.T) {
-		got := c.query(t, primary.socket("postgres", "postgres"), "",
-			"SELECT string_agg(application_name || ' ' || ssl, ',') FROM pg_stat_replication JOIN pg_stat_ssl USING (pid) WHERE client_addr IS NOT NULL")
-		if got != replica.name+" true" {
-			t.Errorf("replication connections (application_name, ssl): %q", got)
+	t.Run("the replica streams over TLS with its client certificate", func(t *testing.T) {
+		if got := replicationClients(t, c, primary); got != replica.name+" t /CN=replicator" {
+			t.Errorf("replication connections (application_name, ssl, client_dn): %q", got)
 		}
 	})
 
@@ -110,7 +112,7 @@ func TestTLS(t *testing.T) {
 		off := int64(len(primary.log(0)))
 		primary.updateSecret(t, specs.ServerCertSecret(db, renewed, ca.Cert))
 		testenv.Eventually(t, 10*time.Second, "the instance manager to reload", func() error {
-			if !strings.Contains(primary.log(off), "the server certificate changed: reloading") {
+			if !strings.Contains(primary.log(off), "a certificate changed: reloading") {
 				return errors.New("not yet")
 			}
 			return nil
@@ -143,6 +145,121 @@ func TestTLS(t *testing.T) {
 			t.Errorf("after the renewal: backend %d (was %d), TLS %t", samePid, pid, ssl)
 		}
 	})
+
+	t.Run("the replica reconnects with a renewed client certificate", func(t *testing.T) {
+		ca := pki.KeyPair{Cert: caSecret.Data[specs.CACertKey], Key: caSecret.Data[specs.CAKeyKey]}
+		renewed, err := pki.NewClient(ca, specs.ReplicationRole, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := pki.ParseCert(renewed.Cert)
+		if err != nil {
+			t.Fatal(err)
+		}
+		off := int64(len(replica.log(0)))
+		for _, p := range []*pod{primary, replica} {
+			p.updateSecret(t, specs.ReplicationCertSecret(db, renewed, ca.Cert))
+		}
+		testenv.Eventually(t, 10*time.Second, "the replica's instance manager to take it", func() error {
+			if !strings.Contains(replica.log(off), "a certificate changed") {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+		// The open connection goes on with the old one; cut it, and the
+		// walreceiver connects again with the new one.
+		c.query(t, primary.socket("postgres", "postgres"), "",
+			"SELECT pg_terminate_backend(pid) FROM pg_stat_replication WHERE client_addr IS NOT NULL")
+		eventually(t, 30*time.Second, "the replica streaming with the renewed certificate", func() (bool, string) {
+			out, err := c.psql(primary.socket("postgres", "postgres"), "",
+				"SELECT client_serial FROM pg_stat_replication JOIN pg_stat_ssl USING (pid) WHERE application_name = '"+replica.name+"'")
+			return err == nil && out == cert.SerialNumber.String(), out
+		})
+	})
+	replica.stop(t)
+	primary.stop(t)
+}
+
+// replicationClients lists the network replication connections of the
+// primary p: application name, TLS, client certificate's subject.
+func replicationClients(t *testing.T, c *cluster, p *pod) string {
+	t.Helper()
+	return c.query(t, p.socket("postgres", "postgres"), "", `SELECT string_agg(concat_ws(' ', application_name, ssl, client_dn), ',')
+		FROM pg_stat_replication JOIN pg_stat_ssl USING (pid) WHERE client_addr IS NOT NULL`)
+}
+
+// TestLegacyReplicationPassword: the upgrade of a MyDatabase made before
+// replicas authenticated by certificate. Its primary, still of the old
+// template (simulated: the old pg_hba.conf, which wants the replicator's
+// password, and that password on the role), refuses the certificate; a
+// replica of the new template that has the password (the legacy Secret
+// the operator keeps until every pod runs the new template) falls back to
+// it. Once the primary is gone and the replica promoted, the role's
+// password is removed, and the old primary rejoins with its certificate.
+func TestLegacyReplicationPassword(t *testing.T) {
+	servers := findServers(t)
+	srv := servers[len(servers)-1]
+	db := newDatabase(srv.major, nil)
+	password, err := specs.RandomPassword()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const legacyPassword = "legacy-replication-password"
+	legacy := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: specs.LegacyReplicationSecretName(db)},
+		Data: map[string][]byte{specs.SecretPasswordKey: []byte(legacyPassword)}}
+	c := newCluster(t, srv, db, specs.CredentialsSecret(db, password), legacy)
+	ports := freePorts(t, 2)
+	primary, replica := c.newPod(0, ports[0]), c.newPod(1, ports[1])
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range c.pods {
+				t.Logf("container log of %s:\n%s", p.name, p.log(0))
+			}
+		}
+	})
+	superuser := func(p *pod) string { return p.socket("postgres", "postgres") }
+	primary.start(t)
+	primary.waitReady(t)
+
+	// The old template's primary.
+	config := specs.ConfigData(db)
+	oldHBA := strings.NewReplacer(
+		"hostssl replication  replicator  all      cert", "host    replication  replicator  all      scram-sha-256",
+		"hostssl postgres     replicator  all      cert", "host    postgres     replicator  all      scram-sha-256").Replace(config[specs.HBAConfKey])
+	if oldHBA == config[specs.HBAConfKey] {
+		t.Fatal("the generated pg_hba.conf has no cert rules to undo")
+	}
+	primary.updateConfig(t, map[string]string{specs.PostgresConfKey: config[specs.PostgresConfKey], specs.HBAConfKey: oldHBA})
+	c.query(t, superuser(primary), "", "ALTER ROLE replicator PASSWORD '"+legacyPassword+"'", "SELECT pg_reload_conf()")
+
+	off := replica.start(t)
+	replica.waitReady(t)
+	waitStreaming(t, c, primary, replica)
+	logContains(t, replica.log(off), "does not accept the replication certificate yet")
+	if got := replicationClients(t, c, primary); got != replica.name+" t" {
+		t.Errorf("replication connections (application_name, ssl, client_dn): %q, want the password's (no certificate)", got)
+	}
+
+	// The primary restarts with the new template: the replica takes over.
+	primary.updateConfig(t, config)
+	primary.stop(t)
+	eventually(t, 15*time.Second, replica.name+" promoted", func() (bool, string) {
+		out, err := c.psql(superuser(replica), "", "SELECT pg_is_in_recovery()")
+		return err == nil && out == "f", out
+	})
+	testenv.Eventually(t, 10*time.Second, "the replicator's password removed", func() error {
+		if got := c.query(t, superuser(replica), "", "SELECT rolpassword IS NULL FROM pg_authid WHERE rolname = 'replicator'"); got != "t" {
+			return errors.New("it still has one")
+		}
+		return nil
+	})
+	logContains(t, replica.log(0), "removed the password of role replicator")
+	primary.start(t)
+	primary.waitReady(t)
+	waitStreaming(t, c, replica, primary)
+	if got := replicationClients(t, c, replica); got != primary.name+" t /CN=replicator" {
+		t.Errorf("replication connections (application_name, ssl, client_dn): %q, want the certificate's", got)
+	}
 	replica.stop(t)
 	primary.stop(t)
 }
