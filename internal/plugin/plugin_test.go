@@ -54,8 +54,7 @@ func TestWriteStatus(t *testing.T) {
 				Phase: databasev1alpha1.SwitchoverSucceeded, Message: "orders-1 is the primary",
 				StartedAt: ago(2 * time.Minute), FinishedAt: ago(110 * time.Second)},
 			Passwords: []databasev1alpha1.PasswordStatus{
-				{Role: "app", Secret: "orders-credentials", LastRotationTime: ago(48 * time.Hour)},
-				{Role: "replicator", Secret: "orders-replication", Rotating: "the replicas to accept it"},
+				{Role: "app", Secret: "orders-credentials", LastRotationTime: ago(48 * time.Hour), Rotating: "the replicas to accept it"},
 			},
 		},
 	}
@@ -97,9 +96,8 @@ Switchover:
   Succeeded: orders-0 -> orders-1 (Requested, started 2m ago, finished 110s ago): orders-1 is the primary
 
 Passwords:
-  ROLE        SECRET              LAST ROTATION  ROTATING
-  app         orders-credentials  2d ago         -
-  replicator  orders-replication  never          the replicas to accept it
+  ROLE  SECRET              LAST ROTATION  ROTATING
+  app   orders-credentials  2d ago         the replicas to accept it
 
 Events (the last 10):
   AGE  TYPE    REASON  MESSAGE

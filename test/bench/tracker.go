@@ -22,7 +22,7 @@ import (
 // The children every MyDatabase with one server has, by kind and name
 // suffix: two Secrets, the ConfigMap, two Services and the StatefulSet.
 var childSuffixes = map[string][]string{
-	kindSecret:      {"-credentials", "-replication"},
+	kindSecret:      {"-credentials", "-replication-tls"},
 	kindConfigMap:   {"-config"},
 	kindService:     {"-headless", "-rw"},
 	kindStatefulSet: {""},

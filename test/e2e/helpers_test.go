@@ -323,7 +323,7 @@ func snapshotRVs(t *testing.T, ns string) map[string]string {
 		"Service/" + name + "-ro":                   &corev1.Service{},
 		"ConfigMap/" + name + "-config":             &corev1.ConfigMap{},
 		"Secret/" + name + "-credentials":           &corev1.Secret{},
-		"Secret/" + name + "-replication":           &corev1.Secret{},
+		"Secret/" + name + "-replication-tls":       &corev1.Secret{},
 		"PodDisruptionBudget/" + name:               &policyv1.PodDisruptionBudget{},
 		"PersistentVolumeClaim/data-" + name + "-0": &corev1.PersistentVolumeClaim{},
 	}

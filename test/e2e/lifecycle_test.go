@@ -292,7 +292,7 @@ func TestDeleteRetainKeepsDataAndCredentials(t *testing.T) {
 		kept["persistentvolumeclaims/"+name] = pvc.UID
 	}
 	secrets := map[string]*corev1.Secret{}
-	for _, name := range []string{"x-credentials", "x-replication", "x-ca", "x-server-tls"} {
+	for _, name := range []string{"x-credentials", "x-replication-tls", "x-ca", "x-server-tls"} {
 		s := &corev1.Secret{}
 		if !exists(t, ns, name, s) {
 			t.Fatalf("Secret %s does not exist", name)
@@ -428,7 +428,7 @@ func TestRestartWritesNothing(t *testing.T) {
 		return maps.Equal(a, before), rvDiff(a, before)
 	})
 	for _, key := range []string{"MyDatabase/x", "StatefulSet/x", "Service/x-headless", "Service/x-rw", "Service/x-ro",
-		"ConfigMap/x-config", "Secret/x-credentials", "Secret/x-replication", "PodDisruptionBudget/x"} {
+		"ConfigMap/x-config", "Secret/x-credentials", "Secret/x-replication-tls", "PodDisruptionBudget/x"} {
 		if _, ok := before[key]; !ok {
 			t.Fatalf("%s does not exist", key)
 		}

@@ -170,7 +170,7 @@ func TestPlugin(t *testing.T) {
 			"objects/Pod/x-0.yaml", "objects/Pod/x-1.yaml", "objects/Pod/x-2.yaml", "objects/Service/x-rw.yaml",
 			"objects/Service/x-ro.yaml", "objects/Service/x-headless.yaml", "objects/ConfigMap/x-config.yaml",
 			"objects/PersistentVolumeClaim/data-x-0.yaml", "objects/PodDisruptionBudget/x.yaml", "objects/Lease/x-primary.yaml",
-			"objects/Secret/x-credentials.yaml", "objects/Secret/x-replication.yaml"} {
+			"objects/Secret/x-credentials.yaml", "objects/Secret/x-replication-tls.yaml"} {
 			if _, ok := files["bundle/"+want]; !ok {
 				t.Errorf("the bundle lacks %s", want)
 			}
@@ -195,20 +195,19 @@ func TestPlugin(t *testing.T) {
 			t.Errorf("events.txt lacks the switchover's events:\n%s", ev)
 		}
 		// No Secret value, in any form, anywhere in the bundle.
-		for _, name := range []string{"x-credentials", "x-replication"} {
+		// The password, the URI that embeds it (host, port, user and
+		// database are no secret: the status shows them), and the private
+		// keys.
+		for name, keys := range map[string][]string{"x-credentials": {"password", "uri"},
+			"x-replication-tls": {"tls.key"}, "x-server-tls": {"tls.key"}, "x-ca": {"ca.key"}} {
 			s := &corev1.Secret{}
 			if !exists(t, ns, name, s) {
 				t.Fatalf("Secret %s does not exist", name)
 			}
-			// The password, and the URI that embeds it (host, port, user
-			// and database are no secret: the status shows them).
-			if len(s.Data["password"]) < 16 {
-				t.Fatalf("Secret %s has no password of 16 characters or more", name)
-			}
-			for _, key := range []string{"password", "uri"} {
-				value, ok := s.Data[key]
-				if !ok {
-					continue
+			for _, key := range keys {
+				value := s.Data[key]
+				if len(value) < 16 {
+					t.Fatalf("Secret %s has no %s of 16 characters or more", name, key)
 				}
 				for _, form := range []string{string(value), base64.StdEncoding.EncodeToString(value)} {
 					for file, content := range files {
@@ -218,7 +217,7 @@ func TestPlugin(t *testing.T) {
 					}
 				}
 			}
-			if !strings.Contains(files["bundle/objects/Secret/"+name+".yaml"], "password: REDACTED") {
+			if bundled := files["bundle/objects/Secret/"+name+".yaml"]; bundled != "" && !strings.Contains(bundled, keys[0]+": REDACTED") {
 				t.Errorf("Secret %s in the bundle is not redacted:\n%s", name, files["bundle/objects/Secret/"+name+".yaml"])
 			}
 		}

@@ -27,7 +27,7 @@ func TestPasswordRotationObjects(t *testing.T) {
 	applyDB(t, ns, 2, retain)
 	waitReady(t, ns, 2, 120*time.Second)
 	sa := "system:serviceaccount:" + ns + ":x-instance"
-	for secret, want := range map[string]string{"x-credentials-rotation": "yes", "x-replication": "yes", "x-credentials": "no"} {
+	for secret, want := range map[string]string{"x-credentials-rotation": "yes", "x-replication-tls": "no", "x-ca": "no", "x-credentials": "no"} {
 		out, _ := kubectlRun("", "auth", "can-i", "get", "secret/"+secret, "-n", ns, "--as", sa)
 		if got := strings.TrimSpace(out); got != want {
 			t.Errorf("may the instance managers get Secret %s? %q, want %q", secret, got, want)

@@ -49,7 +49,7 @@ func TestCrashAtEveryWriteDuringCreate(t *testing.T) {
 		if before != "" && after != before {
 			t.Fatalf("crash after write %d: the password was regenerated", k)
 		}
-		assertNoLeak(t, o, key, after, password(t, ns, "pg-replication"))
+		assertNoLeak(t, o, key, after)
 	}
 }
 
@@ -100,7 +100,7 @@ func assertDeletionPolicy(t *testing.T, policy databasev1alpha1.DeletionPolicy, 
 		if err == nil && got.DeletionTimestamp.IsZero() {
 			t.Fatal("Delete: the data volume was not deleted")
 		}
-		for _, name := range []string{"pg-credentials", "pg-replication"} {
+		for _, name := range []string{"pg-credentials", "pg-ca", "pg-replication-tls"} {
 			if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 				t.Fatalf("Delete: Secret %s survives (err %v)", name, err)
 			}
@@ -158,7 +158,7 @@ func TestFinalizerRemovedByHandUnderRetain(t *testing.T) {
 	// What the garbage collector would delete is exactly what has an owner
 	// reference; the data and the Secrets have none.
 	assertDeletionPolicy(t, databasev1alpha1.DeletionPolicyRetain, ns, pvc, pw)
-	for _, name := range []string{"pg-credentials", "pg-replication"} {
+	for _, name := range []string{"pg-credentials", "pg-ca", "pg-replication-tls"} {
 		s := &corev1.Secret{}
 		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, s); err != nil || len(s.OwnerReferences) > 0 {
 			t.Errorf("Secret %s: owners %v (err %v): the garbage collector could take it", name, s.OwnerReferences, err)

@@ -65,7 +65,7 @@ func TestUnreachableAndSlowServer(t *testing.T) {
 	pvc := dataVolume(t, db)
 	kept := map[string]types.UID{"PVC " + pvc.Name: pvc.UID}
 	passwords := map[string]string{}
-	for _, name := range []string{"pg-credentials", "pg-replication"} {
+	for _, name := range []string{"pg-credentials", "pg-ca"} {
 		s := &corev1.Secret{}
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
 			t.Fatal(err)
