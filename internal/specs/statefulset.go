@@ -21,7 +21,8 @@ const (
 	// PGDATA is a directory below the volume root, so that a lost+found on a
 	// fresh filesystem never makes initdb refuse a non-empty directory.
 	PGDATA = DataMountPath + "/pgdata"
-	// SocketDir holds the Unix socket and the replication password file.
+	// SocketDir holds the Unix socket and the instance manager's copies of
+	// the certificates.
 	SocketDir = "/var/run/postgresql"
 
 	// PostgresUID is the postgres user of the official image (Debian variant).
