@@ -79,6 +79,11 @@ type Config struct {
 	// replication password (rotate.go). Optional: empty disables rotation.
 	PasswordSecrets   string // PASSWORD_SECRETS
 	ReplicationSecret string // REPLICATION_SECRET
+
+	// MetricsAddress is where the metrics are served (pgmetrics); empty
+	// serves none. CustomQueries is the custom queries' file, optional.
+	MetricsAddress string // METRICS_ADDRESS
+	CustomQueries  string // CUSTOM_QUERIES
 }
 
 // secretVars are the environment variables that hold passwords: read once,
@@ -121,6 +126,7 @@ func ConfigFromEnv() (Config, error) {
 	c.LeaseDuration = time.Duration(n) * time.Second
 	c.Kubeconfig, c.TLSDir = os.Getenv("KUBECONFIG"), os.Getenv("TLS_DIR")
 	c.PasswordSecrets, c.ReplicationSecret = os.Getenv("PASSWORD_SECRETS"), os.Getenv("REPLICATION_SECRET")
+	c.MetricsAddress, c.CustomQueries = os.Getenv("METRICS_ADDRESS"), os.Getenv("CUSTOM_QUERIES")
 	return c, nil
 }
 
