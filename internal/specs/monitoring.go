@@ -3,6 +3,7 @@ package specs
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -128,12 +129,6 @@ func PodMonitor(db *databasev1alpha1.MyDatabase) *PodMonitorConfiguration {
 }
 
 // sanitize is a label name as Kubernetes service discovery writes it.
-func sanitize(label string) string {
-	out := []byte(label)
-	for i, c := range out {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
-			out[i] = '_'
-		}
-	}
-	return string(out)
-}
+func sanitize(label string) string { return invalidLabelChars.ReplaceAllString(label, "_") }
+
+var invalidLabelChars = regexp.MustCompile(`[^a-zA-Z0-9_]`)

@@ -175,10 +175,10 @@ type cluster struct {
 	// configMaps are the data of ConfigMap volumes other than the
 	// operator's (the custom queries'), which the test gives.
 	configMaps map[string]map[string]string
-	podSpec *corev1ac.PodSpecApplyConfiguration
-	claims  []string // volumeClaimTemplates: a PVC per pod
-	ctr     *corev1ac.ContainerApplyConfiguration
-	pods    []*pod
+	podSpec    *corev1ac.PodSpecApplyConfiguration
+	claims     []string // volumeClaimTemplates: a PVC per pod
+	ctr        *corev1ac.ContainerApplyConfiguration
+	pods       []*pod
 	// instanceBin is cmd/instance built from this checkout: what the
 	// operator's image holds at /instance.
 	instanceBin string

@@ -31,7 +31,7 @@ func lagChart(samples []lagSample, major int) []byte {
 		left, major, len(samples), time.Now().UTC().Format("2006-01-02"))
 	plot := func(y0 float64, title, unit string, series []struct {
 		name, color string
-		v       func(lagSample) float64
+		v           func(lagSample) float64
 	}) {
 		peak := 0.0
 		for _, s := range samples {
@@ -64,7 +64,7 @@ func lagChart(samples []lagSample, major int) []byte {
 	}
 	type series = struct {
 		name, color string
-		v       func(lagSample) float64
+		v           func(lagSample) float64
 	}
 	plot(top, "lag", "KiB", []series{
 		{"mydatabase_pg_replication_lag_bytes (primary)", "#1f77b4", func(s lagSample) float64 { return s.primaryBytes }},

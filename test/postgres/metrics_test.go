@@ -131,7 +131,7 @@ func testMetrics(t *testing.T, srv server) {
 					t.Errorf("%s: no %s", pod.name, m.name)
 					continue
 				}
-				if err := plausible(m.name, f, isPrimary, pod, replica, srv.major); err != nil {
+				if err := plausible(m.name, f, isPrimary, replica, srv.major); err != nil {
 					t.Errorf("%s: %s: %v", pod.name, m.name, err)
 				}
 			}
@@ -333,8 +333,9 @@ func documentedMetrics(t *testing.T) []documented {
 		t.Fatal(err)
 	}
 	row := regexp.MustCompile("(?m)^\\| `(mydatabase_pg_[a-z_]+)(?:\\{[^}]*\\})?` \\| (both|primary|replica) \\|")
-	var out []documented
-	for _, m := range row.FindAllStringSubmatch(string(raw), -1) {
+	rows := row.FindAllStringSubmatch(string(raw), -1)
+	out := make([]documented, 0, len(rows))
+	for _, m := range rows {
 		d := documented{name: m[1], primaryOnly: strings.HasPrefix(m[2], "primary"), replicaOnly: strings.HasPrefix(m[2], "replica")}
 		if d.name == "mydatabase_pg_archiver_last_archive_age_seconds" {
 			d.absentWhy = "while nothing was archived (archive_mode is off)"
@@ -349,7 +350,7 @@ func documentedMetrics(t *testing.T) []documented {
 
 // plausible checks a metric's value against what the test knows of the
 // server.
-func plausible(name string, f *dto.MetricFamily, isPrimary bool, p, replica *pod, major int) error {
+func plausible(name string, f *dto.MetricFamily, isPrimary bool, replica *pod, major int) error {
 	fam := map[string]*dto.MetricFamily{name: f}
 	v := value(fam, name)
 	switch name {

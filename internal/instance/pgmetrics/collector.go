@@ -85,10 +85,9 @@ func (c *Collector) logChange(err error) {
 	if msg == c.lastError {
 		return
 	}
-	switch {
-	case msg == "":
+	if msg == "" {
 		c.log("metrics: the scrape succeeds again")
-	default:
+	} else {
 		c.log("metrics: %s", msg)
 	}
 	c.lastError = msg
