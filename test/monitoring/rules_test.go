@@ -11,24 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"sigs.k8s.io/yaml"
-
 	"example.com/myoperator/internal/testenv"
 )
-
-// prometheusRule is the part of config/prometheus/prometheusrule.yaml the
-// tests read.
-type prometheusRule struct {
-	Spec struct {
-		Groups []struct {
-			Rules []struct {
-				Alert       string            `json:"alert"`
-				Expr        string            `json:"expr"`
-				Annotations map[string]string `json:"annotations"`
-			} `json:"rules"`
-		} `json:"groups"`
-	} `json:"spec"`
-}
 
 // TestAlertRules: promtool accepts the rules (check rules) and every alert
 // fires on its condition and not on its near miss
@@ -36,34 +20,12 @@ type prometheusRule struct {
 // runbook with the four sections.
 func TestAlertRules(t *testing.T) {
 	root := testenv.RepoRoot()
-	raw, err := os.ReadFile(filepath.Join(root, "config/prometheus/prometheusrule.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pr prometheusRule
-	if err := yaml.UnmarshalStrict(raw, &struct {
-		APIVersion string         `json:"apiVersion"`
-		Kind       string         `json:"kind"`
-		Metadata   map[string]any `json:"metadata"`
-		Spec       any            `json:"spec"`
-	}{}); err != nil {
-		t.Fatalf("prometheusrule.yaml: %v", err)
-	}
-	if err := yaml.Unmarshal(raw, &pr); err != nil {
-		t.Fatal(err)
-	}
-	// The rule file promtool and Prometheus read is the PrometheusRule's
-	// spec, as the Prometheus Operator writes it.
-	var doc map[string]any
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	spec, err := yaml.Marshal(doc["spec"])
+	ruleFile, rules, err := testenv.AlertRules()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), spec, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), ruleFile, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tests, err := os.ReadFile(filepath.Join(root, "config/prometheus/prometheusrule_test.yaml"))
@@ -89,28 +51,26 @@ func TestAlertRules(t *testing.T) {
 	}
 
 	alerts := 0
-	for _, g := range pr.Spec.Groups {
-		for _, r := range g.Rules {
-			if r.Alert == "" {
-				continue
-			}
-			alerts++
-			if !strings.Contains(string(tests), "alertname: "+r.Alert+"\n") {
-				t.Errorf("%s has no test in prometheusrule_test.yaml", r.Alert)
-			}
-			want := "docs/runbooks/" + r.Alert + ".md"
-			if r.Annotations["runbook_url"] != want {
-				t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
-			}
-			runbook, err := os.ReadFile(filepath.Join(root, want))
-			if err != nil {
-				t.Errorf("%s: %v", r.Alert, err)
-				continue
-			}
-			for _, section := range []string{"## Meaning", "## Impact", "## Diagnosis", "## Mitigation", "kubectl mydb status"} {
-				if !strings.Contains(string(runbook), section) {
-					t.Errorf("%s lacks %q", want, section)
-				}
+	for _, r := range rules {
+		if r.Alert == "" {
+			continue
+		}
+		alerts++
+		if !strings.Contains(string(tests), "alertname: "+r.Alert+"\n") {
+			t.Errorf("%s has no test in prometheusrule_test.yaml", r.Alert)
+		}
+		want := "docs/runbooks/" + r.Alert + ".md"
+		if r.Annotations["runbook_url"] != want {
+			t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
+		}
+		runbook, err := os.ReadFile(filepath.Join(root, want))
+		if err != nil {
+			t.Errorf("%s: %v", r.Alert, err)
+			continue
+		}
+		for _, section := range []string{"## Meaning", "## Impact", "## Diagnosis", "## Mitigation", "kubectl mydb status"} {
+			if !strings.Contains(string(runbook), section) {
+				t.Errorf("%s lacks %q", want, section)
 			}
 		}
 	}

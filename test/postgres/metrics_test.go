@@ -19,7 +19,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"sigs.k8s.io/yaml"
 
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
@@ -416,7 +415,17 @@ func prometheusEvaluates(t *testing.T, c *cluster, pods ...*pod) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	rules := ruleExpressions(t, filepath.Join(dir, "rules.yaml"))
+	ruleFile, alertRules, err := testenv.AlertRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), ruleFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rules := make([]string, 0, len(alertRules))
+	for _, r := range alertRules {
+		rules = append(rules, r.Expr)
+	}
 	var targets strings.Builder
 	for _, p := range pods {
 		fmt.Fprintf(&targets, "      - targets: [%q]\n        labels: {namespace: %q, mydatabase: %q, pod: %q}\n", p.metrics, c.db.Namespace, c.db.Name, p.name)
@@ -496,46 +505,6 @@ func prometheusEvaluates(t *testing.T, c *cluster, pods ...*pod) {
 		}
 	}
 	t.Logf("%d rule and %d dashboard expressions evaluated", len(rules), len(exprs))
-}
-
-// ruleExpressions writes the PrometheusRule's spec as a rule file to path
-// and returns its expressions.
-func ruleExpressions(t *testing.T, path string) []string {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config/prometheus/prometheusrule.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Spec struct {
-			Groups []struct {
-				Rules []struct {
-					Expr string `json:"expr"`
-				} `json:"rules"`
-			} `json:"groups"`
-		} `json:"spec"`
-	}
-	var whole map[string]any
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(raw, &whole); err != nil {
-		t.Fatal(err)
-	}
-	spec, err := yaml.Marshal(whole["spec"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, spec, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, g := range doc.Spec.Groups {
-		for _, r := range g.Rules {
-			out = append(out, r.Expr)
-		}
-	}
-	return out
 }
 
 // dashboardExpressions are the dashboard's queries, its variables
