@@ -19,7 +19,7 @@ type lagSample struct {
 // and the replica's view) above, the replica's lag in seconds below, the
 // scrapes with replay paused shaded.
 func lagChart(samples []lagSample, major int) []byte {
-	const width, plotH, left, top, gap = 760.0, 150.0, 70.0, 40.0, 50.0
+	const width, plotH, left, top, gap = 760.0, 150.0, 70.0, 64.0, 50.0
 	plotW := width - left - 20
 	end := samples[len(samples)-1].at
 	x := func(s float64) float64 { return left + s/end*plotW }
@@ -27,7 +27,8 @@ func lagChart(samples []lagSample, major int) []byte {
 	height := top + 2*plotH + gap + 50
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%.0f" y="20" font-size="14">Replication lag while the replica's replay is paused, then resumed (PostgreSQL %d, %d scrapes, %s)</text>`+"\n",
+	fmt.Fprintf(&b, `<text x="%.0f" y="20" font-size="14">Replication lag while the replica's replay is paused, then resumed</text>`+"\n", left)
+	fmt.Fprintf(&b, `<text x="%.0f" y="38">TestMetrics (test/postgres): PostgreSQL %d, %d scrapes of each server's /metrics, %s</text>`+"\n",
 		left, major, len(samples), time.Now().UTC().Format("2006-01-02"))
 	plot := func(y0 float64, title, unit string, series []struct {
 		name, color string
@@ -59,7 +60,7 @@ func lagChart(samples []lagSample, major int) []byte {
 				fmt.Fprintf(&pts, "%.1f,%.1f ", x(s.at), y(se.v(s)))
 			}
 			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", se.color, pts.String())
-			fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="%s">%s</text>`+"\n", left+plotW-330, y0+16+float64(i)*16, se.color, se.name)
+			fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="%s">%s</text>`+"\n", left+10, y0+16+float64(i)*16, se.color, se.name)
 		}
 	}
 	type series = struct {
