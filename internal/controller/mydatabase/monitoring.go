@@ -47,6 +47,8 @@ func (r *MyDatabaseReconciler) reconcilePodMonitor(ctx context.Context, db *data
 		return nil
 	case err != nil:
 		return err
+	case !metav1.IsControlledBy(live, db):
+		return nil // another MyDatabase's of the same name, being deleted: obs.waiting says so
 	}
 	obs.monitoring = &blocker{databasev1alpha1.ReasonPodMonitorApplied, "PodMonitor " + specs.PodMonitorName(db) + " scrapes every server"}
 	return nil
