@@ -103,10 +103,10 @@ k8s-binaries: ## Build (once) and print the directory of the Kubernetes test bin
 #   test-bench-harness  the benchmark harness small (test/bench, TestHarness:
 #                       20 MyDatabases on envtest, the KWOK full tier with 3),
 #                       ~70 s
-# test/e2e and test/postgres have targets of their own; `make test-all` runs
-# every tier.
+# test/e2e, test/postgres and test/monitoring have targets of their own;
+# `make test-all` runs every tier.
 LEADER_TESTS = ^TestLeaderElection
-TEST_PKGS = $$(go list ./... | grep -v -e /test/e2e -e /test/postgres -e /test/bench -e /test/helm)
+TEST_PKGS = $$(go list ./... | grep -v -e /test/e2e -e /test/postgres -e /test/bench -e /test/helm -e /test/monitoring)
 
 .PHONY: test
 test: fmt-check vet check-generated kustomize ## Fast tier: unit and envtest tests (race detector on) against a real kube-apiserver built from source; rewrites nothing.
@@ -139,7 +139,7 @@ bench-ha: ## Failover and switchover figures on real PostgreSQL (test/postgres T
 	HA_BENCH_ROUNDS=10 HA_BENCH_DOC="$(CURDIR)/docs/high-availability.md $(CURDIR)/docs/benchmarks.md" go test ./test/postgres/ -run TestFailoverTimes -count=1 -v -timeout 30m
 
 .PHONY: test-all
-test-all: verify test test-heavy test-helm test-postgres test-e2e test-real ## Everything CI runs (.ci/run): the README's test command.
+test-all: verify test test-heavy test-helm test-monitoring test-postgres test-e2e test-real ## Everything CI runs (.ci/run): the README's test command.
 
 .PHONY: verify
 verify: ## Fail if generated files (the Helm chart included), formatting or go.mod/go.sum differ from what is committed.
@@ -165,6 +165,17 @@ test-helm: helm kustomize ## Prove that charts/myoperator renders what config/ d
 test-postgres: ## Run what internal/specs generates on real PostgreSQL servers (test/postgres); installs them first if none (hack/postgres.sh).
 	@hack/postgres.sh
 	go test ./test/postgres/ -count=1 -v
+
+# Prometheus and promtool are built from the Go module proxy by
+# hack/prometheus.sh into a cache outside the checkout (about 4 minutes the
+# first time, nothing after). test-postgres (TestMetrics) uses them too.
+.PHONY: prometheus
+prometheus: ## Build (once) and print the directory of prometheus and promtool.
+	@hack/prometheus.sh
+
+.PHONY: test-monitoring
+test-monitoring: ## The alerting rules (config/prometheus) with promtool check and test rules, and their runbooks (test/monitoring).
+	go test ./test/monitoring/ -count=1 -v
 
 .PHONY: lint
 lint: golangci-lint ## Run golangci-lint linter (the e2e and real-pod tests included)

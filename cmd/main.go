@@ -227,7 +227,7 @@ func main() {
 		Recorder:    mgr.GetEventRecorder("mydatabase-controller"),
 		NewPassword: specs.RandomPassword,
 		Clock:       clock.RealClock{},
-		Metrics:     metrics.NewPhaseMetrics(crmetrics.Registry),
+		Metrics:     metrics.New(crmetrics.Registry),
 		Platform:    specs.Platform{InstanceManagerImage: instanceImage},
 	}).SetupWithManager(mgr, workers); err != nil {
 		setupLog.Error(err, "Failed to create controller", "controller", "mydatabase")

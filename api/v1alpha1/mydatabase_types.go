@@ -208,6 +208,11 @@ type MyDatabaseSpec struct {
 	// clients listed and the other instances.
 	// +optional
 	NetworkPolicy NetworkPolicySpec `json:"networkPolicy,omitzero"`
+
+	// monitoring adds a PodMonitor and custom queries to the metrics every
+	// server exports.
+	// +optional
+	Monitoring MonitoringSpec `json:"monitoring,omitzero"`
 }
 
 // StorageSpec is the data volume of each server.

@@ -67,6 +67,13 @@ type NetworkPolicySpec struct {
 	// +listType=atomic
 	// +optional
 	Clients []networkingv1.NetworkPolicyPeer `json:"clients,omitempty"`
+
+	// metricsClients may reach the metrics port (9187) of the servers,
+	// typically a namespaceSelector of the namespace Prometheus runs in.
+	// Empty admits no one to it.
+	// +listType=atomic
+	// +optional
+	MetricsClients []networkingv1.NetworkPolicyPeer `json:"metricsClients,omitempty"`
 }
 
 // TLSStatus is where the server certificate stands.

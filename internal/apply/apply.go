@@ -148,6 +148,9 @@ func (e *ObjectError) Unwrap() error { return e.Err }
 
 // KindOf names the kind of a typed object for messages and events.
 func KindOf(obj client.Object) string {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return u.GetKind()
+	}
 	return reflect.TypeOf(obj).Elem().Name()
 }
 

@@ -84,6 +84,11 @@ type Config struct {
 	// passwords the primary sets on the roles (rotate.go). Optional:
 	// empty disables rotation.
 	PasswordSecrets string // PASSWORD_SECRETS
+
+	// MetricsAddress is where the metrics are served (pgmetrics); empty
+	// serves none. CustomQueries is the custom queries' file, optional.
+	MetricsAddress string // METRICS_ADDRESS
+	CustomQueries  string // CUSTOM_QUERIES
 }
 
 // secretVars are the environment variables that hold passwords: read once,
@@ -126,6 +131,7 @@ func ConfigFromEnv() (Config, error) {
 	}
 	c.LeaseDuration = time.Duration(n) * time.Second
 	c.PasswordSecrets = os.Getenv("PASSWORD_SECRETS")
+	c.MetricsAddress, c.CustomQueries = os.Getenv("METRICS_ADDRESS"), os.Getenv("CUSTOM_QUERIES")
 	return c, nil
 }
 

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"example.com/myoperator/internal/instance/pgmetrics"
 )
 
 // Logger writes one line to the container log.
@@ -73,8 +75,21 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 		return 1, err
 	}
 	defer m.procs.stop()
+	if c.MetricsAddress != "" {
+		go m.serveMetrics(ctx)
+	}
 	m.loop(ctx, reload)
 	return m.shutdown(), nil
+}
+
+// serveMetrics serves the server's metrics until ctx ends. It never stops
+// the instance: a port it cannot listen on is logged, and the database
+// runs without metrics.
+func (m *manager) serveMetrics(ctx context.Context) {
+	collector := pgmetrics.NewCollector(m.connect, m.c.CustomQueries, m.log)
+	if err := pgmetrics.Serve(ctx, m.c.MetricsAddress, collector); err != nil {
+		m.log("serving metrics on %s: %v", m.c.MetricsAddress, err)
+	}
 }
 
 func signalName(s os.Signal) string {

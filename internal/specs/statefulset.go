@@ -178,7 +178,8 @@ func podTemplate(db *databasev1alpha1.MyDatabase, p Platform) *corev1ac.PodTempl
 			corev1ac.Volume().WithName(replicationTLSVolume).WithSecret(corev1ac.SecretVolumeSource().
 				WithSecretName(ReplicationCertSecretName(db)).WithDefaultMode(0o440)),
 			corev1ac.Volume().WithName("run").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
-			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
+			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource())).
+		WithVolumes(customQueriesVolume(db)...)
 	if len(db.Spec.NodeSelector) > 0 {
 		spec.WithNodeSelector(db.Spec.NodeSelector)
 	}
@@ -233,7 +234,8 @@ func container(db *databasev1alpha1.MyDatabase) *corev1ac.ContainerApplyConfigur
 		WithName(containerName).
 		WithImage(Image(db)).
 		WithCommand(InstanceManagerPath, "run").
-		WithPorts(corev1ac.ContainerPort().WithName(portName).WithContainerPort(containerPort).WithProtocol(corev1.ProtocolTCP)).
+		WithPorts(corev1ac.ContainerPort().WithName(portName).WithContainerPort(containerPort).WithProtocol(corev1.ProtocolTCP),
+			metricsPort()).
 		WithEnv(Env(db)...).
 		WithVolumeMounts(
 									corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(DataMountPath),
@@ -246,7 +248,8 @@ func container(db *databasev1alpha1.MyDatabase) *corev1ac.ContainerApplyConfigur
 		WithStartupProbe(execProbe(ReadinessCommand, 5, 720)). // up to an hour for initdb or a clone
 		WithReadinessProbe(execProbe(ReadinessCommand, 5, 3)).
 		WithLivenessProbe(execProbe(LivenessCommand, 10, 6)).
-		WithSecurityContext(restrictedContainer())
+		WithSecurityContext(restrictedContainer()).
+		WithVolumeMounts(customQueriesMount(db)...)
 	if len(db.Spec.Resources.Limits) > 0 || len(db.Spec.Resources.Requests) > 0 {
 		r := corev1ac.ResourceRequirements()
 		if len(db.Spec.Resources.Limits) > 0 {
@@ -289,7 +292,7 @@ func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 	env := func(name, value string) *corev1ac.EnvVarApplyConfiguration {
 		return corev1ac.EnvVar().WithName(name).WithValue(value)
 	}
-	return []*corev1ac.EnvVarApplyConfiguration{
+	return append([]*corev1ac.EnvVarApplyConfiguration{
 		corev1ac.EnvVar().WithName("POD_NAME").WithValueFrom(corev1ac.EnvVarSource().
 			WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.name"))),
 		env("PGDATA", PGDATA),
@@ -318,7 +321,7 @@ func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 		env("ADVERTISE_ADDRESS", fmt.Sprintf("$(POD_NAME).%s.%s.svc:%d", HeadlessServiceName(db), db.Namespace, containerPort)),
 		env("LEASE_DURATION_SECONDS", fmt.Sprint(LeaseDurationSeconds(db))),
 		env("PASSWORD_SECRETS", PasswordSources(db)),
-	}
+	}, metricsEnv(db)...)
 }
 
 // InstanceSelector selects the pods of this MyDatabase and no other of the

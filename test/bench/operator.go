@@ -165,7 +165,7 @@ func startOperator(env *controlPlane, s Settings, syncPeriod time.Duration) (*op
 		NewPassword: specs.RandomPassword,
 		Clock:       clock.RealClock{},
 		// A registry of its own: the gauge is registered once per start.
-		Metrics: metrics.NewPhaseMetrics(prometheus.NewRegistry()),
+		Metrics: metrics.New(prometheus.NewRegistry()),
 	}
 	if err := r.SetupWithManager(mgr, s.Workers); err != nil {
 		return nil, err

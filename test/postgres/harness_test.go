@@ -12,7 +12,8 @@ package postgres
 //     container's commands) point into it;
 //   - /instance in the operator's image, which the init container copies, is
 //     cmd/instance built from this checkout;
-//   - PGPORT becomes a free port of this machine, and ADVERTISE_ADDRESS
+//   - PGPORT and the metrics port (METRICS_ADDRESS) become free ports of
+//     this machine, and ADVERTISE_ADDRESS
 //     (the pod's name on the headless Service) a proxy to it, through
 //     which the other instances reach it (cut, it partitions the pod from
 //     its peers);
@@ -172,10 +173,13 @@ type cluster struct {
 	base    string
 	db      *databasev1alpha1.MyDatabase
 	secrets map[string]*corev1.Secret
-	podSpec *corev1ac.PodSpecApplyConfiguration
-	claims  []string // volumeClaimTemplates: a PVC per pod
-	ctr     *corev1ac.ContainerApplyConfiguration
-	pods    []*pod
+	// configMaps are the data of ConfigMap volumes other than the
+	// operator's (the custom queries'), which the test gives.
+	configMaps map[string]map[string]string
+	podSpec    *corev1ac.PodSpecApplyConfiguration
+	claims     []string // volumeClaimTemplates: a PVC per pod
+	ctr        *corev1ac.ContainerApplyConfiguration
+	pods       []*pod
 	// instanceBin is cmd/instance built from this checkout: what the
 	// operator's image holds at /instance.
 	instanceBin string
@@ -187,7 +191,8 @@ type cluster struct {
 
 func newCluster(t *testing.T, srv server, db *databasev1alpha1.MyDatabase, secrets ...*corev1.Secret) *cluster {
 	t.Helper()
-	c := &cluster{t: t, srv: srv, user: postgresUser(t), db: db, secrets: map[string]*corev1.Secret{}}
+	c := &cluster{t: t, srv: srv, user: postgresUser(t), db: db, secrets: map[string]*corev1.Secret{},
+		configMaps: map[string]map[string]string{}}
 	for _, s := range secrets {
 		c.secrets[s.Name] = s
 	}
@@ -396,6 +401,7 @@ type pod struct {
 	name    string
 	dir     string
 	port    int
+	metrics string            // host:port of the metrics endpoint
 	mounts  map[string]string // container mount path -> host directory
 	env     []string
 	logPath string
@@ -469,7 +475,11 @@ func (c *cluster) newPod(ordinal, port int) *pod {
 			if err := os.Chmod(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			p.writeConfig(t, specs.ConfigData(c.db), dir, mode)
+			data := specs.ConfigData(c.db)
+			if name := *vol.ConfigMap.Name; name != specs.ConfigMapName(c.db) {
+				data = c.configMaps[name] // nil: a ConfigMap that does not exist
+			}
+			p.writeConfig(t, data, dir, mode)
 		case m.ReadOnly != nil && *m.ReadOnly && !c.filledByInit(*m.Name, *m.MountPath):
 			t.Fatalf("volume mount %s is read-only, no ConfigMap and no init container's: the harness does not know its content", *m.Name)
 		default:
@@ -516,7 +526,7 @@ func (c *cluster) newPod(ordinal, port int) *pod {
 			t.Fatalf("env %s: the harness cannot resolve this valueFrom", name)
 		}
 		switch name {
-		case "PGDATA", "PGHOST", "CONFIG_DIR", "TLS_DIR", "REPLICATION_TLS_DIR":
+		case "PGDATA", "PGHOST", "CONFIG_DIR", "TLS_DIR", "REPLICATION_TLS_DIR", "CUSTOM_QUERIES":
 			value = p.hostPath(t, value)
 		case "PGPORT":
 			if value != containerPort {
@@ -529,6 +539,12 @@ func (c *cluster) newPod(ordinal, port int) *pod {
 				t.Fatalf("ADVERTISE_ADDRESS is %q, not the pod's name on the headless Service and its port (%s)", value, want)
 			}
 			value = p.peers.Addr()
+		case "METRICS_ADDRESS":
+			if value != fmt.Sprintf(":%d", specs.MetricsPort) {
+				t.Fatalf("METRICS_ADDRESS is %q, not the metrics port %d", value, specs.MetricsPort)
+			}
+			p.metrics = fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
+			value = p.metrics
 		}
 		p.env = append(p.env, name+"="+value)
 	}

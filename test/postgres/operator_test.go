@@ -66,7 +66,7 @@ func (c *cluster) startOperator(t *testing.T) *operator {
 		Recorder:    mgr.GetEventRecorder("mydatabase-controller"),
 		NewPassword: specs.RandomPassword,
 		Clock:       clock.RealClock{},
-		Metrics:     metrics.NewPhaseMetrics(prometheus.NewRegistry()),
+		Metrics:     metrics.New(prometheus.NewRegistry()),
 	}
 	if err := r.SetupWithManager(mgr, 2); err != nil {
 		t.Fatal(err)

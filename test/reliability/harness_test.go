@@ -86,7 +86,7 @@ func newOperator(c client.Client, reader client.Reader) *operator {
 			Recorder:    rec,
 			NewPassword: specs.RandomPassword,
 			Clock:       clocktesting.NewFakePassiveClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
-			Metrics:     metrics.NewPhaseMetrics(prometheus.NewRegistry()),
+			Metrics:     metrics.New(prometheus.NewRegistry()),
 		},
 		events: rec,
 	}

@@ -120,7 +120,7 @@ func startManager(t *testing.T, cfg *rest.Config, cacheOpts cache.Options, setup
 	}
 	r := &mydatabase.MyDatabaseReconciler{
 		Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("mydatabase-controller"),
-		NewPassword: specs.RandomPassword, Clock: clock.RealClock{}, Metrics: metrics.NewPhaseMetrics(prometheus.NewRegistry()),
+		NewPassword: specs.RandomPassword, Clock: clock.RealClock{}, Metrics: metrics.New(prometheus.NewRegistry()),
 	}
 	if err := r.SetupWithManager(mgr, 2); err != nil {
 		t.Fatal(err)

@@ -56,6 +56,7 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 		r.checkPodCreation,
 		r.reconcileDisruptionBudget,
 		r.reconcileNetworkPolicy,
+		r.reconcilePodMonitor,
 		r.reconcilePodRoles,
 		r.reconcileSwitchover,
 		r.reconcileRollout,

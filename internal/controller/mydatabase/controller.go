@@ -52,7 +52,7 @@ type MyDatabaseReconciler struct {
 	// NewPassword generates passwords (crypto/rand in production).
 	NewPassword func() (string, error)
 	Clock       clock.PassiveClock
-	Metrics     *metrics.PhaseMetrics
+	Metrics     *metrics.Metrics
 	// StallRetry is how often a Stalled MyDatabase is looked at again
 	// (30 s when zero).
 	StallRetry time.Duration
@@ -106,11 +106,13 @@ func (r *MyDatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	if err != nil {
 		log(ctx).V(1).Info("Pass failed", "error", err.Error())
-		if b, stalled := classify(db, err); stalled {
+		b, stalled := classify(db, err)
+		if stalled {
 			obs.stalled = b
 		} else {
 			obs.failure = b
 		}
+		r.Metrics.ReconcileError(b.reason)
 	}
 	if obs.gone {
 		return ctrl.Result{}, nil

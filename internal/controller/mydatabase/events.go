@@ -7,8 +7,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/metrics"
 )
 
 // event records an event on the MyDatabase. Messages never carry a secret
@@ -34,6 +36,7 @@ func (r *MyDatabaseReconciler) recordCreated(db *databasev1alpha1.MyDatabase, ob
 func (r *MyDatabaseReconciler) recordTransitions(ctx context.Context, before, after *databasev1alpha1.MyDatabase) {
 	if was, is := before.Status.CurrentPrimary, after.Status.CurrentPrimary; was != "" && is != was {
 		r.event(after, corev1.EventTypeNormal, "PrimaryChanged", "The primary is now %s (was %s): it holds the primary Lease", is, was)
+		r.Metrics.PrimaryChanged(client.ObjectKeyFromObject(after), primaryChangeKind(before, after))
 		log(ctx).Info("Primary changed", "from", was, "to", is)
 	}
 	ready := meta.FindStatusCondition(after.Status.Conditions, databasev1alpha1.ConditionReady)
@@ -60,4 +63,19 @@ func failing(db *databasev1alpha1.MyDatabase) bool {
 	}
 	rec := meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionReconciling)
 	return rec != nil && rec.Reason == databasev1alpha1.ReasonAPIError
+}
+
+// primaryChangeKind tells a switchover, a change of primary towards the
+// target of a switchover under way (or one this very status write reports
+// done), from a failover.
+func primaryChangeKind(before, after *databasev1alpha1.MyDatabase) string {
+	was, is := before.Status.Switchover, after.Status.Switchover
+	switch {
+	case was != nil && was.Phase == databasev1alpha1.SwitchoverRunning && was.To == after.Status.CurrentPrimary,
+		is != nil && is.Phase == databasev1alpha1.SwitchoverRunning && is.To == after.Status.CurrentPrimary,
+		is != nil && is.Phase == databasev1alpha1.SwitchoverSucceeded && is.To == after.Status.CurrentPrimary &&
+			(was == nil || was.Phase != databasev1alpha1.SwitchoverSucceeded || !was.RequestedAt.Equal(is.RequestedAt)):
+		return metrics.Switchover
+	}
+	return metrics.Failover
 }

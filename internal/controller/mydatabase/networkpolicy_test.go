@@ -13,8 +13,9 @@ import (
 )
 
 // TestNetworkPolicy: opted in, the NetworkPolicy admits to the database
-// port the instances and the clients listed, and follows the list; opted
-// out, it goes.
+// port the instances and the clients listed, and follows the list; the
+// metrics port only to metricsClients (no rule, no one, without them);
+// opted out, it goes.
 func TestNetworkPolicy(t *testing.T) {
 	ns := namespace(t)
 	app := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "shop"}}}
@@ -62,6 +63,14 @@ func TestNetworkPolicy(t *testing.T) {
 	})
 	want = fmt.Sprintf("pods %s, [Ingress]: [pods %s] to TCP/5432; [pods map[app:shop] in namespaces map[team:shop]] to TCP/5432", selector, selector)
 	eventually(t, "the NetworkPolicy to follow the clients", admits(want))
+
+	prometheus := networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{
+		MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}}}
+	update(t, db, func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.NetworkPolicy.MetricsClients = []networkingv1.NetworkPolicyPeer{prometheus}
+	})
+	want += "; [namespaces map[kubernetes.io/metadata.name:monitoring]] to TCP/9187"
+	eventually(t, "the NetworkPolicy to open the metrics port to metricsClients", admits(want))
 
 	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.NetworkPolicy.Enabled = false })
 	eventually(t, "the NetworkPolicy gone", gone(ns, "np", &networkingv1.NetworkPolicy{}))

@@ -60,6 +60,9 @@ type observation struct {
 	// it (tls.go); caCert is the CA clients verify the servers with.
 	tls    *tlsState
 	caCert []byte
+	// monitoring is the MonitoringReady condition's reason and message, nil
+	// when the pass did not get to it; an empty reason removes it.
+	monitoring *blocker
 	// requeue, when positive, is how soon the pass wants to look again at
 	// something no watch brings (a switchover's deadline).
 	requeue time.Duration
@@ -220,6 +223,7 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: databasev1alpha1.ConditionCertificateValid, Status: valid,
 			Reason: obs.tls.reason, Message: obs.tls.message, ObservedGeneration: db.Generation, LastTransitionTime: metav1.NewTime(now)})
 	}
+	setMonitoringCondition(db, obs.monitoring, now)
 	st.Endpoint = fmt.Sprintf("%s:%d", specs.ReadWriteHost(db), specs.ServicePort(db))
 	st.ReadEndpoint = ""
 	if desired > 1 {

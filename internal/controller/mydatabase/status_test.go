@@ -97,7 +97,7 @@ func TestStatusIsNotLostWhenTheCacheLags(t *testing.T) {
 		Client:   server,
 		Recorder: events.NewFakeRecorder(100),
 		Clock:    clocktesting.NewFakePassiveClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
-		Metrics:  metrics.NewPhaseMetrics(prometheus.NewRegistry()),
+		Metrics:  metrics.New(prometheus.NewRegistry()),
 	}
 	sts := func(ready int32) *appsv1.StatefulSet {
 		return &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1)},

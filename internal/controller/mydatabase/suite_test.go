@@ -83,7 +83,7 @@ func run(m *testing.M) int {
 		Recorder:    mgr.GetEventRecorder("mydatabase-controller"),
 		NewPassword: sequentialPasswords(),
 		Clock:       clocktesting.NewFakePassiveClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
-		Metrics:     metrics.NewPhaseMetrics(prometheus.NewRegistry()),
+		Metrics:     metrics.New(prometheus.NewRegistry()),
 		// Stalled MyDatabases look again soon, so that a lifted quota or
 		// policy shows within a test's patience.
 		StallRetry: 2 * time.Second,

@@ -1,0 +1,73 @@
+package mydatabase
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
+)
+
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=podmonitors,verbs=get;create;patch;delete
+
+// reconcilePodMonitor keeps the PodMonitor while spec.monitoring.podMonitor
+// asks for one, and reports it in the MonitoringReady condition. The
+// PodMonitor's CRD is the Prometheus Operator's and may be absent: then
+// the condition says so and the pass goes on; the pass looks again after
+// stallRetry, as no watch tells when the CRD arrives. The PodMonitor is
+// read from the API server, not the cache (an informer on a kind that may
+// not exist would keep the operator from starting), so only a spec change
+// or another child's event brings back a PodMonitor edited by hand.
+func (r *MyDatabaseReconciler) reconcilePodMonitor(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(specs.PodMonitorGVK)
+	if !db.Spec.Monitoring.PodMonitor {
+		// Only a MyDatabase that asked for one may have one: the others
+		// cost no request (with the CRD absent, each would be a discovery).
+		if meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionMonitoringReady) == nil {
+			return nil
+		}
+		obs.monitoring = &blocker{}
+		if err := r.deleteChild(ctx, db, live, specs.PodMonitorName(db)); err != nil && !meta.IsNoMatchError(err) {
+			return err
+		}
+		return nil
+	}
+	err := r.applyChild(ctx, obs, specs.PodMonitor(db), live)
+	switch {
+	case meta.IsNoMatchError(err):
+		obs.monitoring = &blocker{databasev1alpha1.ReasonPodMonitorCRDMissing, "spec.monitoring.podMonitor asks for a PodMonitor, " +
+			"but the cluster has no PodMonitor CRD (monitoring.coreos.com/v1): install the Prometheus Operator, " +
+			"or set spec.monitoring.podMonitor to false; the servers' metrics are served on port metrics (9187) either way"}
+		obs.recheck(r.stallRetry())
+		return nil
+	case err != nil:
+		return err
+	case !metav1.IsControlledBy(live, db):
+		return nil // another MyDatabase's of the same name, being deleted: obs.waiting says so
+	}
+	obs.monitoring = &blocker{databasev1alpha1.ReasonPodMonitorApplied, "PodMonitor " + specs.PodMonitorName(db) + " scrapes every server"}
+	return nil
+}
+
+// setMonitoringCondition writes what reconcilePodMonitor found into the
+// MonitoringReady condition; nil leaves it as it was.
+func setMonitoringCondition(db *databasev1alpha1.MyDatabase, found *blocker, now time.Time) {
+	switch {
+	case found == nil:
+	case found.reason == "":
+		meta.RemoveStatusCondition(&db.Status.Conditions, databasev1alpha1.ConditionMonitoringReady)
+	default:
+		status := metav1.ConditionTrue
+		if found.reason != databasev1alpha1.ReasonPodMonitorApplied {
+			status = metav1.ConditionFalse
+		}
+		meta.SetStatusCondition(&db.Status.Conditions, metav1.Condition{Type: databasev1alpha1.ConditionMonitoringReady,
+			Status: status, Reason: found.reason, Message: found.message,
+			ObservedGeneration: db.Generation, LastTransitionTime: metav1.NewTime(now)})
+	}
+}

@@ -1,0 +1,92 @@
+// Package metrics holds the operator's own Prometheus metrics, served next
+// to controller-runtime's (controller_runtime_reconcile_*, workqueue_*).
+// The databases' metrics are the instance managers'
+// (internal/instance/pgmetrics).
+package metrics
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+)
+
+// Metrics are the operator's metrics:
+//   - mydatabase_phase{phase}: how many MyDatabases are in each phase;
+//   - mydatabase_primary_changes_total{namespace,mydatabase,kind}: changes
+//     of primary this operator process saw in status.currentPrimary, kind
+//     "switchover" (one was under way towards that pod) or "failover";
+//   - mydatabase_reconcile_errors_total{reason}: passes that ended on an
+//     error, by the reason the status reports (APIError, QuotaExceeded,
+//     Forbidden, ...).
+type Metrics struct {
+	mu              sync.Mutex
+	phases          map[types.NamespacedName]databasev1alpha1.Phase
+	phase           *prometheus.GaugeVec
+	primaryChanges  *prometheus.CounterVec
+	reconcileErrors *prometheus.CounterVec
+}
+
+// Kinds of primary change.
+const (
+	Failover   = "failover"
+	Switchover = "switchover"
+)
+
+// New creates the metrics and registers them with reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		phases: map[types.NamespacedName]databasev1alpha1.Phase{},
+		phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mydatabase_phase",
+			Help: "Number of MyDatabases in each phase.",
+		}, []string{"phase"}),
+		primaryChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mydatabase_primary_changes_total",
+			Help: "Changes of primary seen by this operator process, by kind: switchover (one was under way) or failover.",
+		}, []string{"namespace", "mydatabase", "kind"}),
+		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mydatabase_reconcile_errors_total",
+			Help: "Reconcile passes that ended on an error, by the reason the status reports.",
+		}, []string{"reason"}),
+	}
+	reg.MustRegister(m.phase, m.primaryChanges, m.reconcileErrors)
+	return m
+}
+
+// Set records the phase of one MyDatabase.
+func (m *Metrics) Set(key types.NamespacedName, phase databasev1alpha1.Phase) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if old, ok := m.phases[key]; ok {
+		if old == phase {
+			return
+		}
+		m.phase.WithLabelValues(string(old)).Dec()
+	}
+	m.phases[key] = phase
+	m.phase.WithLabelValues(string(phase)).Inc()
+}
+
+// PrimaryChanged counts a change of primary of one MyDatabase.
+func (m *Metrics) PrimaryChanged(key types.NamespacedName, kind string) {
+	m.primaryChanges.WithLabelValues(key.Namespace, key.Name, kind).Inc()
+}
+
+// ReconcileError counts a pass that ended on an error of this reason.
+func (m *Metrics) ReconcileError(reason string) {
+	m.reconcileErrors.WithLabelValues(reason).Inc()
+}
+
+// Forget drops a MyDatabase that no longer exists.
+func (m *Metrics) Forget(key types.NamespacedName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if old, ok := m.phases[key]; ok {
+		m.phase.WithLabelValues(string(old)).Dec()
+		delete(m.phases, key)
+	}
+	m.primaryChanges.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "mydatabase": key.Name})
+}

@@ -1,0 +1,54 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/types"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+)
+
+// TestMetrics: phases move between gauges, primary changes and errors
+// count, and a forgotten MyDatabase leaves no series behind.
+func TestMetrics(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	orders := types.NamespacedName{Namespace: "shop", Name: "orders"}
+	m.Set(orders, databasev1alpha1.PhaseProvisioning)
+	m.Set(orders, databasev1alpha1.PhaseReady)
+	m.PrimaryChanged(orders, Failover)
+	m.PrimaryChanged(orders, Switchover)
+	m.PrimaryChanged(orders, Switchover)
+	m.ReconcileError(databasev1alpha1.ReasonAPIError)
+	want := `
+# HELP mydatabase_phase Number of MyDatabases in each phase.
+# TYPE mydatabase_phase gauge
+mydatabase_phase{phase="Provisioning"} 0
+mydatabase_phase{phase="Ready"} 1
+# HELP mydatabase_primary_changes_total Changes of primary seen by this operator process, by kind: switchover (one was under way) or failover.
+# TYPE mydatabase_primary_changes_total counter
+mydatabase_primary_changes_total{kind="failover",mydatabase="orders",namespace="shop"} 1
+mydatabase_primary_changes_total{kind="switchover",mydatabase="orders",namespace="shop"} 2
+# HELP mydatabase_reconcile_errors_total Reconcile passes that ended on an error, by the reason the status reports.
+# TYPE mydatabase_reconcile_errors_total counter
+mydatabase_reconcile_errors_total{reason="APIError"} 1
+`
+	if err := testutil.CollectAndCompare(m.phase, strings.NewReader(want), "mydatabase_phase"); err != nil {
+		t.Error(err)
+	}
+	if err := testutil.CollectAndCompare(m.primaryChanges, strings.NewReader(want), "mydatabase_primary_changes_total"); err != nil {
+		t.Error(err)
+	}
+	if err := testutil.CollectAndCompare(m.reconcileErrors, strings.NewReader(want), "mydatabase_reconcile_errors_total"); err != nil {
+		t.Error(err)
+	}
+	m.Forget(orders)
+	if n := testutil.CollectAndCount(m.primaryChanges); n != 0 {
+		t.Errorf("%d primary change series after Forget, want 0", n)
+	}
+	if got := testutil.ToFloat64(m.phase.WithLabelValues("Ready")); got != 0 {
+		t.Errorf("Ready = %v after Forget, want 0", got)
+	}
+}

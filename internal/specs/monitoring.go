@@ -1,0 +1,134 @@
+package specs
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+)
+
+// The metrics endpoint every instance manager serves (internal/instance/pgmetrics).
+const (
+	// MetricsPort is postgres_exporter's usual port.
+	MetricsPort     = 9187
+	MetricsPortName = "metrics"
+	MetricsPath     = "/metrics"
+
+	// CustomQueriesDir holds the ConfigMap of
+	// spec.monitoring.customQueriesConfigMap; CustomQueriesKey is its key.
+	CustomQueriesDir = "/etc/mydatabase-queries"
+	CustomQueriesKey = "queries.yaml"
+	customQueries    = "custom-queries"
+)
+
+// metricsPort is the database container's port for Prometheus.
+func metricsPort() *corev1ac.ContainerPortApplyConfiguration {
+	return corev1ac.ContainerPort().WithName(MetricsPortName).WithContainerPort(MetricsPort).WithProtocol(corev1.ProtocolTCP)
+}
+
+// metricsEnv tells the instance manager where to serve metrics, and where
+// the custom queries are, if any.
+func metricsEnv(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
+	env := []*corev1ac.EnvVarApplyConfiguration{corev1ac.EnvVar().WithName("METRICS_ADDRESS").WithValue(fmt.Sprintf(":%d", MetricsPort))}
+	if db.Spec.Monitoring.CustomQueriesConfigMap != "" {
+		env = append(env, corev1ac.EnvVar().WithName("CUSTOM_QUERIES").WithValue(CustomQueriesDir+"/"+CustomQueriesKey))
+	}
+	return env
+}
+
+// customQueriesVolume is spec.monitoring.customQueriesConfigMap's volume,
+// if any. It is optional: a missing ConfigMap leaves the pod running (the
+// instance manager reports mydatabase_pg_custom_queries_ok 0), and the
+// kubelet updates the files in place when the ConfigMap changes.
+func customQueriesVolume(db *databasev1alpha1.MyDatabase) []*corev1ac.VolumeApplyConfiguration {
+	if db.Spec.Monitoring.CustomQueriesConfigMap == "" {
+		return nil
+	}
+	return []*corev1ac.VolumeApplyConfiguration{corev1ac.Volume().WithName(customQueries).WithConfigMap(
+		corev1ac.ConfigMapVolumeSource().WithName(db.Spec.Monitoring.CustomQueriesConfigMap).WithOptional(true).WithDefaultMode(0o444))}
+}
+
+// customQueriesMount mounts customQueriesVolume in the database container.
+func customQueriesMount(db *databasev1alpha1.MyDatabase) []*corev1ac.VolumeMountApplyConfiguration {
+	if db.Spec.Monitoring.CustomQueriesConfigMap == "" {
+		return nil
+	}
+	return []*corev1ac.VolumeMountApplyConfiguration{
+		corev1ac.VolumeMount().WithName(customQueries).WithMountPath(CustomQueriesDir).WithReadOnly(true)}
+}
+
+// PodMonitorGVK is the Prometheus Operator's PodMonitor.
+var PodMonitorGVK = schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "PodMonitor"}
+
+// PodMonitorName is the PodMonitor of spec.monitoring.podMonitor.
+func PodMonitorName(db *databasev1alpha1.MyDatabase) string { return db.Name }
+
+// PodMonitorConfiguration is the apply configuration of a PodMonitor,
+// built as plain JSON: the operator needs three of its fields, not the
+// Prometheus Operator's Go module.
+type PodMonitorConfiguration struct {
+	name, namespace string
+	object          map[string]any
+}
+
+// IsApplyConfiguration marks it as an apply configuration.
+func (*PodMonitorConfiguration) IsApplyConfiguration() {}
+
+// GetName is the PodMonitor's name.
+func (p *PodMonitorConfiguration) GetName() *string { return &p.name }
+
+// GetNamespace is the PodMonitor's namespace.
+func (p *PodMonitorConfiguration) GetNamespace() *string { return &p.namespace }
+
+// MarshalJSON is the PodMonitor as the API server takes it.
+func (p *PodMonitorConfiguration) MarshalJSON() ([]byte, error) { return json.Marshal(p.object) }
+
+// PodMonitor scrapes the metrics port of every server of the MyDatabase.
+// Besides the Prometheus Operator's own target labels (namespace, pod,
+// container, endpoint), each sample carries mydatabase, the MyDatabase's
+// name, which the alerts and the dashboard group by.
+func PodMonitor(db *databasev1alpha1.MyDatabase) *PodMonitorConfiguration {
+	ref := OwnerReference(db)
+	labels := map[string]any{}
+	for k, v := range Labels(db, ComponentDatabase) {
+		labels[k] = v
+	}
+	selector := map[string]any{}
+	for k, v := range InstanceSelector(db) {
+		selector[k] = v
+	}
+	return &PodMonitorConfiguration{name: PodMonitorName(db), namespace: db.Namespace, object: map[string]any{
+		"apiVersion": PodMonitorGVK.GroupVersion().String(),
+		"kind":       PodMonitorGVK.Kind,
+		"metadata": map[string]any{
+			"name":      PodMonitorName(db),
+			"namespace": db.Namespace,
+			"labels":    labels,
+			"ownerReferences": []any{map[string]any{
+				"apiVersion": ref.APIVersion, "kind": ref.Kind, "name": ref.Name, "uid": string(ref.UID),
+				"controller": true, "blockOwnerDeletion": true,
+			}},
+		},
+		"spec": map[string]any{
+			"selector": map[string]any{"matchLabels": selector},
+			"podMetricsEndpoints": []any{map[string]any{
+				"port": MetricsPortName,
+				"path": MetricsPath,
+				"relabelings": []any{map[string]any{
+					"sourceLabels": []any{"__meta_kubernetes_pod_label_" + sanitize(databasev1alpha1.LabelInstance)},
+					"targetLabel":  "mydatabase",
+				}},
+			}},
+		},
+	}}
+}
+
+// sanitize is a label name as Kubernetes service discovery writes it.
+func sanitize(label string) string { return invalidLabelChars.ReplaceAllString(label, "_") }
+
+var invalidLabelChars = regexp.MustCompile(`[^a-zA-Z0-9_]`)
