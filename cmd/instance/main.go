@@ -21,15 +21,24 @@ limitations under the License.
 //
 //	instance install DEST   copy this binary to DEST (the init container)
 //	instance run            prepare the data directory, run PostgreSQL (the database container)
+//	instance backup         take a base backup of this container's server into spec.backup's
+//	                        object store; prints its manifest (JSON)
+//	instance wal-push --config FILE PATH       archive_command
+//	instance wal-fetch --config FILE NAME DEST restore_command (exit 1: not archived)
 package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
+	"example.com/myoperator/internal/backup"
 	"example.com/myoperator/internal/instance"
 )
 
@@ -58,13 +67,61 @@ func main() {
 			log("%v", err)
 		}
 		os.Exit(code)
+	case "backup":
+		m, err := instance.Backup(context.Background())
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "instance backup: %v\n", err)
+			os.Exit(1)
+		}
+		_ = json.NewEncoder(os.Stdout).Encode(m)
+	case "wal-push", "wal-fetch":
+		os.Exit(wal(os.Args[1], os.Args[2:]))
 	default:
 		usage()
 	}
 }
 
+// wal runs archive_command or restore_command: exit 0 done, 1 failed (or,
+// for wal-fetch, not archived), and the reason on stderr, which the server
+// logs.
+func wal(verb string, args []string) int {
+	flags := flag.NewFlagSet(verb, flag.ContinueOnError)
+	config := flags.String("config", "", "the object store's configuration (written by instance run)")
+	if err := flags.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := backup.ReadConfig(*config)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "instance %s: %v\n", verb, err)
+		return 1
+	}
+	store, err := backup.Open(cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "instance %s: %v\n", verb, err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	switch {
+	case verb == "wal-push" && flags.NArg() == 1:
+		err = store.PushWAL(ctx, flags.Arg(0))
+	case verb == "wal-fetch" && flags.NArg() == 2:
+		err = store.FetchWAL(ctx, flags.Arg(0), flags.Arg(1))
+		if errors.Is(err, backup.ErrNotFound) {
+			return 1 // not an error: recovery asks for what may not exist
+		}
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "instance %s: %v\n", verb, err)
+		return 1
+	}
+	return 0
+}
+
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: instance install DEST | instance run")
+	fmt.Fprintln(os.Stderr, "usage: instance install DEST | run | backup | wal-push --config FILE PATH | wal-fetch --config FILE NAME DEST")
 	os.Exit(2)
 }
 

@@ -67,8 +67,8 @@ func (c Config) standby() bool {
 }
 
 // initPrimary makes a new data directory with the roles and database of
-// the spec. All of it happens in a scratch directory, renamed into place
-// at the end.
+// the spec, or restores it from an object store (restore.go). All of it
+// happens in a scratch directory, renamed into place at the end.
 func (m *manager) initPrimary(ctx context.Context) error {
 	c := m.c
 	scratch := c.PGData + ".init"
@@ -76,11 +76,11 @@ func (m *manager) initPrimary(ctx context.Context) error {
 	if err := os.RemoveAll(scratch); err != nil {
 		return err
 	}
-	if _, err := m.procs.run(ctx, nil, "", "initdb", "--pgdata="+scratch, "--username=postgres", "--encoding=UTF8", "--locale=C",
-		"--data-checksums", "--auth-local=trust", "--auth-host=scram-sha-256"); err != nil {
-		return err
-	}
-	if err := m.bootstrap(ctx, scratch); err != nil {
+	if c.Restore != nil {
+		if err := m.restorePrimary(ctx, scratch); err != nil {
+			return err
+		}
+	} else if err := m.initdb(ctx, scratch); err != nil {
 		return err
 	}
 	if err := os.Rename(scratch, c.PGData); err != nil {
@@ -88,6 +88,15 @@ func (m *manager) initPrimary(ctx context.Context) error {
 	}
 	m.log("primary initialised")
 	return nil
+}
+
+// initdb makes a new database with the roles and database of the spec.
+func (m *manager) initdb(ctx context.Context, scratch string) error {
+	if _, err := m.procs.run(ctx, nil, "", "initdb", "--pgdata="+scratch, "--username=postgres", "--encoding=UTF8", "--locale=C",
+		"--data-checksums", "--auth-local=trust", "--auth-host=scram-sha-256"); err != nil {
+		return err
+	}
+	return m.bootstrap(ctx, scratch)
 }
 
 // bootstrap runs bootstrapSQL on a private server of the scratch data

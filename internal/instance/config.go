@@ -35,10 +35,13 @@ package instance
 
 import (
 	"fmt"
+
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"example.com/myoperator/internal/backup"
 )
 
 // Config is the instance's part of the pod: its environment, as
@@ -89,12 +92,23 @@ type Config struct {
 	// serves none. CustomQueries is the custom queries' file, optional.
 	MetricsAddress string // METRICS_ADDRESS
 	CustomQueries  string // CUSTOM_QUERIES
+
+	// Backup is the object store the primary archives its WAL to
+	// (BACKUP_*, archive.go); nil without spec.backup.
+	Backup *backup.Config
+	// Restore is what a new primary is restored from instead of initdb
+	// (RESTORE_*, restore.go); nil without spec.bootstrap.recovery.
+	Restore *Restore
+
+	// Self is this program's path, which the server's archive and restore
+	// commands run.
+	Self string
 }
 
 // secretVars are the environment variables that hold passwords: read once,
 // then removed from this process's environment, so that no child inherits
 // them unless it is given them.
-var secretVars = []string{"POSTGRES_PASSWORD", "REPLICATION_PASSWORD"}
+var secretVars = []string{"POSTGRES_PASSWORD", "REPLICATION_PASSWORD", "BACKUP_SECRET_ACCESS_KEY", "RESTORE_SECRET_ACCESS_KEY"}
 
 // ConfigFromEnv reads the Config, every variable required, and removes the
 // passwords from the environment.
@@ -117,6 +131,9 @@ func ConfigFromEnv() (Config, error) {
 		}
 	}
 	c.Kubeconfig, c.TLSDir, c.ReplicationPassword = os.Getenv("KUBECONFIG"), os.Getenv("TLS_DIR"), os.Getenv("REPLICATION_PASSWORD")
+	c.Backup = storeFromEnv("BACKUP_")
+	restore, restoreErr := restoreFromEnv()
+	c.Restore = restore
 	for _, v := range secretVars {
 		if err := os.Unsetenv(v); err != nil {
 			return c, err
@@ -124,6 +141,9 @@ func ConfigFromEnv() (Config, error) {
 	}
 	if len(missing) > 0 {
 		return c, fmt.Errorf("the container environment lacks %s", strings.Join(missing, ", "))
+	}
+	if restoreErr != nil {
+		return c, restoreErr
 	}
 	n, err := strconv.Atoi(leaseSeconds)
 	if err != nil || n < 2 {
@@ -141,3 +161,15 @@ const (
 	postgresConf = "postgresql.conf"
 	hbaConf      = "pg_hba.conf"
 )
+
+// storeFromEnv reads an object store's variables (prefix ENDPOINT,
+// BUCKET, PATH, REGION, ACCESS_KEY_ID, SECRET_ACCESS_KEY); nil when
+// there is no endpoint.
+func storeFromEnv(prefix string) *backup.Config {
+	if os.Getenv(prefix+"ENDPOINT") == "" {
+		return nil
+	}
+	return &backup.Config{Endpoint: os.Getenv(prefix + "ENDPOINT"), Bucket: os.Getenv(prefix + "BUCKET"),
+		Path: os.Getenv(prefix + "PATH"), Region: os.Getenv(prefix + "REGION"),
+		AccessKeyID: os.Getenv(prefix + "ACCESS_KEY_ID"), SecretAccessKey: os.Getenv(prefix + "SECRET_ACCESS_KEY")}
+}

@@ -81,7 +81,7 @@ func (c Config) serverArgs() []string {
 	return append([]string{"-D", c.PGData,
 		"-c", "config_file=" + c.ConfigDir + "/" + postgresConf, "-c", "hba_file=" + c.ConfigDir + "/" + hbaConf,
 		"-c", "unix_socket_directories=" + c.SocketDir, "-c", "port=" + c.Port,
-		"-c", "synchronous_standby_names=" + fenceName}, c.tlsArgs()...)
+		"-c", "synchronous_standby_names=" + fenceName}, append(c.tlsArgs(), c.archiveArgs()...)...)
 }
 
 // standbyArgs make the server a standby of the primary at address, or of

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"example.com/myoperator/internal/backup"
 	"golang.org/x/sys/unix"
 
 	"example.com/myoperator/internal/instance/pgmetrics"
@@ -70,6 +71,16 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 		}
 	}()
 
+	self, err := os.Executable()
+	if err != nil {
+		return 1, err
+	}
+	c.Self = self
+	if c.Backup != nil {
+		if err := backup.WriteConfig(c.backupConfigFile(), *c.Backup); err != nil {
+			return 1, fmt.Errorf("writing the object store's configuration: %w", err)
+		}
+	}
 	m, err := newManager(c, log)
 	if err != nil {
 		return 1, err

@@ -1,0 +1,210 @@
+package backup
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/minio/minio-go/v7"
+)
+
+// Manifest describes a complete base backup: what a restore needs to
+// choose it and to know which WAL makes it consistent.
+type Manifest struct {
+	ID         string    `json:"id"`
+	StartedAt  time.Time `json:"startedAt"`
+	FinishedAt time.Time `json:"finishedAt"`
+	// Timeline and BeginLSN: where its WAL starts; the data is consistent
+	// once recovery has replayed up to EndLSN.
+	Timeline int64  `json:"timeline"`
+	BeginLSN string `json:"beginLSN"`
+	EndLSN   string `json:"endLSN"`
+	// Size is the compressed size in the store, in bytes.
+	Size int64 `json:"size"`
+}
+
+const (
+	baseArchive  = "base.tar.zst"
+	manifestName = "backup.json"
+	// partSize bounds the memory of an upload of unknown size.
+	partSize = 16 << 20
+)
+
+// pg_basebackup --verbose reports where the backup's WAL starts and ends.
+var (
+	startPoint = regexp.MustCompile(`write-ahead log start point: ([0-9A-F]+/[0-9A-F]+) on timeline ([0-9]+)`)
+	endPoint   = regexp.MustCompile(`write-ahead log end point: ([0-9A-F]+/[0-9A-F]+)`)
+)
+
+// TakeBackup takes a base backup of the server conninfo reaches with
+// pg_basebackup (a replication connection; the WAL comes from the
+// archive, which pg_basebackup waits for) and streams it, compressed,
+// into the store. The manifest is written last: a backup cut short
+// leaves no manifest and is never restored from.
+func (s *Store) TakeBackup(ctx context.Context, conninfo string, now time.Time) (Manifest, error) {
+	m := Manifest{ID: now.UTC().Format("20060102T150405Z"), StartedAt: now.UTC()}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "pg_basebackup", "--dbname="+conninfo, "--pgdata=-", "--format=tar",
+		"--wal-method=none", "--checkpoint=fast", "--no-manifest", "--verbose", "--label=mydatabase backup "+m.ID)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return m, err
+	}
+	if err := cmd.Start(); err != nil {
+		return m, err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		enc, err := zstd.NewWriter(pw)
+		if err == nil {
+			_, err = io.Copy(enc, out)
+			if cerr := enc.Close(); err == nil {
+				err = cerr
+			}
+		}
+		_ = pw.CloseWithError(err)
+	}()
+	info, uploadErr := s.client.PutObject(ctx, s.bucket, s.key("base", m.ID, baseArchive), pr, -1,
+		minio.PutObjectOptions{ContentType: "application/zstd", PartSize: partSize})
+	if uploadErr != nil {
+		cancel() // pg_basebackup must not block on a pipe nobody reads
+		_ = pr.CloseWithError(uploadErr)
+	}
+	waitErr := cmd.Wait()
+	switch {
+	case waitErr != nil:
+		return m, fmt.Errorf("pg_basebackup: %w: %s", waitErr, strings.TrimSpace(stderr.String()))
+	case uploadErr != nil:
+		return m, fmt.Errorf("uploading the base backup: %w", uploadErr)
+	}
+	start, end := startPoint.FindStringSubmatch(stderr.String()), endPoint.FindStringSubmatch(stderr.String())
+	if start == nil || end == nil {
+		return m, fmt.Errorf("pg_basebackup reported no WAL start and end points:\n%s", stderr.String())
+	}
+	m.BeginLSN, m.EndLSN, m.Size = start[1], end[1], info.Size
+	if m.Timeline, err = strconv.ParseInt(start[2], 10, 64); err != nil {
+		return m, err
+	}
+	m.FinishedAt = time.Now().UTC()
+	return m, s.putJSON(ctx, s.key("base", m.ID, manifestName), m)
+}
+
+// Backups lists the complete base backups, oldest first.
+func (s *Store) Backups(ctx context.Context) ([]Manifest, error) {
+	var out []Manifest
+	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.key("base") + "/", Recursive: true}) {
+		if obj.Err != nil {
+			return nil, fmt.Errorf("object store: listing the base backups: %w", obj.Err)
+		}
+		if filepath.Base(obj.Key) != manifestName {
+			continue
+		}
+		var m Manifest
+		if err := s.getJSON(ctx, obj.Key, &m); err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Manifest) int { return a.FinishedAt.Compare(b.FinishedAt) })
+	return out, nil
+}
+
+// ErrNoBackup: no base backup fits.
+var ErrNoBackup = errors.New("no base backup fits")
+
+// Choose picks the backup to restore: the one named id, or else the
+// latest that finished before target (any time: the latest).
+func Choose(backups []Manifest, id string, target time.Time) (Manifest, error) {
+	for i := len(backups) - 1; i >= 0; i-- {
+		b := backups[i]
+		if (id != "" && b.ID == id) || (id == "" && (target.IsZero() || b.FinishedAt.Before(target))) {
+			return b, nil
+		}
+	}
+	if id != "" {
+		return Manifest{}, fmt.Errorf("%w: there is no backup %q", ErrNoBackup, id)
+	}
+	return Manifest{}, fmt.Errorf("%w: none of the %d backups finished before %s", ErrNoBackup, len(backups), target.UTC().Format(time.RFC3339))
+}
+
+// Restore unpacks base backup m into dir, which must be empty or absent.
+func (s *Store) Restore(ctx context.Context, m Manifest, dir string) error {
+	obj, err := s.client.GetObject(ctx, s.bucket, s.key("base", m.ID, baseArchive), minio.GetObjectOptions{})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = obj.Close() }()
+	dec, err := zstd.NewReader(bufio.NewReaderSize(obj, 1<<20))
+	if err != nil {
+		return err
+	}
+	defer dec.Close()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return untar(tar.NewReader(dec), dir)
+}
+
+// untar writes a tar stream under dir, refusing any entry that would land
+// outside it.
+func untar(tr *tar.Reader, dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = root.Close() }()
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("the base backup archive: %w", err)
+		}
+		name := filepath.Clean(h.Name)
+		mode := os.FileMode(h.Mode).Perm()
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if name == "." {
+				continue
+			}
+			if err := root.MkdirAll(name, mode|0o700); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			f, err := root.OpenFile(name, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode|0o600)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, tr)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		case tar.TypeSymlink:
+			if err := root.Symlink(h.Linkname, name); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("the base backup archive: %s has an unsupported type %q", h.Name, h.Typeflag)
+		}
+	}
+}

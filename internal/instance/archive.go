@@ -1,0 +1,62 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"example.com/myoperator/internal/backup"
+)
+
+// Continuous archiving. With spec.backup every server runs with
+// archive_mode=on and an archive_command that is this program's wal-push
+// (cmd/instance): a standby archives nothing, a primary every WAL file it
+// completes, and a promoted one its new timeline's history file and the
+// last, partial segment of the old timeline. The object store's
+// configuration, its secret key included, is a file of the instance
+// manager's in the socket directory (an emptyDir, mode 0600), never the
+// server's environment or command line.
+
+// backupConfigFile holds the object store spec.backup names.
+func (c Config) backupConfigFile() string { return filepath.Join(c.SocketDir, "backup.json") }
+
+// archiveArgs turn archiving on when there is an object store.
+func (c Config) archiveArgs() []string {
+	if c.Backup == nil {
+		return nil
+	}
+	return []string{"-c", "archive_mode=on",
+		"-c", fmt.Sprintf("archive_command=%s wal-push --config %s %%p", shellQuote(c.Self), shellQuote(c.backupConfigFile()))}
+}
+
+// shellQuote quotes s for the shell PostgreSQL runs its commands with.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Backup takes a base backup of the server of this container into the
+// object store of spec.backup: `instance backup`, run in the database
+// container (PGHOST and PGPORT are its environment; pg_basebackup
+// connects through the socket as the postgres OS user, whom pg_hba.conf
+// admits to replication by peer).
+func Backup(ctx context.Context) (backup.Manifest, error) {
+	dir, port := os.Getenv("PGHOST"), os.Getenv("PGPORT")
+	if dir == "" || port == "" {
+		return backup.Manifest{}, errors.New("PGHOST and PGPORT are not set: run this in the database container")
+	}
+	file := Config{SocketDir: dir}.backupConfigFile()
+	cfg, err := backup.ReadConfig(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return backup.Manifest{}, fmt.Errorf("%s does not exist: this MyDatabase has no spec.backup", file)
+	} else if err != nil {
+		return backup.Manifest{}, err
+	}
+	store, err := backup.Open(cfg)
+	if err != nil {
+		return backup.Manifest{}, err
+	}
+	return store.TakeBackup(ctx, fmt.Sprintf("host=%s port=%s user=postgres", dir, port), time.Now())
+}
