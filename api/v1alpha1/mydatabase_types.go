@@ -49,6 +49,7 @@ const (
 
 // MyDatabaseSpec is the desired state of a MyDatabase.
 // +kubebuilder:validation:XValidation:rule="has(self.credentials) == has(oldSelf.credentials) && (!has(self.credentials) || self.credentials == oldSelf.credentials)",message="credentials is immutable: the data only knows the password it was created with"
+// +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="bootstrap is immutable: it only says how the data was first made"
 // +kubebuilder:validation:XValidation:rule="!has(self.credentials) || !has(self.passwordRotation) || !has(self.passwordRotation.userRequestedAt)",message="passwordRotation.userRequestedAt rotates the generated Secret only: with credentials.secretName, change the password in your Secret and the operator sets it in PostgreSQL"
 type MyDatabaseSpec struct {
 	// engine is the database software. Only postgres is supported today.
@@ -213,6 +214,16 @@ type MyDatabaseSpec struct {
 	// server exports.
 	// +optional
 	Monitoring MonitoringSpec `json:"monitoring,omitzero"`
+
+	// backup archives the WAL continuously to an object store, where base
+	// backups are taken too (BackupSpec).
+	// +optional
+	Backup *BackupSpec `json:"backup,omitempty"`
+
+	// bootstrap says how the data of a new MyDatabase is made: initdb, or
+	// a restore (BootstrapSpec). Immutable.
+	// +optional
+	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
 }
 
 // StorageSpec is the data volume of each server.

@@ -5,15 +5,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -43,11 +42,16 @@ const (
 	partSize = 16 << 20
 )
 
-// pg_basebackup --verbose reports where the backup's WAL starts and ends.
-var (
-	startPoint = regexp.MustCompile(`write-ahead log start point: ([0-9A-F]+/[0-9A-F]+) on timeline ([0-9]+)`)
-	endPoint   = regexp.MustCompile(`write-ahead log end point: ([0-9A-F]+/[0-9A-F]+)`)
-)
+// walRanges is the part of PostgreSQL's backup manifest (the file
+// backup_manifest, which pg_basebackup puts at the end of the tar stream)
+// that says which WAL makes the backup consistent.
+type walRanges struct {
+	Ranges []struct {
+		Timeline int64  `json:"Timeline"`
+		Start    string `json:"Start-LSN"`
+		End      string `json:"End-LSN"`
+	} `json:"WAL-Ranges"`
+}
 
 // TakeBackup takes a base backup of the server conninfo reaches with
 // pg_basebackup (a replication connection; the WAL comes from the
@@ -59,7 +63,7 @@ func (s *Store) TakeBackup(ctx context.Context, conninfo string, now time.Time) 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "pg_basebackup", "--dbname="+conninfo, "--pgdata=-", "--format=tar",
-		"--wal-method=none", "--checkpoint=fast", "--no-manifest", "--verbose", "--label=mydatabase backup "+m.ID)
+		"--wal-method=none", "--checkpoint=fast", "--label=mydatabase backup "+m.ID)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -69,11 +73,14 @@ func (s *Store) TakeBackup(ctx context.Context, conninfo string, now time.Time) 
 	if err := cmd.Start(); err != nil {
 		return m, err
 	}
+	// The tar stream is compressed on its way to the store, and read on
+	// the way for its backup_manifest.
 	pr, pw := io.Pipe()
+	var ranges walRanges
 	go func() {
 		enc, err := zstd.NewWriter(pw)
 		if err == nil {
-			_, err = io.Copy(enc, out)
+			err = readManifest(io.TeeReader(out, enc), &ranges)
 			if cerr := enc.Close(); err == nil {
 				err = cerr
 			}
@@ -93,16 +100,35 @@ func (s *Store) TakeBackup(ctx context.Context, conninfo string, now time.Time) 
 	case uploadErr != nil:
 		return m, fmt.Errorf("uploading the base backup: %w", uploadErr)
 	}
-	start, end := startPoint.FindStringSubmatch(stderr.String()), endPoint.FindStringSubmatch(stderr.String())
-	if start == nil || end == nil {
-		return m, fmt.Errorf("pg_basebackup reported no WAL start and end points:\n%s", stderr.String())
+	if len(ranges.Ranges) == 0 {
+		return m, errors.New("the base backup has no backup_manifest with its WAL range")
 	}
-	m.BeginLSN, m.EndLSN, m.Size = start[1], end[1], info.Size
-	if m.Timeline, err = strconv.ParseInt(start[2], 10, 64); err != nil {
-		return m, err
-	}
+	first, last := ranges.Ranges[0], ranges.Ranges[len(ranges.Ranges)-1]
+	m.Timeline, m.BeginLSN, m.EndLSN, m.Size = first.Timeline, first.Start, last.End, info.Size
 	m.FinishedAt = time.Now().UTC()
 	return m, s.putJSON(ctx, s.key("base", m.ID, manifestName), m)
+}
+
+// readManifest reads a tar stream to its end, decoding backup_manifest
+// into ranges on the way.
+func readManifest(r io.Reader, ranges *walRanges) error {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("the base backup's tar stream: %w", err)
+		}
+		if h.Name == "backup_manifest" {
+			if err := json.NewDecoder(tr).Decode(ranges); err != nil {
+				return fmt.Errorf("backup_manifest: %w", err)
+			}
+		}
+	}
+	_, err := io.Copy(io.Discard, r) // the end-of-archive padding
+	return err
 }
 
 // Backups lists the complete base backups, oldest first.

@@ -95,3 +95,8 @@ func compress(data []byte) ([]byte, error) {
 	defer func() { _ = enc.Close() }()
 	return enc.EncodeAll(data, nil), nil
 }
+
+// ArchivedSize is the size in the store of the archived WAL file name.
+func (s *Store) ArchivedSize(ctx context.Context, name string) (int64, error) {
+	return s.stat(ctx, s.walKey(name))
+}

@@ -321,7 +321,7 @@ func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 		env("ADVERTISE_ADDRESS", fmt.Sprintf("$(POD_NAME).%s.%s.svc:%d", HeadlessServiceName(db), db.Namespace, containerPort)),
 		env("LEASE_DURATION_SECONDS", fmt.Sprint(LeaseDurationSeconds(db))),
 		env("PASSWORD_SECRETS", PasswordSources(db)),
-	}, metricsEnv(db)...)
+	}, append(metricsEnv(db), backupEnv(db)...)...)
 }
 
 // InstanceSelector selects the pods of this MyDatabase and no other of the

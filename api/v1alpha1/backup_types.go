@@ -1,0 +1,116 @@
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// BackupSpec is where this MyDatabase's backups go: its primary archives
+// every WAL file there, compressed, and base backups are taken into it
+// (docs/backup.md).
+type BackupSpec struct {
+	// objectStore is the S3-compatible bucket.
+	ObjectStore ObjectStore `json:"objectStore"`
+}
+
+// ObjectStore is a place in an S3-compatible bucket.
+type ObjectStore struct {
+	// endpoint is the store's URL: https://host[:port], or http:// for a
+	// store without TLS.
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[^/?#]+/?$')",message="objectStore.endpoint must be http(s)://host[:port], without a path: the bucket and path are fields of their own"
+	Endpoint string `json:"endpoint"`
+
+	// bucket is the bucket's name; it must exist.
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9][a-z0-9.-]*[a-z0-9]$')",message="objectStore.bucket must be a bucket name: lower-case letters, digits, '.' and '-'"
+	Bucket string `json:"bucket"`
+
+	// path is the prefix of this database's objects in the bucket.
+	// Default for spec.backup: <namespace>/<name>. Two databases must
+	// never share one: the archive refuses to overwrite WAL.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.contains('..')",message="objectStore.path is relative to the bucket and has no '..'"
+	// +optional
+	Path string `json:"path,omitempty"`
+
+	// region of the bucket, for stores that need one.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Region string `json:"region,omitempty"`
+
+	// credentialsSecret names a Secret of this namespace with the keys
+	// ACCESS_KEY_ID and SECRET_ACCESS_KEY.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	CredentialsSecret string `json:"credentialsSecret"`
+}
+
+// BootstrapSpec is how the data of a new MyDatabase is made: by initdb
+// unless it says otherwise.
+type BootstrapSpec struct {
+	// recovery restores a base backup and the WAL archived after it.
+	// +optional
+	Recovery *RecoverySpec `json:"recovery,omitempty"`
+}
+
+// RecoverySpec restores the data of a new MyDatabase from another one's
+// backups. The restored database keeps the source's roles and data; the
+// role spec.user gets this MyDatabase's password.
+type RecoverySpec struct {
+	// objectStore where the source database's backups are, its path
+	// included.
+	// +kubebuilder:validation:XValidation:rule="has(self.path) && self.path != ''",message="bootstrap.recovery.objectStore.path is required: it names the database to restore (<namespace>/<name> by default for spec.backup)"
+	ObjectStore ObjectStore `json:"objectStore"`
+
+	// backupID names the base backup to start from; by default the latest
+	// one that finished before target.time (the latest of all without a
+	// target time).
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	BackupID string `json:"backupID,omitempty"`
+
+	// target is where recovery stops; by default at the end of the archive
+	// (the latest state the archive holds).
+	// +optional
+	Target *RecoveryTarget `json:"target,omitempty"`
+}
+
+// RecoveryTarget is where recovery stops: exactly one of its fields.
+// +kubebuilder:validation:XValidation:rule="(has(self.time) ? 1 : 0) + (has(self.lsn) ? 1 : 0) + (has(self.name) ? 1 : 0) + (has(self.immediate) && self.immediate ? 1 : 0) == 1",message="bootstrap.recovery.target takes exactly one of time, lsn, name or immediate"
+type RecoveryTarget struct {
+	// time: every transaction committed up to this time, none after.
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
+
+	// lsn: every transaction committed up to this WAL position.
+	// +kubebuilder:validation:MaxLength=17
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$')",message="bootstrap.recovery.target.lsn is a WAL position such as 0/3000060"
+	// +optional
+	LSN string `json:"lsn,omitempty"`
+
+	// name of a restore point made with pg_create_restore_point().
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Name string `json:"name,omitempty"`
+
+	// immediate: as soon as the base backup is consistent.
+	// +optional
+	Immediate bool `json:"immediate,omitempty"`
+}

@@ -1,0 +1,81 @@
+package specs
+
+import (
+	"time"
+
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+)
+
+// Keys of an object store's credentials Secret.
+const (
+	ObjectStoreAccessKeyIDKey     = "ACCESS_KEY_ID"
+	ObjectStoreSecretAccessKeyKey = "SECRET_ACCESS_KEY"
+)
+
+// BackupPath is the prefix of the database's objects in spec.backup's
+// bucket: the path given, or <namespace>/<name>.
+func BackupPath(db *databasev1alpha1.MyDatabase) string {
+	if db.Spec.Backup == nil {
+		return ""
+	}
+	if p := db.Spec.Backup.ObjectStore.Path; p != "" {
+		return p
+	}
+	return db.Namespace + "/" + db.Name
+}
+
+// Recovery is spec.bootstrap.recovery, nil without one.
+func Recovery(db *databasev1alpha1.MyDatabase) *databasev1alpha1.RecoverySpec {
+	if db.Spec.Bootstrap == nil {
+		return nil
+	}
+	return db.Spec.Bootstrap.Recovery
+}
+
+// backupEnv is the environment of the instance manager for spec.backup
+// (BACKUP_*: the store its primary archives to) and
+// spec.bootstrap.recovery (RESTORE_*: the store and target a new primary
+// is restored from). The secret keys come from the credentials Secrets;
+// the instance manager keeps them out of the server's environment.
+func backupEnv(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
+	var env []*corev1ac.EnvVarApplyConfiguration
+	store := func(prefix string, s databasev1alpha1.ObjectStore, path string) {
+		secret := func(key string) *corev1ac.EnvVarSourceApplyConfiguration {
+			return corev1ac.EnvVarSource().WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(s.CredentialsSecret).WithKey(key))
+		}
+		env = append(env,
+			corev1ac.EnvVar().WithName(prefix+"ENDPOINT").WithValue(s.Endpoint),
+			corev1ac.EnvVar().WithName(prefix+"BUCKET").WithValue(s.Bucket),
+			corev1ac.EnvVar().WithName(prefix+"PATH").WithValue(path),
+			corev1ac.EnvVar().WithName(prefix+"REGION").WithValue(s.Region),
+			corev1ac.EnvVar().WithName(prefix+"ACCESS_KEY_ID").WithValueFrom(secret(ObjectStoreAccessKeyIDKey)),
+			corev1ac.EnvVar().WithName(prefix+"SECRET_ACCESS_KEY").WithValueFrom(secret(ObjectStoreSecretAccessKeyKey)))
+	}
+	if b := db.Spec.Backup; b != nil {
+		store("BACKUP_", b.ObjectStore, BackupPath(db))
+	}
+	r := Recovery(db)
+	if r == nil {
+		return env
+	}
+	store("RESTORE_", r.ObjectStore, r.ObjectStore.Path)
+	value := func(name, v string) {
+		if v != "" {
+			env = append(env, corev1ac.EnvVar().WithName(name).WithValue(v))
+		}
+	}
+	value("RESTORE_BACKUP_ID", r.BackupID)
+	if t := r.Target; t != nil {
+		if t.Time != nil {
+			value("RESTORE_TARGET_TIME", t.Time.UTC().Format(time.RFC3339))
+		}
+		value("RESTORE_TARGET_LSN", t.LSN)
+		value("RESTORE_TARGET_NAME", t.Name)
+		if t.Immediate {
+			value("RESTORE_TARGET_IMMEDIATE", "true")
+		}
+	}
+	return env
+}

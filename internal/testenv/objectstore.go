@@ -1,0 +1,81 @@
+package testenv
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ObjectStore is a real S3-compatible server, SeaweedFS (`weed mini`,
+// built by hack/s3.sh), run as a process of the test on free ports of
+// 127.0.0.1, with one bucket and one access key.
+type ObjectStore struct {
+	Endpoint        string
+	Bucket          string
+	AccessKeyID     string
+	SecretAccessKey string
+	proc            *Proc
+}
+
+// StartObjectStore starts the server with its data under dir and waits
+// until its S3 endpoint answers.
+func StartObjectStore(dir string) (*ObjectStore, error) {
+	out, err := exec.Command(filepath.Join(RepoRoot(), "hack", "s3.sh")).Output()
+	if err != nil {
+		return nil, fmt.Errorf("hack/s3.sh: %w", err)
+	}
+	weed := strings.TrimSpace(string(out))
+	s := &ObjectStore{Bucket: "backups", AccessKeyID: "mydatabase-test", SecretAccessKey: "secret-key-of-the-test-store"}
+	identities := fmt.Sprintf(`{"identities":[{"name":"test","credentials":[{"accessKey":%q,"secretKey":%q}],`+
+		`"actions":["Admin","Read","List","Tagging","Write"]}]}`, s.AccessKeyID, s.SecretAccessKey)
+	config := filepath.Join(dir, "s3.json")
+	if err := os.WriteFile(config, []byte(identities), 0o600); err != nil {
+		return nil, err
+	}
+	// Every listener on a port of its own: weed's defaults are fixed
+	// ports, and its gRPC ports the HTTP ones plus 10000.
+	names := []string{"s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+		"filer.port", "filer.port.grpc", "admin.port", "admin.port.grpc", "debug.port"}
+	ports, err := FreePorts(len(names))
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"mini", "-dir=" + filepath.Join(dir, "data"), "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+		"-s3.config=" + config, "-bucket=" + s.Bucket, "-admin.ui=false", "-webdav=false",
+		"-admin.port.legacy=0", "-s3.port.iceberg=0", "-s3.port.lance=0"}
+	for i, name := range names {
+		args = append(args, "-"+name+"="+strconv.Itoa(ports[i]))
+	}
+	s.Endpoint = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+		return nil, err
+	}
+	if s.proc, err = StartProc("seaweedfs", filepath.Join(dir, "weed.log"), filepath.Join(dir, "weed.pid"), weed, args...); err != nil {
+		return nil, err
+	}
+	// Ready once the bucket exists: an anonymous request for it is then
+	// refused (403), not unknown (404) or unanswered.
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		resp, err := http.Get(s.Endpoint + "/" + s.Bucket)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+		if s.proc.Exited() || time.Now().After(deadline) {
+			_ = s.Stop()
+			return nil, fmt.Errorf("the object store did not come up (last: %v); its log:\n%s", err, Tail(s.proc.Log, 30))
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// Stop stops the server.
+func (s *ObjectStore) Stop() error { return s.proc.Stop(30 * time.Second) }
