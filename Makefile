@@ -162,9 +162,10 @@ test-helm: helm kustomize ## Prove that charts/myoperator renders what config/ d
 	HELM="$(HELM)" KUSTOMIZE="$(KUSTOMIZE)" go test ./test/helm/ -count=1 -v
 
 .PHONY: test-postgres
-test-postgres: ## Run what internal/specs generates on real PostgreSQL servers (test/postgres); installs them first if none (hack/postgres.sh).
+test-postgres: ## Run what internal/specs generates on real PostgreSQL servers (test/postgres); installs them first if none (hack/postgres.sh), and builds the S3 server of the backup tests (hack/s3.sh).
 	@hack/postgres.sh
-	go test ./test/postgres/ -count=1 -v
+	@hack/s3.sh >/dev/null
+	go test ./test/postgres/ -count=1 -v -timeout 30m
 
 # Prometheus and promtool are built from the Go module proxy by
 # hack/prometheus.sh into a cache outside the checkout (about 4 minutes the

@@ -41,6 +41,11 @@ func (m *manager) replicationConninfo(ctx context.Context, address string) (stri
 	if err != nil {
 		return "", err
 	}
+	// A new replica clones before its server ever started: the copies
+	// of the certificates must exist first.
+	if _, err := m.c.copyTLS(); err != nil {
+		return "", err
+	}
 	base := fmt.Sprintf("host=%s port=%s user=%s connect_timeout=5", host, port, replicationRole)
 	byCert := base + fmt.Sprintf(" sslmode=verify-ca sslrootcert=%s sslcert=%s sslkey=%s",
 		m.c.tlsCopy(serverCA), m.c.tlsCopy(clientCert), m.c.tlsCopy(clientKey))

@@ -28,12 +28,14 @@ import (
 //	rows "during"   committed while the backup runs (every acknowledged one)
 //	rows "after"    committed after it, before time T
 //	rows "late"     after T, before the restore point and the LSN
-//	rows "last"     after those; then the table "doomed" is dropped
+//	                then the primary is killed: its replica takes over,
+//	                on a new timeline, and archives from then on
+//	rows "last"     on the new primary; then the table "doomed" is dropped
 //
 // to T: base+during+after; to the restore point and to the LSN:
-// base+during+after+late; to the end of the archive: everything, without
-// "doomed". Each restored primary takes its own password, and a new
-// replica clones it and streams.
+// base+during+after+late; to the end of the archive (across the timeline
+// switch): everything, without "doomed". Each restored primary takes its
+// own password, and a new replica clones it and streams.
 func TestBackupAndRestore(t *testing.T) {
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
@@ -54,21 +56,13 @@ func TestBackupAndRestore(t *testing.T) {
 	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStore}
 	password := "password-of-the-source"
 	c := newCluster(t, srv, db, specs.CredentialsSecret(db, password), storeSecret(db.Namespace))
-	primary := c.newPod(0, freePorts(t, 1)[0])
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range c.pods {
-				t.Logf("container log of %s:\n%s", p.name, p.log(0))
-			}
-		}
-	})
-	primary.start(t)
-	primary.waitReady(t)
+	pods := c.startPods(t, 2)
+	primary, replica := pods[0], pods[1]
 	app := tcp(primary.port, db.Spec.User, db.Spec.DatabaseName)
 	superuser := func(p *pod) string { return p.socket("postgres", "postgres") }
 	c.query(t, app, password,
 		"CREATE TABLE stamped (id bigserial PRIMARY KEY, phase text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())",
-		"CREATE TABLE doomed (id int)")
+		"CREATE TABLE doomed (id int)", "CREATE TABLE marks (note text)")
 	insert := func(phase string, n int) {
 		c.query(t, app, password, fmt.Sprintf("INSERT INTO stamped (phase) SELECT '%s' FROM generate_series(1, %d)", phase, n))
 	}
@@ -120,17 +114,33 @@ func TestBackupAndRestore(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	insert("late", 30)
+	// A restore point's record is not flushed by itself: the next commit
+	// that writes makes it durable.
 	c.query(t, superuser(primary), "", "SELECT pg_create_restore_point('before-last')")
-	targetLSN := c.query(t, superuser(primary), "", "SELECT pg_current_wal_lsn()")
+	c.query(t, app, password, "INSERT INTO marks VALUES ('after the restore point')")
+	targetLSN := c.query(t, superuser(primary), "", "SELECT pg_current_wal_flush_lsn()")
+	waitStreaming(t, c, primary, replica)
+	eventually(t, 30*time.Second, "the replica caught up", func() (bool, string) {
+		got := c.query(t, superuser(replica), "", fmt.Sprintf("SELECT pg_last_wal_replay_lsn() >= '%s'", targetLSN))
+		return got == "t", got
+	})
+
+	// The primary lost: the replica takes over and archives its timeline.
+	primary.killContainer(t)
+	eventually(t, 30*time.Second, replica.name+" promoted", func() (bool, string) {
+		out, err := c.psql(superuser(replica), "", "SELECT pg_is_in_recovery()")
+		return err == nil && out == "f", out
+	})
+	app = tcp(replica.port, db.Spec.User, db.Spec.DatabaseName)
 	insert("last", 20)
 	c.query(t, app, password, "DROP TABLE doomed")
 	// The last segment is archived once it is complete.
-	last := c.query(t, superuser(primary), "", "SELECT pg_walfile_name(pg_switch_wal())")
-	eventually(t, 30*time.Second, "the last segment archived", func() (bool, string) {
-		got := c.query(t, superuser(primary), "", "SELECT coalesce(last_archived_wal, '') || ' ' || failed_count FROM pg_stat_archiver")
+	last := c.query(t, superuser(replica), "", "SELECT pg_walfile_name(pg_switch_wal())")
+	eventually(t, 30*time.Second, "the last segment archived by the new primary", func() (bool, string) {
+		got := c.query(t, superuser(replica), "", "SELECT coalesce(last_archived_wal, '') || ' ' || failed_count FROM pg_stat_archiver")
 		return got >= last+" ", got
 	})
-	if got := c.query(t, superuser(primary), "", "SELECT failed_count FROM pg_stat_archiver"); got != "0" {
+	if got := c.query(t, superuser(replica), "", "SELECT failed_count FROM pg_stat_archiver"); got != "0" {
 		t.Errorf("%s archive attempts failed", got)
 	}
 	archive, err := backup.Open(backup.Config{Endpoint: store.Endpoint, Bucket: store.Bucket, Path: specs.BackupPath(db),
@@ -141,7 +151,10 @@ func TestBackupAndRestore(t *testing.T) {
 	if size, err := archive.ArchivedSize(context.Background(), last); err != nil || size >= 16<<20 {
 		t.Errorf("the archived segment %s: %d bytes (a segment is 16 MiB; compressed, far less), err %v", last, size, err)
 	}
-	primary.stop(t)
+	if _, err := archive.ArchivedSize(context.Background(), "00000002.history"); err != nil {
+		t.Errorf("the new timeline's history file: %v", err)
+	}
+	replica.stop(t)
 
 	base, withDuring := 100, 100+int(during.Load())
 	for _, tc := range []struct {
