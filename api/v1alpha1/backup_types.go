@@ -114,3 +114,10 @@ type RecoveryTarget struct {
 	// +optional
 	Immediate bool `json:"immediate,omitempty"`
 }
+
+// Stalled reasons of backups.
+const (
+	// ReasonObjectStoreCredentials (Stalled): the Secret an objectStore
+	// names is missing or lacks a key.
+	ReasonObjectStoreCredentials = "ObjectStoreCredentialsInvalid"
+)

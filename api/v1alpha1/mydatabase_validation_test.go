@@ -139,6 +139,20 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 		"TLS 1.0 allowed":                {map[string]any{"parameters": map[string]any{"ssl_min_protocol_version": "TLSv1"}}, "ssl_min_protocol_version may be TLSv1.2"},
 		"TLS clients sometimes":          {map[string]any{"tls.clients": "Sometimes"}, `spec.tls.clients: Unsupported value: "Sometimes"`},
 		"switchover without requestedAt": {map[string]any{"switchover": map[string]any{"to": "invalid-1"}}, "spec.switchover.requestedAt: Required value"},
+		"object store endpoint with a path": {map[string]any{"backup.objectStore": map[string]any{"endpoint": "https://s3.example.com/backups",
+			"bucket": "backups", "credentialsSecret": "s3"}}, "objectStore.endpoint must be http(s)://host[:port]"},
+		"object store bucket in capitals": {map[string]any{"backup.objectStore": map[string]any{"endpoint": "https://s3.example.com",
+			"bucket": "Backups", "credentialsSecret": "s3"}}, "objectStore.bucket must be a bucket name"},
+		"object store path climbing out": {map[string]any{"backup.objectStore": map[string]any{"endpoint": "https://s3.example.com",
+			"bucket": "backups", "path": "a/../b", "credentialsSecret": "s3"}}, "objectStore.path is relative to the bucket"},
+		"recovery without a path": {map[string]any{"bootstrap.recovery.objectStore": map[string]any{"endpoint": "https://s3.example.com",
+			"bucket": "backups", "credentialsSecret": "s3"}}, "bootstrap.recovery.objectStore.path is required"},
+		"recovery to two targets": {map[string]any{"bootstrap.recovery": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
+			"bucket": "backups", "path": "shop/orders", "credentialsSecret": "s3"}, "target": map[string]any{"name": "before", "lsn": "0/3000060"}}},
+			"bootstrap.recovery.target takes exactly one of time, lsn, name or immediate"},
+		"recovery to a malformed LSN": {map[string]any{"bootstrap.recovery": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
+			"bucket": "backups", "path": "shop/orders", "credentialsSecret": "s3"}, "target": map[string]any{"lsn": "3000060"}}},
+			"bootstrap.recovery.target.lsn is a WAL position"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -184,6 +198,8 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 		"credentials secret changed": {nil, map[string]any{"credentials.secretName": "theirs"}, "credentials is immutable"},
 		"credentials removed":        {nil, map[string]any{"credentials": nil}, "credentials is immutable"},
 		"credentials added":          {map[string]any{"credentials": nil}, map[string]any{"credentials.secretName": "mine"}, "credentials is immutable"},
+		"bootstrap added": {nil, map[string]any{"bootstrap.recovery": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
+			"bucket": "backups", "path": "shop/orders", "credentialsSecret": "s3"}}}, "bootstrap is immutable"},
 		// Only one engine exists today, so a change is refused by the enum;
 		// the immutability rule on engine takes over when mysql joins.
 		"engine changed": {nil, map[string]any{"engine": "mysql"}, `spec.engine: Unsupported value: "mysql"`},

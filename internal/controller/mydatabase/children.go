@@ -40,6 +40,7 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 	// can provision.
 	for _, check := range []func(context.Context, *databasev1alpha1.MyDatabase, *observation) error{
 		r.checkStorageClass,
+		r.checkObjectStores,
 		r.reconcileTLS,
 		r.reconcileCredentials,
 	} {
