@@ -115,6 +115,35 @@ type RecoveryTarget struct {
 	Immediate bool `json:"immediate,omitempty"`
 }
 
+// BackupStatus is where continuous archiving stands, as the primary's
+// instance manager last reported it (pg_stat_archiver).
+type BackupStatus struct {
+	// lastArchivedWAL is the last WAL file archived, at lastArchivedTime.
+	// +optional
+	LastArchivedWAL string `json:"lastArchivedWAL,omitempty"`
+	// +optional
+	LastArchivedTime *metav1.Time `json:"lastArchivedTime,omitempty"`
+	// lastFailedWAL is the last WAL file whose archiving failed, at
+	// lastFailedTime.
+	// +optional
+	LastFailedWAL string `json:"lastFailedWAL,omitempty"`
+	// +optional
+	LastFailedTime *metav1.Time `json:"lastFailedTime,omitempty"`
+}
+
+// ConditionContinuousArchiving is present with spec.backup: True while
+// the primary archives its WAL, False (ArchivingFailing, with the archive
+// command's error) when its last attempt failed, Unknown (Pending) until
+// the primary has reported. It does not change Ready.
+const ConditionContinuousArchiving = "ContinuousArchiving"
+
+// Reasons of ConditionContinuousArchiving.
+const (
+	ReasonArchiving        = "Archiving"
+	ReasonArchivingFailing = "ArchivingFailing"
+	ReasonArchivingPending = "Pending"
+)
+
 // Stalled reasons of backups.
 const (
 	// ReasonObjectStoreCredentials (Stalled): the Secret an objectStore

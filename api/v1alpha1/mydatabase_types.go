@@ -411,6 +411,11 @@ type MyDatabaseStatus struct {
 	// +optional
 	TLS *TLSStatus `json:"tls,omitempty"`
 
+	// backup is where continuous archiving stands (condition
+	// ContinuousArchiving), with spec.backup.
+	// +optional
+	Backup *BackupStatus `json:"backup,omitempty"`
+
 	// instances is what each server's instance manager last reported.
 	// +listType=map
 	// +listMapKey=name

@@ -83,41 +83,45 @@ func main() {
 
 // wal runs archive_command or restore_command: exit 0 done, 1 failed (or,
 // for wal-fetch, not archived), and the reason on stderr, which the server
-// logs.
+// logs. wal-push also leaves it for the instance manager's report.
 func wal(verb string, args []string) int {
 	flags := flag.NewFlagSet(verb, flag.ContinueOnError)
 	config := flags.String("config", "", "the object store's configuration (written by instance run)")
 	if err := flags.Parse(args); err != nil {
 		return 2
 	}
-	cfg, err := backup.ReadConfig(*config)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "instance %s: %v\n", verb, err)
-		return 1
-	}
-	store, err := backup.Open(cfg)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "instance %s: %v\n", verb, err)
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	switch {
-	case verb == "wal-push" && flags.NArg() == 1:
-		err = store.PushWAL(ctx, flags.Arg(0))
-	case verb == "wal-fetch" && flags.NArg() == 2:
-		err = store.FetchWAL(ctx, flags.Arg(0), flags.Arg(1))
-		if errors.Is(err, backup.ErrNotFound) {
-			return 1 // not an error: recovery asks for what may not exist
-		}
-	default:
+	if want := map[string]int{"wal-push": 1, "wal-fetch": 2}[verb]; flags.NArg() != want {
 		usage()
 	}
-	if err != nil {
+	err := walCommand(verb, *config, flags.Args())
+	if verb == "wal-push" {
+		instance.RecordArchiveResult(*config, err)
+	}
+	switch {
+	case verb == "wal-fetch" && errors.Is(err, backup.ErrNotFound):
+		return 1 // not an error: recovery asks for what may not exist
+	case err != nil:
 		fmt.Fprintf(os.Stderr, "instance %s: %v\n", verb, err)
 		return 1
 	}
 	return 0
+}
+
+func walCommand(verb, config string, args []string) error {
+	cfg, err := backup.ReadConfig(config)
+	if err != nil {
+		return err
+	}
+	store, err := backup.Open(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if verb == "wal-push" {
+		return store.PushWAL(ctx, args[0])
+	}
+	return store.FetchWAL(ctx, args[0], args[1])
 }
 
 func usage() {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"example.com/myoperator/internal/backup"
+	"example.com/myoperator/internal/instance/report"
+	"github.com/jackc/pgx/v5"
 )
 
 // Continuous archiving. With spec.backup every server runs with
@@ -59,4 +61,41 @@ func Backup(ctx context.Context) (backup.Manifest, error) {
 		return backup.Manifest{}, err
 	}
 	return store.TakeBackup(ctx, fmt.Sprintf("host=%s port=%s user=postgres", dir, port), time.Now())
+}
+
+// archiveErrorFile is where wal-push leaves its last error, beside its
+// configuration, for the instance manager's report; it is removed when an
+// attempt succeeds.
+const archiveErrorFile = "wal-push.error"
+
+// RecordArchiveResult keeps, beside the configuration file config, the
+// error of a wal-push (nil: it succeeded).
+func RecordArchiveResult(config string, err error) {
+	file := filepath.Join(filepath.Dir(config), archiveErrorFile)
+	if err == nil {
+		_ = os.Remove(file)
+		return
+	}
+	_ = os.WriteFile(file, []byte(err.Error()), 0o600)
+}
+
+// observeArchive reads pg_stat_archiver on a primary with spec.backup.
+func (m *manager) observeArchive(ctx context.Context, conn *pgx.Conn) (*report.Archive, error) {
+	if m.c.Backup == nil {
+		return nil, nil
+	}
+	a := &report.Archive{}
+	var archived, failed *string
+	err := conn.QueryRow(ctx, "SELECT last_archived_wal, last_archived_time, last_failed_wal, last_failed_time FROM pg_stat_archiver").
+		Scan(&archived, &a.LastArchivedTime, &failed, &a.LastFailedTime)
+	if err != nil {
+		return nil, err
+	}
+	a.LastArchivedWAL, a.LastFailedWAL = deref(archived), deref(failed)
+	if a.Failing() {
+		if b, err := os.ReadFile(filepath.Join(m.c.SocketDir, archiveErrorFile)); err == nil {
+			a.Error = strings.TrimSpace(string(b))
+		}
+	}
+	return a, nil
 }

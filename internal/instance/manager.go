@@ -465,7 +465,7 @@ func (m *manager) report(ctx context.Context, candidate *report.Candidacy, seen 
 		r.LSN = report.FormatLSN(o.lsn)
 		r.Role = databasev1alpha1.RoleReplica
 		if o.primary {
-			r.Role = databasev1alpha1.RolePrimary
+			r.Role, r.Archive = databasev1alpha1.RolePrimary, o.archive
 		} else {
 			r.Replayed = report.FormatLSN(o.replayed)
 		}

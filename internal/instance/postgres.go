@@ -113,6 +113,7 @@ type observation struct {
 	timeline int64
 	lsn      uint64 // primary: current; replica: received, or replayed if more
 	replayed uint64
+	archive  *report.Archive // primary, with spec.backup
 }
 
 // observe asks the local server, through its socket, as the postgres OS
@@ -147,7 +148,10 @@ func (m *manager) observe(ctx context.Context) (observation, error) {
 				o.timeline = t
 			}
 		}
-		o.lsn, err = report.LSN(deref(current))
+		if o.lsn, err = report.LSN(deref(current)); err != nil {
+			return o, err
+		}
+		o.archive, err = m.observeArchive(ctx, conn)
 		return o, err
 	}
 	if o.replayed, err = report.LSN(deref(replayed)); err != nil {

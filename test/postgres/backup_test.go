@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,9 +13,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/backup"
+	"example.com/myoperator/internal/instance/report"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
@@ -39,7 +42,8 @@ import (
 func TestBackupAndRestore(t *testing.T) {
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
-	store, err := testenv.StartObjectStore(t.TempDir())
+	storeDir := t.TempDir()
+	store, err := testenv.StartObjectStore(storeDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +158,28 @@ func TestBackupAndRestore(t *testing.T) {
 	if _, err := archive.ArchivedSize(context.Background(), "00000002.history"); err != nil {
 		t.Errorf("the new timeline's history file: %v", err)
 	}
+	eventually(t, 30*time.Second, "the new primary reporting "+last+" archived", func() (bool, string) {
+		a := reportedArchive(t, c, replica)
+		return a != nil && a.LastArchivedWAL >= last && !a.Failing(), fmt.Sprintf("%+v", a)
+	})
+
+	// The store lost: the primary reports the failure and why.
+	if err := store.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	c.query(t, app, password, "INSERT INTO marks VALUES ('the store is down')")
+	c.query(t, superuser(replica), "", "SELECT pg_switch_wal()")
+	eventually(t, 60*time.Second, "the failure reported", func() (bool, string) {
+		a := reportedArchive(t, c, replica)
+		return a != nil && a.Failing() && strings.Contains(a.Error, store.Endpoint[len("http://"):]), fmt.Sprintf("%+v", a)
+	})
+	t.Logf("reported while the store is down: %s", reportedArchive(t, c, replica).Error)
 	replica.stop(t)
+	if store, err = testenv.StartObjectStore(storeDir); err != nil { // the same data, on other ports
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Stop() })
+	objectStore.Endpoint = store.Endpoint
 
 	base, withDuring := 100, 100+int(during.Load())
 	for _, tc := range []struct {
@@ -220,6 +245,20 @@ func TestBackupAndRestore(t *testing.T) {
 			p.stop(t)
 		})
 	}
+}
+
+// reportedArchive is what p's instance manager last reported of archiving.
+func reportedArchive(t *testing.T, c *cluster, p *pod) *report.Archive {
+	t.Helper()
+	obj := &corev1.Pod{}
+	if err := c.api.Client.Get(context.Background(), client.ObjectKey{Namespace: c.db.Namespace, Name: p.name}, obj); err != nil {
+		t.Fatal(err)
+	}
+	r, err := report.Parse(obj.Annotations[databasev1alpha1.AnnotationInstance])
+	if err != nil {
+		return nil
+	}
+	return r.Archive
 }
 
 // atLeast: the writer may have had a commit acknowledged by the server

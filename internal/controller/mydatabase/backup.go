@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/instance/report"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -55,4 +59,50 @@ func (r *MyDatabaseReconciler) checkObjectStores(ctx context.Context, db *databa
 		}
 	}
 	return nil
+}
+
+// setArchivingStatus reports continuous archiving as the primary's
+// instance manager last did: status.backup and the ContinuousArchiving
+// condition, which says in plain words what failed. Without spec.backup
+// neither is there.
+func setArchivingStatus(db *databasev1alpha1.MyDatabase, primary *report.Report, now time.Time) {
+	st := &db.Status
+	if db.Spec.Backup == nil {
+		st.Backup = nil
+		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionContinuousArchiving)
+		return
+	}
+	cond := metav1.Condition{Type: databasev1alpha1.ConditionContinuousArchiving, ObservedGeneration: db.Generation,
+		LastTransitionTime: metav1.NewTime(now), Status: metav1.ConditionUnknown, Reason: databasev1alpha1.ReasonArchivingPending,
+		Message: "the primary has not reported on archiving yet"}
+	if primary != nil && primary.Archive != nil {
+		a := primary.Archive
+		st.Backup = &databasev1alpha1.BackupStatus{LastArchivedWAL: a.LastArchivedWAL, LastFailedWAL: a.LastFailedWAL,
+			LastArchivedTime: metaTime(a.LastArchivedTime), LastFailedTime: metaTime(a.LastFailedTime)}
+		switch {
+		case a.Failing():
+			cause := a.Error
+			if cause == "" {
+				cause = "the server log of the primary says why"
+			}
+			cond.Status, cond.Reason = metav1.ConditionFalse, databasev1alpha1.ReasonArchivingFailing
+			cond.Message = fmt.Sprintf("WAL file %s could not be archived to %s (last attempt %s): %s. "+
+				"The primary keeps every WAL file until it is archived, so its volume fills meanwhile",
+				a.LastFailedWAL, db.Spec.Backup.ObjectStore.Endpoint, a.LastFailedTime.UTC().Format(time.RFC3339), cause)
+		case a.LastArchivedWAL != "":
+			cond.Status, cond.Reason = metav1.ConditionTrue, databasev1alpha1.ReasonArchiving
+			cond.Message = fmt.Sprintf("the last WAL file archived is %s, at %s", a.LastArchivedWAL, a.LastArchivedTime.UTC().Format(time.RFC3339))
+		default:
+			cond.Status, cond.Reason = metav1.ConditionTrue, databasev1alpha1.ReasonArchiving
+			cond.Message = "archiving is on; no WAL file has been completed yet"
+		}
+	}
+	meta.SetStatusCondition(&st.Conditions, cond)
+}
+
+func metaTime(t *time.Time) *metav1.Time {
+	if t == nil {
+		return nil
+	}
+	return &metav1.Time{Time: *t}
 }

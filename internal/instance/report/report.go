@@ -49,8 +49,27 @@ type Report struct {
 	// (internal/instance, rotate.go): never a password, nor anything
 	// derived from one.
 	Passwords map[string]string `json:"passwords,omitempty"`
+	// Archive is the primary's continuous archiving, with spec.backup.
+	Archive *Archive `json:"archive,omitempty"`
 	// Time is when the report was made.
 	Time time.Time `json:"time"`
+}
+
+// Archive is where a primary's WAL archiving stands (pg_stat_archiver,
+// and what the archive command said of its last failure).
+type Archive struct {
+	LastArchivedWAL  string     `json:"lastArchivedWAL,omitempty"`
+	LastArchivedTime *time.Time `json:"lastArchivedTime,omitempty"`
+	LastFailedWAL    string     `json:"lastFailedWAL,omitempty"`
+	LastFailedTime   *time.Time `json:"lastFailedTime,omitempty"`
+	// Error is the archive command's last error, while the last attempt
+	// failed.
+	Error string `json:"error,omitempty"`
+}
+
+// Failing tells whether the last attempt to archive failed.
+func (a *Archive) Failing() bool {
+	return a.LastFailedTime != nil && (a.LastArchivedTime == nil || a.LastFailedTime.After(*a.LastArchivedTime))
 }
 
 // PasswordRefused prefixes, in Passwords, the resourceVersion of a Secret
