@@ -2,15 +2,76 @@ package mydatabase
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/instance/report"
 	"example.com/myoperator/internal/specs"
 )
+
+// TestArchivingCondition: status.backup and ContinuousArchiving follow
+// what the primary reports; a failure says what failed, and why.
+func TestArchivingCondition(t *testing.T) {
+	ns := namespace(t)
+	key := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-key"},
+		Data: map[string][]byte{specs.ObjectStoreAccessKeyIDKey: []byte("AKID"), specs.ObjectStoreSecretAccessKeyKey: []byte("the secret key")}}
+	if err := k8s.Create(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	db := create(t, newDB(ns, "wal", func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: databasev1alpha1.ObjectStore{
+			Endpoint: "https://s3.example.com", Bucket: "backups", CredentialsSecret: "s3-key"}}
+	}))
+	eventually(t, "the StatefulSet", exists(ns, "wal", &appsv1.StatefulSet{}))
+	instancePod(t, db, "wal-0", "r1", databasev1alpha1.RolePrimary, "0/5000100")
+	holdLease(t, db, "wal-0")
+	markReady(t, db)
+	waitFor(t, db, "Ready", phaseIs(databasev1alpha1.PhaseReady))
+	archived := func(c *metav1.Condition, status metav1.ConditionStatus, reason, text string) error {
+		if c == nil || c.Status != status || c.Reason != reason || !strings.Contains(c.Message, text) {
+			return fmt.Errorf("ContinuousArchiving %+v, want %s %s mentioning %q", c, status, reason, text)
+		}
+		return nil
+	}
+	waitFor(t, db, "Pending until the primary reports", func(db *databasev1alpha1.MyDatabase) error {
+		return archived(condition(db, databasev1alpha1.ConditionContinuousArchiving), metav1.ConditionUnknown, databasev1alpha1.ReasonArchivingPending, "not reported")
+	})
+	at := time.Date(2026, 12, 1, 4, 0, 0, 0, time.UTC)
+	later := at.Add(time.Minute)
+	publishReport(t, ns, "wal-0", report.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Time: time.Now().UTC(),
+		Archive: &report.Archive{LastArchivedWAL: "000000010000000000000004", LastArchivedTime: &at,
+			LastFailedWAL: "000000010000000000000005", LastFailedTime: &later, Error: "dial tcp 10.0.0.9:443: connect: connection refused"}})
+	waitFor(t, db, "ArchivingFailing with the cause", func(db *databasev1alpha1.MyDatabase) error {
+		if err := archived(condition(db, databasev1alpha1.ConditionContinuousArchiving), metav1.ConditionFalse,
+			databasev1alpha1.ReasonArchivingFailing, "000000010000000000000005 could not be archived to https://s3.example.com"); err != nil {
+			return err
+		}
+		if !strings.Contains(condition(db, databasev1alpha1.ConditionContinuousArchiving).Message, "connection refused") {
+			return fmt.Errorf("the message lacks the cause")
+		}
+		if b := db.Status.Backup; b == nil || b.LastArchivedWAL != "000000010000000000000004" || b.LastFailedWAL != "000000010000000000000005" {
+			return fmt.Errorf("status.backup %+v", b)
+		}
+		return nil
+	})
+	if c := condition(db, databasev1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("a failing archive changed Ready: %+v", c)
+	}
+	latest := later.Add(time.Minute)
+	publishReport(t, ns, "wal-0", report.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Time: time.Now().UTC(),
+		Archive: &report.Archive{LastArchivedWAL: "000000010000000000000005", LastArchivedTime: &latest,
+			LastFailedWAL: "000000010000000000000005", LastFailedTime: &later}})
+	waitFor(t, db, "Archiving again", func(db *databasev1alpha1.MyDatabase) error {
+		return archived(condition(db, databasev1alpha1.ConditionContinuousArchiving), metav1.ConditionTrue, databasev1alpha1.ReasonArchiving, "000000010000000000000005")
+	})
+}
 
 // TestObjectStoreCredentials: spec.backup naming a credentials Secret that
 // does not exist, or lacks a key, stalls the MyDatabase before any pod is

@@ -43,12 +43,17 @@ func rotationPods(t *testing.T, db *databasev1alpha1.MyDatabase, n int) {
 // role with the passwords its server accepts.
 func reportPasswords(t *testing.T, ns, pod, role string, passwords map[string]string) {
 	t.Helper()
+	publishReport(t, ns, pod, report.Report{Role: role, Ready: true, Passwords: passwords, Time: time.Now().UTC()})
+}
+
+// publishReport plays a pod's instance manager: it publishes r.
+func publishReport(t *testing.T, ns, pod string, r report.Report) {
+	t.Helper()
 	eventually(t, "the report of "+pod, func() error {
 		p := &corev1.Pod{}
 		if err := get(ns, pod, p); err != nil {
 			return err
 		}
-		r := report.Report{Role: role, Ready: true, Passwords: passwords, Time: time.Now().UTC()}
 		patch := client.MergeFrom(p.DeepCopy())
 		if p.Annotations == nil {
 			p.Annotations = map[string]string{}
