@@ -74,7 +74,7 @@ func main() {
 			os.Exit(1)
 		}
 		_ = json.NewEncoder(os.Stdout).Encode(m)
-	case "wal-push", "wal-fetch":
+	case walPush, walFetch:
 		os.Exit(wal(os.Args[1], os.Args[2:]))
 	default:
 		usage()
@@ -90,15 +90,15 @@ func wal(verb string, args []string) int {
 	if err := flags.Parse(args); err != nil {
 		return 2
 	}
-	if want := map[string]int{"wal-push": 1, "wal-fetch": 2}[verb]; flags.NArg() != want {
+	if want := map[string]int{walPush: 1, walFetch: 2}[verb]; flags.NArg() != want {
 		usage()
 	}
 	err := walCommand(verb, *config, flags.Args())
-	if verb == "wal-push" {
+	if verb == walPush {
 		instance.RecordArchiveResult(*config, err)
 	}
 	switch {
-	case verb == "wal-fetch" && errors.Is(err, backup.ErrNotFound):
+	case verb == walFetch && errors.Is(err, backup.ErrNotFound):
 		return 1 // not an error: recovery asks for what may not exist
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "instance %s: %v\n", verb, err)
@@ -118,14 +118,21 @@ func walCommand(verb, config string, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if verb == "wal-push" {
+	if verb == walPush {
 		return store.PushWAL(ctx, args[0])
 	}
 	return store.FetchWAL(ctx, args[0], args[1])
 }
 
+// The archive and restore commands.
+const (
+	walPush  = "wal-push"
+	walFetch = "wal-fetch"
+)
+
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: instance install DEST | run | backup | wal-push --config FILE PATH | wal-fetch --config FILE NAME DEST")
+	fmt.Fprintln(os.Stderr, "usage: instance install DEST | run | backup | "+
+		walPush+" --config FILE PATH | "+walFetch+" --config FILE NAME DEST")
 	os.Exit(2)
 }
 

@@ -157,8 +157,7 @@ var ErrNoBackup = errors.New("no base backup fits")
 // Choose picks the backup to restore: the one named id, or else the
 // latest that finished before target (any time: the latest).
 func Choose(backups []Manifest, id string, target time.Time) (Manifest, error) {
-	for i := len(backups) - 1; i >= 0; i-- {
-		b := backups[i]
+	for _, b := range slices.Backward(backups) {
 		if (id != "" && b.ID == id) || (id == "" && (target.IsZero() || b.FinishedAt.Before(target))) {
 			return b, nil
 		}

@@ -100,15 +100,25 @@ func (m *manager) initdb(ctx context.Context, scratch string) error {
 }
 
 // bootstrap runs bootstrapSQL on a private server of the scratch data
-// directory: no TCP listener, and its socket in the scratch directory (mode
-// 0700), not in the socket directory where the probes would take it for the
-// real server and report the pod ready too soon. The server is this
-// process's child, not pg_ctl's daemon, so that it is stopped whatever
-// happens, a signal during the bootstrap included.
+// directory.
 func (m *manager) bootstrap(ctx context.Context, scratch string) error {
 	c := m.c
-	server, err := m.startServer([]string{"-D", scratch,
-		"-c", "listen_addresses=", "-c", "unix_socket_directories=" + scratch, "-c", "port=" + c.Port})
+	env := []string{"POSTGRES_USER=" + c.User, "POSTGRES_DB=" + c.Database, "POSTGRES_PASSWORD=" + c.Password}
+	return m.withPrivateServer(ctx, scratch, nil, fmt.Errorf("the private server on %s exited at start", scratch), env, bootstrapSQL+rewindGrants)
+}
+
+// withPrivateServer runs sql (psql, as the superuser, with env) on a
+// private server of the scratch data directory started with extra
+// settings: no TCP listener, and its socket in the scratch directory (mode
+// 0700), not in the socket directory where the probes would take it for
+// the real server and report the pod ready too soon. The server is this
+// process's child, not pg_ctl's daemon, so that it is stopped whatever
+// happens, a signal included. exited is the error when the server ends
+// before it accepts connections.
+func (m *manager) withPrivateServer(ctx context.Context, scratch string, extra []string, exited error, env []string, sql string) error {
+	c := m.c
+	server, err := m.startServer(append([]string{"-D", scratch,
+		"-c", "listen_addresses=", "-c", "unix_socket_directories=" + scratch, "-c", "port=" + c.Port}, extra...))
 	if err != nil {
 		return fmt.Errorf("starting a private server on %s: %w", scratch, err)
 	}
@@ -119,15 +129,13 @@ func (m *manager) bootstrap(ctx context.Context, scratch string) error {
 		}
 		select {
 		case <-server.exited:
-			return fmt.Errorf("the private server on %s exited at start", scratch)
+			return exited
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	env := []string{"POSTGRES_USER=" + c.User, "POSTGRES_DB=" + c.Database,
-		"POSTGRES_PASSWORD=" + c.Password}
-	_, err = m.procs.run(ctx, env, bootstrapSQL+rewindGrants, "psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
+	_, err = m.procs.run(ctx, env, sql, "psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
 		"--host="+scratch, "--port="+c.Port, "--username=postgres", "--dbname=postgres")
 	return err
 }

@@ -113,28 +113,12 @@ func (m *manager) restorePrimary(ctx context.Context, scratch string) error {
 	if err := backup.WriteConfig(c.restoreConfigFile(), c.Restore.Store); err != nil {
 		return err
 	}
-	server, err := m.startServer(append([]string{"-D", scratch,
-		"-c", "listen_addresses=", "-c", "unix_socket_directories=" + scratch, "-c", "port=" + c.Port}, c.recoveryArgs()...))
-	if err != nil {
-		return fmt.Errorf("starting the recovery of %s: %w", scratch, err)
-	}
-	defer server.stop(killDelay)
 	// It accepts connections once it has promoted itself.
-	for {
-		if _, err := m.procs.run(ctx, nil, "", "pg_isready", "--quiet", "--host="+scratch, "--port="+c.Port); err == nil {
-			break
-		}
-		select {
-		case <-server.exited:
-			return fmt.Errorf("the recovery of base backup %s stopped before it reached its target (see the server's log above)", chosen.ID)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+	env := []string{"POSTGRES_USER=" + c.User, "POSTGRES_PASSWORD=" + c.Password}
+	stopped := fmt.Errorf("the recovery of base backup %s stopped before it reached its target (see the server's log above)", chosen.ID)
+	if err := m.withPrivateServer(ctx, scratch, c.recoveryArgs(), stopped, env, restoreSQL+rewindGrants+"CHECKPOINT;\n"); err != nil {
+		return err
 	}
 	m.log("recovery reached its target and promoted")
-	env := []string{"POSTGRES_USER=" + c.User, "POSTGRES_PASSWORD=" + c.Password}
-	_, err = m.procs.run(ctx, env, restoreSQL+rewindGrants+"CHECKPOINT;\n", "psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
-		"--host="+scratch, "--port="+c.Port, "--username=postgres", "--dbname=postgres")
-	return err
+	return nil
 }

@@ -58,7 +58,8 @@ func (c Config) tlsCopy(name string) string { return filepath.Join(c.tlsCopyDir(
 // and have the server check client certificates, the replicas', against
 // the MyDatabase's CA.
 func (c Config) tlsArgs() []string {
-	args := []string{"-c", "ssl_ca_file=" + c.tlsCopy(clientCA)}
+	args := make([]string, 0, 8)
+	args = append(args, "-c", "ssl_ca_file="+c.tlsCopy(clientCA))
 	if c.TLSDir == "" {
 		return args
 	}

@@ -77,9 +77,7 @@ func TestBackupAndRestore(t *testing.T) {
 	var during atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		for {
 			select {
 			case <-stop:
@@ -90,7 +88,7 @@ func TestBackupAndRestore(t *testing.T) {
 				during.Add(1)
 			}
 		}
-	}()
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, err := c.run(ctx, primary.env, c.instanceBin, "backup")
@@ -207,13 +205,7 @@ func TestBackupAndRestore(t *testing.T) {
 			rc := newCluster(t, srv, restored, specs.CredentialsSecret(restored, newPassword), storeSecret(restored.Namespace))
 			ports := freePorts(t, 2)
 			p := rc.newPod(0, ports[0])
-			t.Cleanup(func() {
-				if t.Failed() {
-					for _, p := range rc.pods {
-						t.Logf("container log of %s:\n%s", p.name, p.log(0))
-					}
-				}
-			})
+			rc.logsOnFailure(t)
 			off := p.start(t)
 			p.waitReady(t)
 			logContains(t, p.log(off), "restoring base backup "+manifest.ID, "recovery reached its target and promoted")
@@ -223,7 +215,7 @@ func TestBackupAndRestore(t *testing.T) {
 					want = n
 				}
 				got := rc.query(t, restoredApp, newPassword, fmt.Sprintf("SELECT count(*) FROM stamped WHERE phase = '%s'", phase))
-				if got != strconv.Itoa(want) && !(phase == "during" && atLeast(got, want)) {
+				if got != strconv.Itoa(want) && (phase != "during" || !atLeast(got, want)) {
 					t.Errorf("rows %q: %s, want %d", phase, got, want)
 				}
 			}

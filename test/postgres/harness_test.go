@@ -204,11 +204,11 @@ func newCluster(t *testing.T, srv server, db *databasev1alpha1.MyDatabase, secre
 		if !specs.UserSuppliedServerCert(db) {
 			c.secrets[specs.IssuedServerCertSecretName(db)] = specs.ServerCertSecret(db, server, ca.Cert)
 		}
-		client, err := pki.NewClient(ca, specs.ReplicationRole, time.Now())
+		replication, err := pki.NewClient(ca, specs.ReplicationRole, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.secrets[specs.ReplicationCertSecretName(db)] = specs.ReplicationCertSecret(db, client, ca.Cert)
+		c.secrets[specs.ReplicationCertSecretName(db)] = specs.ReplicationCertSecret(db, replication, ca.Cert)
 	}
 	c.startAPI()
 	sts := specs.StatefulSet(c.db, specs.Platform{})
@@ -974,4 +974,23 @@ func writeOwned(t *testing.T, c *cluster, path string, data []byte) {
 	if err := os.Chown(path, c.user.uid, c.user.gid); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// logsOnFailure shows every pod's container log if t fails.
+func (c *cluster) logsOnFailure(t *testing.T) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range c.pods {
+				t.Logf("container log of %s:\n%s", p.name, p.log(0))
+			}
+		}
+	})
+}
+
+// waitLogged waits until p's container log, from offset off, holds text.
+func waitLogged(t *testing.T, p *pod, off int64, text string) {
+	t.Helper()
+	eventually(t, 10*time.Second, p.name+" logging "+text, func() (bool, string) {
+		return strings.Contains(p.log(off), text), ""
+	})
 }

@@ -79,13 +79,7 @@ func testMetrics(t *testing.T, srv server) {
 	c.configMaps["shop-queries"] = map[string]string{specs.CustomQueriesKey: customQueries}
 	ports := freePorts(t, 2)
 	primary, replica := c.newPod(0, ports[0]), c.newPod(1, ports[1])
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range c.pods {
-				t.Logf("container log of %s:\n%s", p.name, p.log(0))
-			}
-		}
-	})
+	c.logsOnFailure(t)
 	primary.start(t)
 	primary.waitReady(t)
 	replica.start(t)

@@ -85,13 +85,7 @@ func testCluster(t *testing.T, srv server) {
 	primary := c.newPod(0, ports[0])
 	replica := c.newPod(1, ports[1])
 	// Dump the container logs of a failed run.
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range c.pods {
-				t.Logf("container log of %s:\n%s", p.name, p.log(0))
-			}
-		}
-	})
+	c.logsOnFailure(t)
 
 	app := func(p *pod) string { return tcp(p.port, user, dbname) }
 	superuser := func(p *pod) string { return p.socket("postgres", "postgres") }

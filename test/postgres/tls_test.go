@@ -50,13 +50,7 @@ func TestTLS(t *testing.T) {
 	c := newCluster(t, srv, db, creds)
 	ports := freePorts(t, 2)
 	primary, replica := c.newPod(0, ports[0]), c.newPod(1, ports[1])
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range c.pods {
-				t.Logf("container log of %s:\n%s", p.name, p.log(0))
-			}
-		}
-	})
+	c.logsOnFailure(t)
 	primary.start(t)
 	primary.waitReady(t)
 	replica.start(t)
@@ -111,12 +105,7 @@ func TestTLS(t *testing.T) {
 		}
 		off := int64(len(primary.log(0)))
 		primary.updateSecret(t, specs.ServerCertSecret(db, renewed, ca.Cert))
-		testenv.Eventually(t, 10*time.Second, "the instance manager to reload", func() error {
-			if !strings.Contains(primary.log(off), "a certificate changed: reloading") {
-				return errors.New("not yet")
-			}
-			return nil
-		})
+		waitLogged(t, primary, off, "a certificate changed: reloading")
 
 		// New connections see the new certificate (the reload is the
 		// postmaster's, a moment after the signal).
@@ -160,12 +149,7 @@ func TestTLS(t *testing.T) {
 		for _, p := range []*pod{primary, replica} {
 			p.updateSecret(t, specs.ReplicationCertSecret(db, renewed, ca.Cert))
 		}
-		testenv.Eventually(t, 10*time.Second, "the replica's instance manager to take it", func() error {
-			if !strings.Contains(replica.log(off), "a certificate changed") {
-				return errors.New("not yet")
-			}
-			return nil
-		})
+		waitLogged(t, replica, off, "a certificate changed")
 		// The open connection goes on with the old one; cut it, and the
 		// walreceiver connects again with the new one.
 		c.query(t, primary.socket("postgres", "postgres"), "",
@@ -210,13 +194,7 @@ func TestLegacyReplicationPassword(t *testing.T) {
 	c := newCluster(t, srv, db, specs.CredentialsSecret(db, password), legacy)
 	ports := freePorts(t, 2)
 	primary, replica := c.newPod(0, ports[0]), c.newPod(1, ports[1])
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range c.pods {
-				t.Logf("container log of %s:\n%s", p.name, p.log(0))
-			}
-		}
-	})
+	c.logsOnFailure(t)
 	superuser := func(p *pod) string { return p.socket("postgres", "postgres") }
 	primary.start(t)
 	primary.waitReady(t)

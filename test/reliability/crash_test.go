@@ -35,7 +35,7 @@ func TestCrashAtEveryWriteDuringCreate(t *testing.T) {
 			}
 			return
 		}
-		before := password(t, ns, "pg-credentials")
+		before := password(t, ns)
 		ca := secretKey(t, ns, "pg-ca", specs.CAKeyKey)
 		o := newOperator(env.Client, env.Client)
 		o.converge(t, key)
@@ -45,7 +45,7 @@ func TestCrashAtEveryWriteDuringCreate(t *testing.T) {
 		if diff := cmp.Diff(want, snapshot(t, ns)); diff != "" {
 			t.Fatalf("crash after write %d: end state differs from an undisturbed run (-want +got):\n%s", k, diff)
 		}
-		after := password(t, ns, "pg-credentials")
+		after := password(t, ns)
 		if before != "" && after != before {
 			t.Fatalf("crash after write %d: the password was regenerated", k)
 		}
@@ -64,7 +64,7 @@ func TestCrashAtEveryWriteDuringDelete(t *testing.T) {
 				key := client.ObjectKeyFromObject(db)
 				newOperator(env.Client, env.Client).converge(t, key)
 				pvc := dataVolume(t, db)
-				pw := password(t, ns, "pg-credentials")
+				pw := password(t, ns)
 
 				if err := env.Client.Delete(context.Background(), db); err != nil {
 					t.Fatal(err)
@@ -93,7 +93,7 @@ func assertDeletionPolicy(t *testing.T, policy databasev1alpha1.DeletionPolicy, 
 		if err != nil || got.UID != pvc.UID || !got.DeletionTimestamp.IsZero() || len(got.OwnerReferences) > 0 {
 			t.Fatalf("Retain: data volume %v (err %v), want the same PVC, unowned", got.ObjectMeta, err)
 		}
-		if password(t, ns, "pg-credentials") != pw {
+		if password(t, ns) != pw {
 			t.Fatal("Retain: the credentials Secret is gone or changed")
 		}
 	case databasev1alpha1.DeletionPolicyDelete:
@@ -141,7 +141,7 @@ func TestFinalizerRemovedByHandUnderRetain(t *testing.T) {
 	key := client.ObjectKeyFromObject(db)
 	newOperator(env.Client, env.Client).converge(t, key)
 	pvc := dataVolume(t, db)
-	pw := password(t, ns, "pg-credentials")
+	pw := password(t, ns)
 	if err := env.Client.Get(context.Background(), key, db); err != nil {
 		t.Fatal(err)
 	}

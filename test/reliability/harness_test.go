@@ -402,10 +402,11 @@ func dataVolume(t *testing.T, db *databasev1alpha1.MyDatabase) *corev1.Persisten
 	return pvc
 }
 
-func password(t *testing.T, ns, name string) string {
+// password is the one in the credentials Secret of the MyDatabase pg.
+func password(t *testing.T, ns string) string {
 	t.Helper()
 	s := &corev1.Secret{}
-	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "pg-credentials"}, s); err != nil {
 		return ""
 	}
 	return string(s.Data[specs.SecretPasswordKey])

@@ -56,7 +56,7 @@ func (p *playedInstances) turn(t *testing.T) {
 // new one (docs/password-rotation.md), never the new one before.
 func (p *playedInstances) check(t *testing.T, when string) {
 	t.Helper()
-	if got := password(t, p.ns, "pg-credentials"); got != p.old && got != p.server {
+	if got := password(t, p.ns); got != p.old && got != p.server {
 		t.Fatalf("%s: the Secret holds a password PostgreSQL was never given", when)
 	}
 }
@@ -71,7 +71,7 @@ func rotationSetup(t *testing.T) (client.ObjectKey, *playedInstances) {
 	newOperator(env.Client, env.Client).converge(t, key)
 	servers(t, db)
 	newOperator(env.Client, env.Client).converge(t, key)
-	old := password(t, ns, "pg-credentials")
+	old := password(t, ns)
 	mustSucceed(t, env.Client.Get(context.Background(), key, db))
 	db.Spec.PasswordRotation = &databasev1alpha1.PasswordRotationSpec{
 		UserRequestedAt: new(metav1.NewTime(time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC)))}
