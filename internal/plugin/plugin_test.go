@@ -313,3 +313,11 @@ func TestSimulatedNode(t *testing.T) {
 		t.Errorf("SimulatedNode: kwok %v, real %v", SimulatedNode(kwok), SimulatedNode(real))
 	}
 }
+
+func TestBytesOf(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1545000: "1.5 MiB", 3 << 30: "3.0 GiB"} {
+		if got := bytesOf(n); got != want {
+			t.Errorf("bytesOf(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -73,12 +73,8 @@ func (e *Env) psql(ctx context.Context, name string, replica bool, psqlPath stri
 	if err != nil {
 		return err
 	}
-	if pod.Spec.NodeName != "" {
-		node := &corev1.Node{}
-		if err := e.c.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, node); err == nil && SimulatedNode(node) {
-			return fmt.Errorf("pod %s runs on node %s, a KWOK node: KWOK only simulates pods and runs no container, "+
-				"so there is no PostgreSQL server to connect to. psql works on a cluster whose nodes run containers", pod.Name, node.Name)
-		}
+	if err := e.runsContainers(ctx, pod, "so there is no PostgreSQL server to connect to. psql works on a cluster whose nodes run containers"); err != nil {
+		return err
 	}
 	bin, err := exec.LookPath(psqlPath)
 	if err != nil {
@@ -115,6 +111,20 @@ func (e *Env) psql(ctx context.Context, name string, replica bool, psqlPath stri
 			return &ExitError{Code: exit.ExitCode()}
 		}
 		return err
+	}
+	return nil
+}
+
+// runsContainers says plainly when pod is on one of KWOK's nodes, where
+// there is nothing to talk to, and what follows.
+func (e *Env) runsContainers(ctx context.Context, pod *corev1.Pod, consequence string) error {
+	if pod.Spec.NodeName == "" {
+		return nil
+	}
+	node := &corev1.Node{}
+	if err := e.c.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, node); err == nil && SimulatedNode(node) {
+		return fmt.Errorf("pod %s runs on node %s, a KWOK node: KWOK only simulates pods and runs no container, %s",
+			pod.Name, node.Name, consequence)
 	}
 	return nil
 }

@@ -66,6 +66,7 @@ func NewCommand(streams Streams) *cobra.Command {
   psql NAME                 psql on the primary (or --replica), password from the Secret
   switchover NAME [TARGET]  a planned change of primary (spec.switchover)
   restart NAME              a rolling restart: replicas first, then a switchover
+  backup NAME               a base backup of the primary into spec.backup's store
   report NAME               a support bundle, Secret values redacted`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -84,6 +85,7 @@ func NewCommand(streams Streams) *cobra.Command {
 		newPsqlCommand(env),
 		newSwitchoverCommand(env),
 		newRestartCommand(env),
+		newBackupCommand(env),
 		newReportCommand(env),
 	)
 	return root

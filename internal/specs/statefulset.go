@@ -33,7 +33,8 @@ const (
 	// InstanceManagerPath is the database container's first process.
 	InstanceManagerPath = InstanceManagerDir + "/instance"
 
-	containerName = "postgres"
+	// ContainerName is the database container of the server pods.
+	ContainerName = "postgres"
 	// instanceManagerInImage is the instance manager in the operator's
 	// image (the Dockerfile).
 	instanceManagerInImage = "/instance"
@@ -231,7 +232,7 @@ func restrictedContainer() *corev1ac.SecurityContextApplyConfiguration {
 
 func container(db *databasev1alpha1.MyDatabase) *corev1ac.ContainerApplyConfiguration {
 	c := corev1ac.Container().
-		WithName(containerName).
+		WithName(ContainerName).
 		WithImage(Image(db)).
 		WithCommand(InstanceManagerPath, "run").
 		WithPorts(corev1ac.ContainerPort().WithName(portName).WithContainerPort(containerPort).WithProtocol(corev1.ProtocolTCP),

@@ -82,6 +82,16 @@ func TestPlugin(t *testing.T) {
 		}
 	})
 
+	t.Run("backup says what is missing", func(t *testing.T) {
+		out, err := kubectlMydb(t, "backup", dbName, "-n", ns)
+		if err == nil {
+			t.Fatal("kubectl mydb backup succeeded without spec.backup")
+		}
+		if want := "error: MyDatabase " + ns + "/x has no spec.backup: set spec.backup.objectStore first"; !strings.Contains(out, want) {
+			t.Errorf("backup output lacks %q:\n%s", want, out)
+		}
+	})
+
 	t.Run("restart rolls every pod", func(t *testing.T) {
 		before := map[string]string{}
 		for _, p := range podsOf(t, ns, dbName) {
