@@ -129,6 +129,20 @@ type BackupStatus struct {
 	LastFailedWAL string `json:"lastFailedWAL,omitempty"`
 	// +optional
 	LastFailedTime *metav1.Time `json:"lastFailedTime,omitempty"`
+
+	// backups is how many complete base backups the object store holds;
+	// lastBackupID and lastBackupTime name the newest, and
+	// firstRecoverabilityPoint is the end of the oldest: the earliest time
+	// a restore can reach. As the primary saw them at its last look (every
+	// 5 minutes, and at once after a backup in its container).
+	// +optional
+	Backups int32 `json:"backups,omitempty"`
+	// +optional
+	LastBackupID string `json:"lastBackupID,omitempty"`
+	// +optional
+	LastBackupTime *metav1.Time `json:"lastBackupTime,omitempty"`
+	// +optional
+	FirstRecoverabilityPoint *metav1.Time `json:"firstRecoverabilityPoint,omitempty"`
 }
 
 // ConditionContinuousArchiving is present with spec.backup: True while

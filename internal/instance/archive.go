@@ -60,7 +60,12 @@ func Backup(ctx context.Context) (backup.Manifest, error) {
 	if err != nil {
 		return backup.Manifest{}, err
 	}
-	return store.TakeBackup(ctx, fmt.Sprintf("host=%s port=%s user=postgres", dir, port), time.Now())
+	m, err := store.TakeBackup(ctx, fmt.Sprintf("host=%s port=%s user=postgres", dir, port), time.Now())
+	if err == nil {
+		// The instance manager lists the backups again for its report.
+		_ = os.WriteFile(filepath.Join(dir, backupDoneFile), []byte(m.ID), 0o600)
+	}
+	return m, err
 }
 
 // archiveErrorFile is where wal-push leaves its last error, beside its
@@ -91,11 +96,63 @@ func (m *manager) observeArchive(ctx context.Context, conn *pgx.Conn) (*report.A
 	if err != nil {
 		return nil, err
 	}
-	a.LastArchivedWAL, a.LastFailedWAL = deref(archived), deref(failed)
+	a.LastArchivedWAL, a.LastFailedWAL, a.Backups = deref(archived), deref(failed), m.backups.Load()
 	if a.Failing() {
 		if b, err := os.ReadFile(filepath.Join(m.c.SocketDir, archiveErrorFile)); err == nil {
 			a.Error = strings.TrimSpace(string(b))
 		}
 	}
 	return a, nil
+}
+
+// backupsEvery is how often the instance manager looks at the object
+// store's base backups, for its report; at once, too, after `instance
+// backup` in its container (which touches backupDoneFile).
+const (
+	backupsEvery   = 5 * time.Minute
+	backupDoneFile = "backup.done"
+)
+
+// watchBackups sums up the store's base backups until ctx ends, for the
+// primary's report. It runs beside the HA loop, never in it: a slow store
+// delays nothing else.
+func (m *manager) watchBackups(ctx context.Context) {
+	store, err := backup.Open(*m.c.Backup)
+	if err != nil {
+		m.log("listing the base backups: %v", err)
+		return
+	}
+	done := filepath.Join(m.c.SocketDir, backupDoneFile)
+	var listed, seen time.Time
+	for {
+		if fi, err := os.Stat(done); err == nil && fi.ModTime() != seen {
+			seen, listed = fi.ModTime(), time.Time{}
+		}
+		if time.Since(listed) >= backupsEvery {
+			lctx, cancel := context.WithTimeout(ctx, time.Minute)
+			list, err := store.Backups(lctx)
+			cancel()
+			if err != nil {
+				m.log("listing the base backups: %v", err)
+			} else {
+				m.backups.Store(summarize(list))
+			}
+			listed = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// summarize is the report's view of the backups, oldest first.
+func summarize(list []backup.Manifest) *report.Backups {
+	b := &report.Backups{Count: len(list)}
+	if len(list) > 0 {
+		first, last := list[0], list[len(list)-1]
+		b.LastID, b.LastTime, b.FirstRecoverableTime = last.ID, &last.FinishedAt, &first.FinishedAt
+	}
+	return b
 }

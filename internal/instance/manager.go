@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,6 +24,9 @@ type manager struct {
 	kube   *kube
 	leases *leases
 	fence  *fence
+	// backups is the object store's base backups at the last look
+	// (watchBackups), for the report.
+	backups atomic.Pointer[report.Backups]
 
 	server    *server
 	lastSeen  observation // the server's last answer, kept after it stops

@@ -89,6 +89,9 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 	if c.MetricsAddress != "" {
 		go m.serveMetrics(ctx)
 	}
+	if c.Backup != nil {
+		go m.watchBackups(ctx)
+	}
 	m.loop(ctx, reload)
 	return m.shutdown(), nil
 }

@@ -6,6 +6,7 @@ package metrics
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,13 +21,16 @@ import (
 //     "switchover" (one was under way towards that pod) or "failover";
 //   - mydatabase_reconcile_errors_total{reason}: passes that ended on an
 //     error, by the reason the status reports (APIError, QuotaExceeded,
-//     Forbidden, ...).
+//     Forbidden, ...);
+//   - mydatabase_last_backup_timestamp_seconds{namespace,mydatabase}: when
+//     the newest base backup in its object store finished.
 type Metrics struct {
 	mu              sync.Mutex
 	phases          map[types.NamespacedName]databasev1alpha1.Phase
 	phase           *prometheus.GaugeVec
 	primaryChanges  *prometheus.CounterVec
 	reconcileErrors *prometheus.CounterVec
+	lastBackup      *prometheus.GaugeVec
 }
 
 // Kinds of primary change.
@@ -51,8 +55,12 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "mydatabase_reconcile_errors_total",
 			Help: "Reconcile passes that ended on an error, by the reason the status reports.",
 		}, []string{"reason"}),
+		lastBackup: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mydatabase_last_backup_timestamp_seconds",
+			Help: "When the newest base backup in a MyDatabase's object store finished (status.backup.lastBackupTime); absent without one.",
+		}, []string{"namespace", "mydatabase"}),
 	}
-	reg.MustRegister(m.phase, m.primaryChanges, m.reconcileErrors)
+	reg.MustRegister(m.phase, m.primaryChanges, m.reconcileErrors, m.lastBackup)
 	return m
 }
 
@@ -80,6 +88,16 @@ func (m *Metrics) ReconcileError(reason string) {
 	m.reconcileErrors.WithLabelValues(reason).Inc()
 }
 
+// LastBackup records when the newest base backup of one MyDatabase
+// finished; nil drops it.
+func (m *Metrics) LastBackup(key types.NamespacedName, at *time.Time) {
+	if at == nil {
+		m.lastBackup.DeleteLabelValues(key.Namespace, key.Name)
+		return
+	}
+	m.lastBackup.WithLabelValues(key.Namespace, key.Name).Set(float64(at.UnixNano()) / 1e9)
+}
+
 // Forget drops a MyDatabase that no longer exists.
 func (m *Metrics) Forget(key types.NamespacedName) {
 	m.mu.Lock()
@@ -89,4 +107,5 @@ func (m *Metrics) Forget(key types.NamespacedName) {
 		delete(m.phases, key)
 	}
 	m.primaryChanges.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "mydatabase": key.Name})
+	m.lastBackup.DeleteLabelValues(key.Namespace, key.Name)
 }

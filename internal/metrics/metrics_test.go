@@ -3,6 +3,7 @@ package metrics
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -22,6 +23,9 @@ func TestMetrics(t *testing.T) {
 	m.PrimaryChanged(orders, Switchover)
 	m.PrimaryChanged(orders, Switchover)
 	m.ReconcileError(databasev1alpha1.ReasonAPIError)
+	backedUp := time.Date(2026, 12, 1, 4, 0, 0, 0, time.UTC)
+	m.LastBackup(orders, &backedUp)
+	m.LastBackup(types.NamespacedName{Namespace: "shop", Name: "carts"}, nil)
 	want := `
 # HELP mydatabase_phase Number of MyDatabases in each phase.
 # TYPE mydatabase_phase gauge
@@ -34,6 +38,9 @@ mydatabase_primary_changes_total{kind="switchover",mydatabase="orders",namespace
 # HELP mydatabase_reconcile_errors_total Reconcile passes that ended on an error, by the reason the status reports.
 # TYPE mydatabase_reconcile_errors_total counter
 mydatabase_reconcile_errors_total{reason="APIError"} 1
+# HELP mydatabase_last_backup_timestamp_seconds When the newest base backup in a MyDatabase's object store finished (status.backup.lastBackupTime); absent without one.
+# TYPE mydatabase_last_backup_timestamp_seconds gauge
+mydatabase_last_backup_timestamp_seconds{mydatabase="orders",namespace="shop"} 1.7960976e+09
 `
 	if err := testutil.CollectAndCompare(m.phase, strings.NewReader(want), "mydatabase_phase"); err != nil {
 		t.Error(err)
@@ -44,9 +51,12 @@ mydatabase_reconcile_errors_total{reason="APIError"} 1
 	if err := testutil.CollectAndCompare(m.reconcileErrors, strings.NewReader(want), "mydatabase_reconcile_errors_total"); err != nil {
 		t.Error(err)
 	}
+	if err := testutil.CollectAndCompare(m.lastBackup, strings.NewReader(want), "mydatabase_last_backup_timestamp_seconds"); err != nil {
+		t.Error(err)
+	}
 	m.Forget(orders)
-	if n := testutil.CollectAndCount(m.primaryChanges); n != 0 {
-		t.Errorf("%d primary change series after Forget, want 0", n)
+	if n := testutil.CollectAndCount(m.primaryChanges) + testutil.CollectAndCount(m.lastBackup); n != 0 {
+		t.Errorf("%d primary change and last backup series after Forget, want 0", n)
 	}
 	if got := testutil.ToFloat64(m.phase.WithLabelValues("Ready")); got != 0 {
 		t.Errorf("Ready = %v after Forget, want 0", got)

@@ -74,7 +74,7 @@ func TestAlertRules(t *testing.T) {
 			}
 		}
 	}
-	if alerts != 7 {
-		t.Errorf("%d alerts, want the 7 the README lists", alerts)
+	if alerts != 8 {
+		t.Errorf("%d alerts, want the 8 the README lists", alerts)
 	}
 }

@@ -106,6 +106,10 @@ func TestBackupAndRestore(t *testing.T) {
 	if during.Load() == 0 || manifest.Size == 0 {
 		t.Fatalf("no write during the backup (%d) or an empty backup (%d bytes)", during.Load(), manifest.Size)
 	}
+	eventually(t, 30*time.Second, "the primary reporting the backup", func() (bool, string) {
+		a := reportedArchive(t, c, primary)
+		return a != nil && a.Backups != nil && a.Backups.Count == 1 && a.Backups.LastID == manifest.ID, fmt.Sprintf("%+v", a)
+	})
 
 	insert("after", 50)
 	time.Sleep(time.Second)

@@ -79,6 +79,10 @@ func setArchivingStatus(db *databasev1alpha1.MyDatabase, primary *report.Report,
 		a := primary.Archive
 		st.Backup = &databasev1alpha1.BackupStatus{LastArchivedWAL: a.LastArchivedWAL, LastFailedWAL: a.LastFailedWAL,
 			LastArchivedTime: metaTime(a.LastArchivedTime), LastFailedTime: metaTime(a.LastFailedTime)}
+		if b := a.Backups; b != nil {
+			st.Backup.Backups, st.Backup.LastBackupID = int32(b.Count), b.LastID
+			st.Backup.LastBackupTime, st.Backup.FirstRecoverabilityPoint = metaTime(b.LastTime), metaTime(b.FirstRecoverableTime)
+		}
 		switch {
 		case a.Failing():
 			cause := a.Error

@@ -67,9 +67,18 @@ func TestArchivingCondition(t *testing.T) {
 	latest := later.Add(time.Minute)
 	publishReport(t, ns, "wal-0", report.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Time: time.Now().UTC(),
 		Archive: &report.Archive{LastArchivedWAL: "000000010000000000000005", LastArchivedTime: &latest,
-			LastFailedWAL: "000000010000000000000005", LastFailedTime: &later}})
-	waitFor(t, db, "Archiving again", func(db *databasev1alpha1.MyDatabase) error {
-		return archived(condition(db, databasev1alpha1.ConditionContinuousArchiving), metav1.ConditionTrue, databasev1alpha1.ReasonArchiving, "000000010000000000000005")
+			LastFailedWAL: "000000010000000000000005", LastFailedTime: &later,
+			Backups: &report.Backups{Count: 2, LastID: "20261201T040000Z", LastTime: &later, FirstRecoverableTime: &at}}})
+	waitFor(t, db, "Archiving again, with the backups", func(db *databasev1alpha1.MyDatabase) error {
+		if err := archived(condition(db, databasev1alpha1.ConditionContinuousArchiving), metav1.ConditionTrue,
+			databasev1alpha1.ReasonArchiving, "000000010000000000000005"); err != nil {
+			return err
+		}
+		if b := db.Status.Backup; b == nil || b.Backups != 2 || b.LastBackupID != "20261201T040000Z" ||
+			b.LastBackupTime == nil || !b.LastBackupTime.Time.Equal(later) || b.FirstRecoverabilityPoint == nil || !b.FirstRecoverabilityPoint.Time.Equal(at) {
+			return fmt.Errorf("status.backup %+v", b)
+		}
+		return nil
 	})
 }
 

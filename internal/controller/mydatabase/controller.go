@@ -185,6 +185,11 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 	base := db.DeepCopy()
 	computeStatus(db, obs, r.Clock.Now())
 	r.Metrics.Set(key, db.Status.Phase)
+	var lastBackup *time.Time
+	if b := db.Status.Backup; b != nil && b.LastBackupTime != nil {
+		lastBackup = &b.LastBackupTime.Time
+	}
+	r.Metrics.LastBackup(key, lastBackup)
 	if equality.Semantic.DeepEqual(base.Status, db.Status) {
 		return nil
 	}

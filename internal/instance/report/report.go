@@ -65,6 +65,20 @@ type Archive struct {
 	// Error is the archive command's last error, while the last attempt
 	// failed.
 	Error string `json:"error,omitempty"`
+	// Backups is what the object store held at the last look (every few
+	// minutes), nil before the first.
+	Backups *Backups `json:"backups,omitempty"`
+}
+
+// Backups sums up the complete base backups in the object store.
+type Backups struct {
+	Count int `json:"count"`
+	// LastID and LastTime: the newest backup and when it finished.
+	LastID   string     `json:"lastID,omitempty"`
+	LastTime *time.Time `json:"lastTime,omitempty"`
+	// FirstRecoverableTime: the oldest backup's end, the earliest time a
+	// restore can reach.
+	FirstRecoverableTime *time.Time `json:"firstRecoverableTime,omitempty"`
 }
 
 // Failing tells whether the last attempt to archive failed.
