@@ -33,6 +33,12 @@ type Metrics struct {
 	lastBackup      *prometheus.GaugeVec
 }
 
+// Labels that name a MyDatabase.
+const (
+	labelNamespace  = "namespace"
+	labelMyDatabase = "mydatabase"
+)
+
 // Kinds of primary change.
 const (
 	Failover   = "failover"
@@ -50,7 +56,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		primaryChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mydatabase_primary_changes_total",
 			Help: "Changes of primary seen by this operator process, by kind: switchover (one was under way) or failover.",
-		}, []string{"namespace", "mydatabase", "kind"}),
+		}, []string{labelNamespace, labelMyDatabase, "kind"}),
 		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mydatabase_reconcile_errors_total",
 			Help: "Reconcile passes that ended on an error, by the reason the status reports.",
@@ -58,7 +64,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		lastBackup: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "mydatabase_last_backup_timestamp_seconds",
 			Help: "When the newest base backup in a MyDatabase's object store finished (status.backup.lastBackupTime); absent without one.",
-		}, []string{"namespace", "mydatabase"}),
+		}, []string{labelNamespace, labelMyDatabase}),
 	}
 	reg.MustRegister(m.phase, m.primaryChanges, m.reconcileErrors, m.lastBackup)
 	return m
@@ -106,6 +112,6 @@ func (m *Metrics) Forget(key types.NamespacedName) {
 		m.phase.WithLabelValues(string(old)).Dec()
 		delete(m.phases, key)
 	}
-	m.primaryChanges.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "mydatabase": key.Name})
+	m.primaryChanges.DeletePartialMatch(prometheus.Labels{labelNamespace: key.Namespace, labelMyDatabase: key.Name})
 	m.lastBackup.DeleteLabelValues(key.Namespace, key.Name)
 }

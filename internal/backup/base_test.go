@@ -1,0 +1,62 @@
+package backup
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestChoose(t *testing.T) {
+	at := func(h int) time.Time { return time.Date(2026, 12, 1, h, 0, 0, 0, time.UTC) }
+	backups := []Manifest{{ID: "a", FinishedAt: at(1)}, {ID: "b", FinishedAt: at(2)}, {ID: "c", FinishedAt: at(3)}}
+	for name, tc := range map[string]struct {
+		id     string
+		target time.Time
+		want   string // "" for ErrNoBackup
+	}{
+		"the latest":                      {"", time.Time{}, "c"},
+		"the latest before the target":    {"", at(2).Add(time.Minute), "b"},
+		"none before the target":          {"", at(1), ""},
+		"by id":                           {"a", time.Time{}, "a"},
+		"an id that does not exist":       {"z", time.Time{}, ""},
+		"by id, whatever the target time": {"c", at(1), "c"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := Choose(backups, tc.id, tc.target)
+			if tc.want == "" {
+				if !errors.Is(err, ErrNoBackup) {
+					t.Fatalf("chose %q (err %v), want ErrNoBackup", got.ID, err)
+				}
+				return
+			}
+			if err != nil || got.ID != tc.want {
+				t.Fatalf("chose %q (err %v), want %q", got.ID, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestUntarStaysInside: an archive entry that would land outside the
+// directory is refused.
+func TestUntarStaysInside(t *testing.T) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, name := range []string{"PG_VERSION", "../escaped"} {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: 2, Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte("15")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err := untar(tar.NewReader(&buf), t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "escapes") {
+		t.Fatalf("untar of ../escaped: %v, want it refused", err)
+	}
+}
