@@ -125,7 +125,7 @@ func (m *manager) watchBackups(ctx context.Context) {
 	done := filepath.Join(m.c.SocketDir, backupDoneFile)
 	var listed, seen time.Time
 	for {
-		if fi, err := os.Stat(done); err == nil && fi.ModTime() != seen {
+		if fi, err := os.Stat(done); err == nil && !fi.ModTime().Equal(seen) {
 			seen, listed = fi.ModTime(), time.Time{}
 		}
 		if time.Since(listed) >= backupsEvery {
