@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,6 +158,21 @@ func TestBackupAndRestore(t *testing.T) {
 	}
 	if size, err := archive.ArchivedSize(context.Background(), last); err != nil || size >= 16<<20 {
 		t.Errorf("the archived segment %s: %d bytes (a segment is 16 MiB; compressed, far less), err %v", last, size, err)
+	}
+	// The archive never overwrites: the same file again is fine (a retry
+	// after a crash), other content under an archived name is refused.
+	segment := filepath.Join(t.TempDir(), last)
+	if err := os.WriteFile(segment, []byte("not the archived segment"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := archive.PushWAL(context.Background(), segment); err == nil || !strings.Contains(err.Error(), "already archived with other content") {
+		t.Errorf("archiving other content as %s: %v, want it refused", last, err)
+	}
+	if err := archive.FetchWAL(context.Background(), last, segment); err != nil {
+		t.Fatal(err)
+	}
+	if err := archive.PushWAL(context.Background(), segment); err != nil {
+		t.Errorf("archiving %s again, unchanged: %v", last, err)
 	}
 	if _, err := archive.ArchivedSize(context.Background(), "00000002.history"); err != nil {
 		t.Errorf("the new timeline's history file: %v", err)
