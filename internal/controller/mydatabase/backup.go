@@ -64,13 +64,22 @@ func (r *MyDatabaseReconciler) checkObjectStores(ctx context.Context, db *databa
 // setArchivingStatus reports continuous archiving as the primary's
 // instance manager last did: status.backup and the ContinuousArchiving
 // condition, which says in plain words what failed. Without spec.backup
-// neither is there.
-func setArchivingStatus(db *databasev1alpha1.MyDatabase, primary *report.Report, now time.Time) {
+// neither is there (and no report is read).
+func setArchivingStatus(db *databasev1alpha1.MyDatabase, pods []corev1.Pod, primaryPod string, now time.Time) {
 	st := &db.Status
 	if db.Spec.Backup == nil {
 		st.Backup = nil
 		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionContinuousArchiving)
 		return
+	}
+	var primary *report.Report
+	for i := range pods {
+		if pods[i].Name != primaryPod {
+			continue
+		}
+		if r, err := report.Parse(pods[i].Annotations[databasev1alpha1.AnnotationInstance]); err == nil {
+			primary = &r
+		}
 	}
 	cond := metav1.Condition{Type: databasev1alpha1.ConditionContinuousArchiving, ObservedGeneration: db.Generation,
 		LastTransitionTime: metav1.NewTime(now), Status: metav1.ConditionUnknown, Reason: databasev1alpha1.ReasonArchivingPending,

@@ -224,7 +224,7 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 			Reason: obs.tls.reason, Message: obs.tls.message, ObservedGeneration: db.Generation, LastTransitionTime: metav1.NewTime(now)})
 	}
 	setMonitoringCondition(db, obs.monitoring, now)
-	setArchivingStatus(db, podReports(obs.pods)[st.CurrentPrimary], now)
+	setArchivingStatus(db, obs.pods, st.CurrentPrimary, now)
 	st.Endpoint = fmt.Sprintf("%s:%d", specs.ReadWriteHost(db), specs.ServicePort(db))
 	st.ReadEndpoint = ""
 	if desired > 1 {
