@@ -48,6 +48,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/controller/mydatabase"
+	"example.com/myoperator/internal/controller/mydatabasebackup"
 	"example.com/myoperator/internal/leader"
 	"example.com/myoperator/internal/manager"
 	"example.com/myoperator/internal/metrics"
@@ -231,6 +232,14 @@ func main() {
 		Platform:    specs.Platform{InstanceManagerImage: instanceImage},
 	}).SetupWithManager(mgr, workers); err != nil {
 		setupLog.Error(err, "Failed to create controller", "controller", "mydatabase")
+		os.Exit(1)
+	}
+	if err := (&mydatabasebackup.Reconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("mydatabasebackup-controller"),
+		Clock:    clock.RealClock{},
+	}).SetupWithManager(mgr); err != nil {
+		setupLog.Error(err, "Failed to create controller", "controller", "mydatabasebackup")
 		os.Exit(1)
 	}
 	// +kubebuilder:scaffold:builder

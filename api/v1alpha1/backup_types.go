@@ -26,6 +26,55 @@ import (
 type BackupSpec struct {
 	// objectStore is the S3-compatible bucket.
 	ObjectStore ObjectStore `json:"objectStore"`
+
+	// schedule takes base backups on a cron schedule, as MyDatabaseBackup
+	// objects named <name>-<time of the schedule>.
+	// +optional
+	Schedule *BackupSchedule `json:"schedule,omitempty"`
+
+	// retention deletes expired base backups from the object store, and
+	// the WAL no backup kept still needs. Without it nothing is deleted.
+	// +optional
+	Retention *BackupRetention `json:"retention,omitempty"`
+}
+
+// BackupSchedule is when base backups are taken.
+type BackupSchedule struct {
+	// cron is a standard five-field cron expression ("0 3 * * *": daily at
+	// 03:00) or a descriptor such as "@daily", in UTC.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || self.split(' ').filter(f, f != '').size() == 5",message="schedule.cron is five fields (minute hour day-of-month month day-of-week), e.g. \"0 3 * * *\", or a descriptor such as \"@daily\""
+	Cron string `json:"cron"`
+
+	// suspend stops new scheduled backups; one under way finishes.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+
+	// target is where scheduled backups are taken (MyDatabaseBackup's
+	// spec.target); by default on a healthy replica.
+	// +kubebuilder:default=PreferReplica
+	// +optional
+	Target BackupTarget `json:"target,omitempty"`
+}
+
+// BackupRetention is which base backups are kept: a backup is deleted
+// only when no rule keeps it, and the newest one is always kept. Changing
+// it restarts the servers one at a time, as any change of spec.backup.
+// +kubebuilder:validation:XValidation:rule="has(self.recoveryWindow) || has(self.keep)",message="retention takes recoveryWindow, keep, or both"
+type BackupRetention struct {
+	// recoveryWindow keeps what a restore to any time within it needs: every
+	// backup finished in the window, and the newest one before it. Days or
+	// hours: "7d", "36h".
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[1-9][0-9]{0,4}[dh]$')",message="retention.recoveryWindow is a number of days or hours, e.g. \"7d\" or \"36h\""
+	// +optional
+	RecoveryWindow string `json:"recoveryWindow,omitempty"`
+
+	// keep keeps this many of the newest backups.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Keep *int32 `json:"keep,omitempty"`
 }
 
 // ObjectStore is a place in an S3-compatible bucket.
@@ -143,6 +192,14 @@ type BackupStatus struct {
 	LastBackupTime *metav1.Time `json:"lastBackupTime,omitempty"`
 	// +optional
 	FirstRecoverabilityPoint *metav1.Time `json:"firstRecoverabilityPoint,omitempty"`
+
+	// lastScheduleTime is the time of the last scheduled backup the
+	// operator created, and nextScheduleTime the next one's, with
+	// spec.backup.schedule.
+	// +optional
+	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
+	// +optional
+	NextScheduleTime *metav1.Time `json:"nextScheduleTime,omitempty"`
 }
 
 // ConditionContinuousArchiving is present with spec.backup: True while
@@ -163,4 +220,7 @@ const (
 	// ReasonObjectStoreCredentials (Stalled): the Secret an objectStore
 	// names is missing or lacks a key.
 	ReasonObjectStoreCredentials = "ObjectStoreCredentialsInvalid"
+	// ReasonBackupScheduleInvalid (Stalled): spec.backup.schedule.cron does
+	// not parse.
+	ReasonBackupScheduleInvalid = "BackupScheduleInvalid"
 )

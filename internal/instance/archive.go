@@ -130,6 +130,7 @@ func (m *manager) watchBackups(ctx context.Context) {
 		}
 		if time.Since(listed) >= backupsEvery {
 			lctx, cancel := context.WithTimeout(ctx, time.Minute)
+			m.applyRetention(lctx, store)
 			list, err := store.Backups(lctx)
 			cancel()
 			if err != nil {
@@ -155,4 +156,30 @@ func summarize(list []backup.Manifest) *report.Backups {
 		b.LastID, b.LastTime, b.FirstRecoverableTime = last.ID, &last.FinishedAt, &first.FinishedAt
 	}
 	return b
+}
+
+// applyRetention deletes, on the primary alone, the backups
+// spec.backup.retention no longer keeps and the WAL that came before the
+// oldest backup kept.
+func (m *manager) applyRetention(ctx context.Context, store *backup.Store) {
+	if m.c.Retention == (backup.Retention{}) {
+		return
+	}
+	var standby bool
+	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&standby)
+	})
+	if err != nil || standby {
+		return
+	}
+	expired, wal, err := store.ApplyRetention(ctx, m.c.Retention, time.Now())
+	for _, b := range expired {
+		m.log("retention: deleted base backup %s (finished %s)", b.ID, b.FinishedAt.Format(time.RFC3339))
+	}
+	if wal > 0 {
+		m.log("retention: deleted %d WAL files no backup kept needs", wal)
+	}
+	if err != nil {
+		m.log("retention: %v", err)
+	}
 }

@@ -96,6 +96,9 @@ type Config struct {
 	// Backup is the object store the primary archives its WAL to
 	// (BACKUP_*, archive.go); nil without spec.backup.
 	Backup *backup.Config
+	// Retention is which base backups the primary keeps in it
+	// (BACKUP_RETENTION_WINDOW, BACKUP_RETENTION_KEEP); zero keeps all.
+	Retention backup.Retention
 	// Restore is what a new primary is restored from instead of initdb
 	// (RESTORE_*, restore.go); nil without spec.bootstrap.recovery.
 	Restore *Restore
@@ -152,6 +155,16 @@ func ConfigFromEnv() (Config, error) {
 	c.LeaseDuration = time.Duration(n) * time.Second
 	c.PasswordSecrets = os.Getenv("PASSWORD_SECRETS")
 	c.MetricsAddress, c.CustomQueries = os.Getenv("METRICS_ADDRESS"), os.Getenv("CUSTOM_QUERIES")
+	if w := os.Getenv("BACKUP_RETENTION_WINDOW"); w != "" {
+		if c.Retention.Window, err = backup.ParseWindow(w); err != nil {
+			return c, fmt.Errorf("BACKUP_RETENTION_WINDOW: %w", err)
+		}
+	}
+	if k := os.Getenv("BACKUP_RETENTION_KEEP"); k != "" {
+		if c.Retention.Keep, err = strconv.Atoi(k); err != nil || c.Retention.Keep < 1 {
+			return c, fmt.Errorf("BACKUP_RETENTION_KEEP is %q, want a whole number, at least 1", k)
+		}
+	}
 	return c, nil
 }
 

@@ -26,8 +26,9 @@ type kube struct {
 	pods    corev1client.PodInterface
 	secrets corev1client.SecretInterface // the password Secrets (rotate.go)
 	leases  coordinationv1client.LeaseInterface
-	// watches has no timeout: a watch lasts minutes.
-	watches coordinationv1client.LeaseInterface
+	// watches and podWatches have no timeout: a watch lasts minutes.
+	watches    coordinationv1client.LeaseInterface
+	podWatches corev1client.PodInterface
 	c       Config
 	// timeout bounds every request, so that a hung connection cannot hold
 	// the HA loop past a renew deadline.
@@ -64,8 +65,12 @@ func newKube(c Config, timeout time.Duration) (*kube, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kube{pods: core.Pods(c.Namespace), secrets: core.Secrets(c.Namespace), leases: coord.Leases(c.Namespace), watches: watches.Leases(c.Namespace),
-		c: c, timeout: timeout}, nil
+	podWatches, err := corev1client.NewForConfig(long)
+	if err != nil {
+		return nil, err
+	}
+	return &kube{pods: core.Pods(c.Namespace), secrets: core.Secrets(c.Namespace), leases: coord.Leases(c.Namespace),
+		watches: watches.Leases(c.Namespace), podWatches: podWatches.Pods(c.Namespace), c: c, timeout: timeout}, nil
 }
 
 // watchLease sends every version of the Lease it sees, the newest only
@@ -95,6 +100,37 @@ func (k *kube) watchLease(ctx context.Context, seen chan *coordinationv1.Lease) 
 			default:
 			}
 			seen <- lease
+		}
+		w.Stop()
+	}
+}
+
+// watchOwnAnnotation sends the value of this pod's annotation key (empty
+// when it has none) whenever the pod changes, until ctx ends; only the
+// newest value when the reader lags.
+func (k *kube) watchOwnAnnotation(ctx context.Context, key string, values chan string) {
+	for ctx.Err() == nil {
+		w, err := k.podWatches.Watch(ctx, metav1.ListOptions{
+			FieldSelector:  fields.OneTermEqualSelector("metadata.name", k.c.PodName).String(),
+			TimeoutSeconds: new(int64(300)),
+		})
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(k.timeout):
+			}
+			continue
+		}
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			select { // drop a value not read yet: this one is newer
+			case <-values:
+			default:
+			}
+			values <- pod.Annotations[key]
 		}
 		w.Stop()
 	}

@@ -27,6 +27,9 @@ type manager struct {
 	// backups is the object store's base backups at the last look
 	// (watchBackups), for the report.
 	backups atomic.Pointer[report.Backups]
+	// backupRun is the last base backup asked of this instance
+	// (backuprun.go), for the report.
+	backupRun atomic.Pointer[report.BackupRun]
 
 	server    *server
 	lastSeen  observation // the server's last answer, kept after it stops
@@ -458,7 +461,7 @@ func (m *manager) startFence() {
 // running server answered, nil to ask it.
 func (m *manager) report(ctx context.Context, candidate *report.Candidacy, seen *observation) {
 	r := report.Report{Address: m.c.AdvertiseAddress, Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
-		Passwords: m.acceptedPasswords()}
+		Passwords: m.acceptedPasswords(), Backup: m.backupRun.Load()}
 	if m.role != stopped && seen == nil {
 		if o, err := m.observe(ctx); err == nil && o.primary == (m.role == asPrimary) {
 			seen = &o

@@ -90,7 +90,9 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 		go m.serveMetrics(ctx)
 	}
 	if c.Backup != nil {
+		m.loadBackupRun()
 		go m.watchBackups(ctx)
+		go m.takeRequestedBackups(ctx)
 	}
 	m.loop(ctx, reload)
 	return m.shutdown(), nil

@@ -108,7 +108,7 @@ func InstanceRole(db *databasev1alpha1.MyDatabase) *rbacv1ac.RoleApplyConfigurat
 		WithRules(
 			rbacv1ac.PolicyRule().WithAPIGroups("coordination.k8s.io").WithResources("leases").
 				WithResourceNames(LeaseName(db)).WithVerbs("get", "watch", "update"),
-			rbacv1ac.PolicyRule().WithAPIGroups("").WithResources("pods").WithVerbs("get", "list"),
+			rbacv1ac.PolicyRule().WithAPIGroups("").WithResources("pods").WithVerbs("get", "list", "watch"),
 			rbacv1ac.PolicyRule().WithAPIGroups("").WithResources("secrets").WithResourceNames(PasswordSecretNames(db)...).WithVerbs("get"),
 			rbacv1ac.PolicyRule().WithAPIGroups("").WithResources("pods").
 				WithResourceNames(pods...).WithVerbs("patch"))

@@ -1,6 +1,7 @@
 package specs
 
 import (
+	"strconv"
 	"time"
 
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -55,6 +56,14 @@ func backupEnv(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfigura
 	}
 	if b := db.Spec.Backup; b != nil {
 		store("BACKUP_", b.ObjectStore, BackupPath(db))
+		if r := b.Retention; r != nil {
+			if r.RecoveryWindow != "" {
+				env = append(env, corev1ac.EnvVar().WithName("BACKUP_RETENTION_WINDOW").WithValue(r.RecoveryWindow))
+			}
+			if r.Keep != nil {
+				env = append(env, corev1ac.EnvVar().WithName("BACKUP_RETENTION_KEEP").WithValue(strconv.Itoa(int(*r.Keep))))
+			}
+		}
 	}
 	r := Recovery(db)
 	if r == nil {

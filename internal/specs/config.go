@@ -47,6 +47,12 @@ var defaultParameters = map[string]string{
 // same spec always renders the same bytes (and the same config hash).
 func PostgresConf(db *databasev1alpha1.MyDatabase) string {
 	params := maps.Clone(defaultParameters)
+	if db.Spec.Backup != nil {
+		// An idle primary still completes, and so archives, a WAL file
+		// this often: the bound on what a lost volume loses, and on how
+		// long a backup taken on a replica waits for its last WAL file.
+		params["archive_timeout"] = "5min"
+	}
 	maps.Copy(params, db.Spec.Parameters)
 	var b strings.Builder
 	b.WriteString("# Managed by the MyDatabase operator: set spec.parameters instead of editing this file.\n")

@@ -65,12 +65,20 @@ func (r *MyDatabaseReconciler) checkObjectStores(ctx context.Context, db *databa
 // instance manager last did: status.backup and the ContinuousArchiving
 // condition, which says in plain words what failed. Without spec.backup
 // neither is there (and no report is read).
-func setArchivingStatus(db *databasev1alpha1.MyDatabase, pods []corev1.Pod, primaryPod string, now time.Time) {
+func setArchivingStatus(db *databasev1alpha1.MyDatabase, pods []corev1.Pod, primaryPod string, schedule *scheduleState, now time.Time) {
 	st := &db.Status
 	if db.Spec.Backup == nil {
 		st.Backup = nil
 		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionContinuousArchiving)
 		return
+	}
+	// The schedule's times, from this pass or else as they were.
+	var last, next *metav1.Time
+	if st.Backup != nil && db.Spec.Backup.Schedule != nil {
+		last, next = st.Backup.LastScheduleTime, st.Backup.NextScheduleTime
+	}
+	if schedule != nil {
+		last, next = schedule.last, schedule.next
 	}
 	var primary *report.Report
 	for i := range pods {
@@ -111,6 +119,12 @@ func setArchivingStatus(db *databasev1alpha1.MyDatabase, pods []corev1.Pod, prim
 		}
 	}
 	meta.SetStatusCondition(&st.Conditions, cond)
+	if last != nil || next != nil {
+		if st.Backup == nil {
+			st.Backup = &databasev1alpha1.BackupStatus{}
+		}
+		st.Backup.LastScheduleTime, st.Backup.NextScheduleTime = last, next
+	}
 }
 
 func metaTime(t *time.Time) *metav1.Time {

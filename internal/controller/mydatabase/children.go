@@ -64,6 +64,7 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 		r.retireReplicationPassword,
 		r.adoptRetainedVolumes,
 		r.reconcileRotation,
+		r.reconcileSchedule,
 	}
 	for _, step := range steps {
 		if err := step(ctx, db, obs); err != nil {

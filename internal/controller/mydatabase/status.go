@@ -63,6 +63,9 @@ type observation struct {
 	// monitoring is the MonitoringReady condition's reason and message, nil
 	// when the pass did not get to it; an empty reason removes it.
 	monitoring *blocker
+	// schedule is spec.backup.schedule's last and next times, nil when the
+	// pass did not get to it (the status keeps what it had).
+	schedule *scheduleState
 	// requeue, when positive, is how soon the pass wants to look again at
 	// something no watch brings (a switchover's deadline).
 	requeue time.Duration
@@ -224,7 +227,7 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 			Reason: obs.tls.reason, Message: obs.tls.message, ObservedGeneration: db.Generation, LastTransitionTime: metav1.NewTime(now)})
 	}
 	setMonitoringCondition(db, obs.monitoring, now)
-	setArchivingStatus(db, obs.pods, st.CurrentPrimary, now)
+	setArchivingStatus(db, obs.pods, st.CurrentPrimary, obs.schedule, now)
 	st.Endpoint = fmt.Sprintf("%s:%d", specs.ReadWriteHost(db), specs.ServicePort(db))
 	st.ReadEndpoint = ""
 	if desired > 1 {

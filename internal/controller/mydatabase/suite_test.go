@@ -27,6 +27,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/controller/mydatabasebackup"
 	"example.com/myoperator/internal/manager"
 	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/testenv"
@@ -89,6 +90,11 @@ func run(m *testing.M) int {
 		StallRetry: 2 * time.Second,
 	}
 	if err := reconciler.SetupWithManager(mgr, 2); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := (&mydatabasebackup.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("mydatabasebackup-controller"),
+		Clock: reconciler.Clock}).SetupWithManager(mgr); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

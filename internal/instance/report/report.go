@@ -51,6 +51,9 @@ type Report struct {
 	Passwords map[string]string `json:"passwords,omitempty"`
 	// Archive is the primary's continuous archiving, with spec.backup.
 	Archive *Archive `json:"archive,omitempty"`
+	// Backup is the last base backup this instance was asked to take (a
+	// MyDatabaseBackup), nil when none was.
+	Backup *BackupRun `json:"backup,omitempty"`
 	// Time is when the report was made.
 	Time time.Time `json:"time"`
 }
@@ -79,6 +82,28 @@ type Backups struct {
 	// FirstRecoverableTime: the oldest backup's end, the earliest time a
 	// restore can reach.
 	FirstRecoverableTime *time.Time `json:"firstRecoverableTime,omitempty"`
+}
+
+// BackupRun is a base backup an instance takes or took.
+type BackupRun struct {
+	// Name is the MyDatabaseBackup's.
+	Name string `json:"name"`
+	// Phase is Running, Completed or Failed; Message says what it waits
+	// for, or why it failed.
+	Phase   string `json:"phase"`
+	Message string `json:"message,omitempty"`
+
+	Started *time.Time `json:"started,omitempty"`
+	Stopped *time.Time `json:"stopped,omitempty"`
+	// ID, Size, Timeline, BeginLSN and EndLSN are the backup's, once it is
+	// in the store; BeginWAL and EndWAL the WAL files that hold them.
+	ID       string `json:"id,omitempty"`
+	Size     int64  `json:"size,omitempty"`
+	Timeline int64  `json:"timeline,omitempty"`
+	BeginLSN string `json:"beginLSN,omitempty"`
+	EndLSN   string `json:"endLSN,omitempty"`
+	BeginWAL string `json:"beginWAL,omitempty"`
+	EndWAL   string `json:"endWAL,omitempty"`
 }
 
 // Failing tells whether the last attempt to archive failed.

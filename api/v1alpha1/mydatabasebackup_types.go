@@ -1,0 +1,173 @@
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// BackupTarget is which instance takes a base backup.
+// +kubebuilder:validation:Enum=Primary;PreferReplica
+type BackupTarget string
+
+const (
+	// BackupTargetPrimary: the primary.
+	BackupTargetPrimary BackupTarget = "Primary"
+	// BackupTargetPreferReplica: a ready replica that streams from the
+	// primary, or the primary when there is none.
+	BackupTargetPreferReplica BackupTarget = "PreferReplica"
+)
+
+// MyDatabaseBackupSpec asks for one base backup of a MyDatabase into its
+// spec.backup object store. It is immutable: a new backup is a new object.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="a MyDatabaseBackup's spec is immutable: create a new one for another backup"
+type MyDatabaseBackupSpec struct {
+	// database names the MyDatabase of this namespace to back up; it must
+	// have spec.backup.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Database string `json:"database"`
+
+	// target is where the backup is taken: PreferReplica (the default)
+	// spares the primary the reads of a whole copy.
+	// +kubebuilder:default=PreferReplica
+	// +optional
+	Target BackupTarget `json:"target,omitempty"`
+}
+
+// BackupPhase is where a MyDatabaseBackup stands.
+// +kubebuilder:validation:Enum=Pending;Running;Completed;Failed
+type BackupPhase string
+
+const (
+	// BackupPending: waiting for an instance to take it.
+	BackupPending BackupPhase = "Pending"
+	// BackupRunning: an instance is taking it.
+	BackupRunning BackupPhase = "Running"
+	// BackupCompleted: it is in the object store, with the WAL that makes
+	// it consistent.
+	BackupCompleted BackupPhase = "Completed"
+	// BackupFailed: it was not taken; message says why. A failed backup is
+	// not retried: create a new MyDatabaseBackup.
+	BackupFailed BackupPhase = "Failed"
+)
+
+// MyDatabaseBackupStatus is what the instance that took the backup
+// reported.
+type MyDatabaseBackupStatus struct {
+	// phase is Pending, Running, Completed or Failed.
+	// +optional
+	Phase BackupPhase `json:"phase,omitempty"`
+
+	// message says what the backup waits for, or why it failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+
+	// instance is the pod that takes the backup, and instanceUID its UID:
+	// a replaced pod never finishes the backup its predecessor started.
+	// +optional
+	Instance string `json:"instance,omitempty"`
+	// +optional
+	InstanceUID string `json:"instanceUID,omitempty"`
+
+	// backupID names the backup in the object store; it is what
+	// spec.bootstrap.recovery.backupID takes.
+	// +optional
+	BackupID string `json:"backupID,omitempty"`
+
+	// startedAt and stoppedAt: when the backup began and ended.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// +optional
+	StoppedAt *metav1.Time `json:"stoppedAt,omitempty"`
+
+	// size is the compressed size in the object store, in bytes.
+	// +optional
+	Size int64 `json:"size,omitempty"`
+
+	// timeline, beginLSN and endLSN: the WAL the backup needs, from where
+	// it began to where it is consistent; beginWAL and endWAL are the files
+	// that hold them.
+	// +optional
+	Timeline int64 `json:"timeline,omitempty"`
+	// +optional
+	BeginLSN string `json:"beginLSN,omitempty"`
+	// +optional
+	EndLSN string `json:"endLSN,omitempty"`
+	// +optional
+	BeginWAL string `json:"beginWAL,omitempty"`
+	// +optional
+	EndWAL string `json:"endWAL,omitempty"`
+}
+
+// Finished is true once the backup is Completed or Failed: nothing about
+// it changes after.
+func (s MyDatabaseBackupStatus) Finished() bool {
+	return s.Phase == BackupCompleted || s.Phase == BackupFailed
+}
+
+// LabelScheduledBy on a MyDatabaseBackup names the MyDatabase whose
+// spec.backup.schedule created it.
+const LabelScheduledBy = "database.example.com/scheduled-by"
+
+// AnnotationBackupRequest on a database pod names the MyDatabaseBackup its
+// instance manager is to take (the operator sets it; the instance manager
+// reports the backup in its report).
+const AnnotationBackupRequest = "database.example.com/backup-request"
+
+// MyDatabaseBackup is one base backup of a MyDatabase (docs/backup.md).
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=mydbbackup,categories=databases
+// +kubebuilder:printcolumn:name="Database",type=string,JSONPath=`.spec.database`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Instance",type=string,JSONPath=`.status.instance`
+// +kubebuilder:printcolumn:name="Backup",type=string,JSONPath=`.status.backupID`
+// +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.size`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type MyDatabaseBackup struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is a standard object metadata
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitzero"`
+
+	// spec says which database to back up, and where.
+	// +required
+	Spec MyDatabaseBackupSpec `json:"spec"`
+
+	// status is where the backup stands.
+	// +optional
+	Status MyDatabaseBackupStatus `json:"status,omitzero"`
+}
+
+// +kubebuilder:object:root=true
+
+// MyDatabaseBackupList contains a list of MyDatabaseBackup.
+type MyDatabaseBackupList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitzero"`
+	Items           []MyDatabaseBackup `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(func(s *runtime.Scheme) error {
+		s.AddKnownTypes(SchemeGroupVersion, &MyDatabaseBackup{}, &MyDatabaseBackupList{})
+		return nil
+	})
+}

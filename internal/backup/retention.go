@@ -1,0 +1,179 @@
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package backup
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/minio/minio-go/v7"
+)
+
+// Retention is which base backups are kept (spec.backup.retention). A
+// backup is deleted only when no rule keeps it; the newest is always kept.
+type Retention struct {
+	// Window keeps every backup a restore to a time within it needs: those
+	// that finished in it and the newest before it. Zero: no window.
+	Window time.Duration `json:"window,omitempty"`
+	// Keep keeps this many of the newest backups. Zero: no count.
+	Keep int `json:"keep,omitempty"`
+}
+
+// ParseWindow reads a recovery window such as "7d" or "36h".
+func ParseWindow(s string) (time.Duration, error) {
+	unit := map[byte]time.Duration{'d': 24 * time.Hour, 'h': time.Hour}
+	if len(s) < 2 || unit[s[len(s)-1]] == 0 {
+		return 0, fmt.Errorf("recovery window %q: want a number of days or hours such as 7d or 36h", s)
+	}
+	n, err := strconv.Atoi(s[:len(s)-1])
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("recovery window %q: want a number of days or hours such as 7d or 36h", s)
+	}
+	return time.Duration(n) * unit[s[len(s)-1]], nil
+}
+
+// Expired is what retention r deletes from backups (oldest first, as
+// Backups lists them) at now: the backups no rule keeps, oldest first.
+func (r Retention) Expired(backups []Manifest, now time.Time) []Manifest {
+	if len(backups) == 0 || (r.Window == 0 && r.Keep == 0) {
+		return nil
+	}
+	keep := make([]bool, len(backups))
+	keep[len(backups)-1] = true
+	for i := range backups {
+		if r.Keep > 0 && i >= len(backups)-r.Keep {
+			keep[i] = true
+		}
+	}
+	if r.Window > 0 {
+		start := now.Add(-r.Window)
+		for i, b := range backups {
+			// A backup that finished in the window, or the newest one
+			// before it: a restore to the window's start begins there.
+			if !b.FinishedAt.Before(start) || (i+1 < len(backups) && !backups[i+1].FinishedAt.Before(start)) {
+				keep[i] = true
+			}
+		}
+	}
+	var out []Manifest
+	for i, b := range backups {
+		if !keep[i] {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// segmentSize is the WAL segment size of the servers the operator makes
+// (initdb's default).
+const segmentSize = 16 << 20
+
+// WALFile is the name of the WAL segment that holds lsn on timeline.
+func WALFile(timeline int64, lsn string) (string, error) {
+	pos, err := pglogrepl.ParseLSN(lsn)
+	if err != nil {
+		return "", fmt.Errorf("WAL position %q: %w", lsn, err)
+	}
+	seg := uint64(pos) / segmentSize
+	const perID = 0x100000000 / segmentSize
+	return fmt.Sprintf("%08X%08X%08X", timeline, seg/perID, seg%perID), nil
+}
+
+// DeleteBackup deletes base backup m: its manifest first, so that a
+// deletion cut short leaves no backup that looks complete.
+func (s *Store) DeleteBackup(ctx context.Context, m Manifest) error {
+	for _, name := range []string{manifestName, baseArchive} {
+		key := s.key("base", m.ID, name)
+		if err := s.client.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
+			return fmt.Errorf("object store: deleting %s: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// PruneWAL deletes the archived WAL segments, on any timeline, that come
+// before the segment first (a segment's file name): the WAL of no backup
+// that begins at or after it. Timeline history files are always kept.
+// It returns how many files it deleted.
+func (s *Store) PruneWAL(ctx context.Context, first string) (int, error) {
+	if len(first) != 24 {
+		return 0, fmt.Errorf("PruneWAL: %q is not a WAL segment's name", first)
+	}
+	prefix := s.key("wal") + "/"
+	deleted := 0
+	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix}) {
+		if obj.Err != nil {
+			return deleted, fmt.Errorf("object store: listing the WAL: %w", obj.Err)
+		}
+		name := strings.TrimSuffix(path.Base(obj.Key), ".zst")
+		if !segmentBefore(name, first) {
+			continue
+		}
+		if err := s.client.RemoveObject(ctx, s.bucket, obj.Key, minio.RemoveObjectOptions{}); err != nil {
+			return deleted, fmt.Errorf("object store: deleting %s: %w", obj.Key, err)
+		}
+		deleted++
+	}
+	return deleted, nil
+}
+
+// segmentBefore: name is a segment (or a partial segment, or a backup
+// history file) whose position comes before first's, whatever the
+// timelines. History files (<timeline>.history) never are.
+func segmentBefore(name, first string) bool {
+	if len(name) < 24 || strings.HasSuffix(name, ".history") {
+		return false
+	}
+	if strings.Trim(name[:24], "0123456789ABCDEF") != "" {
+		return false
+	}
+	return name[8:24] < first[8:24]
+}
+
+// ApplyRetention deletes what r does not keep: the expired backups, then
+// the WAL that comes before the oldest backup kept. It returns the
+// backups deleted and the number of WAL files.
+func (s *Store) ApplyRetention(ctx context.Context, r Retention, now time.Time) ([]Manifest, int, error) {
+	list, err := s.Backups(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	expired := r.Expired(list, now)
+	for _, m := range expired {
+		if err := s.DeleteBackup(ctx, m); err != nil {
+			return nil, 0, err
+		}
+	}
+	kept := slices.DeleteFunc(slices.Clone(list), func(m Manifest) bool { return slices.Contains(expired, m) })
+	if len(kept) == 0 {
+		return expired, 0, nil
+	}
+	// Also when nothing expired now: a pass cut short after deleting
+	// backups left their WAL.
+	first, err := WALFile(kept[0].Timeline, kept[0].BeginLSN)
+	if err != nil {
+		return expired, 0, err
+	}
+	n, err := s.PruneWAL(ctx, first)
+	return expired, n, err
+}

@@ -1,0 +1,255 @@
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package mydatabasebackup reconciles MyDatabaseBackup objects: it asks
+// one instance of the MyDatabase to take the base backup and writes what
+// that instance reports into the object's status. The backup itself runs
+// in the instance manager (internal/instance, backuprun.go).
+package mydatabasebackup
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/specs"
+)
+
+// Reconciler reconciles MyDatabaseBackup objects.
+type Reconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
+}
+
+// +kubebuilder:rbac:groups=database.example.com,resources=mydatabasebackups,verbs=get;list;watch
+// +kubebuilder:rbac:groups=database.example.com,resources=mydatabasebackups/status,verbs=get;patch
+// +kubebuilder:rbac:groups=core,resources=pods,verbs=get;list;watch;patch
+
+// instanceField indexes MyDatabaseBackups by status.instance.
+const instanceField = "status.instance"
+
+// retry is how soon a backup that waits for an instance looks again.
+const retry = 10 * time.Second
+
+// reportFresh is how old a replica's report may be for it to take a
+// backup: an older one is from an instance manager that stopped reporting.
+const reportFresh = time.Minute
+
+// Reconcile moves a backup on by one step: fail it when it cannot be
+// taken, choose the instance that takes it, ask that instance, and copy
+// its report. A finished backup is never touched again.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	b := &databasev1alpha1.MyDatabaseBackup{}
+	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if b.Status.Finished() {
+		return ctrl.Result{}, nil
+	}
+	before := b.DeepCopy()
+	res, err := r.step(ctx, b)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !equality.Semantic.DeepEqual(b.Status, before.Status) {
+		// Optimistic: a pass that read a stale backup must not choose a
+		// second instance.
+		if err := r.Status().Patch(ctx, b, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, err
+		}
+		if b.Status.Finished() {
+			r.recordFinished(b)
+		}
+	}
+	return res, nil
+}
+
+func (r *Reconciler) step(ctx context.Context, b *databasev1alpha1.MyDatabaseBackup) (ctrl.Result, error) {
+	st := &b.Status
+	db := &databasev1alpha1.MyDatabase{}
+	switch err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.Database}, db); {
+	case apierrors.IsNotFound(err):
+		r.fail(b, fmt.Sprintf("there is no MyDatabase %q in namespace %q", b.Spec.Database, b.Namespace))
+		return ctrl.Result{}, nil
+	case err != nil:
+		return ctrl.Result{}, err
+	case db.Spec.Backup == nil:
+		r.fail(b, fmt.Sprintf("MyDatabase %q has no spec.backup: set spec.backup.objectStore to say where its backups go", db.Name))
+		return ctrl.Result{}, nil
+	case !db.DeletionTimestamp.IsZero():
+		r.fail(b, fmt.Sprintf("MyDatabase %q is being deleted", db.Name))
+		return ctrl.Result{}, nil
+	}
+	if st.Instance == "" {
+		pods := &corev1.PodList{}
+		if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(specs.SelectorLabels(db))); err != nil {
+			return ctrl.Result{}, err
+		}
+		pod, why := choose(pods.Items, b.Spec.Target, r.Clock.Now())
+		st.Phase = databasev1alpha1.BackupPending
+		if pod == nil {
+			st.Message = why
+			return ctrl.Result{RequeueAfter: retry}, nil
+		}
+		st.Instance, st.InstanceUID = pod.Name, string(pod.UID)
+		st.Message = fmt.Sprintf("asked %s (%s) to take the backup", pod.Name, why)
+		// The status is written before the pod is asked, so that a crash in
+		// between asks the same pod again, never two; the write brings the
+		// next pass.
+		return ctrl.Result{}, nil
+	}
+	pod := &corev1.Pod{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: st.Instance}, pod)
+	if apierrors.IsNotFound(err) || (err == nil && string(pod.UID) != st.InstanceUID) {
+		r.fail(b, fmt.Sprintf("pod %s, which was taking the backup, was deleted or replaced: create a new MyDatabaseBackup", st.Instance))
+		return ctrl.Result{}, nil
+	} else if err != nil {
+		return ctrl.Result{}, err
+	}
+	var run *report.BackupRun
+	if rep, err := report.Parse(pod.Annotations[databasev1alpha1.AnnotationInstance]); err == nil {
+		run = rep.Backup
+	}
+	if run != nil && run.Name == b.Name {
+		copyRun(st, run)
+		return ctrl.Result{}, nil
+	}
+	asked := pod.Annotations[databasev1alpha1.AnnotationBackupRequest]
+	if asked == b.Name {
+		return ctrl.Result{}, nil // the instance's report brings the rest
+	}
+	if asked != "" && (run == nil || run.Name != asked || run.Phase == string(databasev1alpha1.BackupRunning)) {
+		st.Message = fmt.Sprintf("waiting for %s to finish backup %s", pod.Name, asked)
+		return ctrl.Result{RequeueAfter: retry}, nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{ // a map always marshals
+		"annotations": map[string]string{databasev1alpha1.AnnotationBackupRequest: b.Name}}})
+	if err := r.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, nil
+}
+
+// choose picks the pod that takes a backup to target: the ready replica
+// that has replayed the most, unless target is Primary or none is ready;
+// else the ready primary. It says why it chose, or why there is none.
+func choose(pods []corev1.Pod, target databasev1alpha1.BackupTarget, now time.Time) (*corev1.Pod, string) {
+	var primary, replica *corev1.Pod
+	var replayed uint64
+	for i := range pods {
+		p := &pods[i]
+		rep, err := report.Parse(p.Annotations[databasev1alpha1.AnnotationInstance])
+		if err != nil || !rep.Ready || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		switch rep.Role {
+		case databasev1alpha1.RolePrimary:
+			if p.Labels[databasev1alpha1.LabelRole] == databasev1alpha1.RolePrimary {
+				primary = p
+			}
+		case databasev1alpha1.RoleReplica:
+			pos, err := report.LSN(rep.Replayed)
+			if err == nil && now.Sub(rep.Time) < reportFresh && (replica == nil || pos > replayed) {
+				replica, replayed = p, pos
+			}
+		}
+	}
+	switch {
+	case target != databasev1alpha1.BackupTargetPrimary && replica != nil:
+		return replica, "a ready replica"
+	case primary != nil && target == databasev1alpha1.BackupTargetPrimary:
+		return primary, "the primary"
+	case primary != nil:
+		return primary, "the primary: no replica is ready"
+	}
+	return nil, "waiting for a ready primary to take the backup" +
+		map[bool]string{true: "", false: " or replica"}[target == databasev1alpha1.BackupTargetPrimary]
+}
+
+// copyRun writes what the instance reported into the status.
+func copyRun(st *databasev1alpha1.MyDatabaseBackupStatus, run *report.BackupRun) {
+	st.Phase, st.Message = databasev1alpha1.BackupPhase(run.Phase), run.Message
+	st.BackupID, st.Size, st.Timeline, st.BeginLSN, st.EndLSN = run.ID, run.Size, run.Timeline, run.BeginLSN, run.EndLSN
+	st.StartedAt, st.StoppedAt = metaTime(run.Started), metaTime(run.Stopped)
+	st.BeginWAL, st.EndWAL = run.BeginWAL, run.EndWAL
+}
+
+func (r *Reconciler) fail(b *databasev1alpha1.MyDatabaseBackup, message string) {
+	now := metav1.NewTime(r.Clock.Now())
+	b.Status.Phase, b.Status.Message, b.Status.StoppedAt = databasev1alpha1.BackupFailed, message, &now
+}
+
+func (r *Reconciler) recordFinished(b *databasev1alpha1.MyDatabaseBackup) {
+	if b.Status.Phase == databasev1alpha1.BackupCompleted {
+		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "Completed", "Backup",
+			"Backup %s taken on %s: %d bytes, WAL %s to %s", b.Status.BackupID, b.Status.Instance, b.Status.Size, b.Status.BeginLSN, b.Status.EndLSN)
+		return
+	}
+	r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "Failed", "Backup", "%s", b.Status.Message)
+}
+
+// SetupWithManager watches the MyDatabaseBackups and, for those under
+// way, the reports of the pods that take them.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &databasev1alpha1.MyDatabaseBackup{}, instanceField,
+		func(o client.Object) []string {
+			if b := o.(*databasev1alpha1.MyDatabaseBackup); b.Status.Instance != "" && !b.Status.Finished() {
+				return []string{b.Status.Instance}
+			}
+			return nil
+		}); err != nil {
+		return err
+	}
+	byPod := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		list := &databasev1alpha1.MyDatabaseBackupList{}
+		if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{instanceField: o.GetName()}); err != nil {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, b := range list.Items {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&b)})
+		}
+		return out
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&databasev1alpha1.MyDatabaseBackup{}).
+		Watches(&corev1.Pod{}, byPod).
+		Named("mydatabasebackup").
+		Complete(r)
+}
+
+func metaTime(t *time.Time) *metav1.Time {
+	if t == nil {
+		return nil
+	}
+	return &metav1.Time{Time: *t}
+}

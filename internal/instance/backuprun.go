@@ -1,0 +1,165 @@
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package instance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/backup"
+	"example.com/myoperator/internal/instance/report"
+)
+
+// Base backups a MyDatabaseBackup asks for. The operator names the backup
+// in an annotation of the pod that is to take it
+// (AnnotationBackupRequest); the instance manager watches its own pod,
+// takes the backup, and reports how it went in its report, from which the
+// operator writes the MyDatabaseBackup's status. The instance manager thus
+// writes nothing but its own pod, and a request is taken once: the run is
+// kept in a file of the socket directory, which outlives a restart of the
+// container (not of the pod, whose successor is never asked).
+
+// backupRunFile is the last run, for the report and across restarts.
+const backupRunFile = "backup-run.json"
+
+// walArchivedWithin bounds the wait for the WAL file a backup ends in.
+const walArchivedWithin = 15 * time.Minute
+
+// loadBackupRun reads the last run; a run the previous container left
+// Running was cut short.
+func (m *manager) loadBackupRun() {
+	b, err := os.ReadFile(filepath.Join(m.c.SocketDir, backupRunFile))
+	if err != nil {
+		return
+	}
+	var run report.BackupRun
+	if json.Unmarshal(b, &run) != nil || run.Name == "" {
+		return
+	}
+	if run.Phase == string(databasev1alpha1.BackupRunning) {
+		now := time.Now().UTC()
+		run.Phase, run.Stopped = string(databasev1alpha1.BackupFailed), &now
+		run.Message = "the instance manager restarted while it took the backup: " + run.Message
+		m.saveBackupRun(run)
+		return
+	}
+	m.backupRun.Store(&run)
+}
+
+// saveBackupRun records run for the report and in its file.
+func (m *manager) saveBackupRun(run report.BackupRun) {
+	m.backupRun.Store(&run)
+	b, _ := json.Marshal(run) // a BackupRun always marshals
+	tmp := filepath.Join(m.c.SocketDir, backupRunFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err == nil {
+		err = os.Rename(tmp, filepath.Join(m.c.SocketDir, backupRunFile))
+	}
+}
+
+// takeRequestedBackups takes each backup its pod's annotation asks for,
+// one at a time, until ctx ends.
+func (m *manager) takeRequestedBackups(ctx context.Context) {
+	requests := make(chan string, 1)
+	go m.kube.watchOwnAnnotation(ctx, databasev1alpha1.AnnotationBackupRequest, requests)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case name := <-requests:
+			if last := m.backupRun.Load(); name == "" || (last != nil && last.Name == name) {
+				continue
+			}
+			m.takeBackup(ctx, name)
+		}
+	}
+}
+
+// takeBackup takes the backup name asks for, into spec.backup's store.
+func (m *manager) takeBackup(ctx context.Context, name string) {
+	start := time.Now().UTC()
+	run := report.BackupRun{Name: name, Phase: string(databasev1alpha1.BackupRunning), Started: &start,
+		Message: "pg_basebackup is copying the data"}
+	m.saveBackupRun(run)
+	m.log("taking base backup %s", name)
+	man, err := m.backupAndWait(ctx, &run)
+	stop := time.Now().UTC()
+	run.Stopped = &stop
+	if err != nil {
+		if ctx.Err() != nil {
+			return // stopping: the next container reports it cut short
+		}
+		run.Phase, run.Message = string(databasev1alpha1.BackupFailed), err.Error()
+		m.log("base backup %s failed: %v", name, err)
+	} else {
+		run.Phase, run.Message = string(databasev1alpha1.BackupCompleted), ""
+		m.log("base backup %s done: %s, %d bytes", name, man.ID, man.Size)
+	}
+	m.saveBackupRun(run)
+}
+
+// backupAndWait takes the backup, then waits until the WAL file it ends
+// in is archived: until then a restore from it could not become
+// consistent. (A primary's pg_basebackup waits for that itself; a
+// replica's cannot: the primary archives.)
+func (m *manager) backupAndWait(ctx context.Context, run *report.BackupRun) (backup.Manifest, error) {
+	store, err := backup.Open(*m.c.Backup)
+	if err != nil {
+		return backup.Manifest{}, err
+	}
+	man, err := store.TakeBackup(ctx, fmt.Sprintf("host=%s port=%s user=postgres", m.c.SocketDir, m.c.Port), time.Now())
+	if err != nil {
+		return man, err
+	}
+	run.ID, run.Size, run.Timeline, run.BeginLSN, run.EndLSN = man.ID, man.Size, man.Timeline, man.BeginLSN, man.EndLSN
+	if run.BeginWAL, err = backup.WALFile(man.Timeline, man.BeginLSN); err != nil {
+		return man, err
+	}
+	if run.EndWAL, err = backup.WALFile(man.Timeline, man.EndLSN); err != nil {
+		return man, err
+	}
+	last := run.EndWAL
+	run.Message = fmt.Sprintf("waiting for WAL file %s, where the backup becomes consistent, to be archived", last)
+	m.saveBackupRun(*run)
+	deadline := time.Now().Add(walArchivedWithin)
+	for {
+		_, err := store.ArchivedSize(ctx, last)
+		switch {
+		case err == nil:
+			// The primary lists its backups again for its report.
+			_ = os.WriteFile(filepath.Join(m.c.SocketDir, backupDoneFile), []byte(man.ID), 0o600)
+			return man, nil
+		case !errors.Is(err, backup.ErrNotFound) && !errors.Is(err, fs.ErrNotExist):
+			m.log("backup %s: checking the archive for %s: %v", man.ID, last, err)
+		}
+		if time.Now().After(deadline) {
+			return man, fmt.Errorf("the backup %s was taken, but WAL file %s, which it needs, was not archived within %s: "+
+				"see the MyDatabase's ContinuousArchiving condition", man.ID, last, walArchivedWithin)
+		}
+		select {
+		case <-ctx.Done():
+			return man, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
