@@ -3,7 +3,6 @@ package backup
 import (
 	"archive/tar"
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,26 +52,61 @@ type walRanges struct {
 	} `json:"WAL-Ranges"`
 }
 
+// Exec starts cmd and returns a function that waits for it to exit,
+// ending it when ctx ends first. PlainExec is exec.Cmd's own; a process
+// that reaps its children itself (the instance manager, PID 1) brings its
+// own.
+type Exec func(ctx context.Context, cmd *exec.Cmd) (wait func() error, err error)
+
+// PlainExec runs cmd with exec.Cmd's Start and Wait.
+func PlainExec(ctx context.Context, cmd *exec.Cmd) (func() error, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = cmd.Process.Kill() })
+	return func() error {
+		err := cmd.Wait()
+		stop()
+		return err
+	}, nil
+}
+
 // TakeBackup takes a base backup of the server conninfo reaches with
 // pg_basebackup (a replication connection; the WAL comes from the
-// archive, which pg_basebackup waits for) and streams it, compressed,
-// into the store. The manifest is written last: a backup cut short
-// leaves no manifest and is never restored from.
-func (s *Store) TakeBackup(ctx context.Context, conninfo string, now time.Time) (Manifest, error) {
+// archive, which pg_basebackup waits for on a primary) and streams it,
+// compressed, into the store. The manifest is written last: a backup cut
+// short leaves no manifest and is never restored from.
+func (s *Store) TakeBackup(ctx context.Context, run Exec, conninfo string, now time.Time) (Manifest, error) {
 	m := Manifest{ID: now.UTC().Format("20060102T150405Z"), StartedAt: now.UTC()}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "pg_basebackup", "--dbname="+conninfo, "--pgdata=-", "--format=tar",
+	cmd := exec.Command("pg_basebackup", "--dbname="+conninfo, "--pgdata=-", "--format=tar",
 		"--wal-method=none", "--checkpoint=fast", "--label=mydatabase backup "+m.ID)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
+	// Our own pipes: exec.Cmd's would be closed only by its Wait, which a
+	// reaping Exec does not call.
+	out, w, err := os.Pipe()
 	if err != nil {
 		return m, err
 	}
-	if err := cmd.Start(); err != nil {
+	defer func() { _ = out.Close() }()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		_ = w.Close()
 		return m, err
 	}
+	cmd.Stdout, cmd.Stderr = w, errW
+	wait, err := run(ctx, cmd)
+	_, _ = w.Close(), errW.Close()
+	if err != nil {
+		_ = errR.Close()
+		return m, fmt.Errorf("pg_basebackup: %w", err)
+	}
+	stderr := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(errR)
+		_ = errR.Close()
+		stderr <- strings.TrimSpace(string(b))
+	}()
 	// The tar stream is compressed on its way to the store, and read on
 	// the way for its backup_manifest.
 	pr, pw := io.Pipe()
@@ -93,10 +127,10 @@ func (s *Store) TakeBackup(ctx context.Context, conninfo string, now time.Time) 
 		cancel() // pg_basebackup must not block on a pipe nobody reads
 		_ = pr.CloseWithError(uploadErr)
 	}
-	waitErr := cmd.Wait()
+	waitErr := wait()
 	switch {
 	case waitErr != nil:
-		return m, fmt.Errorf("pg_basebackup: %w: %s", waitErr, strings.TrimSpace(stderr.String()))
+		return m, fmt.Errorf("pg_basebackup: %w: %s", waitErr, <-stderr)
 	case uploadErr != nil:
 		return m, fmt.Errorf("uploading the base backup: %w", uploadErr)
 	}

@@ -60,7 +60,7 @@ func Backup(ctx context.Context) (backup.Manifest, error) {
 	if err != nil {
 		return backup.Manifest{}, err
 	}
-	m, err := store.TakeBackup(ctx, fmt.Sprintf("host=%s port=%s user=postgres", dir, port), time.Now())
+	m, err := store.TakeBackup(ctx, backup.PlainExec, fmt.Sprintf("host=%s port=%s user=postgres", dir, port), time.Now())
 	if err == nil {
 		// The instance manager lists the backups again for its report.
 		_ = os.WriteFile(filepath.Join(dir, backupDoneFile), []byte(m.ID), 0o600)

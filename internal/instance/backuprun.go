@@ -127,7 +127,7 @@ func (m *manager) backupAndWait(ctx context.Context, run *report.BackupRun) (bac
 	if err != nil {
 		return backup.Manifest{}, err
 	}
-	man, err := store.TakeBackup(ctx, fmt.Sprintf("host=%s port=%s user=postgres", m.c.SocketDir, m.c.Port), time.Now())
+	man, err := store.TakeBackup(ctx, m.procs.exec, fmt.Sprintf("host=%s port=%s user=postgres", m.c.SocketDir, m.c.Port), time.Now())
 	if err != nil {
 		return man, err
 	}

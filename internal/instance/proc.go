@@ -67,6 +67,21 @@ func (r *reaper) run(ctx context.Context, env []string, stdin, name string, args
 	return out, nil
 }
 
+// exec starts cmd and returns a function that waits for its exit
+// (backup.Exec), stopping it as waitOrStop does when ctx ends first.
+func (r *reaper) exec(ctx context.Context, cmd *exec.Cmd) (func() error, error) {
+	exited, err := r.start(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		if code := exitCode(waitOrStop(ctx, cmd.Process, exited)); code != 0 {
+			return fmt.Errorf("exit status %d", code)
+		}
+		return ctx.Err()
+	}, nil
+}
+
 // waitOrStop waits for a process to exit; when ctx ends first it sends
 // SIGTERM, and SIGKILL killDelay later.
 func waitOrStop(ctx context.Context, p *os.Process, exited <-chan syscall.WaitStatus) syscall.WaitStatus {

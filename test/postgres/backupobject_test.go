@@ -1,0 +1,169 @@
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/backup"
+	"example.com/myoperator/internal/specs"
+	"example.com/myoperator/internal/testenv"
+)
+
+// TestBackupObjectsAndRetention: MyDatabaseBackup objects on real servers
+// and a real object store, through the operator. A backup taken on the
+// replica (the default) completes once the WAL it ends in is archived,
+// and restores consistently; with retention keep 2, a third backup deletes the first
+// and the WAL only it needed, and a restore from the oldest kept one
+// still works.
+func TestBackupObjectsAndRetention(t *testing.T) {
+	servers := findServers(t)
+	srv := servers[len(servers)-1]
+	store, err := testenv.StartObjectStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Stop() })
+	storeSecret := func(ns string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "object-store", Namespace: ns},
+			Data: map[string][]byte{specs.ObjectStoreAccessKeyIDKey: []byte(store.AccessKeyID),
+				specs.ObjectStoreSecretAccessKeyKey: []byte(store.SecretAccessKey)}}
+	}
+	objectStore := databasev1alpha1.ObjectStore{Endpoint: store.Endpoint, Bucket: store.Bucket, CredentialsSecret: "object-store"}
+
+	// An idle primary completes a WAL file every 10 s here (5 minutes by
+	// default): the bound on a replica's backup waiting for its last one.
+	db := newDatabase(srv.major, map[string]string{"archive_timeout": "10s"})
+	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStore, Retention: &databasev1alpha1.BackupRetention{Keep: ptr.To[int32](2)}}
+	password := "password-of-the-source"
+	c := newCluster(t, srv, db, specs.CredentialsSecret(db, password), storeSecret(db.Namespace))
+	c.logsOnFailure(t)
+	pods := c.startPods(t, 2)
+	primary, replica := pods[0], pods[1]
+	c.op = c.startOperator(t)
+	app := tcp(primary.port, db.Spec.User, db.Spec.DatabaseName)
+	c.query(t, app, password, "CREATE TABLE phases (phase text)", "INSERT INTO phases VALUES ('first')")
+	waitStreaming(t, c, primary, replica)
+
+	take := func(name string, target databasev1alpha1.BackupTarget) databasev1alpha1.MyDatabaseBackupStatus {
+		t.Helper()
+		b := &databasev1alpha1.MyDatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name},
+			Spec: databasev1alpha1.MyDatabaseBackupSpec{Database: db.Name, Target: target}}
+		if err := c.api.Client.Create(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		eventually(t, 2*time.Minute, name+" Completed", func() (bool, string) {
+			if err := c.api.Client.Get(context.Background(), client.ObjectKeyFromObject(b), b); err != nil {
+				return false, err.Error()
+			}
+			if b.Status.Phase == databasev1alpha1.BackupFailed {
+				t.Fatalf("%s failed: %s", name, b.Status.Message)
+			}
+			return b.Status.Phase == databasev1alpha1.BackupCompleted, fmt.Sprintf("%+v", b.Status)
+		})
+		st := b.Status
+		t.Logf("%s: backup %s on %s, %d bytes, WAL %s (%s) to %s (%s), done in %s", name, st.BackupID, st.Instance, st.Size,
+			st.BeginLSN, st.BeginWAL, st.EndLSN, st.EndWAL, time.Since(start).Round(100*time.Millisecond))
+		if st.BackupID == "" || st.Size == 0 || st.Timeline != 1 || st.BeginWAL == "" || st.EndWAL < st.BeginWAL ||
+			st.StartedAt == nil || st.StoppedAt == nil || st.StoppedAt.Before(st.StartedAt) {
+			t.Errorf("%s: incomplete status %+v", name, st)
+		}
+		return st
+	}
+	first := take("first", "")
+	if first.Instance != replica.name {
+		t.Errorf("the first backup was taken on %s, want the replica %s", first.Instance, replica.name)
+	}
+	// A backup taken on a standby restores consistently.
+	if got := restoredPhases(t, srv, objectStore, db, first.BackupID, storeSecret); got != "first" {
+		t.Errorf("restored from the replica's backup: phases %q, want first", got)
+	}
+	c.query(t, app, password, "INSERT INTO phases VALUES ('second')")
+	second := take("second", databasev1alpha1.BackupTargetPrimary)
+	if second.Instance != primary.name {
+		t.Errorf("the second backup was taken on %s, want the primary %s", second.Instance, primary.name)
+	}
+	c.query(t, app, password, "INSERT INTO phases VALUES ('third')")
+	third := take("third", databasev1alpha1.BackupTargetPrimary)
+
+	// Retention keeps the two newest; the primary applies it when it lists
+	// the backups again (at once after a backup in its container).
+	archive, err := backup.Open(backup.Config{Endpoint: store.Endpoint, Bucket: store.Bucket, Path: specs.BackupPath(db),
+		AccessKeyID: store.AccessKeyID, SecretAccessKey: store.SecretAccessKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the first backup deleted", func() (bool, string) {
+		list, err := archive.Backups(context.Background())
+		if err != nil {
+			return false, err.Error()
+		}
+		var ids []string
+		for _, m := range list {
+			ids = append(ids, m.ID)
+		}
+		return slices.Equal(ids, []string{second.BackupID, third.BackupID}), strings.Join(ids, " ")
+	})
+	// No WAL before the oldest kept backup's first file; all of it after.
+	ctx := context.Background()
+	if _, err := archive.ArchivedSize(ctx, first.BeginWAL); err == nil && first.BeginWAL < second.BeginWAL {
+		t.Errorf("WAL file %s, which only the deleted backup needed, is still archived", first.BeginWAL)
+	}
+	for _, name := range []string{second.BeginWAL, second.EndWAL, third.BeginWAL, third.EndWAL} {
+		if _, err := archive.ArchivedSize(ctx, name); err != nil {
+			t.Errorf("WAL file %s, which a kept backup needs: %v", name, err)
+		}
+	}
+
+	// From the oldest backup kept, to its consistent point.
+	if got := restoredPhases(t, srv, objectStore, db, second.BackupID, storeSecret); got != "first,second" {
+		t.Errorf("restored from the oldest kept backup: phases %q, want first,second", got)
+	}
+}
+
+// restoredPhases restores backup id of db into a new MyDatabase, to the
+// backup's consistent point, and returns its phases.
+func restoredPhases(t *testing.T, srv server, store databasev1alpha1.ObjectStore, db *databasev1alpha1.MyDatabase, id string,
+	storeSecret func(string) *corev1.Secret) string {
+	t.Helper()
+	restored := newDatabase(srv.major, nil)
+	restored.Name = "restored"
+	store.Path = specs.BackupPath(db)
+	restored.Spec.Bootstrap = &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: store,
+		BackupID: id, Target: &databasev1alpha1.RecoveryTarget{Immediate: true}}}
+	password := "password-of-the-restored"
+	rc := newCluster(t, srv, restored, specs.CredentialsSecret(restored, password), storeSecret(restored.Namespace))
+	rc.logsOnFailure(t)
+	p := rc.newPod(0, freePorts(t, 1)[0])
+	off := p.start(t)
+	p.waitReady(t)
+	defer p.stop(t)
+	logContains(t, p.log(off), "restoring base backup "+id)
+	return rc.query(t, tcp(p.port, restored.Spec.User, restored.Spec.DatabaseName), password, "SELECT string_agg(phase, ',' ORDER BY phase) FROM phases")
+}
