@@ -132,7 +132,7 @@ func (s *Store) TakeBackup(ctx context.Context, run Exec, conninfo string, now t
 	case waitErr != nil:
 		return m, fmt.Errorf("pg_basebackup: %w: %s", waitErr, <-stderr)
 	case uploadErr != nil:
-		return m, fmt.Errorf("uploading the base backup: %w", uploadErr)
+		return m, s.fail("uploading the base backup", uploadErr)
 	}
 	if len(ranges.Ranges) == 0 {
 		return m, errors.New("the base backup has no backup_manifest with its WAL range")
@@ -170,7 +170,7 @@ func (s *Store) Backups(ctx context.Context) ([]Manifest, error) {
 	var out []Manifest
 	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.key("base") + "/", Recursive: true}) {
 		if obj.Err != nil {
-			return nil, fmt.Errorf("object store: listing the base backups: %w", obj.Err)
+			return nil, s.fail("listing the base backups", obj.Err)
 		}
 		if filepath.Base(obj.Key) != manifestName {
 			continue

@@ -105,7 +105,7 @@ func (s *Store) DeleteBackup(ctx context.Context, m Manifest) error {
 	for _, name := range []string{manifestName, baseArchive} {
 		key := s.key("base", m.ID, name)
 		if err := s.client.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
-			return fmt.Errorf("object store: deleting %s: %w", key, err)
+			return s.fail("deleting "+key, err)
 		}
 	}
 	return nil
@@ -123,14 +123,14 @@ func (s *Store) PruneWAL(ctx context.Context, first string) (int, error) {
 	deleted := 0
 	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix}) {
 		if obj.Err != nil {
-			return deleted, fmt.Errorf("object store: listing the WAL: %w", obj.Err)
+			return deleted, s.fail("listing the WAL", obj.Err)
 		}
 		name := strings.TrimSuffix(path.Base(obj.Key), ".zst")
 		if !segmentBefore(name, first) {
 			continue
 		}
 		if err := s.client.RemoveObject(ctx, s.bucket, obj.Key, minio.RemoveObjectOptions{}); err != nil {
-			return deleted, fmt.Errorf("object store: deleting %s: %w", obj.Key, err)
+			return deleted, s.fail("deleting "+obj.Key, err)
 		}
 		deleted++
 	}

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path"
@@ -41,9 +42,10 @@ type Config struct {
 
 // Store is one database's objects in a bucket.
 type Store struct {
-	client *minio.Client
-	bucket string
-	prefix string
+	client   *minio.Client
+	endpoint string
+	bucket   string
+	prefix   string
 }
 
 // ErrNotFound: no such object.
@@ -66,7 +68,7 @@ func Open(c Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{client: client, bucket: c.Bucket, prefix: strings.Trim(c.Path, "/")}, nil
+	return &Store{client: client, endpoint: c.Endpoint, bucket: c.Bucket, prefix: strings.Trim(c.Path, "/")}, nil
 }
 
 // ReadConfig reads a Config the instance manager wrote (WriteConfig).
@@ -93,6 +95,27 @@ func WriteConfig(file string, c Config) error {
 	return os.Rename(tmp, file)
 }
 
+// fail says what went wrong with what (an object's key, or an action) in
+// plain words, and what to do about it when the store says why.
+func (s *Store) fail(what string, err error) error {
+	var advice string
+	switch minio.ToErrorResponse(err).Code {
+	case "SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "InvalidToken", "ExpiredToken":
+		advice = "the store refused the credentials: check ACCESS_KEY_ID and SECRET_ACCESS_KEY in the credentials Secret"
+	case minio.NoSuchBucket:
+		advice = fmt.Sprintf("bucket %q does not exist at %s: create it, or correct objectStore.bucket", s.bucket, s.endpoint)
+	default:
+		var netErr net.Error
+		if errors.As(err, &netErr) {
+			advice = fmt.Sprintf("cannot reach the store at %s: check objectStore.endpoint, and that the store is up and reachable from the pods", s.endpoint)
+		}
+	}
+	if advice == "" {
+		return fmt.Errorf("object store: %s: %w", what, err)
+	}
+	return fmt.Errorf("object store: %s: %w (%s)", what, err, advice)
+}
+
 func (s *Store) key(parts ...string) string {
 	return path.Join(append([]string{s.prefix}, parts...)...)
 }
@@ -104,7 +127,7 @@ func (s *Store) stat(ctx context.Context, key string) (int64, error) {
 		if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
 			return 0, ErrNotFound
 		}
-		return 0, fmt.Errorf("object store: %s: %w", key, err)
+		return 0, s.fail(key, err)
 	}
 	return info.Size, nil
 }
@@ -131,7 +154,7 @@ func (s *Store) getJSON(ctx context.Context, key string, v any) error {
 		if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
 			return ErrNotFound
 		}
-		return fmt.Errorf("object store: %s: %w", key, err)
+		return s.fail(key, err)
 	}
 	return nil
 }

@@ -42,7 +42,7 @@ func (s *Store) PushWAL(ctx context.Context, file string) error {
 	case err == nil:
 		return fmt.Errorf("%s is already archived with other content: is another database archiving to the same path?", key)
 	case minio.ToErrorResponse(err).Code != minio.NoSuchKey:
-		return fmt.Errorf("object store: %s: %w", key, err)
+		return s.fail(key, err)
 	}
 	compressed, err := compress(data)
 	if err != nil {
@@ -50,7 +50,10 @@ func (s *Store) PushWAL(ctx context.Context, file string) error {
 	}
 	_, err = s.client.PutObject(ctx, s.bucket, key, bytes.NewReader(compressed), int64(len(compressed)),
 		minio.PutObjectOptions{ContentType: "application/zstd", UserMetadata: map[string]string{sumMeta: digest}})
-	return err
+	if err != nil {
+		return s.fail(key, err)
+	}
+	return nil
 }
 
 // FetchWAL restores the archived WAL file name into dest
@@ -60,7 +63,7 @@ func (s *Store) FetchWAL(ctx context.Context, name, dest string) error {
 	key := s.walKey(name)
 	obj, err := s.client.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
-		return fmt.Errorf("object store: %s: %w", key, err)
+		return s.fail(key, err)
 	}
 	defer func() { _ = obj.Close() }()
 	dec, err := zstd.NewReader(obj)
@@ -82,7 +85,7 @@ func (s *Store) FetchWAL(ctx context.Context, name, dest string) error {
 		if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
 			return ErrNotFound
 		}
-		return fmt.Errorf("object store: %s: %w", key, err)
+		return s.fail(key, err)
 	}
 	return os.Rename(tmp, dest)
 }

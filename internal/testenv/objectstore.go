@@ -1,14 +1,17 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // ObjectStore is a real S3-compatible server, SeaweedFS (`weed mini`,
@@ -58,20 +61,26 @@ func StartObjectStore(dir string) (*ObjectStore, error) {
 	if s.proc, err = StartProc("seaweedfs", filepath.Join(dir, "weed.log"), filepath.Join(dir, "weed.pid"), weed, args...); err != nil {
 		return nil, err
 	}
-	// Ready once the bucket exists: an anonymous request for it is then
-	// refused (403), not unknown (404) or unanswered.
+	// Ready once the bucket exists, as the test's credentials see it (an
+	// anonymous request is refused whether it exists or not).
+	client, err := minio.New(fmt.Sprintf("127.0.0.1:%d", ports[0]), &minio.Options{
+		Creds: credentials.NewStaticV4(s.AccessKeyID, s.SecretAccessKey, "")})
+	if err != nil {
+		_ = s.Stop()
+		return nil, err
+	}
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		resp, err := http.Get(s.Endpoint + "/" + s.Bucket)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusOK {
-				return s, nil
-			}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		exists, err := client.BucketExists(ctx, s.Bucket)
+		cancel()
+		if err == nil && exists {
+			return s, nil
 		}
 		if s.proc.Exited() || time.Now().After(deadline) {
 			_ = s.Stop()
-			return nil, fmt.Errorf("the object store did not come up (last: %v); its log:\n%s", err, Tail(s.proc.Log, 30))
+			return nil, fmt.Errorf("the object store did not come up with bucket %q (last: exists %t, %v); its log:\n%s",
+				s.Bucket, exists, err, Tail(s.proc.Log, 30))
 		}
 		time.Sleep(300 * time.Millisecond)
 	}

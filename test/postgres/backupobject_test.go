@@ -19,7 +19,10 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -166,4 +169,61 @@ func restoredPhases(t *testing.T, srv server, store databasev1alpha1.ObjectStore
 	defer p.stop(t)
 	logContains(t, p.log(off), "restoring base backup "+id)
 	return rc.query(t, tcp(p.port, restored.Spec.User, restored.Spec.DatabaseName), password, "SELECT string_agg(phase, ',' ORDER BY phase) FROM phases")
+}
+
+// TestObjectStoreErrors: what the archive and a backup say when the store
+// refuses the credentials, lacks the bucket, or cannot be reached: the
+// store's own words and what to do, which the ContinuousArchiving
+// condition and a failed MyDatabaseBackup carry.
+func TestObjectStoreErrors(t *testing.T) {
+	store, err := testenv.StartObjectStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Stop() })
+	segment := filepath.Join(t.TempDir(), "000000010000000000000001")
+	if err := os.WriteFile(segment, []byte("a segment"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := backup.Config{Endpoint: store.Endpoint, Bucket: store.Bucket, Path: "errors", AccessKeyID: store.AccessKeyID, SecretAccessKey: store.SecretAccessKey}
+	for _, tc := range []struct {
+		name   string
+		change func(*backup.Config)
+		want   []string
+	}{
+		{"wrong secret key", func(c *backup.Config) { c.SecretAccessKey = "not-the-key" },
+			[]string{"signature", "the store refused the credentials: check ACCESS_KEY_ID and SECRET_ACCESS_KEY"}},
+		{"unknown access key", func(c *backup.Config) { c.AccessKeyID = "nobody" },
+			[]string{"access key", "the store refused the credentials"}},
+		{"missing bucket", func(c *backup.Config) { c.Bucket = "no-such-bucket" },
+			[]string{`bucket "no-such-bucket" does not exist at ` + store.Endpoint + ": create it"}},
+		{"unreachable endpoint", func(c *backup.Config) { c.Endpoint = "http://127.0.0.1:" + strconv.Itoa(freePorts(t, 1)[0]) },
+			[]string{"connection refused", "cannot reach the store at http://127.0.0.1:"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := good
+			tc.change(&c)
+			s, err := backup.Open(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pushErr := s.PushWAL(context.Background(), segment)
+			_, listErr := s.Backups(context.Background())
+			for what, err := range map[string]error{"wal-push": pushErr, "listing the backups": listErr} {
+				for _, want := range tc.want {
+					if err == nil || !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(want)) {
+						t.Errorf("%s: %v, want it to say %q", what, err, want)
+					}
+				}
+			}
+			t.Logf("wal-push: %v", pushErr)
+		})
+	}
+	s, err := backup.Open(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PushWAL(context.Background(), segment); err != nil {
+		t.Errorf("the right configuration: %v", err)
+	}
 }
