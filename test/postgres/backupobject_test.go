@@ -43,7 +43,7 @@ import (
 // replica (the default) completes once the WAL it ends in is archived,
 // and restores consistently; with retention keep 2, a third backup deletes the first
 // and the WAL only it needed, and a restore from the oldest kept one
-// still works.
+// still works. Archiving goes on across a switchover, with no gap.
 func TestBackupObjectsAndRetention(t *testing.T) {
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
@@ -104,7 +104,7 @@ func TestBackupObjectsAndRetention(t *testing.T) {
 		t.Errorf("the first backup was taken on %s, want the replica %s", first.Instance, replica.name)
 	}
 	// A backup taken on a standby restores consistently.
-	if got := restoredPhases(t, srv, objectStore, db, first.BackupID, storeSecret); got != "first" {
+	if got := restoredPhases(t, srv, objectStore, db, first.BackupID, immediate, storeSecret); got != "first" {
 		t.Errorf("restored from the replica's backup: phases %q, want first", got)
 	}
 	c.query(t, app, password, "INSERT INTO phases VALUES ('second')")
@@ -145,21 +145,40 @@ func TestBackupObjectsAndRetention(t *testing.T) {
 	}
 
 	// From the oldest backup kept, to its consistent point.
-	if got := restoredPhases(t, srv, objectStore, db, second.BackupID, storeSecret); got != "first,second" {
+	if got := restoredPhases(t, srv, objectStore, db, second.BackupID, immediate, storeSecret); got != "first,second" {
 		t.Errorf("restored from the oldest kept backup: phases %q, want first,second", got)
+	}
+
+	// A switchover: the new primary archives on its timeline, with no gap;
+	// a restore from a backup of the old timeline reaches the end.
+	c.requestSwitchover(t, replica)
+	app = tcp(replica.port, db.Spec.User, db.Spec.DatabaseName)
+	c.query(t, app, password, "INSERT INTO phases VALUES ('fourth')")
+	last := c.query(t, replica.socket("postgres", "postgres"), "", "SELECT pg_walfile_name(pg_switch_wal())")
+	eventually(t, 30*time.Second, last+" archived by the new primary", func() (bool, string) {
+		_, err := archive.ArchivedSize(ctx, last)
+		return err == nil, fmt.Sprint(err)
+	})
+	if !strings.HasPrefix(last, "00000002") {
+		t.Errorf("the new primary's last WAL file %s is not on timeline 2", last)
+	}
+	if got := restoredPhases(t, srv, objectStore, db, third.BackupID, nil, storeSecret); got != "first,fourth,second,third" {
+		t.Errorf("restored to the end of the archive across the switchover: phases %q, want first,fourth,second,third", got)
 	}
 }
 
-// restoredPhases restores backup id of db into a new MyDatabase, to the
-// backup's consistent point, and returns its phases.
+var immediate = &databasev1alpha1.RecoveryTarget{Immediate: true}
+
+// restoredPhases restores backup id of db into a new MyDatabase, to
+// target (nil: the end of the archive), and returns its phases.
 func restoredPhases(t *testing.T, srv server, store databasev1alpha1.ObjectStore, db *databasev1alpha1.MyDatabase, id string,
-	storeSecret func(string) *corev1.Secret) string {
+	target *databasev1alpha1.RecoveryTarget, storeSecret func(string) *corev1.Secret) string {
 	t.Helper()
 	restored := newDatabase(srv.major, nil)
 	restored.Name = "restored"
 	store.Path = specs.BackupPath(db)
 	restored.Spec.Bootstrap = &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: store,
-		BackupID: id, Target: &databasev1alpha1.RecoveryTarget{Immediate: true}}}
+		BackupID: id, Target: target}}
 	password := "password-of-the-restored"
 	rc := newCluster(t, srv, restored, specs.CredentialsSecret(restored, password), storeSecret(restored.Namespace))
 	rc.logsOnFailure(t)
