@@ -29,7 +29,7 @@ type kube struct {
 	// watches and podWatches have no timeout: a watch lasts minutes.
 	watches    coordinationv1client.LeaseInterface
 	podWatches corev1client.PodInterface
-	c       Config
+	c          Config
 	// timeout bounds every request, so that a hung connection cannot hold
 	// the HA loop past a renew deadline.
 	timeout time.Duration

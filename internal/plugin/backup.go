@@ -1,39 +1,46 @@
 package plugin
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/remotecommand"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"example.com/myoperator/internal/backup"
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
 )
 
 func newBackupCommand(env *Env) *cobra.Command {
-	return &cobra.Command{
+	var waitFor time.Duration
+	var primary bool
+	cmd := &cobra.Command{
 		Use:   "backup NAME",
-		Short: "Take a base backup of the primary into spec.backup's object store",
-		Long: `Runs the instance manager's backup in the primary's database container
-(the same as kubectl exec POD -c postgres -- /controller/instance backup):
-pg_basebackup of the primary, compressed, into spec.backup.objectStore. The
-WAL it needs is archived continuously. Needs the right to exec in the pod
-(pods/exec). See docs/backup.md.`,
+		Short: "Take a base backup into spec.backup's object store (a MyDatabaseBackup)",
+		Long: `Creates a MyDatabaseBackup of NAME, named NAME-<time>: the operator asks a
+ready replica (or, with --primary or without a ready replica, the primary)
+to take a base backup into spec.backup.objectStore; the WAL it needs is
+archived continuously. With --wait, waits until it is Completed or Failed.
+See docs/backup.md.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return env.backup(cmd.Context(), args[0])
+			target := databasev1alpha1.BackupTargetPreferReplica
+			if primary {
+				target = databasev1alpha1.BackupTargetPrimary
+			}
+			return env.backup(cmd.Context(), args[0], target, waitFor)
 		},
 	}
+	cmd.Flags().BoolVar(&primary, "primary", false, "take the backup on the primary rather than on a ready replica")
+	cmd.Flags().DurationVar(&waitFor, "wait", 0, "wait up to this long for the backup to complete or fail (e.g. --wait=30m)")
+	return cmd
 }
 
-func (e *Env) backup(ctx context.Context, name string) error {
+func (e *Env) backup(ctx context.Context, name string, target databasev1alpha1.BackupTarget, waitFor time.Duration) error {
 	db, err := e.getDB(ctx, name)
 	if err != nil {
 		return err
@@ -41,34 +48,40 @@ func (e *Env) backup(ctx context.Context, name string) error {
 	if db.Spec.Backup == nil {
 		return fmt.Errorf("MyDatabase %s/%s has no spec.backup: set spec.backup.objectStore first (docs/backup.md)", db.Namespace, db.Name)
 	}
-	pod, err := e.pickPod(ctx, db, false)
-	if err != nil {
-		return err
+	b := &databasev1alpha1.MyDatabaseBackup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: fmt.Sprintf("%s-%s", db.Name, e.Now().UTC().Format("20060102150405"))},
+		Spec:       databasev1alpha1.MyDatabaseBackupSpec{Database: db.Name, Target: target},
 	}
-	if err := e.runsContainers(ctx, pod, "so there is no PostgreSQL server to back up. kubectl mydb backup works on a cluster whose nodes run containers"); err != nil {
-		return err
+	if err := e.c.Create(ctx, b); err != nil {
+		return fmt.Errorf("creating MyDatabaseBackup %s: %w", b.Name, err)
 	}
 	store := db.Spec.Backup.ObjectStore
-	e.printf(e.Stderr, "Taking a base backup of %s (primary) into %s, bucket %s, path %s.\n",
-		pod.Name, store.Endpoint, store.Bucket, specs.BackupPath(db))
-	start := e.Now()
-	var stdout, stderr bytes.Buffer
-	req := e.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: specs.ContainerName, Command: []string{specs.InstanceManagerPath, "backup"},
-			Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	exec, err := remotecommand.NewSPDYExecutor(e.config, "POST", req.URL())
+	e.printf(e.Stdout, "MyDatabaseBackup %s/%s created: a base backup of %s into %s, bucket %s, path %s.\n",
+		b.Namespace, b.Name, db.Name, store.Endpoint, store.Bucket, specs.BackupPath(db))
+	if waitFor <= 0 {
+		e.printf(e.Stdout, "Follow it with: kubectl get mydatabasebackup %s -n %s\n", b.Name, b.Namespace)
+		return nil
+	}
+	err = wait.PollUntilContextTimeout(ctx, pollInterval, waitFor, true, func(ctx context.Context) (bool, error) {
+		if err := e.c.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
+			return false, err
+		}
+		return b.Status.Finished(), nil
+	})
+	st := b.Status
 	if err != nil {
-		return err
+		return fmt.Errorf("MyDatabaseBackup %s is still %s after %s: %s (%w)", b.Name, st.Phase, waitFor, st.Message, err)
 	}
-	if err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
-		return fmt.Errorf("the backup in pod %s failed (%v): %s", pod.Name, err, strings.TrimSpace(stderr.String()))
+	if st.Phase == databasev1alpha1.BackupFailed {
+		e.printf(e.Stdout, "Backup failed: %s\n", st.Message)
+		return errors.New("the backup failed")
 	}
-	var m backup.Manifest
-	if err := json.Unmarshal(stdout.Bytes(), &m); err != nil {
-		return fmt.Errorf("the backup in pod %s printed no manifest (%v): %s", pod.Name, err, strings.TrimSpace(stdout.String()))
+	took := ""
+	if st.StartedAt != nil && st.StoppedAt != nil {
+		took = fmt.Sprintf(", in %s", st.StoppedAt.Sub(st.StartedAt.Time).Round(time.Second))
 	}
-	e.printf(e.Stdout, "Base backup %s: WAL %s to %s on timeline %d, %s compressed, in %s.\n",
-		m.ID, m.BeginLSN, m.EndLSN, m.Timeline, bytesOf(m.Size), e.Now().Sub(start).Round(time.Second))
+	e.printf(e.Stdout, "Base backup %s on %s: WAL %s to %s on timeline %d, %s compressed%s.\n",
+		st.BackupID, st.Instance, st.BeginLSN, st.EndLSN, st.Timeline, bytesOf(st.Size), took)
 	return nil
 }
 

@@ -66,7 +66,7 @@ func NewCommand(streams Streams) *cobra.Command {
   psql NAME                 psql on the primary (or --replica), password from the Secret
   switchover NAME [TARGET]  a planned change of primary (spec.switchover)
   restart NAME              a rolling restart: replicas first, then a switchover
-  backup NAME               a base backup of the primary into spec.backup's store
+  backup NAME               a base backup into spec.backup's store (a MyDatabaseBackup)
   report NAME               a support bundle, Secret values redacted`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
