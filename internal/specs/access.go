@@ -108,10 +108,12 @@ func InstanceRole(db *databasev1alpha1.MyDatabase) *rbacv1ac.RoleApplyConfigurat
 		WithRules(
 			rbacv1ac.PolicyRule().WithAPIGroups("coordination.k8s.io").WithResources("leases").
 				WithResourceNames(LeaseName(db)).WithVerbs("get", "watch", "update"),
-			rbacv1ac.PolicyRule().WithAPIGroups("").WithResources("pods").WithVerbs("get", "list", "watch"),
+			rbacv1ac.PolicyRule().WithAPIGroups("").WithResources("pods").WithVerbs("get", "list"),
 			rbacv1ac.PolicyRule().WithAPIGroups("").WithResources("secrets").WithResourceNames(PasswordSecretNames(db)...).WithVerbs("get"),
+			// Its own pod: the report, and the watch that brings backup
+			// requests (a watch of one name is authorized by its name).
 			rbacv1ac.PolicyRule().WithAPIGroups("").WithResources("pods").
-				WithResourceNames(pods...).WithVerbs("patch"))
+				WithResourceNames(pods...).WithVerbs("patch", "watch"))
 }
 
 // InstanceRoleBinding grants InstanceRole to InstanceServiceAccount.

@@ -19,7 +19,7 @@ func TestInstanceRoleIsNarrow(t *testing.T) {
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"orders-primary"}, Verbs: []string{"get", "watch", "update"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"orders-credentials-rotation"}, Verbs: []string{"get"}},
-		{APIGroups: []string{""}, Resources: []string{"pods"}, ResourceNames: []string{"orders-0", "orders-1", "orders-2"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, ResourceNames: []string{"orders-0", "orders-1", "orders-2"}, Verbs: []string{"patch", "watch"}},
 	}
 	if diff := cmp.Diff(want, role.Rules); diff != "" {
 		t.Errorf("rules (-want +got):\n%s", diff)
