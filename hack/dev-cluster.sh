@@ -26,6 +26,12 @@
 # EVER RUNS: PostgreSQL itself is not exercised here (make test-postgres
 # does that).
 #
+# Backups: cmd/dev-objectstore runs an S3-compatible store (SeaweedFS, built
+# by hack/s3.sh) with a bucket "backups", on the node's bridge for real pods
+# (127.0.0.1 for KWOK). The demo gives the sample spec.backup to it, with a
+# daily schedule whose first backup is taken at once; with real pods it
+# waits for that backup to complete and shows it.
+#
 # Nothing is downloaded at run time: kwokctl gets local binaries, every
 # component listens on 127.0.0.1 only, on free ports picked at creation.
 #
@@ -207,6 +213,43 @@ start_provisioner() {
   alive "$pidfile" "$bin" || { tail -20 "$STATE/provisioner.log" >&2; die "the volume provisioner exited at once"; }
 }
 
+# start_object_store <ip>: the S3 store the sample backs up to
+# (cmd/dev-objectstore: SeaweedFS, bucket "backups"), on ip: the bridge of
+# the real-pod node, which its pods reach, or 127.0.0.1 for KWOK, whose pods
+# run nothing. Its endpoint and keys are in $STATE/s3.env.
+start_object_store() {
+  local pidfile=$STATE/s3.pid bin=$STATE/dev-objectstore
+  if alive "$pidfile" "$bin" && [ -f "$STATE/s3.env" ]; then
+    say "Object store already running (pid $(cat "$pidfile"))"
+    return
+  fi
+  say "Building and starting the object store (cmd/dev-objectstore; SeaweedFS from hack/s3.sh, cached) ..."
+  "$repo/hack/s3.sh" >/dev/null || die "hack/s3.sh failed"
+  (cd "$repo" && go build -o "$bin" ./cmd/dev-objectstore) || die "building cmd/dev-objectstore failed"
+  rm -f "$STATE/s3.env"
+  mkdir -p "$STATE/s3"
+  setsid "$bin" --dir "$STATE/s3" --ip "$1" --env "$STATE/s3.env" >>"$STATE/s3.log" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+  local i
+  for i in $(seq 1 120); do
+    [ -f "$STATE/s3.env" ] && break
+    alive "$pidfile" "$bin" || { tail -20 "$STATE/s3.log" >&2; die "the object store exited"; }
+    sleep 0.5
+  done
+  [ -f "$STATE/s3.env" ] || die "the object store did not come up (log: $STATE/s3.log)"
+  say "Object store at $(sed -n 's/^ENDPOINT=//p' "$STATE/s3.env"), bucket backups"
+}
+
+# sample_with_backup: the sample, with spec.backup to the dev object store
+# (and a daily schedule) unless it has one.
+sample_with_backup() {
+  local endpoint bucket
+  endpoint=$(sed -n 's/^ENDPOINT=//p' "$STATE/s3.env")
+  bucket=$(sed -n 's/^BUCKET=//p' "$STATE/s3.env")
+  kubectl patch --local -f "$SAMPLE" --type merge -o yaml -p \
+    '{"spec":{"backup":{"objectStore":{"endpoint":"'"$endpoint"'","bucket":"'"$bucket"'","credentialsSecret":"'"$1"'"},"schedule":{"cron":"@daily"},"retention":{"keep":7}}}}'
+}
+
 # runtime: real or kwok, as recorded by the `up` that made the cluster, else
 # as DEV_RUNTIME asks.
 runtime() {
@@ -228,7 +271,8 @@ up() {
     echo real >"$STATE/runtime"
     cp "$REAL_NODE_STATE/kubeconfig" "$KUBECONFIG_FILE"
     start_provisioner "$REAL_NODE_STATE/volumes"
-    say "Cluster ready: 1 node with real pods, default StorageClass 'standard' (dev-provisioner)."
+    start_object_store 10.244.0.1 # the node's bridge (hack/real-node.sh)
+    say "Cluster ready: 1 node with real pods, default StorageClass 'standard' (dev-provisioner), an S3 bucket."
     say "  export KUBECONFIG=$KUBECONFIG_FILE"
     return
   fi
@@ -250,7 +294,8 @@ up() {
   wait_healthy 60 || die "the cluster's API server does not answer (logs: $KWOK_WORKDIR/clusters/$CLUSTER/logs)"
   kwokctl scale node --replicas "$NODES" --name "$CLUSTER" >>"$STATE/kwokctl.log" 2>&1 || die "kwokctl scale node failed"
   start_provisioner
-  say "Cluster ready: $NODES simulated nodes, default StorageClass 'standard' (dev-provisioner)."
+  start_object_store 127.0.0.1
+  say "Cluster ready: $NODES simulated nodes, default StorageClass 'standard' (dev-provisioner), an S3 bucket."
   say "  export KUBECONFIG=$KUBECONFIG_FILE"
 }
 
@@ -263,6 +308,7 @@ wait_healthy() {
 down() {
   stop "$STATE/operator.pid" "$STATE/manager" "operator"
   stop "$STATE/provisioner.pid" "$STATE/dev-provisioner" "volume provisioner"
+  stop "$STATE/s3.pid" "$STATE/dev-objectstore" "object store" 30
   if [ "$(runtime)" = real ]; then
     "$repo/hack/real-node.sh" down || die "hack/real-node.sh down failed; the state is kept in $STATE"
   fi
@@ -284,6 +330,9 @@ status() {
   if alive "$STATE/provisioner.pid" "$STATE/dev-provisioner"; then
     say "volume provisioner: pid $(cat "$STATE/provisioner.pid")"
   else say "volume provisioner: not running"; fi
+  if alive "$STATE/s3.pid" "$STATE/dev-objectstore"; then
+    say "object store: pid $(cat "$STATE/s3.pid"), $(sed -n 's/^ENDPOINT=//p' "$STATE/s3.env" 2>/dev/null)"
+  else say "object store: not running"; fi
   if alive "$STATE/operator.pid" "$STATE/manager"; then
     say "operator: pid $(cat "$STATE/operator.pid") (log: $STATE/operator.log)"
   else say "operator: not running"; fi
@@ -306,8 +355,9 @@ demo() {
   # fails at once, rather than waiting, while a new CRD has no conditions.)
   local i
   for i in $(seq 1 60); do
-    kubectl wait --for=condition=Established crd/mydatabases.database.example.com --timeout=10s >/dev/null 2>&1 && break
-    [ "$i" = 60 ] && die "the MyDatabase CRD is not established"
+    kubectl wait --for=condition=Established crd/mydatabases.database.example.com crd/mydatabasebackups.database.example.com \
+      --timeout=10s >/dev/null 2>&1 && break
+    [ "$i" = 60 ] && die "the CRDs are not established"
     sleep 0.5
   done
 
@@ -339,8 +389,13 @@ demo() {
   local name ns
   name=$(kubectl create --dry-run=client -o jsonpath='{.metadata.name}' -f "$SAMPLE")
   ns=$(kubectl config view --minify -o jsonpath='{..namespace}'); ns=${ns:-default}
-  say "Applying ${SAMPLE#"$repo"/} (MyDatabase '$name' in namespace '$ns') ..."
-  kubectl apply -f "$SAMPLE"
+  local backup_secret=$name-backup
+  say "Secret '$backup_secret': the keys of the dev object store"
+  kubectl create secret generic "$backup_secret" --dry-run=client -o yaml \
+    --from-literal=ACCESS_KEY_ID="$(sed -n 's/^ACCESS_KEY_ID=//p' "$STATE/s3.env")" \
+    --from-literal=SECRET_ACCESS_KEY="$(sed -n 's/^SECRET_ACCESS_KEY=//p' "$STATE/s3.env")" | kubectl apply -f - >/dev/null
+  say "Applying ${SAMPLE#"$repo"/} (MyDatabase '$name' in namespace '$ns'), backing up to the dev object store ..."
+  sample_with_backup "$backup_secret" | kubectl apply -f -
   say "Waiting until mydatabase/$name is Ready (timeout $READY_TIMEOUT) ..."
   if ! kubectl wait --for=condition=Ready "mydatabase/$name" --timeout="$READY_TIMEOUT"; then
     kubectl get mydatabase "$name" -o yaml >&2 || true
@@ -359,6 +414,7 @@ demo() {
   echo
   if [ "$(runtime)" = real ]; then
     show_psql "$name" "$secret"
+    show_backup "$name"
   else
     say "NOTE: the nodes are simulated by KWOK. Pods on them run NO containers: KWOK only marks them"
     say "      Running and Ready, so the database is not actually reachable. Everything the operator"
@@ -401,6 +457,24 @@ show_psql() {
   echo "  $cmd"
   say "Running it once with -c 'SELECT version()':"
   eval "${cmd/ -it / -i } -c 'SELECT version()'" </dev/null || die "the psql command did not work"
+}
+
+# show_backup <MyDatabase>: wait for the schedule's first backup (a new
+# schedule backs up at once) and show it.
+show_backup() {
+  local name=$1 backup
+  say "Waiting for the first scheduled base backup (spec.backup.schedule) ..."
+  for _ in $(seq 1 60); do
+    backup=$(kubectl get mydatabasebackups -l database.example.com/scheduled-by="$name" -o jsonpath='{.items[0].metadata.name}' 2>/dev/null)
+    [ -n "$backup" ] && break
+    sleep 1
+  done
+  [ -n "$backup" ] || die "the schedule made no MyDatabaseBackup"
+  kubectl wait --for=jsonpath='{.status.phase}'=Completed "mydatabasebackup/$backup" --timeout=5m >/dev/null ||
+    { kubectl get mydatabasebackup "$backup" -o yaml >&2; die "backup $backup did not complete"; }
+  kubectl get mydatabasebackup "$backup" -o wide
+  say "Take another with: kubectl create -f - <<<'{\"apiVersion\":\"database.example.com/v1alpha1\",\"kind\":\"MyDatabaseBackup\",\"metadata\":{\"generateName\":\"$name-\"},\"spec\":{\"database\":\"$name\"}}'"
+  say "  (or kubectl mydb backup $name --wait=5m, with the plugin: make plugin)"
 }
 
 case "${1:-}" in

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,9 +26,14 @@ type ObjectStore struct {
 	proc            *Proc
 }
 
-// StartObjectStore starts the server with its data under dir and waits
+// StartObjectStore starts the server on 127.0.0.1 with its data under dir
+// and waits until its S3 endpoint answers.
+func StartObjectStore(dir string) (*ObjectStore, error) { return StartObjectStoreOn(dir, "127.0.0.1") }
+
+// StartObjectStoreOn starts the server on the address ip (where pods can
+// reach it: the real-pod node's bridge) with its data under dir, and waits
 // until its S3 endpoint answers.
-func StartObjectStore(dir string) (*ObjectStore, error) {
+func StartObjectStoreOn(dir, ip string) (*ObjectStore, error) {
 	out, err := exec.Command(filepath.Join(RepoRoot(), "hack", "s3.sh")).Output()
 	if err != nil {
 		return nil, fmt.Errorf("hack/s3.sh: %w", err)
@@ -48,13 +54,14 @@ func StartObjectStore(dir string) (*ObjectStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"mini", "-dir=" + filepath.Join(dir, "data"), "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+	args := []string{"mini", "-dir=" + filepath.Join(dir, "data"), "-ip=" + ip, "-ip.bind=" + ip,
 		"-s3.config=" + config, "-bucket=" + s.Bucket, "-admin.ui=false", "-webdav=false",
 		"-admin.port.legacy=0", "-s3.port.iceberg=0", "-s3.port.lance=0"}
 	for i, name := range names {
 		args = append(args, "-"+name+"="+strconv.Itoa(ports[i]))
 	}
-	s.Endpoint = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	host := net.JoinHostPort(ip, strconv.Itoa(ports[0]))
+	s.Endpoint = "http://" + host
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
 		return nil, err
 	}
@@ -63,7 +70,7 @@ func StartObjectStore(dir string) (*ObjectStore, error) {
 	}
 	// Ready once the bucket exists, as the test's credentials see it (an
 	// anonymous request is refused whether it exists or not).
-	client, err := minio.New(fmt.Sprintf("127.0.0.1:%d", ports[0]), &minio.Options{
+	client, err := minio.New(host, &minio.Options{
 		Creds: credentials.NewStaticV4(s.AccessKeyID, s.SecretAccessKey, "")})
 	if err != nil {
 		_ = s.Stop()

@@ -1,0 +1,65 @@
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command dev-objectstore runs the S3-compatible store of `make dev`, so
+// that the sample MyDatabase can archive its WAL and take base backups:
+// SeaweedFS (`weed mini`, built from the Go module proxy by hack/s3.sh),
+// with one bucket, on --ip (the real-pod node's bridge, which its pods
+// reach) and free ports. It writes the endpoint, bucket and keys to --env
+// as shell assignments, and runs until SIGINT or SIGTERM, when it stops
+// the server. A development tool: its keys are fixed test keys.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"example.com/myoperator/internal/testenv"
+)
+
+func main() {
+	dir := flag.String("dir", "", "the store's data directory")
+	ip := flag.String("ip", "127.0.0.1", "the address to listen on")
+	envFile := flag.String("env", "", "where to write ENDPOINT=, BUCKET=, ACCESS_KEY_ID= and SECRET_ACCESS_KEY=")
+	flag.Parse()
+	if *dir == "" || *envFile == "" {
+		fmt.Fprintln(os.Stderr, "usage: dev-objectstore --dir DIR --env FILE [--ip IP]")
+		os.Exit(2)
+	}
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	store, err := testenv.StartObjectStoreOn(*dir, *ip)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dev-objectstore:", err)
+		os.Exit(1)
+	}
+	env := fmt.Sprintf("ENDPOINT=%s\nBUCKET=%s\nACCESS_KEY_ID=%s\nSECRET_ACCESS_KEY=%s\n",
+		store.Endpoint, store.Bucket, store.AccessKeyID, store.SecretAccessKey)
+	if err := os.WriteFile(*envFile, []byte(env), 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, "dev-objectstore:", err)
+		_ = store.Stop()
+		os.Exit(1)
+	}
+	fmt.Printf("dev-objectstore: serving bucket %s at %s\n", store.Bucket, store.Endpoint)
+	<-signals
+	if err := store.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "dev-objectstore: stopping:", err)
+		os.Exit(1)
+	}
+}
