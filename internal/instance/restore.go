@@ -59,7 +59,15 @@ func (c Config) restoreConfigFile() string { return filepath.Join(c.SocketDir, "
 func (c Config) recoveryArgs() []string {
 	t := c.Restore.Target
 	args := []string{"-c", fmt.Sprintf("restore_command=%s wal-fetch --config %s %%f %%p", shellQuote(c.Self), shellQuote(c.restoreConfigFile())),
-		"-c", "recovery_target_action=promote", "-c", "archive_mode=off", "-c", "hot_standby=off"}
+		"-c", "recovery_target_action=promote", "-c", "hot_standby=off"}
+	// With spec.backup of its own, the new timeline's history file and the
+	// last, partial segment of the old one are archived from the promotion
+	// on, as a promoted replica's are.
+	if archive := c.archiveArgs(); archive != nil {
+		args = append(args, archive...)
+	} else {
+		args = append(args, "-c", "archive_mode=off")
+	}
 	switch {
 	case !t.Time.IsZero():
 		args = append(args, "-c", "recovery_target_time="+t.Time.UTC().Format("2006-01-02 15:04:05.999999-07"))

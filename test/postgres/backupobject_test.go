@@ -179,6 +179,11 @@ func restoredPhases(t *testing.T, srv server, store databasev1alpha1.ObjectStore
 	store.Path = specs.BackupPath(db)
 	restored.Spec.Bootstrap = &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: store,
 		BackupID: id, Target: target}}
+	// Backed up too, to a path of its own: its new timeline is archived
+	// from the promotion on.
+	own := store
+	own.Path = "restored/" + id
+	restored.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: own}
 	password := "password-of-the-restored"
 	rc := newCluster(t, srv, restored, specs.CredentialsSecret(restored, password), storeSecret(restored.Namespace))
 	rc.logsOnFailure(t)
@@ -187,6 +192,17 @@ func restoredPhases(t *testing.T, srv server, store databasev1alpha1.ObjectStore
 	p.waitReady(t)
 	defer p.stop(t)
 	logContains(t, p.log(off), "restoring base backup "+id)
+	archive, err := backup.Open(backup.Config{Endpoint: own.Endpoint, Bucket: own.Bucket, Path: own.Path,
+		AccessKeyID:     string(storeSecret("").Data[specs.ObjectStoreAccessKeyIDKey]),
+		SecretAccessKey: string(storeSecret("").Data[specs.ObjectStoreSecretAccessKeyKey])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	history := fmt.Sprintf("%08X.history", atoi(t, rc.query(t, p.socket("postgres", "postgres"), "", "SELECT timeline_id FROM pg_control_checkpoint()")))
+	eventually(t, 30*time.Second, "the restored database's "+history+" archived", func() (bool, string) {
+		_, err := archive.ArchivedSize(context.Background(), history)
+		return err == nil, fmt.Sprint(err)
+	})
 	return rc.query(t, tcp(p.port, restored.Spec.User, restored.Spec.DatabaseName), password, "SELECT string_agg(phase, ',' ORDER BY phase) FROM phases")
 }
 
@@ -245,4 +261,13 @@ func TestObjectStoreErrors(t *testing.T) {
 	if err := s.PushWAL(context.Background(), segment); err != nil {
 		t.Errorf("the right configuration: %v", err)
 	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -191,8 +191,10 @@ func choose(pods []corev1.Pod, target databasev1alpha1.BackupTarget, now time.Ti
 	case primary != nil:
 		return primary, "the primary: no replica is ready"
 	}
-	return nil, "waiting for a ready primary to take the backup" +
-		map[bool]string{true: "", false: " or replica"}[target == databasev1alpha1.BackupTargetPrimary]
+	if target == databasev1alpha1.BackupTargetPrimary {
+		return nil, "waiting for a ready primary to take the backup: no instance reports one"
+	}
+	return nil, "waiting for a ready primary or replica to take the backup: no instance reports one"
 }
 
 // copyRun writes what the instance reported into the status.
