@@ -72,8 +72,12 @@ func (m *manager) saveBackupRun(run report.BackupRun) {
 	m.backupRun.Store(&run)
 	b, _ := json.Marshal(run) // a BackupRun always marshals
 	tmp := filepath.Join(m.c.SocketDir, backupRunFile+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err == nil {
+	err := os.WriteFile(tmp, b, 0o600)
+	if err == nil {
 		err = os.Rename(tmp, filepath.Join(m.c.SocketDir, backupRunFile))
+	}
+	if err != nil {
+		m.log("keeping the state of backup %s: %v", run.Name, err)
 	}
 }
 

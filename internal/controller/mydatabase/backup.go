@@ -63,8 +63,9 @@ func (r *MyDatabaseReconciler) checkObjectStores(ctx context.Context, db *databa
 
 // setArchivingStatus reports continuous archiving as the primary's
 // instance manager last did: status.backup and the ContinuousArchiving
-// condition, which says in plain words what failed. Without spec.backup
-// neither is there (and no report is read).
+// condition, which says in plain words what failed; and the schedule's
+// times, as this pass saw them (schedule; nil keeps the last). Without
+// spec.backup none is there (and no report is read).
 func setArchivingStatus(db *databasev1alpha1.MyDatabase, pods []corev1.Pod, primaryPod string, schedule *scheduleState, now time.Time) {
 	st := &db.Status
 	if db.Spec.Backup == nil {
