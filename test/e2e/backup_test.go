@@ -73,7 +73,7 @@ spec:
 		}
 		st := b.Status
 		return st.Phase == databasev1alpha1.BackupPending && st.Instance == "" &&
-			strings.Contains(st.Message, "waiting for a ready primary or replica"), fmt.Sprintf("%+v", st)
+			strings.Contains(st.Message, "waiting for a ready primary") && strings.Contains(st.Message, "no instance reports one"), fmt.Sprintf("%+v", st)
 	}
 	midnight := time.Now().UTC().Truncate(24 * time.Hour)
 	scheduled := &databasev1alpha1.MyDatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "x-" + midnight.Format("20060102150405")}}
