@@ -419,7 +419,8 @@ demo() {
     say "NOTE: the nodes are simulated by KWOK. Pods on them run NO containers: KWOK only marks them"
     say "      Running and Ready, so the database is not actually reachable. Everything the operator"
     say "      does with Kubernetes objects is real (make test-postgres exercises PostgreSQL itself;"
-    say "      DEV_RUNTIME=real make dev runs real pods where the machine allows it)."
+    say "      DEV_RUNTIME=real make dev runs real pods where the machine allows it). For the same"
+    say "      reason the sample's first scheduled MyDatabaseBackup waits, Pending: no instance reports."
   fi
   say "Ready in $((SECONDS - start)) s. Try, in another terminal:"
   say "  export KUBECONFIG=$KUBECONFIG_FILE"
