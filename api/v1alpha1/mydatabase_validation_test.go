@@ -153,6 +153,14 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 		"recovery to a malformed LSN": {map[string]any{"bootstrap.recovery": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
 			"bucket": "backups", "path": "shop/orders", "credentialsSecret": "s3"}, "target": map[string]any{"lsn": "3000060"}}},
 			"bootstrap.recovery.target.lsn is a WAL position"},
+		"a cron of four fields": {map[string]any{"backup": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
+			"bucket": "backups", "credentialsSecret": "s3"}, "schedule": map[string]any{"cron": "0 3 * *"}}}, "schedule.cron is five fields"},
+		"retention without a rule": {map[string]any{"backup": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
+			"bucket": "backups", "credentialsSecret": "s3"}, "retention": map[string]any{}}}, "retention takes recoveryWindow, keep, or both"},
+		"a recovery window in weeks": {map[string]any{"backup": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
+			"bucket": "backups", "credentialsSecret": "s3"}, "retention": map[string]any{"recoveryWindow": "2w"}}}, "retention.recoveryWindow is a number of days or hours"},
+		"keep nothing": {map[string]any{"backup": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
+			"bucket": "backups", "credentialsSecret": "s3"}, "retention": map[string]any{"keep": int64(0)}}}, "should be greater than or equal to 1"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
