@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
+	watchapi "k8s.io/apimachinery/pkg/watch"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,59 +81,44 @@ func newKube(c Config, timeout time.Duration) (*kube, error) {
 // exactly, and a new holder (a switchover's target, the candidates after a
 // primary gave the Lease up) acts at once rather than at its next tick.
 func (k *kube) watchLease(ctx context.Context, seen chan *coordinationv1.Lease) {
-	for ctx.Err() == nil {
-		w, err := k.watches.Watch(ctx, metav1.ListOptions{
-			FieldSelector:  fields.OneTermEqualSelector("metadata.name", k.c.LeaseName).String(),
-			TimeoutSeconds: new(int64(300)),
-		})
-		if err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(k.timeout):
-			}
-			continue
-		}
-		for ev := range w.ResultChan() {
-			lease, ok := ev.Object.(*coordinationv1.Lease)
-			if !ok {
-				continue
-			}
-			select { // drop a version not read yet: this one is newer
-			case <-seen:
-			default:
-			}
-			seen <- lease
-		}
-		w.Stop()
-	}
+	watchNamed(ctx, k.watches.Watch, k.c.LeaseName, k.timeout, func(lease *coordinationv1.Lease) *coordinationv1.Lease { return lease }, seen)
 }
 
 // watchOwnAnnotation sends the value of this pod's annotation key (empty
 // when it has none) whenever the pod changes, until ctx ends; only the
 // newest value when the reader lags.
 func (k *kube) watchOwnAnnotation(ctx context.Context, key string, values chan string) {
+	watchNamed(ctx, k.podWatches.Watch, k.c.PodName, k.timeout, func(pod *corev1.Pod) string { return pod.Annotations[key] }, values)
+}
+
+// watchNamed watches the object name with watch, again whenever the watch
+// ends (after a pause of retry when it cannot start), until ctx ends, and
+// sends what pick makes of each version it sees: the newest only, when
+// the reader lags.
+func watchNamed[T runtime.Object, V any](ctx context.Context, watch func(context.Context, metav1.ListOptions) (watchapi.Interface, error),
+	name string, retry time.Duration, pick func(T) V, out chan V) {
 	for ctx.Err() == nil {
-		w, err := k.podWatches.Watch(ctx, metav1.ListOptions{
-			FieldSelector:  fields.OneTermEqualSelector("metadata.name", k.c.PodName).String(),
+		w, err := watch(ctx, metav1.ListOptions{
+			FieldSelector:  fields.OneTermEqualSelector("metadata.name", name).String(),
 			TimeoutSeconds: new(int64(300)),
 		})
 		if err != nil {
 			select {
 			case <-ctx.Done():
-			case <-time.After(k.timeout):
+			case <-time.After(retry):
 			}
 			continue
 		}
 		for ev := range w.ResultChan() {
-			pod, ok := ev.Object.(*corev1.Pod)
+			obj, ok := ev.Object.(T)
 			if !ok {
 				continue
 			}
-			select { // drop a value not read yet: this one is newer
-			case <-values:
+			select { // drop a version not read yet: this one is newer
+			case <-out:
 			default:
 			}
-			values <- pod.Annotations[key]
+			out <- pick(obj)
 		}
 		w.Stop()
 	}

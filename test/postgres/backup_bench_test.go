@@ -30,14 +30,11 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/backup"
 	"example.com/myoperator/internal/specs"
-	"example.com/myoperator/internal/testenv"
 )
 
 // TestBackupFigures measures backups on a pgbench database of
@@ -62,21 +59,12 @@ func TestBackupFigures(t *testing.T) {
 	}
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
-	store, err := testenv.StartObjectStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Stop() })
-	storeSecret := func(ns string) *corev1.Secret {
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "object-store", Namespace: ns},
-			Data: map[string][]byte{specs.ObjectStoreAccessKeyIDKey: []byte(store.AccessKeyID),
-				specs.ObjectStoreSecretAccessKeyKey: []byte(store.SecretAccessKey)}}
-	}
-	objectStore := databasev1alpha1.ObjectStore{Endpoint: store.Endpoint, Bucket: store.Bucket, CredentialsSecret: "object-store"}
+	store := startStore(t, t.TempDir())
+	objectStore := objectStoreOf(store)
 	db := newDatabase(srv.major, nil)
 	db.Spec.Replicas = ptr.To[int32](1)
 	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStore}
-	c := newCluster(t, srv, db, specs.CredentialsSecret(db, "password-of-the-bench"), storeSecret(db.Namespace))
+	c := newCluster(t, srv, db, specs.CredentialsSecret(db, "password-of-the-bench"), storeSecret(store, db.Namespace))
 	c.logsOnFailure(t)
 	primary := c.startPods(t, 1)[0]
 	ctx := context.Background()
@@ -147,7 +135,7 @@ func TestBackupFigures(t *testing.T) {
 	recovery.Path = specs.BackupPath(db)
 	restored.Spec.Bootstrap = &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: recovery,
 		BackupID: m.ID, Target: &databasev1alpha1.RecoveryTarget{Immediate: true}}}
-	rc := newCluster(t, srv, restored, specs.CredentialsSecret(restored, "password-of-the-restored"), storeSecret(restored.Namespace))
+	rc := newCluster(t, srv, restored, specs.CredentialsSecret(restored, "password-of-the-restored"), storeSecret(store, restored.Namespace))
 	rc.logsOnFailure(t)
 	p := rc.newPod(0, freePorts(t, 1)[0])
 	start = time.Now()

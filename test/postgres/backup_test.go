@@ -21,7 +21,6 @@ import (
 	"example.com/myoperator/internal/backup"
 	"example.com/myoperator/internal/instance/report"
 	"example.com/myoperator/internal/specs"
-	"example.com/myoperator/internal/testenv"
 )
 
 // TestBackupAndRestore archives the WAL of a real primary into a real S3
@@ -45,23 +44,14 @@ func TestBackupAndRestore(t *testing.T) {
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
 	storeDir := t.TempDir()
-	store, err := testenv.StartObjectStore(storeDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Stop() })
+	store := startStore(t, storeDir)
 
-	storeSecret := func(ns string) *corev1.Secret {
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "object-store", Namespace: ns},
-			Data: map[string][]byte{specs.ObjectStoreAccessKeyIDKey: []byte(store.AccessKeyID),
-				specs.ObjectStoreSecretAccessKeyKey: []byte(store.SecretAccessKey)}}
-	}
-	objectStore := databasev1alpha1.ObjectStore{Endpoint: store.Endpoint, Bucket: store.Bucket, CredentialsSecret: "object-store"}
+	objectStore := objectStoreOf(store)
 
 	db := newDatabase(srv.major, nil)
 	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStore}
 	password := "password-of-the-source"
-	c := newCluster(t, srv, db, specs.CredentialsSecret(db, password), storeSecret(db.Namespace))
+	c := newCluster(t, srv, db, specs.CredentialsSecret(db, password), storeSecret(store, db.Namespace))
 	pods := c.startPods(t, 2)
 	primary, replica := pods[0], pods[1]
 	app := tcp(primary.port, db.Spec.User, db.Spec.DatabaseName)
@@ -151,11 +141,7 @@ func TestBackupAndRestore(t *testing.T) {
 	if got := c.query(t, superuser(replica), "", "SELECT failed_count FROM pg_stat_archiver"); got != "0" {
 		t.Errorf("%s archive attempts failed", got)
 	}
-	archive, err := backup.Open(backup.Config{Endpoint: store.Endpoint, Bucket: store.Bucket, Path: specs.BackupPath(db),
-		AccessKeyID: store.AccessKeyID, SecretAccessKey: store.SecretAccessKey})
-	if err != nil {
-		t.Fatal(err)
-	}
+	archive := openArchive(t, store, specs.BackupPath(db))
 	if size, err := archive.ArchivedSize(context.Background(), last); err != nil || size >= 16<<20 {
 		t.Errorf("the archived segment %s: %d bytes (a segment is 16 MiB; compressed, far less), err %v", last, size, err)
 	}
@@ -194,10 +180,7 @@ func TestBackupAndRestore(t *testing.T) {
 	})
 	t.Logf("reported while the store is down: %s", reportedArchive(t, c, replica).Error)
 	replica.stop(t)
-	if store, err = testenv.StartObjectStore(storeDir); err != nil { // the same data, on other ports
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Stop() })
+	store = startStore(t, storeDir) // the same data, on other ports
 	objectStore.Endpoint = store.Endpoint
 
 	base, withDuring := 100, 100+int(during.Load())
@@ -223,7 +206,7 @@ func TestBackupAndRestore(t *testing.T) {
 			recovery.Path = specs.BackupPath(db)
 			restored.Spec.Bootstrap = &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: recovery, Target: tc.target}}
 			newPassword := "password-of-the-restored-" + strconv.Itoa(len(tc.name))
-			rc := newCluster(t, srv, restored, specs.CredentialsSecret(restored, newPassword), storeSecret(restored.Namespace))
+			rc := newCluster(t, srv, restored, specs.CredentialsSecret(restored, newPassword), storeSecret(store, restored.Namespace))
 			ports := freePorts(t, 2)
 			p := rc.newPod(0, ports[0])
 			rc.logsOnFailure(t)

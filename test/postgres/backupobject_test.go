@@ -47,24 +47,13 @@ import (
 func TestBackupObjectsAndRetention(t *testing.T) {
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
-	store, err := testenv.StartObjectStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Stop() })
-	storeSecret := func(ns string) *corev1.Secret {
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "object-store", Namespace: ns},
-			Data: map[string][]byte{specs.ObjectStoreAccessKeyIDKey: []byte(store.AccessKeyID),
-				specs.ObjectStoreSecretAccessKeyKey: []byte(store.SecretAccessKey)}}
-	}
-	objectStore := databasev1alpha1.ObjectStore{Endpoint: store.Endpoint, Bucket: store.Bucket, CredentialsSecret: "object-store"}
-
+	store := startStore(t, t.TempDir())
 	// An idle primary completes a WAL file every 10 s here (5 minutes by
 	// default): the bound on a replica's backup waiting for its last one.
 	db := newDatabase(srv.major, map[string]string{"archive_timeout": "10s"})
-	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStore, Retention: &databasev1alpha1.BackupRetention{Keep: ptr.To[int32](2)}}
+	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store), Retention: &databasev1alpha1.BackupRetention{Keep: ptr.To[int32](2)}}
 	password := "password-of-the-source"
-	c := newCluster(t, srv, db, specs.CredentialsSecret(db, password), storeSecret(db.Namespace))
+	c := newCluster(t, srv, db, specs.CredentialsSecret(db, password), storeSecret(store, db.Namespace))
 	c.logsOnFailure(t)
 	pods := c.startPods(t, 2)
 	primary, replica := pods[0], pods[1]
@@ -104,7 +93,7 @@ func TestBackupObjectsAndRetention(t *testing.T) {
 		t.Errorf("the first backup was taken on %s, want the replica %s", first.Instance, replica.name)
 	}
 	// A backup taken on a standby restores consistently.
-	if got := restoredPhases(t, srv, objectStore, db, first.BackupID, immediate, storeSecret); got != "first" {
+	if got := restoredPhases(t, srv, store, db, first.BackupID, immediate); got != "first" {
 		t.Errorf("restored from the replica's backup: phases %q, want first", got)
 	}
 	c.query(t, app, password, "INSERT INTO phases VALUES ('second')")
@@ -117,11 +106,7 @@ func TestBackupObjectsAndRetention(t *testing.T) {
 
 	// Retention keeps the two newest; the primary applies it when it lists
 	// the backups again (at once after a backup in its container).
-	archive, err := backup.Open(backup.Config{Endpoint: store.Endpoint, Bucket: store.Bucket, Path: specs.BackupPath(db),
-		AccessKeyID: store.AccessKeyID, SecretAccessKey: store.SecretAccessKey})
-	if err != nil {
-		t.Fatal(err)
-	}
+	archive := openArchive(t, store, specs.BackupPath(db))
 	eventually(t, time.Minute, "the first backup deleted", func() (bool, string) {
 		list, err := archive.Backups(context.Background())
 		if err != nil {
@@ -145,7 +130,7 @@ func TestBackupObjectsAndRetention(t *testing.T) {
 	}
 
 	// From the oldest backup kept, to its consistent point.
-	if got := restoredPhases(t, srv, objectStore, db, second.BackupID, immediate, storeSecret); got != "first,second" {
+	if got := restoredPhases(t, srv, store, db, second.BackupID, immediate); got != "first,second" {
 		t.Errorf("restored from the oldest kept backup: phases %q, want first,second", got)
 	}
 
@@ -162,7 +147,7 @@ func TestBackupObjectsAndRetention(t *testing.T) {
 	if !strings.HasPrefix(last, "00000002") {
 		t.Errorf("the new primary's last WAL file %s is not on timeline 2", last)
 	}
-	if got := restoredPhases(t, srv, objectStore, db, third.BackupID, nil, storeSecret); got != "first,fourth,second,third" {
+	if got := restoredPhases(t, srv, store, db, third.BackupID, nil); got != "first,fourth,second,third" {
 		t.Errorf("restored to the end of the archive across the switchover: phases %q, want first,fourth,second,third", got)
 	}
 }
@@ -171,9 +156,10 @@ var immediate = &databasev1alpha1.RecoveryTarget{Immediate: true}
 
 // restoredPhases restores backup id of db into a new MyDatabase, to
 // target (nil: the end of the archive), and returns its phases.
-func restoredPhases(t *testing.T, srv server, store databasev1alpha1.ObjectStore, db *databasev1alpha1.MyDatabase, id string,
-	target *databasev1alpha1.RecoveryTarget, storeSecret func(string) *corev1.Secret) string {
+func restoredPhases(t *testing.T, srv server, s3 *testenv.ObjectStore, db *databasev1alpha1.MyDatabase, id string,
+	target *databasev1alpha1.RecoveryTarget) string {
 	t.Helper()
+	store := objectStoreOf(s3)
 	restored := newDatabase(srv.major, nil)
 	restored.Name = "restored"
 	store.Path = specs.BackupPath(db)
@@ -185,19 +171,14 @@ func restoredPhases(t *testing.T, srv server, store databasev1alpha1.ObjectStore
 	own.Path = "restored/" + id
 	restored.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: own}
 	password := "password-of-the-restored"
-	rc := newCluster(t, srv, restored, specs.CredentialsSecret(restored, password), storeSecret(restored.Namespace))
+	rc := newCluster(t, srv, restored, specs.CredentialsSecret(restored, password), storeSecret(s3, restored.Namespace))
 	rc.logsOnFailure(t)
 	p := rc.newPod(0, freePorts(t, 1)[0])
 	off := p.start(t)
 	p.waitReady(t)
 	defer p.stop(t)
 	logContains(t, p.log(off), "restoring base backup "+id)
-	archive, err := backup.Open(backup.Config{Endpoint: own.Endpoint, Bucket: own.Bucket, Path: own.Path,
-		AccessKeyID:     string(storeSecret("").Data[specs.ObjectStoreAccessKeyIDKey]),
-		SecretAccessKey: string(storeSecret("").Data[specs.ObjectStoreSecretAccessKeyKey])})
-	if err != nil {
-		t.Fatal(err)
-	}
+	archive := openArchive(t, s3, own.Path)
 	history := fmt.Sprintf("%08X.history", atoi(t, rc.query(t, p.socket("postgres", "postgres"), "", "SELECT timeline_id FROM pg_control_checkpoint()")))
 	eventually(t, 30*time.Second, "the restored database's "+history+" archived", func() (bool, string) {
 		_, err := archive.ArchivedSize(context.Background(), history)
@@ -211,11 +192,7 @@ func restoredPhases(t *testing.T, srv server, store databasev1alpha1.ObjectStore
 // store's own words and what to do, which the ContinuousArchiving
 // condition and a failed MyDatabaseBackup carry.
 func TestObjectStoreErrors(t *testing.T) {
-	store, err := testenv.StartObjectStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Stop() })
+	store := startStore(t, t.TempDir())
 	segment := filepath.Join(t.TempDir(), "000000010000000000000001")
 	if err := os.WriteFile(segment, []byte("a segment"), 0o600); err != nil {
 		t.Fatal(err)
@@ -270,4 +247,38 @@ func atoi(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// startStore starts the real S3 server with its data in dir, stopped
+// with the test.
+func startStore(t *testing.T, dir string) *testenv.ObjectStore {
+	t.Helper()
+	store, err := testenv.StartObjectStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Stop() })
+	return store
+}
+
+// The real S3 server's credentials Secret in namespace ns, the ObjectStore
+// that names it, and a client of its objects under path.
+func storeSecret(store *testenv.ObjectStore, ns string) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "object-store", Namespace: ns},
+		Data: map[string][]byte{specs.ObjectStoreAccessKeyIDKey: []byte(store.AccessKeyID),
+			specs.ObjectStoreSecretAccessKeyKey: []byte(store.SecretAccessKey)}}
+}
+
+func objectStoreOf(store *testenv.ObjectStore) databasev1alpha1.ObjectStore {
+	return databasev1alpha1.ObjectStore{Endpoint: store.Endpoint, Bucket: store.Bucket, CredentialsSecret: "object-store"}
+}
+
+func openArchive(t *testing.T, store *testenv.ObjectStore, path string) *backup.Store {
+	t.Helper()
+	archive, err := backup.Open(backup.Config{Endpoint: store.Endpoint, Bucket: store.Bucket, Path: path,
+		AccessKeyID: store.AccessKeyID, SecretAccessKey: store.SecretAccessKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return archive
 }
