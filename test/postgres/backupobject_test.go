@@ -137,6 +137,12 @@ func TestBackupObjectsAndRetention(t *testing.T) {
 	// A switchover: the new primary archives on its timeline, with no gap;
 	// a restore from a backup of the old timeline reaches the end.
 	c.requestSwitchover(t, replica)
+	// Succeeded says the replica holds the Lease; it promotes itself a
+	// moment later.
+	eventually(t, 30*time.Second, replica.name+" promoted", func() (bool, string) {
+		out, err := c.psql(replica.socket("postgres", "postgres"), "", "SELECT pg_is_in_recovery()")
+		return err == nil && out == "f", out
+	})
 	app = tcp(replica.port, db.Spec.User, db.Spec.DatabaseName)
 	c.query(t, app, password, "INSERT INTO phases VALUES ('fourth')")
 	last := c.query(t, replica.socket("postgres", "postgres"), "", "SELECT pg_walfile_name(pg_switch_wal())")
