@@ -118,6 +118,10 @@ func TestBackupObjectsAndRetention(t *testing.T) {
 		}
 		return slices.Equal(ids, []string{second.BackupID, third.BackupID}), strings.Join(ids, " ")
 	})
+	eventually(t, time.Minute, "status.backup showing the two kept", func() (bool, string) {
+		st := c.database(t).Status.Backup
+		return st != nil && st.Backups == 2 && st.LastBackupID == third.BackupID, fmt.Sprintf("%+v", st)
+	})
 	// No WAL before the oldest kept backup's first file; all of it after.
 	ctx := context.Background()
 	if _, err := archive.ArchivedSize(ctx, first.BeginWAL); err == nil && first.BeginWAL < second.BeginWAL {
