@@ -31,7 +31,7 @@ func TestExpired(t *testing.T) {
 		list = append(list, Manifest{ID: time.Duration(i).String(), FinishedAt: now.Add(-time.Duration(i) * day)})
 	}
 	ids := func(ms []Manifest) []string {
-		var out []string
+		out := make([]string, 0, len(ms))
 		for _, m := range ms {
 			out = append(out, m.ID)
 		}

@@ -105,8 +105,7 @@ func (s *Store) fail(what string, err error) error {
 	case minio.NoSuchBucket:
 		advice = fmt.Sprintf("bucket %q does not exist at %s: create it, or correct objectStore.bucket", s.bucket, s.endpoint)
 	default:
-		var netErr net.Error
-		if errors.As(err, &netErr) {
+		if _, ok := errors.AsType[net.Error](err); ok {
 			advice = fmt.Sprintf("cannot reach the store at %s: check objectStore.endpoint, and that the store is up and reachable from the pods", s.endpoint)
 		}
 	}

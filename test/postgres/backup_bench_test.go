@@ -228,7 +228,7 @@ func archiveLag(t *testing.T, c *cluster, superuser string, pg []string) ([]time
 		time.Sleep(100 * time.Millisecond)
 		sample()
 	}
-	var lags []time.Duration
+	lags := make([]time.Duration, 0, len(completed))
 	for seg, at := range completed {
 		done, ok := archived[seg]
 		if !ok {
