@@ -24,6 +24,9 @@ type ObjectStore struct {
 	AccessKeyID     string
 	SecretAccessKey string
 	proc            *Proc
+	// start starts the process again, as it first did; ready waits for it.
+	start func() (*Proc, error)
+	ready func() error
 }
 
 // StartObjectStore starts the server on 127.0.0.1 with its data under dir
@@ -65,32 +68,50 @@ func StartObjectStoreOn(dir, ip string) (*ObjectStore, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
 		return nil, err
 	}
-	if s.proc, err = StartProc("seaweedfs", filepath.Join(dir, "weed.log"), filepath.Join(dir, "weed.pid"), weed, args...); err != nil {
-		return nil, err
+	s.start = func() (*Proc, error) {
+		return StartProc("seaweedfs", filepath.Join(dir, "weed.log"), filepath.Join(dir, "weed.pid"), weed, args...)
 	}
 	// Ready once the bucket exists, as the test's credentials see it (an
 	// anonymous request is refused whether it exists or not).
 	client, err := minio.New(host, &minio.Options{
 		Creds: credentials.NewStaticV4(s.AccessKeyID, s.SecretAccessKey, "")})
 	if err != nil {
-		_ = s.Stop()
 		return nil, err
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		exists, err := client.BucketExists(ctx, s.Bucket)
-		cancel()
-		if err == nil && exists {
-			return s, nil
+	s.ready = func() error {
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			exists, err := client.BucketExists(ctx, s.Bucket)
+			cancel()
+			if err == nil && exists {
+				return nil
+			}
+			if s.proc.Exited() || time.Now().After(deadline) {
+				return fmt.Errorf("the object store did not come up with bucket %q (last: exists %t, %v); its log:\n%s",
+					s.Bucket, exists, err, Tail(s.proc.Log, 30))
+			}
+			time.Sleep(300 * time.Millisecond)
 		}
-		if s.proc.Exited() || time.Now().After(deadline) {
-			_ = s.Stop()
-			return nil, fmt.Errorf("the object store did not come up with bucket %q (last: exists %t, %v); its log:\n%s",
-				s.Bucket, exists, err, Tail(s.proc.Log, 30))
-		}
-		time.Sleep(300 * time.Millisecond)
 	}
+	if err := s.Restart(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Restart starts the server again after Stop, on the same ports with the
+// same data, and waits until it answers.
+func (s *ObjectStore) Restart() error {
+	var err error
+	if s.proc, err = s.start(); err != nil {
+		return err
+	}
+	if err := s.ready(); err != nil {
+		_ = s.Stop()
+		return err
+	}
+	return nil
 }
 
 // Stop stops the server.

@@ -43,8 +43,7 @@ import (
 func TestBackupAndRestore(t *testing.T) {
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
-	storeDir := t.TempDir()
-	store := startStore(t, storeDir)
+	store := startStore(t, t.TempDir())
 
 	objectStore := objectStoreOf(store)
 
@@ -180,8 +179,9 @@ func TestBackupAndRestore(t *testing.T) {
 	})
 	t.Logf("reported while the store is down: %s", reportedArchive(t, c, replica).Error)
 	replica.stop(t)
-	store = startStore(t, storeDir) // the same data, on other ports
-	objectStore.Endpoint = store.Endpoint
+	if err := store.Restart(); err != nil {
+		t.Fatal(err)
+	}
 
 	base, withDuring := 100, 100+int(during.Load())
 	for _, tc := range []struct {

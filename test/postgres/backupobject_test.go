@@ -28,6 +28,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,7 +44,8 @@ import (
 // replica (the default) completes once the WAL it ends in is archived,
 // and restores consistently; with retention keep 2, a third backup deletes the first
 // and the WAL only it needed, and a restore from the oldest kept one
-// still works. Archiving goes on across a switchover, with no gap.
+// still works. Archiving goes on across a switchover, with no gap, and
+// catches up after the store was down for a minute.
 func TestBackupObjectsAndRetention(t *testing.T) {
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
@@ -157,8 +159,39 @@ func TestBackupObjectsAndRetention(t *testing.T) {
 	if !strings.HasPrefix(last, "00000002") {
 		t.Errorf("the new primary's last WAL file %s is not on timeline 2", last)
 	}
-	if got := restoredPhases(t, srv, store, db, third.BackupID, nil); got != "first,fourth,second,third" {
-		t.Errorf("restored to the end of the archive across the switchover: phases %q, want first,fourth,second,third", got)
+
+	// The store down for a minute: the condition says so, the primary
+	// keeps the WAL it could not archive, and archives it all once the
+	// store is back; nothing is lost.
+	if err := store.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	newPrimary := replica.socket("postgres", "postgres")
+	for range 3 {
+		c.query(t, app, password, "INSERT INTO phases VALUES ('fifth')")
+		last = c.query(t, newPrimary, "", "SELECT pg_walfile_name(pg_switch_wal())")
+	}
+	down := time.Now()
+	eventually(t, time.Minute, "ContinuousArchiving False, saying why", func() (bool, string) {
+		cond := meta.FindStatusCondition(c.database(t).Status.Conditions, databasev1alpha1.ConditionContinuousArchiving)
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == databasev1alpha1.ReasonArchivingFailing &&
+			strings.Contains(cond.Message, "cannot reach the store"), fmt.Sprintf("%+v", cond)
+	})
+	time.Sleep(time.Minute - time.Since(down))
+	if got := c.query(t, newPrimary, "", "SELECT count(*) FROM pg_ls_archive_statusdir() WHERE name LIKE '%.ready'"); atoi(t, got) < 3 {
+		t.Errorf("%s WAL files wait to be archived after a minute without the store, want the 3 completed meanwhile", got)
+	}
+	if err := store.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	c.query(t, newPrimary, "", "SELECT pg_switch_wal()") // wakes the archiver at once
+	eventually(t, time.Minute, "archiving caught up, and ContinuousArchiving True", func() (bool, string) {
+		cond := meta.FindStatusCondition(c.database(t).Status.Conditions, databasev1alpha1.ConditionContinuousArchiving)
+		_, err := archive.ArchivedSize(ctx, last)
+		return err == nil && cond != nil && cond.Status == metav1.ConditionTrue, fmt.Sprintf("%s: %v; %+v", last, err, cond)
+	})
+	if got := restoredPhases(t, srv, store, db, third.BackupID, nil); got != "fifth,fifth,fifth,first,fourth,second,third" {
+		t.Errorf("restored to the end of the archive across the switchover and the outage: phases %q", got)
 	}
 }
 
