@@ -96,6 +96,11 @@ const (
 	// UpgradeExitPastPointOfNoReturn: it failed after pg_upgrade --link
 	// began linking the old cluster's files into the new one.
 	UpgradeExitPastPointOfNoReturn = 11
+	// AnnotationUpgradeAttempt on the upgrade Job is the generation of the
+	// attempt it belongs to (status.majorUpgrade.generation at its start),
+	// so that a Job left by an earlier attempt is never taken for the
+	// current one's.
+	AnnotationUpgradeAttempt = "database.example.com/upgrade-attempt"
 	// ComponentUpgrade labels the upgrade Job and its pod.
 	ComponentUpgrade = "upgrade"
 )

@@ -113,6 +113,7 @@ func UpgradeJob(db *databasev1alpha1.MyDatabase, up *databasev1alpha1.MajorUpgra
 	}
 	return batchv1ac.Job(UpgradeJobName(db), db.Namespace).
 		WithLabels(labels).
+		WithAnnotations(map[string]string{databasev1alpha1.AnnotationUpgradeAttempt: strconv.FormatInt(up.Generation, 10)}).
 		WithOwnerReferences(ownerReferenceApply(db)).
 		WithSpec(batchv1ac.JobSpec().
 			WithBackoffLimit(upgradeBackoffLimit).

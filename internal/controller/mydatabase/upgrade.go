@@ -3,6 +3,7 @@ package mydatabase
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -193,8 +194,7 @@ func (r *MyDatabaseReconciler) prepareUpgrade(ctx context.Context, db *databasev
 	return r.askSwitchover(ctx, obs, up.Primary)
 }
 
-// stopForUpgrade waits until every server has stopped and no upgrade Job
-// of an earlier attempt is left.
+// stopForUpgrade waits until every server has stopped.
 func (r *MyDatabaseReconciler) stopForUpgrade(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	up := obs.upgrade.status
 	pods := &corev1.PodList{}
@@ -204,14 +204,6 @@ func (r *MyDatabaseReconciler) stopForUpgrade(ctx context.Context, db *databasev
 	if n := len(pods.Items); n > 0 {
 		r.upgradeWaits(obs, "stopping the servers cleanly: %d still running", n)
 		return nil
-	}
-	job, err := r.upgradeJob(ctx, db)
-	if err != nil {
-		return err
-	}
-	if job != nil {
-		r.upgradeWaits(obs, "deleting the upgrade Job %s of an earlier attempt", job.Name)
-		return r.deleteExact(ctx, job)
 	}
 	up.Phase = databasev1alpha1.MajorUpgradeUpgrading
 	return r.runUpgradeJob(ctx, db, obs)
@@ -231,12 +223,21 @@ func (r *MyDatabaseReconciler) upgradeJob(ctx context.Context, db *databasev1alp
 	return job, nil
 }
 
-// runUpgradeJob creates the upgrade Job and follows it.
+// runUpgradeJob creates the upgrade Job and follows it. A Job of an
+// earlier attempt (another generation) is deleted first: it may hold a
+// failure of then, and its pod template the images of then.
 func (r *MyDatabaseReconciler) runUpgradeJob(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	up := obs.upgrade.status
 	job, err := r.upgradeJob(ctx, db)
 	if err != nil {
 		return err
+	}
+	if job != nil && job.Annotations[databasev1alpha1.AnnotationUpgradeAttempt] != strconv.FormatInt(up.Generation, 10) {
+		r.upgradeWaits(obs, "deleting the upgrade Job %s of an earlier attempt", job.Name)
+		if !job.DeletionTimestamp.IsZero() {
+			return nil
+		}
+		return r.deleteExact(ctx, job)
 	}
 	if job == nil {
 		// Created once: a Job's pod template is immutable, and the spec
