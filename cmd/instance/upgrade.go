@@ -50,8 +50,9 @@ func upgrade(verb string, args []string) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
-	err := instance.Upgrade(ctx, instance.UpgradeConfig{PGData: os.Getenv("PGDATA"), OldMajor: *oldMajor, NewMajor: *newMajor,
-		Staged: instance.StagedRoot(*staged, *oldMajor), Scratch: os.TempDir(), Copy: *copyMode}, log)
+	err := instance.Upgrade(ctx, instance.UpgradeConfig{PGData: os.Getenv("PGDATA"),
+		OldMajor: *oldMajor, NewMajor: *newMajor, Staged: instance.StagedRoot(*staged, *oldMajor),
+		Scratch: os.TempDir(), Copy: *copyMode}, log)
 	if ue := (*instance.UpgradeError)(nil); errors.As(err, &ue) {
 		return fail(ue, ue.ExitCode())
 	}

@@ -124,6 +124,9 @@ func (r *MyDatabaseReconciler) advanceUpgrade(ctx context.Context, db *databasev
 	stopped := upgradeView(db, up.From, up.FromImage, ptr.To[int32](0))
 	switch up.Phase {
 	case databasev1alpha1.MajorUpgradePreparing:
+		// The servers keep running the old image until they stop: a pod
+		// restarted meanwhile must not start the new major on old data.
+		obs.upgrade.view = upgradeView(db, up.From, up.FromImage, nil)
 		return r.prepareUpgrade(ctx, db, obs)
 	case databasev1alpha1.MajorUpgradeStopping:
 		obs.upgrade.view = stopped

@@ -249,3 +249,26 @@ func releaseClaim(t *testing.T, ns, name string) {
 		return k8s.Update(context.Background(), pvc)
 	})
 }
+
+// TestMajorUpgradeMovesThePrimaryToOrdinalZero: with the primary at
+// ordinal 1, the upgrade first asks it, through the Lease, to hand over to
+// ordinal 0 (which the StatefulSet stops last), and stops nothing before.
+func TestMajorUpgradeMovesThePrimaryToOrdinalZero(t *testing.T) {
+	ns := namespace(t)
+	db := upgradeReady(t, ns, "upm")
+	holdLease(t, db, "upm-1")
+	waitFor(t, db, "upm-1 the primary", func(db *databasev1alpha1.MyDatabase) error {
+		if db.Status.CurrentPrimary != "upm-1" {
+			return fmt.Errorf("currentPrimary %q", db.Status.CurrentPrimary)
+		}
+		return nil
+	})
+	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Version = "17" })
+	waitFor(t, db, "Preparing", upgradePhase(databasev1alpha1.MajorUpgradePreparing))
+	switchoverAsked(t, db, "upm-0")
+	statefulSetIs(t, db, 2, "postgres:15")
+	holdLease(t, db, "upm-0")
+	waitFor(t, db, "Stopping", upgradePhase(databasev1alpha1.MajorUpgradeStopping))
+	statefulSetIs(t, db, 0, "postgres:15")
+	switchoverAsked(t, db, "")
+}
