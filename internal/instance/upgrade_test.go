@@ -31,7 +31,7 @@ func TestPgUpgradeReason(t *testing.T) {
 			want: []string{"Checking for reg* data types in user tables Your installation contains one of the reg* data types"},
 		},
 		"a server that would not start": {
-			out: "Checking cluster versions    ok\n\n*failure*\nConsult the last few lines of \"" + list + "\" for\nthe probable cause of the failure.\nFailure, exiting\n",
+			out:  "Checking cluster versions    ok\n\n*failure*\nConsult the last few lines of \"" + list + "\" for\nthe probable cause of the failure.\nFailure, exiting\n",
 			want: []string{"Consult the last few lines of", "[tables_using_reg.txt: In database: postgres"},
 		},
 		"nothing recognisable: the last lines": {
@@ -141,7 +141,7 @@ func TestLibraryPathKeepsOnlyMissingSonames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
+	names := make([]string, 0, len(entries))
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}

@@ -35,7 +35,7 @@ func TestUpgradeJob(t *testing.T) {
 	}
 	pod := job.Spec.Template.Spec
 	images := func(cs []corev1.Container) []string {
-		var out []string
+		out := make([]string, 0, len(cs))
 		for _, c := range cs {
 			out = append(out, c.Image)
 		}
