@@ -88,7 +88,8 @@ func (r *MyDatabaseReconciler) reconcileMajorUpgrade(ctx context.Context, db *da
 		return nil
 	case want < data:
 		view := db.DeepCopy()
-		view.Spec.Version, view.Spec.Image = db.Status.CurrentVersion, ""
+		// What runs now keeps running: the image of the data's major.
+		view.Spec.Version, view.Spec.Image = db.Status.CurrentVersion, containerImage(obs.sts)
 		if up != nil && specs.Major(up.To) == data {
 			view.Spec.Image = up.ToImage
 		}
