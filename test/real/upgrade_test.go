@@ -135,10 +135,21 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 		writeResult(t, "major upgrade refused by pg_upgrade --check, back on 15", time.Since(start))
 	})
 
-	step("the cause removed and the upgrade retried: Ready on 17", func(t *testing.T) {
+	step("the cause removed, the primary moved to ordinal 1, the upgrade retried: Ready on 17", func(t *testing.T) {
 		if out, err := superuserSQL(ns, dbName+"-0", "DROP TABLE blocks_upgrade"); err != nil {
 			t.Fatalf("%v %s", err, out)
 		}
+		// The primary at ordinal 1: the upgrade first hands it back to
+		// ordinal 0, which the StatefulSet stops last.
+		patch(t, ns, func(db *databasev1alpha1.MyDatabase) {
+			db.Spec.Switchover = &databasev1alpha1.SwitchoverSpec{To: dbName + "-1", RequestedAt: metav1.Now()}
+		})
+		testenv.Eventually(t, 2*time.Minute, dbName+"-1 the primary", func() error {
+			if db := getDB(t, ns); db.Status.CurrentPrimary != dbName+"-1" || db.Status.ReadyReplicas != 2 {
+				return fmt.Errorf("primary %s, %s ready", db.Status.CurrentPrimary, db.Status.Ready)
+			}
+			return nil
+		})
 		start := time.Now()
 		// A new generation that asks for 17 retries: back to 15, then 17.
 		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Version = "15" })
@@ -156,6 +167,9 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 	})
 
 	step("on 17: the rows, the role and the app's password survived", func(t *testing.T) {
+		if db := getDB(t, ns); db.Status.CurrentPrimary != dbName+"-0" {
+			t.Fatalf("primary %s, want %s-0, which was upgraded", db.Status.CurrentPrimary, dbName)
+		}
 		if v := serverVersion(t); v/10000 != 17 {
 			t.Fatalf("server_version_num %d, want 17", v)
 		}
