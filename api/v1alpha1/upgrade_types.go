@@ -41,6 +41,9 @@ const (
 	MajorUpgradeSucceeded MajorUpgradePhase = "Succeeded"
 	// MajorUpgradeFailed: see message and oldDataUntouched.
 	MajorUpgradeFailed MajorUpgradePhase = "Failed"
+	// MajorUpgradeCancelled: it failed with the old data untouched, and
+	// spec.version was then set back to the major the data is on.
+	MajorUpgradeCancelled MajorUpgradePhase = "Cancelled"
 )
 
 // MajorUpgradeStatus reports the last major version upgrade.
@@ -69,8 +72,11 @@ type MajorUpgradeStatus struct {
 	// +optional
 	OldDataUntouched bool `json:"oldDataUntouched,omitempty"`
 	// generation is the MyDatabase's metadata.generation the upgrade was
-	// started for. After a failure, the next change of the spec (a new
-	// generation) that still asks for a later major starts it again.
+	// started for (at a failure: the one it failed at). A failure with the
+	// old data untouched is retried when spec.version changes to another
+	// later version than to; one past the point of no return, where the
+	// servers are stopped anyway, by any new generation that asks for a
+	// later major.
 	Generation int64 `json:"generation"`
 	// startedAt is when it started.
 	StartedAt metav1.Time `json:"startedAt"`

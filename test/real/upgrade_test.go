@@ -151,8 +151,16 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 			return nil
 		})
 		start := time.Now()
-		// A new generation that asks for 17 retries: back to 15, then 17.
+		// Back to 15 calls the failed upgrade off; 17 again starts anew.
 		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Version = "15" })
+		testenv.Eventually(t, time.Minute, "the failed upgrade called off, Ready on 15", func() error {
+			db := getDB(t, ns)
+			if up := db.Status.MajorUpgrade; up == nil || up.Phase != databasev1alpha1.MajorUpgradeCancelled ||
+				!meta.IsStatusConditionTrue(db.Status.Conditions, databasev1alpha1.ConditionReady) {
+				return fmt.Errorf("phase %s, majorUpgrade %+v", db.Status.Phase, up)
+			}
+			return nil
+		})
 		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Version = "17" })
 		testenv.Eventually(t, 8*time.Minute, "Ready on 17", func() error {
 			db := getDB(t, ns)

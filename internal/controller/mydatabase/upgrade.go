@@ -58,7 +58,29 @@ type upgradeState struct {
 }
 
 func upgradeActive(up *databasev1alpha1.MajorUpgradeStatus) bool {
-	return up != nil && up.Phase != databasev1alpha1.MajorUpgradeSucceeded && up.Phase != databasev1alpha1.MajorUpgradeFailed
+	switch {
+	case up == nil:
+		return false
+	case up.Phase == databasev1alpha1.MajorUpgradeSucceeded, up.Phase == databasev1alpha1.MajorUpgradeFailed,
+		up.Phase == databasev1alpha1.MajorUpgradeCancelled:
+		return false
+	}
+	return true
+}
+
+// failedAndHeld tells whether a failed upgrade still holds: the servers on
+// the old major (old data untouched) until spec.version changes to another
+// later version, or back to the data's major, which calls it off; stopped
+// (past the point of no return) until a new generation asks for a later
+// major: the database is down anyway, so any change retries.
+func failedAndHeld(up *databasev1alpha1.MajorUpgradeStatus, db *databasev1alpha1.MyDatabase, want, data int) bool {
+	if up == nil || up.Phase != databasev1alpha1.MajorUpgradeFailed {
+		return false
+	}
+	if up.OldDataUntouched {
+		return want > data && db.Spec.Version == up.To
+	}
+	return up.Generation == db.Generation || want <= data
 }
 
 // upgrading tells the other steps to keep out of the way (switchovers and
@@ -81,10 +103,15 @@ func (r *MyDatabaseReconciler) reconcileMajorUpgrade(ctx context.Context, db *da
 	switch {
 	case upgradeActive(up):
 		return r.advanceUpgrade(ctx, db, obs)
-	case up != nil && up.Phase == databasev1alpha1.MajorUpgradeFailed && (up.Generation == db.Generation || (!up.OldDataUntouched && want <= data)):
+	case failedAndHeld(up, db, want, data):
 		r.stayFailed(db, obs)
 		return nil
 	case db.Status.CurrentVersion == "" || want == data:
+		if up != nil && up.Phase == databasev1alpha1.MajorUpgradeFailed && up.OldDataUntouched {
+			up.Phase = databasev1alpha1.MajorUpgradeCancelled
+			r.event(db, corev1.EventTypeNormal, "MajorUpgradeCancelled", "spec.version is back to %s: the failed upgrade to %s is called off",
+				db.Spec.Version, up.To)
+		}
 		return nil
 	case want < data:
 		view := db.DeepCopy()
@@ -365,8 +392,9 @@ func (r *MyDatabaseReconciler) stayFailed(db *databasev1alpha1.MyDatabase, obs *
 		obs.upgrade.view = upgradeView(db, up.From, up.FromImage, nil)
 		obs.stalled = &blocker{databasev1alpha1.ReasonMajorUpgradeFailed, fmt.Sprintf(
 			"upgrading PostgreSQL from %s to %s failed before the point of no return, so the data is untouched and the servers run %s again: %s. "+
-				"Fix the cause, then retry by changing the spec (for example set spec.version to %s and then to %s again); "+
-				"or stay on %s by setting spec.version to %s", up.From, up.To, up.From, up.Message, up.From, up.To, up.From, up.From)}
+				"Fix the cause, then retry by setting spec.version to another later version (such as a minor of %d), or to %s and, "+
+				"once Ready, to %s again; setting it to %s alone calls the upgrade off",
+			up.From, up.To, up.From, up.Message, specs.Major(up.To), up.From, up.To, up.From)}
 		return
 	}
 	obs.upgrade.view = upgradeView(db, up.From, up.FromImage, ptr.To[int32](0))

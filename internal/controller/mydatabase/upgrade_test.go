@@ -217,10 +217,16 @@ func TestMajorUpgradeFailure(t *testing.T) {
 			t.Fatalf("claim %s after a failure before the point of no return: %v, deleted %v", claim, err, pvc.DeletionTimestamp)
 		}
 	}
+	// Another change of the spec does not retry: the database would go
+	// down again for it.
+	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Parameters = map[string]string{"work_mem": "8MB"} })
+	waitFor(t, db, "still Stalled at the new generation", phaseIs(databasev1alpha1.PhaseStalled))
+	statefulSetIs(t, db, 2, "postgres:15")
 	// Called off: back to 15, the failure stays in status as history.
 	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Version = "15" })
 	markReady(t, db)
 	waitFor(t, db, "Ready on 15 again", phaseIs(databasev1alpha1.PhaseReady))
+	waitFor(t, db, "Cancelled", upgradePhase(databasev1alpha1.MajorUpgradeCancelled))
 
 	// Retried, and this time it fails past the point of no return.
 	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Version = "17" })
