@@ -3,7 +3,9 @@ package reliability
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -30,6 +33,9 @@ import (
 // server is up.
 type upgradeWorld struct {
 	ns string
+	// failCheck makes the Job fail as pg_upgrade --check does: exit 10,
+	// the data untouched.
+	failCheck bool
 	// data is the major each claim's data is on, by claim UID.
 	data     map[types.UID]int
 	upgrades int // pg_upgrade runs
@@ -127,18 +133,43 @@ func (w *upgradeWorld) runJob(t *testing.T) {
 	if pvc == nil || w.data[pvc.UID] != 15 {
 		t.Fatalf("the upgrade Job mounts %s, which is not a claim with data on 15", claim)
 	}
-	w.data[pvc.UID] = 17
 	w.upgrades++
 	now := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	if w.failCheck {
+		w.failJob(t, job, now)
+		return
+	}
+	w.data[pvc.UID] = 17
 	job.Status = batchv1.JobStatus{StartTime: &now, CompletionTime: &now, Succeeded: 1, Conditions: []batchv1.JobCondition{
 		{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
 		{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now}}}
 	mustSucceed(t, env.Client.Status().Update(ctx, job))
 }
 
+// failJob fails the Job as the kubelet and the Job controller report an
+// upgrade container that exited 10.
+func (w *upgradeWorld) failJob(t *testing.T, job *batchv1.Job, now metav1.Time) {
+	t.Helper()
+	ctx := context.Background()
+	labels := maps.Clone(job.Spec.Template.Labels)
+	labels[batchv1.JobNameLabel], labels[batchv1.ControllerUidLabel] = job.Name, string(job.UID)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: job.Name + "-x", Labels: labels},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: specs.UpgradeContainerName, Image: "postgres:17"}}}}
+	mustSucceed(t, env.Client.Create(ctx, pod))
+	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: specs.UpgradeContainerName,
+		Image: "postgres:17", ImageID: "x", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: databasev1alpha1.UpgradeExitOldDataUntouched, Reason: "Error", Message: "pg_upgrade --check failed: reg*",
+			StartedAt: now, FinishedAt: now}}}}}
+	mustSucceed(t, env.Client.Status().Update(ctx, pod))
+	job.Status = batchv1.JobStatus{StartTime: &now, Failed: 1, Conditions: []batchv1.JobCondition{
+		{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "PodFailurePolicy", LastTransitionTime: now},
+		{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "PodFailurePolicy", LastTransitionTime: now}}}
+	mustSucceed(t, env.Client.Status().Update(ctx, job))
+}
+
 // upgradeSetup is a converged MyDatabase of two servers on 15, with pg-0
 // holding the Lease, then spec.version raised to 17.
-func upgradeSetup(t *testing.T) (client.ObjectKey, *upgradeWorld, types.UID) {
+func upgradeSetup(t *testing.T, failCheck bool) (client.ObjectKey, *upgradeWorld, types.UID) {
 	t.Helper()
 	ctx := context.Background()
 	ns := namespace(t)
@@ -147,7 +178,7 @@ func upgradeSetup(t *testing.T) (client.ObjectKey, *upgradeWorld, types.UID) {
 		db.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
 	})
 	key := client.ObjectKeyFromObject(db)
-	w := &upgradeWorld{ns: ns, data: map[types.UID]int{}}
+	w := &upgradeWorld{ns: ns, data: map[types.UID]int{}, failCheck: failCheck}
 	o := newOperator(env.Client, env.Client)
 	o.converge(t, key)
 	w.turn(t)
@@ -178,7 +209,7 @@ func upgradeSetup(t *testing.T) (client.ObjectKey, *upgradeWorld, types.UID) {
 // the Job gone).
 func TestCrashAtEveryWriteDuringMajorUpgrade(t *testing.T) {
 	for k := 0; ; k++ {
-		key, w, primary := upgradeSetup(t)
+		key, w, primary := upgradeSetup(t, false)
 		c := &crash{left: k}
 		crashing := newOperator(crashingClient(env.Client, c), env.Client)
 		for i := 0; i < 30 && !c.happened(); i++ {
@@ -231,5 +262,58 @@ func assertUpgraded(t *testing.T, key client.ObjectKey, w *upgradeWorld, primary
 	mustSucceed(t, env.Client.List(ctx, jobs, client.InNamespace(key.Namespace)))
 	if slices.ContainsFunc(jobs.Items, func(j batchv1.Job) bool { return j.DeletionTimestamp.IsZero() }) {
 		t.Fatal("the upgrade Job is left")
+	}
+}
+
+// The same through an upgrade whose Job fails before the point of no
+// return (exit 10): the restarted operator ends with the servers back on
+// postgres:15 at two servers, both claims the same ones (UIDs) on 15,
+// Stalled MajorUpgradeFailed with the Job's reason, status.currentVersion
+// 15; pg_upgrade ran once.
+func TestCrashAtEveryWriteDuringAFailedMajorUpgrade(t *testing.T) {
+	for k := 0; ; k++ {
+		key, w, primary := upgradeSetup(t, true)
+		replica := w.claims(t)["data-pg-1"].UID
+		c := &crash{left: k}
+		crashing := newOperator(crashingClient(env.Client, c), env.Client)
+		for i := 0; i < 30 && !c.happened(); i++ {
+			_, _ = crashing.pass(key)
+			w.turn(t)
+		}
+		if !c.happened() {
+			t.Logf("a failed upgrade takes %d writes; crashed after each of them", k)
+			if k < 6 {
+				t.Fatalf("only %d writes: the crash points were not exercised", k)
+			}
+			return
+		}
+		o := newOperator(env.Client, env.Client)
+		for range 12 {
+			o.converge(t, key)
+			w.turn(t)
+		}
+		ctx := context.Background()
+		db := &databasev1alpha1.MyDatabase{}
+		mustSucceed(t, env.Client.Get(ctx, key, db))
+		stalled := meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionStalled)
+		if up := db.Status.MajorUpgrade; up == nil || up.Phase != databasev1alpha1.MajorUpgradeFailed || !up.OldDataUntouched ||
+			db.Status.CurrentVersion != "15" || stalled == nil || stalled.Reason != databasev1alpha1.ReasonMajorUpgradeFailed ||
+			!strings.Contains(stalled.Message, "reg*") {
+			t.Fatalf("crash after write %d: currentVersion %q, majorUpgrade %+v, Stalled %+v", k, db.Status.CurrentVersion, up, stalled)
+		}
+		if w.upgrades != 1 {
+			t.Fatalf("crash after write %d: pg_upgrade ran %d times, want once", k, w.upgrades)
+		}
+		claims := w.claims(t)
+		for name, uid := range map[string]types.UID{"data-pg-0": primary, "data-pg-1": replica} {
+			if pvc := claims[name]; pvc == nil || pvc.UID != uid || w.data[uid] != 15 {
+				t.Fatalf("crash after write %d: claim %s lost or not on 15", k, name)
+			}
+		}
+		sts := &appsv1.StatefulSet{}
+		mustSucceed(t, env.Client.Get(ctx, key, sts))
+		if got := sts.Spec.Template.Spec.Containers[0].Image; *sts.Spec.Replicas != 2 || got != "postgres:15" {
+			t.Fatalf("crash after write %d: StatefulSet at %d servers of %s, want 2 of postgres:15", k, *sts.Spec.Replicas, got)
+		}
 	}
 }
