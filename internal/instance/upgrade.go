@@ -137,10 +137,20 @@ func (u *upgrader) run(ctx context.Context) error {
 	if got := majorOf(uc.PGData); got != uc.OldMajor {
 		return untouched("the data directory is on PostgreSQL %q, not %s as the upgrade expects", got, uc.OldMajor)
 	}
+	// A new cluster exists only once an earlier run found the old one
+	// cleanly shut down.
+	resumed := exists(u.scratch)
+	if resumed {
+		// That run's servers died with its pod: their lock files are
+		// stale, and their PIDs may belong to anyone in this container.
+		if err := os.Remove(uc.PGData + "/postmaster.pid"); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return untouched("removing the old server's lock file left by an interrupted run: %v", err)
+		}
+	}
 	if err := u.prepare(ctx); err != nil {
 		return err
 	}
-	checksums, err := u.checkStopped(ctx)
+	checksums, err := u.checkStopped(ctx, resumed)
 	if err != nil {
 		return err
 	}
@@ -202,13 +212,23 @@ func (u *upgrader) prepare(ctx context.Context) error {
 // pg_controldata: it must have been shut down cleanly as a primary (a
 // standby's data, "shut down in recovery", means the primary moved during
 // the shutdown). It returns whether it has data checksums.
-func (u *upgrader) checkStopped(ctx context.Context) (bool, error) {
+func (u *upgrader) checkStopped(ctx context.Context, resumed bool) (bool, error) {
 	out, err := u.procs.run(ctx, append([]string{"LC_ALL=C"}, u.env...), "", filepath.Join(u.oldBin, "pg_controldata"), u.uc.PGData)
 	if err != nil {
 		return false, untouched("pg_controldata %s failed: %v", u.uc.PGData, err)
 	}
 	fields := controlFields(out)
-	if state := fields["Database cluster state"]; state != "shut down" {
+	if state := fields["Database cluster state"]; state == "in production" && resumed {
+		// An earlier run was killed (its pod lost) while pg_upgrade had the
+		// old server up: the data was cleanly shut down before it, and
+		// crash recovery replays only what that session wrote.
+		u.log("the old cluster is %q after an interrupted run: recovering it in single-user mode", state)
+		if _, err := u.procs.run(ctx, u.env, "", filepath.Join(u.oldBin, "postgres"), "--single", "-D", u.uc.PGData,
+			"-c", "listen_addresses=", "postgres"); err != nil {
+			return false, untouched("recovering the old cluster after an interrupted run failed (%v): see the Job's log", err)
+		}
+		return u.checkStopped(ctx, false)
+	} else if state != "shut down" {
 		return false, untouched("the old server was not shut down cleanly as a primary (pg_controldata says %q): "+
 			"pg_upgrade needs a clean shutdown of the primary", state)
 	}
@@ -245,9 +265,11 @@ func (u *upgrader) initNew(ctx context.Context, checksums bool) error {
 	return nil
 }
 
-// pgUpgrade runs pg_upgrade in the volume's root (where it puts its socket
-// and scripts), as the postgres user, which the pod runs as. Its output is
-// logged and returned.
+// pgUpgrade runs pg_upgrade in the volume's root (where it writes its
+// script), as the postgres user, which the pod runs as, with the servers'
+// sockets in the pod's scratch directory: a socket's lock file left on the
+// volume by a run killed with its pod would stop the next one's servers.
+// Its output is logged and returned.
 func (u *upgrader) pgUpgrade(ctx context.Context, mode string) (string, error) {
 	newBin, err := newBinDir()
 	if err != nil {
@@ -255,7 +277,7 @@ func (u *upgrader) pgUpgrade(ctx context.Context, mode string) (string, error) {
 	}
 	cmd := []string{"--old-datadir=" + u.uc.PGData, "--new-datadir=" + u.scratch,
 		"--old-bindir=" + u.oldBin, "--new-bindir=" + newBin, "--username=postgres",
-		"--socketdir=" + filepath.Dir(u.uc.PGData), mode}
+		"--socketdir=" + u.uc.Scratch, mode}
 	wd, _ := os.Getwd()
 	if err := os.Chdir(filepath.Dir(u.uc.PGData)); err != nil {
 		return "", err
@@ -339,33 +361,42 @@ func pgUpgradeReason(out string) string {
 		b.WriteString(" ")
 		b.WriteString(l)
 		for _, m := range quotedPath.FindAllStringSubmatch(l, -1) {
-			if head := fileHead(m[1], 8); head != "" {
-				fmt.Fprintf(&b, " [%s: %s]", filepath.Base(m[1]), head)
+			// A log's cause is at its end; a list of objects at fault
+			// starts at the top.
+			if !strings.HasSuffix(m[1], ".txt") && !strings.HasSuffix(m[1], ".log") {
+				continue // a binary of a command line, say
+			}
+			if lines := fileLines(m[1]); len(lines) > 0 {
+				if strings.HasSuffix(m[1], ".log") {
+					lines = lines[max(0, len(lines)-6):]
+				} else {
+					lines = lines[:min(len(lines), 8)]
+				}
+				fmt.Fprintf(&b, " [%s: %s]", filepath.Base(m[1]), strings.Join(lines, "; "))
 			}
 		}
 	}
 	return b.String()
 }
 
-// fileHead is the first n lines of a regular file, joined, or "".
-func fileHead(path string, n int) string {
+// fileLines are the lines of a regular file of at most 1 MiB that are not
+// empty, or none.
+func fileLines(path string) []string {
 	fi, err := os.Stat(path)
-	if err != nil || !fi.Mode().IsRegular() {
-		return ""
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() > 1<<20 {
+		return nil
 	}
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return ""
+		return nil
 	}
-	defer func() { _ = f.Close() }()
 	var lines []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() && len(lines) < n {
-		if l := strings.TrimSpace(sc.Text()); l != "" {
+	for l := range strings.Lines(string(b)) {
+		if l = strings.TrimSpace(l); l != "" {
 			lines = append(lines, l)
 		}
 	}
-	return strings.Join(lines, "; ")
+	return lines
 }
 
 // swapIn renames the new cluster into place (the old one is at PGDATA.old
