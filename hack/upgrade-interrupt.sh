@@ -77,6 +77,7 @@ upgrade=(/controller/instance upgrade --old-major 15 --new-major 17 --staged /ol
 pod=(unshare --ipc --pid --fork)
 
 as_pg 15 /controller/instance stage --major 15 /old
+say "PostgreSQL 15 staged: $(du -sh "$work/old" | cut -f1)"
 for d in "${delays[@]}"; do
   rm -rf "${work:?}/vol/"* "$work/r17/tmp/"* "$work/r17/tmp/".s.PGSQL* 2>/dev/null || true
   as_pg 15 initdb --pgdata=/var/lib/postgresql/data/pgdata --username=postgres --encoding=UTF8 --locale=C \
