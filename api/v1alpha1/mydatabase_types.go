@@ -61,11 +61,12 @@ type MyDatabaseSpec struct {
 
 	// version is the PostgreSQL version: a supported major (15 to 18) or a
 	// major.minor such as "17.6". It selects the official image tag
-	// postgres:<version>. Minor versions may change; the major may not.
+	// postgres:<version>. Minor versions may change; a later major
+	// upgrades the data with pg_upgrade (docs/upgrade.md); a lower major
+	// than the data is on (status.currentVersion) is refused.
 	// +kubebuilder:default="17"
 	// +kubebuilder:validation:MaxLength=8
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(15|16|17|18)([.][0-9]+)?$')",message="version must be a supported PostgreSQL major (15, 16, 17 or 18), optionally with a minor, for example \"17\" or \"17.6\""
-	// +kubebuilder:validation:XValidation:rule="self.split('.')[0] == oldSelf.split('.')[0]",message="changing the PostgreSQL major version is not supported yet (major upgrades need pg_upgrade); only the minor version may change"
 	// +optional
 	Version string `json:"version,omitempty"`
 
@@ -434,9 +435,14 @@ type MyDatabaseStatus struct {
 	Passwords []PasswordStatus `json:"passwords,omitempty"`
 
 	// currentVersion is the version every server runs, once the rollout of
-	// spec.version has finished.
+	// spec.version has finished; its major is the one the data is on.
 	// +optional
 	CurrentVersion string `json:"currentVersion,omitempty"`
+
+	// majorUpgrade reports the last major version upgrade
+	// (docs/upgrade.md).
+	// +optional
+	MajorUpgrade *MajorUpgradeStatus `json:"majorUpgrade,omitempty"`
 
 	// conditions: Ready (summary), Reconciling and Stalled, in the kstatus
 	// convention.
@@ -470,6 +476,7 @@ const MaxNameLength = 52
 // +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || !self.metadata.name.contains('.')",optionalOldSelf=true,message="metadata.name may not contain dots: it names the database's Services and pod hostnames, which are DNS labels"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.replication) || !has(self.spec.replication.synchronous) || self.spec.replication.synchronous.number < (has(self.spec.replicas) ? self.spec.replicas : 1)",message="spec.replication.synchronous.number must be less than spec.replicas: a commit can only wait for replicas that exist"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.switchover) || !has(self.spec.switchover.to) || self.spec.switchover.to.matches('^' + self.metadata.name + '-[0-9]+$')",message="spec.switchover.to must name one of this MyDatabase's pods, <metadata.name>-<ordinal>, or be left out to pick the most advanced replica"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec.version) || !has(self.spec.version) || self.spec.version.split('.')[0] == oldSelf.spec.version.split('.')[0] || (has(self.status) && has(self.status.currentVersion) && int(self.spec.version.split('.')[0]) >= int(self.status.currentVersion.split('.')[0]))",message="spec.version may not go below the major version the data is on (status.currentVersion): PostgreSQL data cannot be downgraded; a change of major is possible only once the MyDatabase has been Ready"
 // +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || size(self.metadata.name) <= 52",optionalOldSelf=true,message="metadata.name may be at most 52 characters: the StatefulSet of the same name labels its pods controller-revision-hash=<name>-<hash of up to 10 characters>, and a label value may be at most 63 characters"
 
 // MyDatabase is a PostgreSQL database: one primary and streaming read

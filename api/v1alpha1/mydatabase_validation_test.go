@@ -193,7 +193,7 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 		from, to map[string]any
 		want     string // empty: the update must be accepted
 	}{
-		"major version change":       {nil, map[string]any{"version": "18"}, "changing the PostgreSQL major version is not supported yet"},
+		"major version change":       {nil, map[string]any{"version": "18"}, "a change of major is possible only once the MyDatabase has been Ready"},
 		"minor version change":       {nil, map[string]any{"version": "17.6"}, ""},
 		"storage shrink":             {nil, map[string]any{"storage.size": "1Gi"}, "storage.size may grow but never shrink"},
 		"storage shrink, other unit": {nil, map[string]any{"storage.size": "2000Mi"}, "storage.size may grow but never shrink"},
@@ -228,6 +228,56 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 			updated := manifest(obj.GetName(), merge(from, tc.to))
 			updated.SetResourceVersion(obj.GetResourceVersion())
 			err := env.Client.Update(ctx, updated, client.DryRunAll)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("update refused: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("update accepted, want an error containing %q", tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("error %q\ndoes not contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestMajorVersionChanges: the major may go up, never below the one the
+// data is on (status.currentVersion), so a failed upgrade can be called
+// off by setting the version back.
+func TestMajorVersionChanges(t *testing.T) {
+	cases := map[string]struct {
+		current, from, to string
+		want              string // empty: accepted
+	}{
+		"upgrade":                         {"15", "15", "17", ""},
+		"upgrade from a minor":            {"15.8", "15.8", "18", ""},
+		"back to the data's major":        {"15", "17", "15", ""},
+		"downgrade below the data":        {"17", "17", "15", "PostgreSQL data cannot be downgraded"},
+		"downgrade after a done upgrade":  {"17.2", "17", "16", "PostgreSQL data cannot be downgraded"},
+		"minor change with status":        {"17", "17", "17.6", ""},
+		"major change before being Ready": {"", "15", "17", "only once the MyDatabase has been Ready"},
+	}
+	i := 0
+	for name, tc := range cases {
+		i++
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			obj := manifest(fmt.Sprintf("major-%d", i), map[string]any{"version": tc.from})
+			if err := env.Client.Create(ctx, obj); err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			t.Cleanup(func() { _ = env.Client.Delete(ctx, obj) })
+			if tc.current != "" {
+				if err := unstructured.SetNestedField(obj.Object, tc.current, "status", "currentVersion"); err != nil {
+					t.Fatal(err)
+				}
+				if err := env.Client.Status().Update(ctx, obj); err != nil {
+					t.Fatalf("status update: %v", err)
+				}
+			}
+			if err := unstructured.SetNestedField(obj.Object, tc.to, "spec", "version"); err != nil {
+				t.Fatal(err)
+			}
+			err := env.Client.Update(ctx, obj, client.DryRunAll)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("update refused: %v", err)

@@ -25,6 +25,9 @@ limitations under the License.
 //	                        object store; prints its manifest (JSON)
 //	instance wal-push --config FILE PATH       archive_command
 //	instance wal-fetch --config FILE NAME DEST restore_command (exit 1: not archived)
+//	instance stage --major N DEST              copy this image's PostgreSQL N into DEST (an upgrade's init container)
+//	instance upgrade --old-major N --new-major M --staged DEST [--copy]
+//	                                           pg_upgrade PGDATA from N to M (the upgrade Job)
 package main
 
 import (
@@ -76,6 +79,8 @@ func main() {
 		_ = json.NewEncoder(os.Stdout).Encode(m)
 	case walPush, walFetch:
 		os.Exit(wal(os.Args[1], os.Args[2:]))
+	case "stage", "upgrade":
+		os.Exit(upgrade(os.Args[1], os.Args[2:]))
 	default:
 		usage()
 	}
@@ -132,7 +137,8 @@ const (
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: instance install DEST | run | backup | "+
-		walPush+" --config FILE PATH | "+walFetch+" --config FILE NAME DEST")
+		walPush+" --config FILE PATH | "+walFetch+" --config FILE NAME DEST | "+
+		"stage --major N DEST | upgrade --old-major N --new-major M --staged DEST [--copy]")
 	os.Exit(2)
 }
 

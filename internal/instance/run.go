@@ -76,6 +76,7 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 		return 1, err
 	}
 	c.Self = self
+	removeOldCluster(c, log)
 	if c.Backup != nil {
 		if err := backup.WriteConfig(c.backupConfigFile(), *c.Backup); err != nil {
 			return 1, fmt.Errorf("writing the object store's configuration: %w", err)

@@ -2,6 +2,7 @@ package manager
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -43,6 +44,7 @@ func CacheOptions(namespaces ...string) cache.Options {
 			&corev1.Pod{}:                   managed,
 			&corev1.PersistentVolumeClaim{}: managed,
 			&appsv1.StatefulSet{}:           managed,
+			&batchv1.Job{}:                  managed,
 			&policyv1.PodDisruptionBudget{}: managed,
 			&networkingv1.NetworkPolicy{}:   managed,
 			&corev1.ServiceAccount{}:        managed,

@@ -53,6 +53,7 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 		r.reconcileServices,
 		r.reconcileInstanceAccess,
 		r.followPrimary,
+		r.reconcileMajorUpgrade,
 		r.reconcileStatefulSet,
 		r.checkPodCreation,
 		r.reconcileDisruptionBudget,
@@ -137,6 +138,10 @@ func (r *MyDatabaseReconciler) reconcileStatefulSet(ctx context.Context, db *dat
 	want, err := r.alignVolumes(ctx, db, obs)
 	if err != nil || want == nil {
 		return err
+	}
+	if view := obs.statefulSetView(db); view != db { // a major upgrade (upgrade.go)
+		view.Spec.Storage = want.Spec.Storage
+		want = view
 	}
 	var before int32
 	if obs.sts != nil && obs.sts.Spec.Replicas != nil {

@@ -60,6 +60,9 @@ type observation struct {
 	// it (tls.go); caCert is the CA clients verify the servers with.
 	tls    *tlsState
 	caCert []byte
+	// upgrade is the major upgrade part of the status, nil when the pass
+	// did not get to it (upgrade.go).
+	upgrade *upgradeState
 	// monitoring is the MonitoringReady condition's reason and message, nil
 	// when the pass did not get to it; an empty reason removes it.
 	monitoring *blocker
@@ -225,6 +228,12 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 		}
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: databasev1alpha1.ConditionCertificateValid, Status: valid,
 			Reason: obs.tls.reason, Message: obs.tls.message, ObservedGeneration: db.Generation, LastTransitionTime: metav1.NewTime(now)})
+	}
+	if obs.upgrade != nil {
+		st.MajorUpgrade = obs.upgrade.status
+		if obs.upgrade.currentVersion != "" {
+			st.CurrentVersion = obs.upgrade.currentVersion
+		}
 	}
 	setMonitoringCondition(db, obs.monitoring, now)
 	setArchivingStatus(db, obs.pods, st.CurrentPrimary, obs.schedule, now)

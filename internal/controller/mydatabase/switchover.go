@@ -44,6 +44,9 @@ type switchoverState struct {
 // reconcileSwitchover follows a switchover in progress to its end, or
 // starts the one spec.switchover asks for.
 func (r *MyDatabaseReconciler) reconcileSwitchover(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	if obs.upgrading() {
+		return nil // a major upgrade moves the primary itself (upgrade.go)
+	}
 	obs.switchover = &switchoverState{target: db.Status.TargetPrimary, status: db.Status.Switchover.DeepCopy()}
 	sw := obs.switchover
 	now := r.Clock.Now()

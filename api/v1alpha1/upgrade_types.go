@@ -1,0 +1,112 @@
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// MajorUpgradePhase is how far a major version upgrade has got
+// (docs/upgrade.md).
+type MajorUpgradePhase string
+
+const (
+	// MajorUpgradePreparing: the primary is being moved to ordinal 0 (a
+	// switchover), whose pod the StatefulSet stops last, so that no replica
+	// can take over while the servers stop.
+	MajorUpgradePreparing MajorUpgradePhase = "Preparing"
+	// MajorUpgradeStopping: the StatefulSet is scaled to zero; every server
+	// stops cleanly.
+	MajorUpgradeStopping MajorUpgradePhase = "Stopping"
+	// MajorUpgradeUpgrading: the upgrade Job runs pg_upgrade on the
+	// primary's volume.
+	MajorUpgradeUpgrading MajorUpgradePhase = "Upgrading"
+	// MajorUpgradeRecloning: the data is on the new major; the replicas'
+	// volumes (on the old major) are deleted, and the servers start on the
+	// new major, the replicas cloning the primary.
+	MajorUpgradeRecloning MajorUpgradePhase = "Recloning"
+	// MajorUpgradeSucceeded: done.
+	MajorUpgradeSucceeded MajorUpgradePhase = "Succeeded"
+	// MajorUpgradeFailed: see message and oldDataUntouched.
+	MajorUpgradeFailed MajorUpgradePhase = "Failed"
+	// MajorUpgradeCancelled: it failed with the old data untouched, and
+	// spec.version was then set back to the major the data is on.
+	MajorUpgradeCancelled MajorUpgradePhase = "Cancelled"
+)
+
+// MajorUpgradeStatus reports the last major version upgrade.
+type MajorUpgradeStatus struct {
+	// from is the version the data was on (status.currentVersion then).
+	From string `json:"from"`
+	// to is spec.version the upgrade goes to.
+	To string `json:"to"`
+	// fromImage is the image the servers ran before; they run it again if
+	// the upgrade fails with the old data untouched.
+	FromImage string `json:"fromImage"`
+	// toImage is the image of the new major.
+	ToImage string `json:"toImage"`
+	// primary is the pod whose volume holds the data that is upgraded.
+	Primary string `json:"primary"`
+	// phase is how far it has got.
+	Phase MajorUpgradePhase `json:"phase"`
+	// jobName is the upgrade Job.
+	// +optional
+	JobName string `json:"jobName,omitempty"`
+	// message says what it waits for, or why it failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// oldDataUntouched is set on a failure before the point of no return:
+	// the servers run the old major again on their old data.
+	// +optional
+	OldDataUntouched bool `json:"oldDataUntouched,omitempty"`
+	// generation is the MyDatabase's metadata.generation the upgrade was
+	// started for (at a failure: the one it failed at). A failure with the
+	// old data untouched is retried when spec.version changes to another
+	// later version than to; one past the point of no return, where the
+	// servers are stopped anyway, by any new generation that asks for a
+	// later major.
+	Generation int64 `json:"generation"`
+	// startedAt is when it started.
+	StartedAt metav1.Time `json:"startedAt"`
+	// finishedAt is when it succeeded or failed.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+}
+
+// Major upgrade reasons and the exit codes of the upgrade Job's container.
+const (
+	// ReasonMajorUpgrade: a major version upgrade is under way (Reconciling).
+	ReasonMajorUpgrade = "MajorUpgrade"
+	// ReasonMajorUpgradeFailed: it failed (Stalled); the message says why
+	// and whether the old data is untouched.
+	ReasonMajorUpgradeFailed = "MajorUpgradeFailed"
+	// ReasonVersionBelowData: spec.version asks for a major below the one
+	// the data is on (Stalled).
+	ReasonVersionBelowData = "VersionBelowData"
+
+	// UpgradeExitOldDataUntouched: pg_upgrade (or a check before it) failed
+	// before the point of no return; the old data is as it was.
+	UpgradeExitOldDataUntouched = 10
+	// UpgradeExitPastPointOfNoReturn: it failed after pg_upgrade --link
+	// began linking the old cluster's files into the new one.
+	UpgradeExitPastPointOfNoReturn = 11
+	// AnnotationUpgradeAttempt on the upgrade Job is the generation of the
+	// attempt it belongs to (status.majorUpgrade.generation at its start),
+	// so that a Job left by an earlier attempt is never taken for the
+	// current one's.
+	AnnotationUpgradeAttempt = "database.example.com/upgrade-attempt"
+	// ComponentUpgrade labels the upgrade Job and its pod.
+	ComponentUpgrade = "upgrade"
+)

@@ -1,0 +1,130 @@
+package specs
+
+import (
+	"strconv"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+)
+
+// Major is the major of a version such as "17" or "17.6"; 0 when it has
+// none.
+func Major(version string) int {
+	major, _, _ := strings.Cut(version, ".")
+	n, err := strconv.Atoi(major)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// UpgradeJobName is the Job of a major version upgrade.
+func UpgradeJobName(db *databasev1alpha1.MyDatabase) string { return db.Name + "-upgrade" }
+
+// Containers and paths of the upgrade Job.
+const (
+	UpgradeContainerName = "upgrade"
+	stagedOldDir         = "/old"
+	stageVolume          = "old"
+	// upgradeBackoffLimit: the Job's pod is retried after a failure that
+	// says nothing of the data (evicted, OOM-killed, its node lost); the
+	// exit codes of a failure the upgrade explains end the Job at once.
+	upgradeBackoffLimit = 2
+)
+
+// UpgradeJob runs pg_upgrade on the primary's data volume while every
+// server is stopped (internal/controller/mydatabase, upgrade.go):
+//   - the operator's image's init container installs the instance manager;
+//   - the OLD image's init container stages its PostgreSQL binaries, with
+//     the libraries they need, into an emptyDir (instance stage);
+//   - the NEW image's container upgrades the data (instance upgrade),
+//     leaving the reason of a failure in its termination message and
+//     whether the old data is untouched in its exit code.
+func UpgradeJob(db *databasev1alpha1.MyDatabase, up *databasev1alpha1.MajorUpgradeStatus, p Platform) *batchv1ac.JobApplyConfiguration {
+	from, to := strconv.Itoa(Major(up.From)), strconv.Itoa(Major(up.To))
+	labels := Labels(db, databasev1alpha1.ComponentUpgrade)
+	claim := DataVolumeName + "-" + up.Primary
+	mounts := func(extra ...*corev1ac.VolumeMountApplyConfiguration) []*corev1ac.VolumeMountApplyConfiguration {
+		return append([]*corev1ac.VolumeMountApplyConfiguration{
+			corev1ac.VolumeMount().WithName(instanceManagerVolume).WithMountPath(InstanceManagerDir).WithReadOnly(true),
+			corev1ac.VolumeMount().WithName(stageVolume).WithMountPath(stagedOldDir),
+			corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp"),
+		}, extra...)
+	}
+	upgrade := corev1ac.Container().
+		WithName(UpgradeContainerName).
+		WithImage(up.ToImage).
+		WithCommand(InstanceManagerPath, "upgrade", "--old-major", from, "--new-major", to, "--staged", stagedOldDir).
+		WithEnv(corev1ac.EnvVar().WithName("PGDATA").WithValue(PGDATA),
+			corev1ac.EnvVar().WithName("POD_NAME").WithValueFrom(corev1ac.EnvVarSource().
+				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.name")))).
+		WithVolumeMounts(mounts(corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(DataMountPath))...).
+		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
+		WithSecurityContext(restrictedContainer())
+	if len(db.Spec.Resources.Limits) > 0 || len(db.Spec.Resources.Requests) > 0 {
+		r := corev1ac.ResourceRequirements()
+		if len(db.Spec.Resources.Limits) > 0 {
+			r.WithLimits(db.Spec.Resources.Limits)
+		}
+		if len(db.Spec.Resources.Requests) > 0 {
+			r.WithRequests(db.Spec.Resources.Requests)
+		}
+		upgrade.WithResources(r)
+	}
+	stage := corev1ac.Container().
+		WithName("stage-old-binaries").
+		WithImage(up.FromImage).
+		WithCommand(InstanceManagerPath, "stage", "--major", from, stagedOldDir).
+		WithVolumeMounts(mounts()...).
+		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
+		WithSecurityContext(restrictedContainer())
+	spec := corev1ac.PodSpec().
+		WithRestartPolicy(corev1.RestartPolicyNever).
+		WithAutomountServiceAccountToken(false).
+		WithEnableServiceLinks(false).
+		WithSecurityContext(corev1ac.PodSecurityContext().
+			WithRunAsNonRoot(true).
+			WithRunAsUser(PostgresUID).
+			WithRunAsGroup(PostgresUID).
+			WithFSGroup(PostgresUID).
+			WithFSGroupChangePolicy(corev1.FSGroupChangeOnRootMismatch).
+			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
+		WithInitContainers(instanceManagerInstaller(p), stage).
+		WithContainers(upgrade).
+		WithVolumes(
+			corev1ac.Volume().WithName(DataVolumeName).WithPersistentVolumeClaim(
+				corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(claim)),
+			corev1ac.Volume().WithName(instanceManagerVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
+			corev1ac.Volume().WithName(stageVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
+			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
+	if len(db.Spec.NodeSelector) > 0 {
+		spec.WithNodeSelector(db.Spec.NodeSelector)
+	}
+	for i := range db.Spec.Tolerations {
+		spec.WithTolerations(convert[corev1ac.TolerationApplyConfiguration](db.Spec.Tolerations[i]))
+	}
+	if db.Spec.PriorityClassName != "" {
+		spec.WithPriorityClassName(db.Spec.PriorityClassName)
+	}
+	return batchv1ac.Job(UpgradeJobName(db), db.Namespace).
+		WithLabels(labels).
+		WithAnnotations(map[string]string{databasev1alpha1.AnnotationUpgradeAttempt: strconv.FormatInt(up.Generation, 10)}).
+		WithOwnerReferences(ownerReferenceApply(db)).
+		WithSpec(batchv1ac.JobSpec().
+			WithBackoffLimit(upgradeBackoffLimit).
+			WithPodFailurePolicy(batchv1ac.PodFailurePolicy().WithRules(
+				batchv1ac.PodFailurePolicyRule().
+					WithAction(batchv1.PodFailurePolicyActionFailJob).
+					WithOnExitCodes(batchv1ac.PodFailurePolicyOnExitCodesRequirement().
+						WithContainerName(UpgradeContainerName).
+						WithOperator(batchv1.PodFailurePolicyOnExitCodesOpIn).
+						WithValues(databasev1alpha1.UpgradeExitOldDataUntouched, databasev1alpha1.UpgradeExitPastPointOfNoReturn)))).
+			WithTemplate(corev1ac.PodTemplateSpec().
+				WithLabels(labels).
+				WithSpec(spec)))
+}

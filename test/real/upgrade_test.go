@@ -1,0 +1,223 @@
+//go:build real
+
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package real
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/testenv"
+)
+
+// TestMajorUpgradeOnRealPods upgrades a MyDatabase of two servers from
+// PostgreSQL 15 (the Debian 12 image) to 17 (the Debian 13 image) with
+// pg_upgrade --link. First with a table pg_upgrade cannot carry over (a
+// reg* column): the check fails, the servers come back on 15 with their
+// data, Stalled with pg_upgrade's reason. Then, the table dropped and the
+// upgrade retried: the rows, a role of the user's and the app's password
+// survive, the server says 17, and the replica, cloned again, streams on
+// 17.
+func TestMajorUpgradeOnRealPods(t *testing.T) {
+	ctx := t.Context()
+	ns := newNamespace(t, "real-upgrade", map[string]string{
+		"pod-security.kubernetes.io/enforce":         "restricted",
+		"pod-security.kubernetes.io/enforce-version": "latest",
+	})
+	db := &databasev1alpha1.MyDatabase{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: dbName},
+		Spec: databasev1alpha1.MyDatabaseSpec{
+			Version:        "15",
+			Replicas:       ptr.To[int32](2),
+			Storage:        databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
+			DeletionPolicy: databasev1alpha1.DeletionPolicyDelete,
+		},
+	}
+	step := func(name string, f func(t *testing.T)) {
+		if !t.Run(name, f) {
+			dumpNamespace(t, ns)
+			t.FailNow()
+		}
+	}
+	var uri string
+	const rows = 100
+	serverVersion := func(t *testing.T) int {
+		t.Helper()
+		var v int
+		if err := connect(t, uri).QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+
+	step("a MyDatabase on 15 with rows, a role of the user's and a reg* column", func(t *testing.T) {
+		if err := env.c.Create(ctx, db.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(t, ns, 2, 4*time.Minute)
+		uri, _ = credentials(t, ns)
+		conn := connect(t, uri)
+		for _, sql := range []string{
+			"CREATE TABLE items (id bigserial PRIMARY KEY, note text NOT NULL)",
+			fmt.Sprintf("INSERT INTO items (note) SELECT 'row ' || g FROM generate_series(1, %d) g", rows),
+		} {
+			if _, err := conn.Exec(ctx, sql); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, sql := range []string{
+			"CREATE ROLE reporter LOGIN PASSWORD 'reporter-password'",
+			"CREATE TABLE blocks_upgrade (f regproc)",
+		} {
+			if out, err := superuserSQL(ns, dbName+"-0", sql); err != nil {
+				t.Fatalf("%s: %v %s", sql, err, out)
+			}
+		}
+		if v := serverVersion(t); v/10000 != 15 {
+			t.Fatalf("server_version_num %d, want 15", v)
+		}
+	})
+
+	step("the upgrade fails at pg_upgrade --check: Stalled with its reason, back on 15 with the data", func(t *testing.T) {
+		start := time.Now()
+		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Version = "17" })
+		testenv.Eventually(t, 6*time.Minute, "Stalled MajorUpgradeFailed", func() error {
+			db := getDB(t, ns)
+			st := meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionStalled)
+			if st == nil || st.Reason != databasev1alpha1.ReasonMajorUpgradeFailed {
+				return fmt.Errorf("phase %s, Stalled %v, majorUpgrade %+v", db.Status.Phase, st, db.Status.MajorUpgrade)
+			}
+			if !strings.Contains(st.Message, "reg*") || !strings.Contains(st.Message, "blocks_upgrade") || !db.Status.MajorUpgrade.OldDataUntouched {
+				t.Fatalf("Stalled for another reason: %s", st.Message)
+			}
+			t.Logf("Stalled: %s", st.Message)
+			return nil
+		})
+		testenv.Eventually(t, 4*time.Minute, "both servers back on 15", func() error {
+			db := getDB(t, ns)
+			if db.Status.ReadyReplicas != 2 {
+				return fmt.Errorf("%s ready", db.Status.Ready)
+			}
+			return nil
+		})
+		if n := count(t, uri); n != rows {
+			t.Fatalf("%d rows, want %d", n, rows)
+		}
+		if v := serverVersion(t); v/10000 != 15 {
+			t.Fatalf("server_version_num %d, want 15", v)
+		}
+		writeResult(t, "major upgrade refused by pg_upgrade --check, back on 15", time.Since(start))
+	})
+
+	step("the cause removed, the primary moved to ordinal 1, the upgrade retried: Ready on 17", func(t *testing.T) {
+		if out, err := superuserSQL(ns, dbName+"-0", "DROP TABLE blocks_upgrade"); err != nil {
+			t.Fatalf("%v %s", err, out)
+		}
+		// The primary at ordinal 1: the upgrade first hands it back to
+		// ordinal 0, which the StatefulSet stops last.
+		patch(t, ns, func(db *databasev1alpha1.MyDatabase) {
+			db.Spec.Switchover = &databasev1alpha1.SwitchoverSpec{To: dbName + "-1", RequestedAt: metav1.Now()}
+		})
+		testenv.Eventually(t, 2*time.Minute, dbName+"-1 the primary", func() error {
+			if db := getDB(t, ns); db.Status.CurrentPrimary != dbName+"-1" || db.Status.ReadyReplicas != 2 {
+				return fmt.Errorf("primary %s, %s ready", db.Status.CurrentPrimary, db.Status.Ready)
+			}
+			return nil
+		})
+		start := time.Now()
+		// Back to 15 calls the failed upgrade off; 17 again starts anew.
+		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Version = "15" })
+		testenv.Eventually(t, time.Minute, "the failed upgrade called off, Ready on 15", func() error {
+			db := getDB(t, ns)
+			if up := db.Status.MajorUpgrade; up == nil || up.Phase != databasev1alpha1.MajorUpgradeCancelled ||
+				!meta.IsStatusConditionTrue(db.Status.Conditions, databasev1alpha1.ConditionReady) {
+				return fmt.Errorf("phase %s, majorUpgrade %+v", db.Status.Phase, up)
+			}
+			return nil
+		})
+		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Version = "17" })
+		testenv.Eventually(t, 8*time.Minute, "Ready on 17", func() error {
+			db := getDB(t, ns)
+			up := db.Status.MajorUpgrade
+			if db.Status.CurrentVersion != "17" || up == nil || up.Phase != databasev1alpha1.MajorUpgradeSucceeded ||
+				!meta.IsStatusConditionTrue(db.Status.Conditions, databasev1alpha1.ConditionReady) || db.Status.ReadyReplicas != 2 {
+				return fmt.Errorf("phase %s, ready %s, currentVersion %q, majorUpgrade %+v", db.Status.Phase, db.Status.Ready, db.Status.CurrentVersion, up)
+			}
+			return nil
+		})
+		writeResult(t, "major upgrade 15 to 17, 2 servers, to Ready", time.Since(start))
+	})
+
+	step("on 17: the rows, the role and the app's password survived", func(t *testing.T) {
+		if db := getDB(t, ns); db.Status.CurrentPrimary != dbName+"-0" {
+			t.Fatalf("primary %s, want %s-0, which was upgraded", db.Status.CurrentPrimary, dbName)
+		}
+		if v := serverVersion(t); v/10000 != 17 {
+			t.Fatalf("server_version_num %d, want 17", v)
+		}
+		if n := count(t, uri); n != rows {
+			t.Fatalf("%d rows, want %d", n, rows)
+		}
+		u, err := url.Parse(uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User, u.Path = url.UserPassword("reporter", "reporter-password"), "/postgres"
+		var who string
+		if err := connect(t, u.String()).QueryRow(ctx, "SELECT current_user").Scan(&who); err != nil || who != "reporter" {
+			t.Fatalf("logging in as reporter: %q, %v", who, err)
+		}
+	})
+
+	step("the replica was cloned again and streams on 17", func(t *testing.T) {
+		testenv.Eventually(t, time.Minute, "the replica streaming", func() error {
+			out, err := superuserSQL(ns, dbName+"-0",
+				"SELECT string_agg(application_name, ',' ORDER BY 1) FROM pg_stat_replication WHERE state = 'streaming'")
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(out, dbName+"-1") {
+				return fmt.Errorf("streaming: %q", out)
+			}
+			return nil
+		})
+		out, err := superuserSQL(ns, dbName+"-1", "SELECT pg_is_in_recovery() || ' ' || current_setting('server_version_num') || ' ' || (SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming')")
+		if err != nil || !strings.HasPrefix(out, "true 17") || !strings.HasSuffix(out, " 1") {
+			t.Fatalf("on the replica: %q (%v), want a standby of 17 streaming", out, err)
+		}
+		out, err = podExec(ns, dbName+"-0", "sh", "-c", `ls -d "$PGDATA".old 2>&1 || true`)
+		if err != nil || !strings.Contains(out, "No such file") {
+			t.Fatalf("the old cluster next to PGDATA: %q (%v), want it removed", out, err)
+		}
+		jobs := &batchv1.JobList{}
+		if err := env.c.List(ctx, jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 0 {
+			t.Fatalf("%d Jobs left (%v), want the upgrade Job deleted", len(jobs.Items), err)
+		}
+	})
+}
