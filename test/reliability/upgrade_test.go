@@ -208,8 +208,22 @@ func upgradeSetup(t *testing.T, failCheck bool) (client.ObjectKey, *upgradeWorld
 // the StatefulSet at two servers of postgres:17, status.currentVersion 17,
 // the Job gone).
 func TestCrashAtEveryWriteDuringMajorUpgrade(t *testing.T) {
+	crashAtEveryUpgradeWrite(t, false, 8, func(_ int, key client.ObjectKey, w *upgradeWorld, primary, _ types.UID) {
+		assertUpgraded(t, key, w, primary)
+	})
+}
+
+// crashAtEveryUpgradeWrite runs an upgrade (failing: one whose Job fails
+// before the point of no return) with the operator crashing after its
+// k-th write, for k = 0, 1, ... until a run needs fewer writes than k
+// (at least least of them), then a fresh operator converging; check
+// asserts the end state of each.
+func crashAtEveryUpgradeWrite(t *testing.T, failing bool, least int,
+	check func(k int, key client.ObjectKey, w *upgradeWorld, primary, replica types.UID)) {
+	t.Helper()
 	for k := 0; ; k++ {
-		key, w, primary := upgradeSetup(t, false)
+		key, w, primary := upgradeSetup(t, failing)
+		replica := w.claims(t)["data-pg-1"].UID
 		c := &crash{left: k}
 		crashing := newOperator(crashingClient(env.Client, c), env.Client)
 		for i := 0; i < 30 && !c.happened(); i++ {
@@ -217,8 +231,8 @@ func TestCrashAtEveryWriteDuringMajorUpgrade(t *testing.T) {
 			w.turn(t)
 		}
 		if !c.happened() {
-			t.Logf("an upgrade takes %d writes; crashed after each of them", k)
-			if k < 8 {
+			t.Logf("the upgrade takes %d writes; crashed after each of them", k)
+			if k < least {
 				t.Fatalf("only %d writes: the crash points were not exercised", k)
 			}
 			return
@@ -228,7 +242,7 @@ func TestCrashAtEveryWriteDuringMajorUpgrade(t *testing.T) {
 			o.converge(t, key)
 			w.turn(t)
 		}
-		assertUpgraded(t, key, w, primary)
+		check(k, key, w, primary, replica)
 	}
 }
 
@@ -271,27 +285,7 @@ func assertUpgraded(t *testing.T, key client.ObjectKey, w *upgradeWorld, primary
 // Stalled MajorUpgradeFailed with the Job's reason, status.currentVersion
 // 15; pg_upgrade ran once.
 func TestCrashAtEveryWriteDuringAFailedMajorUpgrade(t *testing.T) {
-	for k := 0; ; k++ {
-		key, w, primary := upgradeSetup(t, true)
-		replica := w.claims(t)["data-pg-1"].UID
-		c := &crash{left: k}
-		crashing := newOperator(crashingClient(env.Client, c), env.Client)
-		for i := 0; i < 30 && !c.happened(); i++ {
-			_, _ = crashing.pass(key)
-			w.turn(t)
-		}
-		if !c.happened() {
-			t.Logf("a failed upgrade takes %d writes; crashed after each of them", k)
-			if k < 6 {
-				t.Fatalf("only %d writes: the crash points were not exercised", k)
-			}
-			return
-		}
-		o := newOperator(env.Client, env.Client)
-		for range 12 {
-			o.converge(t, key)
-			w.turn(t)
-		}
+	crashAtEveryUpgradeWrite(t, true, 6, func(k int, key client.ObjectKey, w *upgradeWorld, primary, replica types.UID) {
 		ctx := context.Background()
 		db := &databasev1alpha1.MyDatabase{}
 		mustSucceed(t, env.Client.Get(ctx, key, db))
@@ -315,5 +309,5 @@ func TestCrashAtEveryWriteDuringAFailedMajorUpgrade(t *testing.T) {
 		if got := sts.Spec.Template.Spec.Containers[0].Image; *sts.Spec.Replicas != 2 || got != "postgres:15" {
 			t.Fatalf("crash after write %d: StatefulSet at %d servers of %s, want 2 of postgres:15", k, *sts.Spec.Replicas, got)
 		}
-	}
+	})
 }
