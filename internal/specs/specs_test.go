@@ -482,3 +482,25 @@ func TestPrimaryPod(t *testing.T) {
 		t.Errorf("the StatefulSet changes with the primary (-before +after):\n%s", diff)
 	}
 }
+
+// TestArchiveTimeoutWithBackup: with spec.backup an idle primary still
+// completes a WAL file every 5 minutes (a backup taken on a replica waits
+// for it); spec.parameters may say otherwise; without spec.backup it is
+// not set.
+func TestArchiveTimeoutWithBackup(t *testing.T) {
+	withBackup := func(d *databasev1alpha1.MyDatabase) {
+		d.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: databasev1alpha1.ObjectStore{
+			Endpoint: "https://s3.example.com", Bucket: "backups", CredentialsSecret: "s3"}}
+	}
+	if conf := PostgresConf(db(withBackup)); !strings.Contains(conf, "\narchive_timeout = '5min'\n") {
+		t.Errorf("with spec.backup, no archive_timeout of 5min:\n%s", conf)
+	}
+	if conf := PostgresConf(db(withBackup, func(d *databasev1alpha1.MyDatabase) {
+		d.Spec.Parameters = map[string]string{"archive_timeout": "60s"}
+	})); !strings.Contains(conf, "\narchive_timeout = '60s'\n") {
+		t.Errorf("spec.parameters' archive_timeout not kept:\n%s", conf)
+	}
+	if conf := PostgresConf(db()); strings.Contains(conf, "archive_timeout") {
+		t.Errorf("archive_timeout without spec.backup:\n%s", conf)
+	}
+}
