@@ -133,6 +133,11 @@ bench: ## Run the benchmarks on a control plane of their own; writes docs/benchm
 	@assets="$$(hack/k8s-binaries.sh)" && \
 	KUBEBUILDER_ASSETS="$$assets" go run ./test/bench/cmd/bench -command "make bench$(if $(BENCH_FLAGS), BENCH_FLAGS='$(BENCH_FLAGS)')" $(BENCH_FLAGS)
 
+.PHONY: bench-scale
+bench-scale: ## The scale tiers: B8, 10,000 MyDatabases on envtest, and B9, 1,000 MyDatabases of 3 servers on KWOK; replaces their section of docs/benchmarks.md (about an hour).
+	@assets="$$(hack/k8s-binaries.sh)" && \
+	KUBEBUILDER_ASSETS="$$assets" go run ./test/bench/cmd/bench -scale -command "make bench-scale$(if $(BENCH_FLAGS), BENCH_FLAGS='$(BENCH_FLAGS)')" $(BENCH_FLAGS)
+
 .PHONY: bench-ha
 bench-ha: ## Failover and switchover figures on real PostgreSQL (test/postgres TestFailoverTimes): the primary lost 10 times by kill, 10 by SIGTERM, 10 switchovers; writes them into docs/high-availability.md and docs/benchmarks.md (about 4 minutes).
 	@hack/postgres.sh

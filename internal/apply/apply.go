@@ -47,8 +47,9 @@ type Configuration interface {
 //   - every field we set has our value in the live object, which catches
 //     drift by anyone else (a hand edit of replicas, say).
 //
-// live must be an empty object of the child's kind; it is filled with the
-// live object, or left as returned by the server after a write.
+// live must be an empty object of the child's kind (an Unstructured with
+// its kind set for kinds outside the scheme); it is filled with the live
+// object, or with the server's answer after a write.
 func (e *Engine) Apply(ctx context.Context, desired Configuration, live client.Object) (Outcome, error) {
 	raw, err := json.Marshal(desired)
 	if err != nil {
@@ -76,22 +77,53 @@ func (e *Engine) Apply(ctx context.Context, desired Configuration, live client.O
 		logf.FromContext(ctx).V(1).Info("Drift", "kind", KindOf(live), "name", key.Name, "field", field)
 	}
 
-	u := &unstructured.Unstructured{}
-	if err := json.Unmarshal(raw, &u.Object); err != nil {
-		return Unchanged, err
+	body, err := withAnnotation(raw, databasev1alpha1.AnnotationSpecHash, hash)
+	if err != nil {
+		return Unchanged, fmt.Errorf("encoding desired %T: %w", desired, err)
 	}
-	annotations := u.GetAnnotations()
-	if annotations == nil {
-		annotations = map[string]string{}
-	}
-	annotations[databasev1alpha1.AnnotationSpecHash] = hash
-	u.SetAnnotations(annotations)
-	if err := e.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
+	// A raw apply patch into the typed object: the client decodes the
+	// server's answer straight into live (protobuf for built-in kinds), with
+	// no detour through a map and the unstructured converter.
+	live.SetNamespace(key.Namespace)
+	live.SetName(key.Name)
+	if err := e.Client.Patch(ctx, live, client.RawPatch(types.ApplyPatchType, body),
 		client.FieldOwner(e.FieldOwner), client.ForceOwnership); err != nil {
-		return Unchanged, &ObjectError{Verb: "apply", Kind: u.GetKind(), Name: key.Name, Err: err}
+		return Unchanged, &ObjectError{Verb: "apply", Kind: KindOf(live), Name: key.Name, Err: err}
 	}
-	logf.FromContext(ctx).V(1).Info("Applied", "kind", u.GetKind(), "name", key.Name)
-	return outcome, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, live)
+	logf.FromContext(ctx).V(1).Info("Applied", "kind", KindOf(live), "name", key.Name)
+	return outcome, nil
+}
+
+// withAnnotation returns the JSON object raw with one more annotation. It
+// decodes only the top level and the metadata, not the whole object.
+func withAnnotation(raw []byte, key, value string) ([]byte, error) {
+	var object, metadata map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &object); err != nil {
+		return nil, err
+	}
+	if m, ok := object["metadata"]; ok {
+		if err := json.Unmarshal(m, &metadata); err != nil {
+			return nil, err
+		}
+	}
+	if metadata == nil {
+		metadata = map[string]json.RawMessage{}
+	}
+	annotations := map[string]string{}
+	if a, ok := metadata["annotations"]; ok {
+		if err := json.Unmarshal(a, &annotations); err != nil {
+			return nil, err
+		}
+	}
+	annotations[key] = value
+	var err error
+	if metadata["annotations"], err = json.Marshal(annotations); err != nil {
+		return nil, err
+	}
+	if object["metadata"], err = json.Marshal(metadata); err != nil {
+		return nil, err
+	}
+	return json.Marshal(object)
 }
 
 // ownedByAnother reports whether live is controlled by another owner than

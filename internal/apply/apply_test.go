@@ -50,3 +50,22 @@ func TestOwnedByAnother(t *testing.T) {
 		t.Error("an object without owner counts as owned by another")
 	}
 }
+
+// withAnnotation adds the spec hash to the body without touching the rest.
+func TestWithAnnotation(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"kind":"ConfigMap","metadata":{"name":"c"},"data":{"a":"1"}}`,
+			`{"data":{"a":"1"},"kind":"ConfigMap","metadata":{"annotations":{"k":"v"},"name":"c"}}`},
+		{`{"metadata":{"name":"c","annotations":{"theirs":"x"}}}`,
+			`{"metadata":{"annotations":{"k":"v","theirs":"x"},"name":"c"}}`},
+		{`{"spec":{"replicas":1}}`, `{"metadata":{"annotations":{"k":"v"}},"spec":{"replicas":1}}`},
+	} {
+		got, err := withAnnotation([]byte(tc.in), "k", "v")
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%s: %s (%v), want %s", tc.in, got, err, tc.want)
+		}
+	}
+	if _, err := withAnnotation([]byte(`[1]`), "k", "v"); err == nil {
+		t.Error("a body that is no object was taken")
+	}
+}

@@ -9,7 +9,7 @@ import (
 )
 
 // TestHarness runs every benchmark small (20 MyDatabases, one round; the
-// full tier with 3, on two KWOK clusters) so that `make test-bench-harness`
+// full tier with 3 of 2 servers each, on two KWOK clusters) so that `make test-bench-harness`
 // (part of `make test-heavy` and `make test-all`, not of `make test`) keeps
 // the harness working. It asserts what must hold at any size, never a timing:
 // everything converges, the raw client makes exactly its writes, a
@@ -25,7 +25,7 @@ func TestHarness(t *testing.T) {
 	opts.Resync, opts.QuietWindow, opts.Settle = 2*time.Second, 2*time.Second, time.Second
 	opts.Unrelated, opts.UnrelatedSize = 40, 1024
 	opts.Edits, opts.EditRate = 10, 50
-	opts.FullN, opts.FullRounds = 3, 1
+	opts.FullN, opts.FullReplicas, opts.FullRounds = 3, 2, 1
 	opts.Timeout = 40 * time.Second
 	opts.Log = testLog{t}
 
@@ -60,9 +60,14 @@ func TestHarness(t *testing.T) {
 		t.Fatalf("got %d full-tier runs, want an operator and a raw one", len(res.Full))
 	}
 	for _, run := range res.Full {
-		if run.Done != opts.FullN || run.PodsReady != opts.FullN || run.Seconds <= 0 {
+		if run.Done != opts.FullN || run.PodsReady != opts.FullN*opts.FullReplicas || run.Seconds <= 0 {
 			t.Errorf("full tier, %s run: %d of %d reached %q, %d pods Running and Ready, in %.2fs", run.Mode, run.Done, opts.FullN,
 				run.target(), run.PodsReady, run.Seconds)
+		}
+		// With replicas the raw client also writes the read-only Service and
+		// the PodDisruptionBudget, as the operator does.
+		if want := 17 * opts.FullN; run.Mode == modeRaw && run.Requests.Writes != want {
+			t.Errorf("full tier, raw run: %d writes, want %d: %v", run.Requests.Writes, want, run.Requests.ByRequest)
 		}
 		if run.Mode == modeOperator && len(run.ReadyLag) != opts.FullN {
 			t.Errorf("full tier, operator run: Ready lag of %d MyDatabases, want %d", len(run.ReadyLag), opts.FullN)
@@ -120,6 +125,36 @@ func TestHarness(t *testing.T) {
 		t.Error("benchmarks.md has no B7 section")
 	}
 	for _, f := range []string{"benchmarks.json", "benchmarks-converge.png", "benchmarks-full.png"} {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+
+	// The scale tiers render into the same report (these small figures
+	// stand in for them), and a later `make bench` keeps them.
+	merged, command, err := MergeScale(dir, res, "scale command")
+	if err != nil || command != "go test ./test/bench" || merged.Scale != res {
+		t.Fatalf("merging the scale figures: %v, command %q", err, command)
+	}
+	if err := WriteReport(merged, dir, command); err != nil {
+		t.Fatal(err)
+	}
+	again := &Results{Options: res.Options}
+	KeepScale(dir, again)
+	if again.Scale == nil || again.Scale.ScaleCommand != "scale command" || len(again.Scale.Converge) != len(res.Converge) {
+		t.Fatalf("make bench lost the scale figures: %+v", again.Scale)
+	}
+	md, err = os.ReadFile(filepath.Join(dir, "benchmarks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| B8 |", "| B9 |", "## B8, B9: ten times the scale (`scale command`)", "## B9: full tier",
+		"benchmarks-scale-converge.png", "benchmarks-scale-full.png"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("benchmarks.md has no %q", want)
+		}
+	}
+	for _, f := range []string{"benchmarks-scale-converge.png", "benchmarks-scale-full.png"} {
 		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}

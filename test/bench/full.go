@@ -36,10 +36,6 @@ const (
 
 var milestones = []string{milestonePVCBound, milestonePodScheduled, milestonePodReady, milestoneSTSReady, milestoneDBReady}
 
-// fullReplicas is the spec.replicas of every MyDatabase of the full tier:
-// newDB leaves it to the CRD's default, one server.
-const fullReplicas = 1
-
 // FullRun is one timed run of the full tier (B7) on a KWOK cluster of its
 // own: the operator, or the raw client with the StatefulSet controller
 // alone, taking N MyDatabases to Ready.
@@ -115,7 +111,7 @@ func fullNodes(opts Options) int {
 	if opts.FullNodes > 0 {
 		return opts.FullNodes
 	}
-	return max(3, (opts.FullN*fullReplicas+49)/50)
+	return max(3, (opts.FullN*opts.fullReplicas()+49)/50)
 }
 
 // fullTier runs B7: FullRounds rounds of an operator run and a raw run, on
@@ -191,7 +187,7 @@ func fullRun(opts Options, bindir, provisioner, mode string, round int) (run *Fu
 	defer w.stop()
 
 	s := opts.Defaults
-	run = &FullRun{Mode: mode, Round: round, N: opts.FullN, Replicas: fullReplicas, Nodes: kc.nodes, Settings: s,
+	run = &FullRun{Mode: mode, Round: round, N: opts.FullN, Replicas: opts.fullReplicas(), Nodes: kc.nodes, Settings: s,
 		Limits: opts.FullLimits, ProvisionerLimits: kc.provisionerLimits, Load: loadavg()}
 	if mode == modeRaw {
 		run.Settings = Settings{Workers: s.Workers}
@@ -217,7 +213,7 @@ func fullRun(opts Options, bindir, provisioner, mode string, round int) (run *Fu
 	work := make(chan error, 1)
 	go func() {
 		if mode == modeOperator {
-			work <- createDBs(ctx, c, ns, opts.FullN, s.Workers)
+			work <- createDBs(ctx, c, ns, opts.FullN, s.Workers, int32(opts.FullReplicas))
 			return
 		}
 		raw, err := harnessClient(kc.env, rawHTTP)
@@ -225,7 +221,7 @@ func fullRun(opts Options, bindir, provisioner, mode string, round int) (run *Fu
 			work <- err
 			return
 		}
-		work <- rawConverge(ctx, raw, ns, opts.FullN, s.Workers)
+		work <- rawConverge(ctx, raw, ns, opts.FullN, s.Workers, int32(opts.FullReplicas))
 	}()
 	ok := w.wait(run.target(), opts.FullN, opts.Timeout, opts.Log)
 	comp1, self1 := kc.componentCPU(), readCPU().self
@@ -246,7 +242,7 @@ func fullRun(opts Options, bindir, provisioner, mode string, round int) (run *Fu
 	if !ok {
 		return run, fmt.Errorf("%d of %d reached %q within %s (%s)", run.Done, opts.FullN, run.target(), opts.Timeout, w.summary())
 	}
-	if want := opts.FullN * fullReplicas; run.PodsReady < want {
+	if want := opts.FullN * opts.fullReplicas(); run.PodsReady < want {
 		return run, fmt.Errorf("done, but only %d of %d pods are Running and Ready", run.PodsReady, want)
 	}
 	if op != nil {
@@ -268,7 +264,7 @@ func warmUp(ctx context.Context, c client.Client) error {
 	if err := createNamespace(ctx, c, ns); err != nil {
 		return err
 	}
-	if err := rawConverge(ctx, c, ns, 1, 1); err != nil {
+	if err := rawConverge(ctx, c, ns, 1, 1, 0); err != nil {
 		return fmt.Errorf("warming up: %w", err)
 	}
 	if err := waitStatefulSetReady(ctx, c, ns, dbName(0), 2*time.Minute); err != nil {

@@ -42,7 +42,8 @@ type Options struct {
 	// them in the report.
 	Defaults Settings `json:"cmd_main_defaults"`
 	// SteadyN MyDatabases are present for B3, B4 and B5, run with the
-	// operator at SteadySettings and informer resync period Resync.
+	// operator at SteadySettings and informer resync period Resync (0:
+	// no resync window).
 	SteadyN        int           `json:"steady_n"`
 	SteadySettings Settings      `json:"steady_settings"`
 	Resync         time.Duration `json:"resync"`
@@ -62,11 +63,13 @@ type Options struct {
 	// HeapProfile, when set, is where a heap profile is written with the
 	// SteadyN MyDatabases converged.
 	HeapProfile string `json:"-"`
-	// FullN MyDatabases (one server each) are taken to Ready on a KWOK
-	// cluster in each run of the full tier (B7), by the operator and by the
-	// raw client with the StatefulSet controller alone; 0 skips B7.
-	FullN      int `json:"full_n"`
-	FullRounds int `json:"full_rounds"`
+	// FullN MyDatabases of FullReplicas servers (0: the CRD's default, one)
+	// are taken to Ready on a KWOK cluster in each run of the full tier
+	// (B7, B9), by the operator and by the raw client with the StatefulSet
+	// controller alone; 0 skips the tier.
+	FullN        int `json:"full_n"`
+	FullReplicas int `json:"full_replicas,omitempty"`
+	FullRounds   int `json:"full_rounds"`
 	// FullNodes fake nodes; 0: one per 50 pods, at least 3.
 	FullNodes int `json:"full_nodes,omitempty"`
 	// FullLimits of the KWOK cluster's kube-controller-manager and
@@ -100,6 +103,9 @@ func DefaultOptions() Options {
 	}
 }
 
+// fullReplicas is the servers of each MyDatabase of the full tier.
+func (o Options) fullReplicas() int { return max(1, o.FullReplicas) }
+
 // Results are every figure of one invocation.
 type Results struct {
 	Options  Options   `json:"options"`
@@ -115,6 +121,10 @@ type Results struct {
 	// watches saw everything).
 	TrackerRelists int64      `json:"tracker_relists"`
 	Heap           []*HeapRun `json:"heap_runs,omitempty"`
+	// Scale are the figures of the scale tiers (B8, B9: `make bench-scale`,
+	// ScaleOptions), made by ScaleCommand; `make bench` keeps them.
+	Scale        *Results `json:"scale,omitempty"`
+	ScaleCommand string   `json:"scale_command,omitempty"`
 }
 
 // HeapRun is the heap per MyDatabase with other operator settings.
@@ -315,7 +325,7 @@ func convergeRun(opts Options, mode string, s Settings, round int) (*Run, error)
 	if err := createNamespace(ctx, c, "warmup"); err != nil {
 		return nil, err
 	}
-	if err := rawConverge(ctx, c, "warmup", 1, 1); err != nil {
+	if err := rawConverge(ctx, c, "warmup", 1, 1, 0); err != nil {
 		return nil, fmt.Errorf("warming up: %w", err)
 	}
 	tr, err := startTracker(c, ns)
@@ -349,7 +359,7 @@ func convergeRun(opts Options, mode string, s Settings, round int) (*Run, error)
 	work := make(chan error, 1)
 	go func() {
 		if mode == modeOperator {
-			work <- createDBs(ctx, c, ns, opts.N, s.Workers)
+			work <- createDBs(ctx, c, ns, opts.N, s.Workers, 0)
 			return
 		}
 		raw, err := harnessClient(env, rawHTTP)
@@ -357,7 +367,7 @@ func convergeRun(opts Options, mode string, s Settings, round int) (*Run, error)
 			work <- err
 			return
 		}
-		work <- rawConverge(ctx, raw, ns, opts.N, s.Workers)
+		work <- rawConverge(ctx, raw, ns, opts.N, s.Workers, 0)
 	}()
 	ok := tr.waitConverged(opts.N, opts.Timeout)
 	crConverged := readCR()
@@ -582,6 +592,9 @@ func steadyRun(opts Options) (*Steady, error) {
 		}
 	}
 
+	if opts.Resync <= 0 {
+		return st, nil
+	}
 	// B3: a resync of every informer (periods are jittered by ±10%).
 	op.stop()
 	t = time.Now()
@@ -637,7 +650,7 @@ func createAndConverge(c client.WithWatch, ns string, from, to, workers int, tim
 	defer tr.stop()
 	t0 := time.Now()
 	err = forEach(context.Background(), to-from, workers, func(ctx context.Context, i int) error {
-		return retry(ctx, func() error { return c.Create(ctx, newDB(ns, dbName(from+i))) })
+		return retry(ctx, func() error { return c.Create(ctx, newDB(ns, dbName(from+i), 0)) })
 	})
 	if err != nil {
 		return 0, err

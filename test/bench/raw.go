@@ -21,11 +21,17 @@ import (
 
 // newDB is the MyDatabase every benchmark creates: one server, everything
 // else defaulted by the API server.
-func newDB(ns, name string) *databasev1alpha1.MyDatabase {
-	return &databasev1alpha1.MyDatabase{
+// newDB is a MyDatabase of the benchmarks: PostgreSQL 17 with replicas
+// servers (0: the CRD's default, one).
+func newDB(ns, name string, replicas int32) *databasev1alpha1.MyDatabase {
+	db := &databasev1alpha1.MyDatabase{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec:       databasev1alpha1.MyDatabaseSpec{Version: "17"},
 	}
+	if replicas > 0 {
+		db.Spec.Replicas = &replicas
+	}
+	return db
 }
 
 func dbName(i int) string { return fmt.Sprintf("db-%05d", i) }
@@ -61,9 +67,9 @@ feed:
 
 // createDBs creates n MyDatabases with workers goroutines: what users do in
 // the operator's runs.
-func createDBs(ctx context.Context, c client.Client, ns string, n, workers int) error {
+func createDBs(ctx context.Context, c client.Client, ns string, n, workers int, replicas int32) error {
 	return forEach(ctx, n, workers, func(ctx context.Context, i int) error {
-		return retry(ctx, func() error { return c.Create(ctx, newDB(ns, dbName(i))) })
+		return retry(ctx, func() error { return c.Create(ctx, newDB(ns, dbName(i), replicas)) })
 	})
 }
 
@@ -71,11 +77,13 @@ func createDBs(ctx context.Context, c client.Client, ns string, n, workers int) 
 // MyDatabase at a time through the writes the operator makes for it, from
 // the same builders and in the same order, with nothing else: create it,
 // add the finalizer, create the four Secrets (passwords, CA and server
-// certificate, issued as the operator does), apply the ConfigMap, the two
-// Services and the StatefulSet, patch the status.
-func rawConverge(ctx context.Context, c client.Client, ns string, n, workers int) error {
+// certificate, issued as the operator does), apply the ConfigMap, the
+// Services (three with replicas), the instance managers' access objects and
+// Lease, the StatefulSet (and with replicas the PodDisruptionBudget), patch
+// the status.
+func rawConverge(ctx context.Context, c client.Client, ns string, n, workers int, replicas int32) error {
 	return forEach(ctx, n, workers, func(ctx context.Context, i int) error {
-		db := newDB(ns, dbName(i))
+		db := newDB(ns, dbName(i), replicas)
 		if err := retry(ctx, func() error { return c.Create(ctx, db) }); err != nil {
 			return err
 		}
@@ -113,9 +121,16 @@ func rawChildren(ctx context.Context, c client.Client, db *databasev1alpha1.MyDa
 			return err
 		}
 	}
-	for _, ac := range []runtime.ApplyConfiguration{specs.ConfigMap(db), specs.HeadlessService(db),
-		specs.ReadWriteService(db), specs.InstanceServiceAccount(db), specs.InstanceRole(db), specs.InstanceRoleBinding(db),
-		specs.Lease(db), specs.StatefulSet(db, specs.Platform{})} {
+	children := []runtime.ApplyConfiguration{specs.ConfigMap(db), specs.HeadlessService(db), specs.ReadWriteService(db)}
+	if specs.Replicas(db) > 1 {
+		children = append(children, specs.ReadOnlyService(db))
+	}
+	children = append(children, specs.InstanceServiceAccount(db), specs.InstanceRole(db), specs.InstanceRoleBinding(db),
+		specs.Lease(db), specs.StatefulSet(db, specs.Platform{}))
+	if specs.Replicas(db) > 1 {
+		children = append(children, specs.PodDisruptionBudget(db))
+	}
+	for _, ac := range children {
 		if err := c.Apply(ctx, ac, client.FieldOwner(mydatabase.FieldOwner), client.ForceOwnership); err != nil {
 			return err
 		}

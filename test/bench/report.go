@@ -26,6 +26,8 @@ type Row struct {
 	Ratio    string `json:"ratio"`
 	Target   string `json:"target"`
 	Result   string `json:"result"`
+	// Command made the figures, when not the report's own.
+	Command string `json:"command,omitempty"`
 }
 
 // SettingsSummary is B1, B2 and B6 for one operator setting: medians over
@@ -178,9 +180,12 @@ func WriteReport(res *Results, dir, command string) error {
 		return err
 	}
 	if full != nil {
-		if err := fullChart(full, filepath.Join(dir, "benchmarks-full.png")); err != nil {
+		if err := fullChart(full, "B7", filepath.Join(dir, "benchmarks-full.png")); err != nil {
 			return err
 		}
+	}
+	if err := scaleCharts(res.Scale, dir); err != nil {
+		return err
 	}
 	mdPath := filepath.Join(dir, "benchmarks.md")
 	notes := defaultNotes
@@ -200,7 +205,7 @@ const (
 
 // The targets.
 const (
-	targetRatio          = 1.3
+	targetRatio          = 1.15
 	targetWritesPerDB    = 12 + 2 // twelve children (four Secrets) + finalizer + status
 	targetConflicts      = 0.01
 	targetReverify       = 10 * time.Second
@@ -338,7 +343,8 @@ func summaryRows(res *Results, sums []*SettingsSummary) []Row {
 			Result: verdict(s.ReconcilesConv <= targetReconcilesPerD, fmt.Sprintf("by %.2f", s.ReconcilesConv-targetReconcilesPerD)),
 		})
 	}
-	return append(rows, fullRow(res, summarizeFull(res)))
+	rows = append(rows, fullRow(res, summarizeFull(res), "B7", 0))
+	return append(rows, scaleRows(res.Scale)...)
 }
 
 func markdown(res *Results, sums []*SettingsSummary, rows []Row, command, notes string) string {
@@ -363,7 +369,8 @@ func markdown(res *Results, sums []*SettingsSummary, rows []Row, command, notes 
 	p("## Summary\n\n")
 	p("| | metric | ours | baseline | ratio | target | result | command |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		p("| %s | %s | %s | %s | %s | %s | %s | `%s` |\n", r.ID, r.Metric, r.Ours, r.Baseline, r.Ratio, r.Target, r.Result, command)
+		p("| %s | %s | %s | %s | %s | %s | %s | `%s` |\n", r.ID, r.Metric, r.Ours, r.Baseline, r.Ratio, r.Target, r.Result,
+			cmp.Or(r.Command, command))
 	}
 	p("\n![MyDatabases converged over time](benchmarks-converge.png)\n\n")
 
@@ -398,30 +405,11 @@ func markdown(res *Results, sums []*SettingsSummary, rows []Row, command, notes 
 
 	if st := res.Steady; st != nil {
 		p("## B3, B4, B5: %d converged MyDatabases (operator %s, informer resync period %s)\n\n", st.N, st.Settings.Flags(), st.Resync)
-		p("- Converged in %.1f s (one control plane for all of this section): %.2f writes, %.2f event writes and %.2f reconciles per MyDatabase, %d conflicts; client-side throttling wait %.1f s.\n",
-			st.ConvergeSeconds, float64(st.ConvergeRequests.Writes)/float64(st.N), float64(st.ConvergeRequests.EventWrites)/float64(st.N),
-			st.ConvergeReconciles/float64(st.N), st.ConvergeRequests.Conflicts, st.ConvergeThrottle)
-		p("- Heap (runtime/metrics /gc/heap/live:bytes after two runtime.GC, the harness idle): %s synced with no MyDatabase, %s with %d converged, %s with %d: %.1f KiB per MyDatabase of the second half (marginal), %.1f KiB on average over all %d. After the restart: %s (%.1f KiB per MyDatabase against the same empty baseline).\n",
-			mib(st.HeapEmpty), mib(st.HeapHalf), st.N/2, mib(st.HeapConverged), st.N, st.HeapPerDBMarginal/1024, st.HeapPerDB/1024, st.N,
-			mib(st.HeapAfterRestart), st.HeapPerDBAfterRestart/1024)
-		p("- Idle %.0f s: %d writes, %d event writes, %d reads.\n", st.QuietSeconds, st.QuietRequests.Writes, st.QuietRequests.EventWrites, st.QuietRequests.LiveReads)
-		p("- Resync: the operator restarted with this resync period and was watched from the end of its start-up reconciles until 2.3 periods after it started, and for at least 1.2 periods (%.0f s), so that every informer resynced at least once (periods are jittered ±10%%, and a handler registered just after its informer started is first due on the second tick): %.0f reconciles, %d writes, %d event writes, %d reads.\n",
-			st.ResyncSeconds, st.ResyncReconciles, st.ResyncRequests.Writes, st.ResyncRequests.EventWrites, st.ResyncRequests.LiveReads)
-		p("- Restart: informers synced %.1f s after the manager started; all %d MyDatabases reconciled %.1f s after it started (%d reconciles); %d writes, %d event writes; requests: %s.\n",
-			st.RestartStartSeconds, st.RestartReconciled, st.RestartReverifySeconds, st.RestartReconciles, st.RestartRequests.Writes, st.RestartRequests.EventWrites, countsString(st.RestartRequests.ByRequest))
-		if st.Unrelated > 0 {
-			p("- Unrelated objects: %d Secrets and ConfigMaps of %d KiB in 10 other namespaces, labelled managed-by=someone-else, created by a separate client in %.0f s: live heap %s before, %s after (%+.2f MB); the operator made %d requests meanwhile.\n",
-				st.Unrelated, st.UnrelatedBytes>>10, st.UnrelatedSeconds, mib(st.HeapBeforeUnrel), mib(st.HeapAfterUnrel), float64(st.UnrelatedGrowth)/1e6, st.UnrelatedReqs.Writes+st.UnrelatedReqs.LiveReads)
-		}
-		if st.Edits > 0 {
-			p("- Spec edits: %d MyDatabases got spec.parameters.work_mem changed, %.0f per second; latency from sending the patch to the watch event whose status describes the new generation: p50 %.0f ms, p90 %.0f ms, p99 %.0f ms, max %.0f ms, %d missed. Writes: %s (%.0f reconciles); client-side throttling wait %.2f s.\n",
-				st.Edits, st.EditRate, percentile(st.EditLatencyMs, 50), percentile(st.EditLatencyMs, 90), percentile(st.EditLatencyMs, 99),
-				percentile(st.EditLatencyMs, 100), st.EditMissed, countsString(st.EditWrites), st.EditReconciles, st.EditThrottle)
-		}
+		b.WriteString(steadyMarkdown(st))
 		p("\n")
 	}
 
-	b.WriteString(fullMarkdown(res, summarizeFull(res)))
+	b.WriteString(fullMarkdown(res, summarizeFull(res), "B7", "benchmarks-full.png"))
 
 	if res.TrackerRelists > 0 {
 		var inRuns int64
@@ -431,8 +419,18 @@ func markdown(res *Results, sums []*SettingsSummary, rows []Row, command, notes 
 		p("Note: %d times a tracker saw no watch event for a while although MyDatabases had not all converged, and read the state with lists instead (%d of them in the convergence runs below, whose times then include that wait; the others in the steady-state or heap phases, whose convergence times are not targets).\n\n",
 			res.TrackerRelists, inRuns)
 	}
-	p("## Every convergence run\n\n| round | mode | settings | load | seconds | CPU s: etcd+apiserver; harness | writes | event writes | reconciles (converged; quiet) | reconcile errors | throttle wait (outside events, by request) | Stalled seen |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, r := range res.Converge {
+	p("## Every convergence run\n\n%s", runsTable(res.Converge))
+	b.WriteString(scaleMarkdown(res.Scale))
+	p("\n## Notes\n\n%s%s%s\n", notesBegin, notes, notesEnd)
+	return b.String()
+}
+
+// runsTable lists convergence runs.
+func runsTable(runs []*Run) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("| round | mode | settings | load | seconds | CPU s: etcd+apiserver; harness | writes | event writes | reconciles (converged; quiet) | reconcile errors | throttle wait (outside events, by request) | Stalled seen |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range runs {
 		settings := r.Settings.String()
 		if r.Mode == modeRaw {
 			settings = fmt.Sprintf("%d workers", r.Settings.Workers)
@@ -445,7 +443,35 @@ func markdown(res *Results, sums []*SettingsSummary, rows []Row, command, notes 
 			r.ControlPlaneCPU, r.ProcessCPU, r.Requests.Writes, r.Requests.EventWrites, r.ReconcilesAtConverged, r.Reconciles, r.ReconcileErrors,
 			r.ThrottleWaitSeconds, strings.Join(waits, ", "), r.Stalled)
 	}
-	p("\n## Notes\n\n%s%s%s\n", notesBegin, notes, notesEnd)
+	return b.String()
+}
+
+// steadyMarkdown is the list of a steady-state section (B3–B5, B8).
+func steadyMarkdown(st *Steady) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("- Converged in %.1f s (one control plane for all of this section): %.2f writes, %.2f event writes and %.2f reconciles per MyDatabase, %d conflicts; client-side throttling wait %.1f s.\n",
+		st.ConvergeSeconds, float64(st.ConvergeRequests.Writes)/float64(st.N), float64(st.ConvergeRequests.EventWrites)/float64(st.N),
+		st.ConvergeReconciles/float64(st.N), st.ConvergeRequests.Conflicts, st.ConvergeThrottle)
+	p("- Heap (runtime/metrics /gc/heap/live:bytes after two runtime.GC, the harness idle): %s synced with no MyDatabase, %s with %d converged, %s with %d: %.1f KiB per MyDatabase of the second half (marginal), %.1f KiB on average over all %d. After the restart: %s (%.1f KiB per MyDatabase against the same empty baseline).\n",
+		mib(st.HeapEmpty), mib(st.HeapHalf), st.N/2, mib(st.HeapConverged), st.N, st.HeapPerDBMarginal/1024, st.HeapPerDB/1024, st.N,
+		mib(st.HeapAfterRestart), st.HeapPerDBAfterRestart/1024)
+	p("- Idle %.0f s: %d writes, %d event writes, %d reads.\n", st.QuietSeconds, st.QuietRequests.Writes, st.QuietRequests.EventWrites, st.QuietRequests.LiveReads)
+	if st.ResyncSeconds > 0 {
+		p("- Resync: the operator restarted with this resync period and was watched from the end of its start-up reconciles until 2.3 periods after it started, and for at least 1.2 periods (%.0f s), so that every informer resynced at least once (periods are jittered ±10%%, and a handler registered just after its informer started is first due on the second tick): %.0f reconciles, %d writes, %d event writes, %d reads.\n",
+			st.ResyncSeconds, st.ResyncReconciles, st.ResyncRequests.Writes, st.ResyncRequests.EventWrites, st.ResyncRequests.LiveReads)
+	}
+	p("- Restart: informers synced %.1f s after the manager started; all %d MyDatabases reconciled %.1f s after it started (%d reconciles); %d writes, %d event writes; requests: %s.\n",
+		st.RestartStartSeconds, st.RestartReconciled, st.RestartReverifySeconds, st.RestartReconciles, st.RestartRequests.Writes, st.RestartRequests.EventWrites, countsString(st.RestartRequests.ByRequest))
+	if st.Unrelated > 0 {
+		p("- Unrelated objects: %d Secrets and ConfigMaps of %d KiB in 10 other namespaces, labelled managed-by=someone-else, created by a separate client in %.0f s: live heap %s before, %s after (%+.2f MB); the operator made %d requests meanwhile.\n",
+			st.Unrelated, st.UnrelatedBytes>>10, st.UnrelatedSeconds, mib(st.HeapBeforeUnrel), mib(st.HeapAfterUnrel), float64(st.UnrelatedGrowth)/1e6, st.UnrelatedReqs.Writes+st.UnrelatedReqs.LiveReads)
+	}
+	if st.Edits > 0 {
+		p("- Spec edits: %d MyDatabases got spec.parameters.work_mem changed, %.0f per second; latency from sending the patch to the watch event whose status describes the new generation: p50 %.0f ms, p90 %.0f ms, p99 %.0f ms, max %.0f ms, %d missed. Writes: %s (%.0f reconciles); client-side throttling wait %.2f s.\n",
+			st.Edits, st.EditRate, percentile(st.EditLatencyMs, 50), percentile(st.EditLatencyMs, 90), percentile(st.EditLatencyMs, 99),
+			percentile(st.EditLatencyMs, 100), st.EditMissed, countsString(st.EditWrites), st.EditReconciles, st.EditThrottle)
+	}
 	return b.String()
 }
 

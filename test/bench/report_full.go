@@ -73,45 +73,56 @@ func fullRaw(res *Results, round int) *FullRun {
 	return nil
 }
 
-func fullRow(res *Results, s *FullSummary) Row {
+// fullRow is the summary row of a full tier: id B7, or B9 at scale with
+// its target ratio (0: only reported).
+func fullRow(res *Results, s *FullSummary, id string, target float64) Row {
 	if s == nil {
 		reason := "not measured (-full-n 0)"
 		if len(res.Full) > 0 {
 			reason = "not measured: no round with both runs done (see the runs below)"
 		}
-		return Row{ID: "B7", Metric: "full tier on a KWOK cluster (StatefulSet controller, pods Ready)",
+		return Row{ID: id, Metric: "full tier on a KWOK cluster (StatefulSet controller, pods Ready)",
 			Ours: "not measured", Target: "report", Result: reason}
 	}
 	label := "operator " + s.Settings.Flags()
 	if s.Settings == res.Options.Defaults {
 		label = "cmd/main.go defaults " + s.Settings.String()
 	}
-	result := "reported"
+	result, targetText := "reported", "report"
+	if target > 0 {
+		targetText = fmt.Sprintf("≤ %.1f× raw", target)
+		result = verdict(s.Ratio <= target, fmt.Sprintf("by %.0f%%", (s.Ratio/target-1)*100))
+	}
 	if s.ProvisionerThrottle > 0 {
-		result = fmt.Sprintf("reported; dev-provisioner throttled %.0f s by its client's limit (%s): see B7 below", s.ProvisionerThrottle, s.ProvisionerLimits)
+		result += fmt.Sprintf("; dev-provisioner throttled %.0f s by its client's limit (%s): see %s below", s.ProvisionerThrottle, s.ProvisionerLimits, id)
+	}
+	servers := "server"
+	if s.Replicas > 1 {
+		servers = "servers"
 	}
 	return Row{
-		ID: "B7",
-		Metric: fmt.Sprintf("full tier: time until %d MyDatabases (%d server each) are Ready, pods Running and Ready on %d KWOK nodes "+
+		ID: id,
+		Metric: fmt.Sprintf("full tier: time until %d MyDatabases (%d "+servers+" each) are Ready, pods Running and Ready on %d KWOK nodes "+
 			"(real kube-controller-manager and kube-scheduler at %s; dev-provisioner volumes; %s), median of %d",
 			s.N, s.Replicas, s.Nodes, s.Limits, label, s.Rounds),
 		Ours:     fmt.Sprintf("%.1f s", s.OursSeconds),
 		Baseline: fmt.Sprintf("%.1f s (raw client, %d workers, and the StatefulSet controller alone: until every readyReplicas == replicas)", s.RawSeconds, s.Settings.Workers),
 		Ratio:    fmt.Sprintf("%.2f× (rounds: %s)", s.Ratio, joinFloats(s.Ratios, "%.2f")),
-		Target:   "report",
+		Target:   targetText,
 		Result:   result,
 	}
 }
 
-// fullMarkdown is the B7 section.
-func fullMarkdown(res *Results, s *FullSummary) string {
+// fullMarkdown is the section of a full tier (B7, or B9 at scale), whose
+// chart is the file chartFile.
+func fullMarkdown(res *Results, s *FullSummary, id, chartFile string) string {
 	if len(res.Full) == 0 {
 		return ""
 	}
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	o := res.Options
-	p("## B7: full tier on a KWOK cluster\n\n")
+	p("## %s: full tier on a KWOK cluster (%d MyDatabases of %d servers)\n\n", id, o.FullN, o.fullReplicas())
 	p("- Every run has a KWOK cluster of its own (kwokctl, binary runtime, the binaries of hack/k8s-binaries.sh): etcd, kube-apiserver, a real kube-controller-manager (StatefulSet, PV binder, garbage collector, ...) and kube-scheduler, kwok-controller with %d fake nodes of 110 pods, on which pods are marked Running and Ready (no container runs). kube-controller-manager and kube-scheduler run with %s (instead of their defaults, 20/30 and 50/100, so that they are not the bottleneck). Volumes: cmd/dev-provisioner as a process (hostPath PersistentVolumes, WaitForFirstConsumer), client limits: %s.\n",
 		fullNodes(o), o.FullLimits, provisionerLimitsOf(res))
 	p("- Before the clock starts: one MyDatabase in another namespace through the raw client's writes until its StatefulSet is ready (the first claim, volume, pod and StatefulSet of a fresh cluster are slow), and in operator runs the operator started and idle.\n")
@@ -121,13 +132,13 @@ func fullMarkdown(res *Results, s *FullSummary) string {
 	if o.FullRounds == 1 {
 		rounds = "One round"
 	}
-	p("- Milestones are the times the harness's own informers saw each object get there, from the first create. %s (a run takes about a minute with its cluster); ratios are taken within a round, and operator and raw runs alternate order between rounds.\n\n", rounds)
+	p("- Milestones are the times the harness's own informers saw each object get there, from the first create. %s (a run takes one to several minutes with its cluster); ratios are taken within a round, and operator and raw runs alternate order between rounds.\n\n", rounds)
 	if s != nil {
 		if s.ProvisionerThrottle > 0 && s.ProvisionerLimits == "" {
 			p("**What paces both runs: dev-provisioner.** It takes no flag for its client's limits, so client-go's default 5 QPS, burst 10 applies to its PersistentVolume creates and events together: it waited %.0f s on its rate limiter per run (median; summed over its workers), and claims were bound at a steady %.1f per second in the median raw run. The ratio therefore compares two runs paced by the volumes, not the operator against the StatefulSet controller. Given --kube-api-qps and --kube-api-burst flags, the harness passes it -full-qps/-full-burst (it checks its -h).\n\n",
 				s.ProvisionerThrottle, claimRate(s.medianRaw))
 		}
-		p("![B7: the full tier over time](benchmarks-full.png)\n\n")
+		p("![%s: the full tier over time](%s)\n\n", id, chartFile)
 	}
 	p("| round | mode | load | set-up s | last PVC Bound | last pod scheduled | last pod Running and Ready | last StatefulSet ready | last MyDatabase Ready | MyDatabase Ready after its StatefulSet: p50 / p99 / max | done | writes (+ events) | operator: reconciles; mean queue wait, mean reconcile; client-side throttling | provisioner throttling: waits, s | CPU s by process |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range res.Full {
@@ -165,9 +176,9 @@ func provisionerLimitsOf(res *Results) string {
 // fullChart draws the median round of B7: when the MyDatabases were Ready
 // and their StatefulSets ready with the operator, when the StatefulSets
 // were ready with the raw client, and when each run's claims were bound.
-func fullChart(s *FullSummary, path string) error {
+func fullChart(s *FullSummary, id, path string) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("B7: %d MyDatabases on a KWOK cluster (round %d)", s.N, s.medianRun.Round)
+	p.Title.Text = fmt.Sprintf("%s: %d MyDatabases of %d servers on a KWOK cluster (round %d)", id, s.N, s.Replicas, s.medianRun.Round)
 	p.X.Label.Text = "seconds since the first MyDatabase was created"
 	p.Y.Label.Text = "objects"
 	p.Add(plotter.NewGrid())

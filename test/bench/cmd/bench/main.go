@@ -1,6 +1,9 @@
 // Command bench runs the operator's benchmarks against a control plane of
 // its own and writes docs/benchmarks.md, docs/benchmarks.json and
 // docs/benchmarks-converge.png. `make bench` runs it; see test/bench.
+// With -scale it runs the scale tiers (B8, B9) instead, at
+// bench.ScaleOptions' sizes, and replaces only their section of the report
+// (`make bench-scale`).
 package main
 
 import (
@@ -17,15 +20,22 @@ import (
 )
 
 func main() {
-	opts := bench.DefaultOptions()
-	settings := flag.String("settings", "default,4/50/100,16/100/200",
+	// -scale changes the defaults of the other flags, so it is looked for
+	// before they are defined.
+	scale := slices.Contains(os.Args[1:], "-scale") || slices.Contains(os.Args[1:], "--scale")
+	opts, defaultSettings := bench.DefaultOptions(), "default,4/50/100,16/100/200"
+	if scale {
+		opts, defaultSettings = bench.ScaleOptions(), "default"
+	}
+	flag.Bool("scale", false, "run the scale tiers B8 (-n and -steady-n MyDatabases, default 10000) and B9 (-full-n MyDatabases of -full-replicas servers, default 1000 of 3) instead of B1-B7, and replace only their section of the report")
+	settings := flag.String("settings", defaultSettings,
 		"operator settings to compare in B1/B2/B6, comma-separated: workers/qps/burst, workers/off (no client-side limit) or default (cmd/main.go's defaults; 4/50/100 were the defaults before the benchmarks, 16/100/200 tests more workers); experiments: +cachedreads (the reconciler's APIReader reads the cache)")
 	steady := flag.String("steady-settings", "default", "operator settings for B3, B4 and B5")
 	heap := flag.String("heap-settings", "", "further operator settings (e.g. default+cachedreads) whose heap per MyDatabase is measured at -steady-n, comma-separated")
 	flag.IntVar(&opts.N, "n", opts.N, "MyDatabases per convergence run (B1, B2, B6)")
 	flag.IntVar(&opts.Rounds, "rounds", opts.Rounds, "rounds of convergence runs; medians are reported")
 	flag.IntVar(&opts.SteadyN, "steady-n", opts.SteadyN, "MyDatabases present for B3, B4, B5")
-	flag.DurationVar(&opts.Resync, "resync", opts.Resync, "informer resync period for the B3 resync window")
+	flag.DurationVar(&opts.Resync, "resync", opts.Resync, "informer resync period for the B3 resync window (0: no resync window)")
 	flag.DurationVar(&opts.QuietWindow, "idle", opts.QuietWindow, "how long a converged operator is watched for writes (B3)")
 	flag.IntVar(&opts.Unrelated, "unrelated", opts.Unrelated, "unrelated Secrets and ConfigMaps for B4 (0: skip)")
 	flag.IntVar(&opts.UnrelatedSize, "unrelated-size", opts.UnrelatedSize, "bytes of data in each unrelated object")
@@ -33,6 +43,7 @@ func main() {
 	flag.Float64Var(&opts.EditRate, "edit-rate", opts.EditRate, "spec edits per second for B5")
 	flag.BoolVar(&opts.SkipSteady, "skip-steady", false, "skip B3, B4 and B5")
 	flag.IntVar(&opts.FullN, "full-n", opts.FullN, "MyDatabases per full-tier run (B7: a KWOK cluster, pods Ready); 0: skip B7")
+	flag.IntVar(&opts.FullReplicas, "full-replicas", opts.FullReplicas, "servers of each MyDatabase of the full tier (0: the CRD's default, one)")
 	flag.IntVar(&opts.FullRounds, "full-rounds", opts.FullRounds, "rounds of full-tier runs (an operator run and a raw run each, a KWOK cluster per run); medians are reported")
 	flag.IntVar(&opts.FullNodes, "full-nodes", opts.FullNodes, "fake nodes of the full tier's KWOK clusters (0: one per 50 pods, at least 3)")
 	flag.Float64Var(&opts.FullLimits.QPS, "full-qps", opts.FullLimits.QPS, "--kube-api-qps of the full tier's kube-controller-manager and kube-scheduler")
@@ -109,6 +120,13 @@ func main() {
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fail(err)
+	}
+	if scale {
+		if res, *command, err = bench.MergeScale(*out, res, *command); err != nil {
+			fail(err)
+		}
+	} else {
+		bench.KeepScale(*out, res)
 	}
 	if err := bench.WriteReport(res, *out, *command); err != nil {
 		fail(err)
