@@ -759,7 +759,7 @@ func edits(ctx context.Context, c client.WithWatch, op *operator, ns string, opt
 		return err
 	}
 	defer tr.stop()
-	if !tr.waitConverged(opts.SteadyN, time.Minute) {
+	if !tr.waitConverged(opts.SteadyN, 5*time.Minute) { // a new tracker reads every object first
 		return fmt.Errorf("the tracker did not see the %d MyDatabases converged", opts.SteadyN)
 	}
 	n := min(opts.Edits, opts.SteadyN)

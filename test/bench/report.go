@@ -249,7 +249,7 @@ func summaryRows(res *Results, sums []*SettingsSummary) []Row {
 			Ours:     fmt.Sprintf("%.1f s", s.OursSeconds),
 			Baseline: fmt.Sprintf("%.1f s (raw client, %d workers)", s.RawSeconds, s.Settings.Workers),
 			Ratio:    fmt.Sprintf("%.2f× (rounds: %s)", s.Ratio, joinFloats(s.Ratios, "%.2f")),
-			Target:   fmt.Sprintf("≤ %.1f× raw", targetRatio),
+			Target:   fmt.Sprintf("≤ %.2f× raw", targetRatio),
 			Result:   verdict(s.Ratio <= targetRatio, fmt.Sprintf("by %.0f%%", (s.Ratio/targetRatio-1)*100)),
 		})
 	}
