@@ -170,6 +170,9 @@ func main() {
 	}
 
 	namespaces := splitNamespaces(watchNamespace)
+	if soft := manager.SoftMemoryLimit(manager.CgroupMemoryFiles); soft > 0 {
+		setupLog.Info("Go soft memory limit at 90% of the container's", "bytes", soft)
+	}
 	setupLog.Info("Watching", "namespaces", cmp.Or(strings.Join(namespaces, ","), "all"))
 
 	if enableLeaderElection && (renewDeadline >= leaseDuration || retryPeriod >= renewDeadline) {

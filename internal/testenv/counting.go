@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -61,7 +62,11 @@ func (c *CountingClient) Update(ctx context.Context, obj client.Object, opts ...
 }
 
 func (c *CountingClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	c.count("patch", obj)
+	verb := "patch"
+	if patch.Type() == types.ApplyPatchType { // the apply engine's raw apply patches
+		verb = "apply"
+	}
+	c.count(verb, obj)
 	return c.Client.Patch(ctx, obj, patch, opts...)
 }
 

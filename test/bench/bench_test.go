@@ -144,11 +144,24 @@ func TestHarness(t *testing.T) {
 	if again.Scale == nil || again.Scale.ScaleCommand != "scale command" || len(again.Scale.Converge) != len(res.Converge) {
 		t.Fatalf("make bench lost the scale figures: %+v", again.Scale)
 	}
+	// A scale run of B9 alone keeps B8's figures.
+	b9 := &Results{Options: res.Options, Full: res.Full}
+	merged, command, err = MergeScale(dir, b9, "b9 command")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc := merged.Scale; len(sc.Converge) != len(res.Converge) || sc.Steady == nil || len(sc.Full) != len(res.Full) ||
+		sc.ScaleCommand != "scale command`, then `b9 command" {
+		t.Fatalf("a run of B9 alone lost B8: %d convergence runs, steady %v, command %q", len(sc.Converge), sc.Steady != nil, sc.ScaleCommand)
+	}
+	if err := WriteReport(merged, dir, command); err != nil {
+		t.Fatal(err)
+	}
 	md, err = os.ReadFile(filepath.Join(dir, "benchmarks.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| B8 |", "| B9 |", "## B8, B9: ten times the scale (`scale command`)", "## B9: full tier",
+	for _, want := range []string{"| B8 |", "| B9 |", "## B8, B9: ten times the scale (`scale command`, then `b9 command`)", "## B9: full tier",
 		"benchmarks-scale-converge.png", "benchmarks-scale-full.png"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("benchmarks.md has no %q", want)

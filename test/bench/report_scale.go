@@ -42,7 +42,7 @@ func scaleRows(sc *Results) []Row {
 	if s := mainSummary(sc, summarize(sc)); s != nil {
 		rows = append(rows, Row{
 			ID:       "B8",
-			Metric:   fmt.Sprintf("time to converge %d MyDatabases (%s), median of %d", sc.Options.N, s.Settings, s.Rounds),
+			Metric:   fmt.Sprintf("time to converge %d MyDatabases (%s), %s", sc.Options.N, s.Settings, medianOf(s.Rounds)),
 			Ours:     fmt.Sprintf("%.1f s", s.OursSeconds),
 			Baseline: fmt.Sprintf("%.1f s (raw client, %d workers)", s.RawSeconds, s.Settings.Workers),
 			Ratio:    fmt.Sprintf("%.2f× (rounds: %s)", s.Ratio, joinFloats(s.Ratios, "%.2f")),
@@ -88,13 +88,19 @@ func scaleRows(sc *Results) []Row {
 			})
 		}
 	}
-	if sc.Options.FullN > 0 {
-		rows = append(rows, fullRow(sc, summarizeFull(sc), "B9", targetScaleFullRatio))
-	}
+	rows = append(rows, fullRow(sc, summarizeFull(sc), "B9", targetScaleFullRatio))
 	for i := range rows {
 		rows[i].Command = sc.ScaleCommand
 	}
 	return rows
+}
+
+// medianOf says over how many rounds a figure is taken.
+func medianOf(rounds int) string {
+	if rounds == 1 {
+		return "one round"
+	}
+	return fmt.Sprintf("median of %d rounds", rounds)
 }
 
 // scaleMarkdown is the section of B8 and B9; empty without scale figures.
@@ -105,13 +111,13 @@ func scaleMarkdown(sc *Results) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("## B8, B9: ten times the scale (`%s`)\n\n", sc.ScaleCommand)
-	p("- Run %s, took %s. Machine: %d CPUs (shared; load average %s before, %s after), %s. `make bench` keeps this section; `make bench-scale` replaces it.\n",
+	p("- Latest run %s, took %s. Machine: %d CPUs (shared; load average %s before, %s after), %s. `make bench-scale` replaces the tiers it measures (B8's convergence rounds, B8's steady state, B9) and keeps the others; `make bench` keeps this section.\n",
 		sc.Started.UTC().Format("2006-01-02 15:04 MST"), time.Duration(sc.Seconds*float64(time.Second)).Round(time.Second),
 		sc.Machine.CPUs, sc.Machine.LoadBefore, sc.Machine.LoadAfter, sc.Machine.GoVersion)
 	p("- B8 is B1–B5 at %d MyDatabases: the same harness, control plane and baseline; no resync window and no unrelated objects.\n\n", sc.Options.N)
 	if sums := summarize(sc); len(sums) > 0 {
 		s := mainSummary(sc, sums)
-		p("### B8: convergence of %d MyDatabases (%s), medians of %d rounds\n\n", sc.Options.N, s.Settings.Flags(), s.Rounds)
+		p("### B8: convergence of %d MyDatabases (%s), %s\n\n", sc.Options.N, s.Settings.Flags(), medianOf(s.Rounds))
 		p("- Ours %.1f s, raw %.1f s: %.2f× (rounds %s). %.2f writes, %.2f event writes, %.2f live reads and %.2f reconciles per MyDatabase (raw: %.2f writes); client-side throttling wait %.1f s.\n",
 			s.OursSeconds, s.RawSeconds, s.Ratio, joinFloats(s.Ratios, "%.2f"), s.WritesPerDB, s.EventsPerDB, s.LiveReadsPerDB,
 			s.ReconcilesQuiet, s.RawWritesPerDB, s.ThrottleSeconds)
@@ -143,7 +149,9 @@ func scaleCharts(sc *Results, dir string) error {
 
 // MergeScale returns the results of the report in dir (its
 // benchmarks.json) and its command, with the scale figures replaced by sc
-// made by command. Without a report in dir, the scale figures stand alone.
+// made by command. A tier sc skipped (no convergence rounds, no steady
+// state, no full tier) keeps its earlier figures, so that B8 and B9 can be
+// run apart. Without a report in dir, the scale figures stand alone.
 func MergeScale(dir string, sc *Results, command string) (*Results, string, error) {
 	sc.ScaleCommand = command
 	res, cmd, err := ReadResults(filepath.Join(dir, "benchmarks.json"))
@@ -153,8 +161,33 @@ func MergeScale(dir string, sc *Results, command string) (*Results, string, erro
 	if err != nil {
 		return nil, "", err
 	}
+	if old := res.Scale; old != nil {
+		keepSkipped(sc, old)
+	}
 	res.Scale = sc
 	return res, cmd, nil
+}
+
+// keepSkipped gives sc the tiers of old that sc did not measure, with
+// their sizes, and names both commands.
+func keepSkipped(sc, old *Results) {
+	kept := false
+	if len(sc.Converge) == 0 && len(old.Converge) > 0 {
+		sc.Converge, kept = old.Converge, true
+		sc.Options.N, sc.Options.Rounds, sc.Options.Settings = old.Options.N, old.Options.Rounds, old.Options.Settings
+	}
+	if sc.Steady == nil && old.Steady != nil {
+		sc.Steady, sc.Options.SteadyN, kept = old.Steady, old.Options.SteadyN, true
+	}
+	if len(sc.Full) == 0 && len(old.Full) > 0 {
+		sc.Full, kept = old.Full, true
+		o := &sc.Options
+		o.FullN, o.FullReplicas, o.FullRounds, o.FullNodes, o.FullLimits =
+			old.Options.FullN, old.Options.FullReplicas, old.Options.FullRounds, old.Options.FullNodes, old.Options.FullLimits
+	}
+	if kept {
+		sc.ScaleCommand = old.ScaleCommand + "`, then `" + sc.ScaleCommand
+	}
 }
 
 // KeepScale carries the scale figures of the report in dir (if any) over
