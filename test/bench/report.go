@@ -248,7 +248,7 @@ func summaryRows(res *Results, sums []*SettingsSummary) []Row {
 			Metric:   fmt.Sprintf("time to converge %d MyDatabases (%s), median of %d", res.Options.N, label, s.Rounds),
 			Ours:     fmt.Sprintf("%.1f s", s.OursSeconds),
 			Baseline: fmt.Sprintf("%.1f s (raw client, %d workers)", s.RawSeconds, s.Settings.Workers),
-			Ratio:    fmt.Sprintf("%.2f× (rounds: %s)", s.Ratio, joinFloats(s.Ratios, "%.2f")),
+			Ratio:    fmt.Sprintf("%.2f× (rounds: %s)", s.Ratio, joinRatios(s.Ratios)),
 			Target:   fmt.Sprintf("≤ %.2f× raw", targetRatio),
 			Result:   verdict(s.Ratio <= targetRatio, fmt.Sprintf("by %.0f%%", (s.Ratio/targetRatio-1)*100)),
 		})
@@ -534,10 +534,11 @@ func countsString(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-func joinFloats(v []float64, format string) string {
+// joinRatios lists per-round ratios.
+func joinRatios(v []float64) string {
 	parts := make([]string, len(v))
 	for i, f := range v {
-		parts[i] = fmt.Sprintf(format, f)
+		parts[i] = fmt.Sprintf("%.2f", f)
 	}
 	return strings.Join(parts, ", ")
 }

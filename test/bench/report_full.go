@@ -107,7 +107,7 @@ func fullRow(res *Results, s *FullSummary, id string, target float64) Row {
 			s.N, s.Replicas, s.Nodes, s.Limits, label, s.Rounds),
 		Ours:     fmt.Sprintf("%.1f s", s.OursSeconds),
 		Baseline: fmt.Sprintf("%.1f s (raw client, %d workers, and the StatefulSet controller alone: until every readyReplicas == replicas)", s.RawSeconds, s.Settings.Workers),
-		Ratio:    fmt.Sprintf("%.2f× (rounds: %s)", s.Ratio, joinFloats(s.Ratios, "%.2f")),
+		Ratio:    fmt.Sprintf("%.2f× (rounds: %s)", s.Ratio, joinRatios(s.Ratios)),
 		Target:   targetText,
 		Result:   result,
 	}

@@ -45,7 +45,7 @@ func scaleRows(sc *Results) []Row {
 			Metric:   fmt.Sprintf("time to converge %d MyDatabases (%s), %s", sc.Options.N, s.Settings, medianOf(s.Rounds)),
 			Ours:     fmt.Sprintf("%.1f s", s.OursSeconds),
 			Baseline: fmt.Sprintf("%.1f s (raw client, %d workers)", s.RawSeconds, s.Settings.Workers),
-			Ratio:    fmt.Sprintf("%.2f× (rounds: %s)", s.Ratio, joinFloats(s.Ratios, "%.2f")),
+			Ratio:    fmt.Sprintf("%.2f× (rounds: %s)", s.Ratio, joinRatios(s.Ratios)),
 			Target:   fmt.Sprintf("≤ %.1f× raw", targetScaleRatio),
 			Result:   verdict(s.Ratio <= targetScaleRatio, fmt.Sprintf("by %.0f%%", (s.Ratio/targetScaleRatio-1)*100)),
 		}, Row{
@@ -119,7 +119,7 @@ func scaleMarkdown(sc *Results) string {
 		s := mainSummary(sc, sums)
 		p("### B8: convergence of %d MyDatabases (%s), %s\n\n", sc.Options.N, s.Settings.Flags(), medianOf(s.Rounds))
 		p("- Ours %.1f s, raw %.1f s: %.2f× (rounds %s). %.2f writes, %.2f event writes, %.2f live reads and %.2f reconciles per MyDatabase (raw: %.2f writes); client-side throttling wait %.1f s.\n",
-			s.OursSeconds, s.RawSeconds, s.Ratio, joinFloats(s.Ratios, "%.2f"), s.WritesPerDB, s.EventsPerDB, s.LiveReadsPerDB,
+			s.OursSeconds, s.RawSeconds, s.Ratio, joinRatios(s.Ratios), s.WritesPerDB, s.EventsPerDB, s.LiveReadsPerDB,
 			s.ReconcilesQuiet, s.RawWritesPerDB, s.ThrottleSeconds)
 		p("- CPU until converged: etcd+apiserver %.1f s (raw run %.1f s); harness process %.1f s (raw run %.1f s).\n\n",
 			s.ControlPlaneCPU, s.RawControlPlaneCPU, s.ProcessCPU, s.RawProcessCPU)
