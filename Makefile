@@ -122,19 +122,19 @@ test-leader: ## Leader election with two operator processes, the leader paused p
 	KUBEBUILDER_ASSETS="$$assets" go test -race ./test/reliability/ -run '$(LEADER_TESTS)' -count=1 -v
 
 .PHONY: test-bench-harness
-test-bench-harness: ## The benchmark harness at small size (test/bench TestHarness: 20 MyDatabases, the KWOK full tier with 3).
+test-bench-harness: ## The benchmark harness at small size (test/bench TestHarness: 20 MyDatabases, the KWOK full tier with 3 of 2 servers).
 	@assets="$$(hack/k8s-binaries.sh)" && \
 	KUBEBUILDER_ASSETS="$$assets" go test ./test/bench/ -run '^TestHarness$$' -count=1 -timeout 20m
 
 # BENCH_FLAGS sizes the benchmarks (go run ./test/bench/cmd/bench -h), e.g.
 # BENCH_FLAGS='-n 100 -rounds 1 -steady-n 200 -unrelated 1000'.
 .PHONY: bench
-bench: ## Run the benchmarks on a control plane of their own; writes docs/benchmarks.{md,json} and a chart (about 10 minutes).
+bench: ## Run the benchmarks on a control plane of their own; writes docs/benchmarks.{md,json} and charts (an estimated 17 minutes; 10 measured with BENCH_FLAGS='-settings default').
 	@assets="$$(hack/k8s-binaries.sh)" && \
 	KUBEBUILDER_ASSETS="$$assets" go run ./test/bench/cmd/bench -command "make bench$(if $(BENCH_FLAGS), BENCH_FLAGS='$(BENCH_FLAGS)')" $(BENCH_FLAGS)
 
 .PHONY: bench-scale
-bench-scale: ## The scale tiers: B8, 10,000 MyDatabases on envtest, and B9, 1,000 MyDatabases of 3 servers on KWOK; replaces their section of docs/benchmarks.md (about an hour).
+bench-scale: ## The scale tiers: B8, 10,000 MyDatabases on envtest, and B9, 1,000 MyDatabases of 3 servers on KWOK; replaces their section of docs/benchmarks.md (about 2.5 hours with 3 rounds; BENCH_FLAGS='-rounds 1 -full-n 0', B8 once, took 58 minutes).
 	@assets="$$(hack/k8s-binaries.sh)" && \
 	KUBEBUILDER_ASSETS="$$assets" go run ./test/bench/cmd/bench -scale -command "make bench-scale$(if $(BENCH_FLAGS), BENCH_FLAGS='$(BENCH_FLAGS)')" $(BENCH_FLAGS)
 
