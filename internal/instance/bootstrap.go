@@ -108,36 +108,71 @@ func (m *manager) bootstrap(ctx context.Context, scratch string) error {
 }
 
 // withPrivateServer runs sql (psql, as the superuser, with env) on a
-// private server of the scratch data directory started with extra
-// settings: no TCP listener, and its socket in the scratch directory (mode
-// 0700), not in the socket directory where the probes would take it for
-// the real server and report the pod ready too soon. The server is this
-// process's child, not pg_ctl's daemon, so that it is stopped whatever
-// happens, a signal included. exited is the error when the server ends
-// before it accepts connections.
+// private server (startPrivate) of the scratch data directory started with
+// extra settings, its socket in that directory. exited is the error when
+// the server ends before it accepts connections.
 func (m *manager) withPrivateServer(ctx context.Context, scratch string, extra []string, exited error, env []string, sql string) error {
-	c := m.c
-	server, err := m.startServer(append([]string{"-D", scratch,
-		"-c", "listen_addresses=", "-c", "unix_socket_directories=" + scratch, "-c", "port=" + c.Port}, extra...))
+	server, err := m.startPrivate(ctx, append([]string{"-D", scratch}, extra...), scratch, exited)
 	if err != nil {
-		return fmt.Errorf("starting a private server on %s: %w", scratch, err)
+		return err
 	}
 	defer server.stop(killDelay)
+	_, err = m.procs.run(ctx, env, sql, "psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
+		"--host="+scratch, "--port="+m.c.Port, "--username=postgres", "--dbname=postgres")
+	return err
+}
+
+// startPrivate starts a server with args that no client, replica or probe
+// can reach: no TCP listener, and its socket in dir (mode 0700), not in
+// the socket directory where the probes would take it for the real server
+// and report the pod ready too soon. The server is this process's child,
+// not pg_ctl's daemon, so that it is stopped whatever happens, a signal
+// included. It returns once the server accepts connections; exited is the
+// error when the server ends first. The caller stops it.
+func (m *manager) startPrivate(ctx context.Context, args []string, dir string, exited error) (*server, error) {
+	port := m.c.Port
+	server, err := m.startServer(append(args, "-c", "listen_addresses=", "-c", "unix_socket_directories="+dir, "-c", "port="+port))
+	if err != nil {
+		return nil, fmt.Errorf("starting a private server on %s: %w", dir, err)
+	}
 	for {
-		if _, err := m.procs.run(ctx, nil, "", "pg_isready", "--quiet", "--host="+scratch, "--port="+c.Port); err == nil {
-			break
+		if _, err := m.procs.run(ctx, nil, "", "pg_isready", "--quiet", "--host="+dir, "--port="+port); err == nil {
+			return server, nil
 		}
 		select {
-		case <-server.exited:
-			return exited
+		case server.status = <-server.exited:
+			server.done = true
+			_ = server.cmd.Process.Release()
+			return nil, exited
 		case <-ctx.Done():
-			return ctx.Err()
+			server.stop(killDelay)
+			return nil, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	_, err = m.procs.run(ctx, env, sql, "psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
-		"--host="+scratch, "--port="+c.Port, "--username=postgres", "--dbname=postgres")
-	return err
+}
+
+// dataPosition is where the stopped data directory stands: its system,
+// timeline and the WAL it holds. A standby of no one replays what it has
+// (crash recovery included, which pg_rewind cannot do for a standby's
+// data) on a private server, and answers. Nobody reads from it meanwhile:
+// data that a former primary wrote past the new primary's fork must not
+// be served, and the pod is not ready until its server follows.
+func (m *manager) dataPosition(ctx context.Context) (observation, error) {
+	if _, err := m.c.copyTLS(); err != nil {
+		return observation{}, err
+	}
+	args, err := m.standbyArgs(ctx, "")
+	if err != nil {
+		return observation{}, err
+	}
+	dir := m.c.PGData
+	server, err := m.startPrivate(ctx, args, dir, fmt.Errorf("the data in %s does not start as a standby", dir))
+	if err != nil {
+		return observation{}, err
+	}
+	defer server.stop(m.t.lease)
+	return m.observeAt(ctx, dir)
 }
 
 // cloneReplica copies the primary at address with pg_basebackup into a

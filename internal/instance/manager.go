@@ -348,11 +348,11 @@ func (m *manager) follow(ctx context.Context, holder string, ready bool) error {
 		return nil // it has not reported as primary yet
 	}
 	if m.c.initialised() && m.role == stopped {
-		// Learn where the data stands first: a standby of no one replays
-		// what it has (crash recovery included, which pg_rewind cannot
-		// do for a standby's data) and reports its position. The next
-		// turn follows.
-		return m.start(ctx, asReplica, "")
+		seen, err := m.dataPosition(ctx)
+		if err != nil {
+			return err
+		}
+		m.lastSeen = seen
 	}
 	if m.c.initialised() && r.SystemID != "" && m.lastSeen.systemID != "" && r.SystemID != m.lastSeen.systemID {
 		// Data of another database (a volume kept from an earlier

@@ -119,9 +119,14 @@ type observation struct {
 // observe asks the local server, through its socket, as the postgres OS
 // user (peer authentication, no password).
 func (m *manager) observe(ctx context.Context) (observation, error) {
+	return m.observeAt(ctx, m.c.SocketDir)
+}
+
+// observeAt asks the local server whose socket is in dir.
+func (m *manager) observeAt(ctx context.Context, dir string) (observation, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.t.tick)
 	defer cancel()
-	conn, err := m.connect(ctx)
+	conn, err := m.connectAt(ctx, dir)
 	if err != nil {
 		return observation{}, err
 	}
@@ -176,8 +181,12 @@ func deref(s *string) string {
 // must not wait for the fence or the synchronous quorum, which may need
 // the replicas that only follow a new primary once it has reported.
 func (m *manager) connect(ctx context.Context) (*pgx.Conn, error) {
+	return m.connectAt(ctx, m.c.SocketDir)
+}
+
+func (m *manager) connectAt(ctx context.Context, dir string) (*pgx.Conn, error) {
 	return pgx.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres application_name=mydatabase_instance synchronous_commit=local",
-		m.c.SocketDir, m.c.Port))
+		dir, m.c.Port))
 }
 
 // withServer runs f on a connection to the local server, within a
