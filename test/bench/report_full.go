@@ -76,21 +76,24 @@ func fullRaw(res *Results, round int) *FullRun {
 // fullRow is the summary row of a full tier: id B7, or B9 at scale with
 // its target ratio (0: only reported).
 func fullRow(res *Results, s *FullSummary, id string, target float64) Row {
+	targetText := "report"
+	if target > 0 {
+		targetText = fmt.Sprintf("≤ %.1f× raw", target)
+	}
 	if s == nil {
 		reason := "not measured (-full-n 0)"
 		if len(res.Full) > 0 {
 			reason = "not measured: no round with both runs done (see the runs below)"
 		}
 		return Row{ID: id, Metric: "full tier on a KWOK cluster (StatefulSet controller, pods Ready)",
-			Ours: "not measured", Target: "report", Result: reason}
+			Ours: "not measured", Target: targetText, Result: reason}
 	}
 	label := "operator " + s.Settings.Flags()
 	if s.Settings == res.Options.Defaults {
 		label = "cmd/main.go defaults " + s.Settings.String()
 	}
-	result, targetText := "reported", "report"
+	result := "reported"
 	if target > 0 {
-		targetText = fmt.Sprintf("≤ %.1f× raw", target)
 		result = verdict(s.Ratio <= target, fmt.Sprintf("by %.0f%%", (s.Ratio/target-1)*100))
 	}
 	if s.ProvisionerThrottle > 0 {

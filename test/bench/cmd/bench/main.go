@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 
 	"example.com/myoperator/internal/testenv"
@@ -22,7 +23,7 @@ import (
 func main() {
 	// -scale changes the defaults of the other flags, so it is looked for
 	// before they are defined.
-	scale := slices.Contains(os.Args[1:], "-scale") || slices.Contains(os.Args[1:], "--scale")
+	scale := scaleRequested(os.Args[1:])
 	opts, defaultSettings := bench.DefaultOptions(), "default,4/50/100,16/100/200"
 	if scale {
 		opts, defaultSettings = bench.ScaleOptions(), "default"
@@ -138,4 +139,27 @@ func fail(err error) {
 	pprof.StopCPUProfile()
 	fmt.Fprintln(os.Stderr, "bench:", err)
 	os.Exit(1)
+}
+
+// scaleRequested finds -scale among the arguments, in any of the flag
+// package's spellings (-scale, --scale, -scale=true).
+func scaleRequested(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name != "scale" {
+			continue
+		}
+		if !hasValue {
+			return true
+		}
+		on, err := strconv.ParseBool(value)
+		return err == nil && on
+	}
+	return false
 }
