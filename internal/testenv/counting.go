@@ -13,16 +13,18 @@ import (
 )
 
 // CountingClient wraps a client and counts its write calls by verb and
-// kind, so tests can assert how many writes a reconcile made.
+// kind, in all and by namespace, so tests can assert how many writes a
+// reconcile made.
 type CountingClient struct {
 	client.Client
-	mu     sync.Mutex
-	writes map[string]int
+	mu          sync.Mutex
+	writes      map[string]int
+	byNamespace map[string]map[string]int
 }
 
 // NewCountingClient wraps c.
 func NewCountingClient(c client.Client) *CountingClient {
-	return &CountingClient{Client: c, writes: map[string]int{}}
+	return &CountingClient{Client: c, writes: map[string]int{}, byNamespace: map[string]map[string]int{}}
 }
 
 func (c *CountingClient) count(verb string, obj any) {
@@ -32,7 +34,21 @@ func (c *CountingClient) count(verb string, obj any) {
 	if k, ok := obj.(interface{ GetKind() string }); ok && k.GetKind() != "" {
 		kind = k.GetKind() // an unstructured apply configuration
 	}
-	c.writes[fmt.Sprintf("%s %s", verb, kind)]++
+	var ns string
+	switch o := obj.(type) {
+	case interface{ GetNamespace() string }:
+		ns = o.GetNamespace()
+	case interface{ GetNamespace() *string }: // an apply configuration
+		if p := o.GetNamespace(); p != nil {
+			ns = *p
+		}
+	}
+	key := fmt.Sprintf("%s %s", verb, kind)
+	c.writes[key]++
+	if c.byNamespace[ns] == nil {
+		c.byNamespace[ns] = map[string]int{}
+	}
+	c.byNamespace[ns][key]++
 }
 
 // Writes returns a copy of the counts, keyed "verb Kind".
@@ -40,6 +56,15 @@ func (c *CountingClient) Writes() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return maps.Clone(c.writes)
+}
+
+// WritesIn returns a copy of the counts of writes to objects in namespace
+// ns, keyed "verb Kind": a test's own, whatever the operator still does
+// for the objects of earlier tests.
+func (c *CountingClient) WritesIn(ns string) map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.byNamespace[ns])
 }
 
 // Total is the number of writes so far.

@@ -30,7 +30,7 @@ import (
 
 // markReady plays the StatefulSet controller: every desired pod exists, is
 // ready and runs the current template.
-func markReady(t *testing.T, db *databasev1alpha1.MyDatabase) {
+func markReady(t testing.TB, db *databasev1alpha1.MyDatabase) {
 	t.Helper()
 	eventually(t, "the StatefulSet to be marked ready", func() error {
 		sts := &appsv1.StatefulSet{}
@@ -51,7 +51,7 @@ func condition(db *databasev1alpha1.MyDatabase, typ string) *metav1.Condition {
 }
 
 // waitFor re-reads the MyDatabase until check passes.
-func waitFor(t *testing.T, db *databasev1alpha1.MyDatabase, what string, check func(*databasev1alpha1.MyDatabase) error) {
+func waitFor(t testing.TB, db *databasev1alpha1.MyDatabase, what string, check func(*databasev1alpha1.MyDatabase) error) {
 	t.Helper()
 	eventually(t, what, func() error {
 		if err := get(db.Namespace, db.Name, db); err != nil {
@@ -238,11 +238,14 @@ func TestConvergedReconcileWritesNothing(t *testing.T) {
 	waitFor(t, db, "Ready", phaseIs(databasev1alpha1.PhaseReady))
 	time.Sleep(time.Second) // let the watch events of the last writes drain
 
-	before := writes.Writes()
+	before := writes.WritesIn(ns)
+	if before["apply StatefulSet"] == 0 {
+		t.Fatalf("no StatefulSet apply counted in namespace %s: %v", ns, before)
+	}
 	for range 3 {
 		reconcileOnce(t, db)
 	}
-	if after := writes.Writes(); fmt.Sprint(after) != fmt.Sprint(before) {
+	if after := writes.WritesIn(ns); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("a converged MyDatabase was written to:\nbefore %v\nafter  %v", before, after)
 	}
 }

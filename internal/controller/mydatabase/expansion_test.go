@@ -262,10 +262,13 @@ func TestStorageGrowthExpandsVolumesInPlace(t *testing.T) {
 		}
 	}
 	assertNormalEvents(t, db, "ExpandingVolumes", "ReplacingStatefulSet")
-	before := writes.Writes()
+	before := writes.WritesIn(ns)
+	if before["apply StatefulSet"] == 0 {
+		t.Fatalf("no StatefulSet apply counted in namespace %s: %v", ns, before)
+	}
 	reconcileOnce(t, db)
 	reconcileOnce(t, db)
-	if after := writes.Writes(); fmt.Sprint(after) != fmt.Sprint(before) {
+	if after := writes.WritesIn(ns); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("a converged MyDatabase was written to:\nbefore %v\nafter  %v", before, after)
 	}
 }
