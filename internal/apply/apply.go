@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -59,18 +60,22 @@ func (e *Engine) Apply(ctx context.Context, desired Configuration, live client.O
 	hash := hex.EncodeToString(sum[:])[:16]
 
 	key := client.ObjectKey{Namespace: ptr.Deref(desired.GetNamespace(), ""), Name: ptr.Deref(desired.GetName(), "")}
+	var want map[string]any
+	if err := json.Unmarshal(raw, &want); err != nil {
+		return Unchanged, fmt.Errorf("decoding desired %T: %w", desired, err)
+	}
 	outcome := Updated
 	switch err := e.Client.Get(ctx, key, live); {
 	case apierrors.IsNotFound(err):
 		outcome = Created
 	case err != nil:
 		return Unchanged, &ObjectError{Verb: "get", Kind: KindOf(live), Name: key.Name, Err: err}
-	case ownedByAnother(raw, live):
+	case ownedByAnother(want, live):
 		return Unchanged, &OwnedElsewhereError{Kind: KindOf(live), Name: key.Name, Owner: metav1.GetControllerOf(live).UID}
 	case live.GetAnnotations()[databasev1alpha1.AnnotationSpecHash] != hash:
 		logf.FromContext(ctx).V(1).Info("Spec changed", "kind", KindOf(live), "name", key.Name)
 	default:
-		field := disagreement(raw, live)
+		field := disagreement(want, live)
 		if field == "" {
 			return Unchanged, nil
 		}
@@ -127,21 +132,24 @@ func withAnnotation(raw []byte, key, value string) ([]byte, error) {
 }
 
 // ownedByAnother reports whether live is controlled by another owner than
-// the desired object names: typically the previous MyDatabase of the same
-// name, whose children the garbage collector has not removed yet. Applying
-// over it would fight the collector (and hit immutable fields such as the
-// StatefulSet's volumeClaimTemplates), so it is left alone.
-func ownedByAnother(desiredJSON []byte, live client.Object) bool {
+// the desired object (decoded JSON) names: typically the previous
+// MyDatabase of the same name, whose children the garbage collector has
+// not removed yet. Applying over it would fight the collector (and hit
+// immutable fields such as the StatefulSet's volumeClaimTemplates), so it
+// is left alone.
+func ownedByAnother(desired map[string]any, live client.Object) bool {
 	ref := metav1.GetControllerOf(live)
 	if ref == nil {
 		return false
 	}
-	var desired metav1.PartialObjectMetadata
-	if err := json.Unmarshal(desiredJSON, &desired); err != nil {
-		return false
+	metadata, _ := desired["metadata"].(map[string]any)
+	refs, _ := metadata["ownerReferences"].([]any)
+	for _, r := range refs {
+		if r, _ := r.(map[string]any); r["controller"] == true {
+			return r["uid"] != string(ref.UID)
+		}
 	}
-	want := metav1.GetControllerOfNoCopy(&desired)
-	return want != nil && want.UID != ref.UID
+	return false
 }
 
 // OwnedElsewhereError says a child of ours still belongs to another owner.
@@ -186,24 +194,22 @@ func KindOf(obj client.Object) string {
 	return reflect.TypeOf(obj).Elem().Name()
 }
 
-// disagreement returns the path of the first field set in the desired JSON
-// whose value differs in live, or "" when live agrees with every field we
-// set. Fields the server or others added are ignored; a desired list must be
-// a prefix of the live one, element by element.
-func disagreement(desiredJSON []byte, live client.Object) string {
-	var want, got any
-	if err := json.Unmarshal(desiredJSON, &want); err != nil {
-		return "(desired: " + err.Error() + ")"
-	}
+// disagreement returns the path of the first field set in the desired
+// object (decoded JSON) whose value differs in live, or "" when live agrees
+// with every field we set. Fields the server or others added are ignored;
+// a desired list must be a prefix of the live one, element by element.
+func disagreement(want map[string]any, live client.Object) string {
 	liveJSON, err := json.Marshal(live)
 	if err != nil {
 		return "(live: " + err.Error() + ")"
 	}
+	var got any
 	if err := json.Unmarshal(liveJSON, &got); err != nil {
 		return "(live: " + err.Error() + ")"
 	}
-	w := want.(map[string]any)
-	delete(w, "apiVersion") // objects from the cache carry no type meta
+	// Objects from the cache carry no type meta.
+	w := maps.Clone(want)
+	delete(w, "apiVersion")
 	delete(w, "kind")
 	return subset(w, got, "")
 }

@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"encoding/json"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,7 +30,7 @@ func TestDisagreement(t *testing.T) {
 		{`{"spec":{"ports":[{"port":2}]}}`, svc, ".spec.ports[0].port"},
 		{`{"spec":{"ports":[{"port":1},{"port":2},{"port":3}]}}`, svc, ".spec.ports"},
 	} {
-		if got := disagreement([]byte(tc.desired), tc.live); got != tc.want {
+		if got := disagreement(decode(t, tc.desired), tc.live); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.desired, got, tc.want)
 		}
 	}
@@ -39,7 +40,8 @@ func TestOwnedByAnother(t *testing.T) {
 	ref := func(uid string) []metav1.OwnerReference {
 		return []metav1.OwnerReference{{UID: types.UID(uid), Controller: new(true), Kind: "MyDatabase", Name: "x", APIVersion: "v"}}
 	}
-	desired := []byte(`{"metadata":{"ownerReferences":[{"uid":"new","controller":true,"kind":"MyDatabase","name":"x","apiVersion":"v"}]}}`)
+	desired := decode(t, `{"metadata":{"ownerReferences":[{"uid":"other","kind":"Owner","name":"y","apiVersion":"v"},`+
+		`{"uid":"new","controller":true,"kind":"MyDatabase","name":"x","apiVersion":"v"}]}}`)
 	for uid, want := range map[string]bool{"new": false, "old": true} {
 		live := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{OwnerReferences: ref(uid)}}
 		if got := ownedByAnother(desired, live); got != want {
@@ -48,6 +50,9 @@ func TestOwnedByAnother(t *testing.T) {
 	}
 	if ownedByAnother(desired, &corev1.ConfigMap{}) {
 		t.Error("an object without owner counts as owned by another")
+	}
+	if ownedByAnother(decode(t, `{"metadata":{}}`), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{OwnerReferences: ref("old")}}) {
+		t.Error("a desired object naming no controller counts as owned by another")
 	}
 }
 
@@ -68,4 +73,13 @@ func TestWithAnnotation(t *testing.T) {
 	if _, err := withAnnotation([]byte(`[1]`), "k", "v"); err == nil {
 		t.Error("a body that is no object was taken")
 	}
+}
+
+func decode(t *testing.T, s string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -8,13 +8,16 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/binary"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/big"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -149,7 +152,8 @@ func ParseCert(data []byte) (*x509.Certificate, error) {
 // Check is what can be said of a certificate against its CA and
 // the names it must cover. Problems are in plain words, for status.
 type Check struct {
-	Cert *x509.Certificate
+	// Cert is nil when the certificate could not be read at all.
+	Cert *Certificate
 	// Problems make the certificate unusable for a client that verifies
 	// it (sslmode=verify-full), or the pair unusable for the server.
 	Problems []string
@@ -157,72 +161,192 @@ type Check struct {
 	Renew bool
 }
 
+// Certificate is what the operator reads of a checked certificate.
+type Certificate struct {
+	NotBefore, NotAfter time.Time
+	DNSNames            []string
+	CommonName          string
+}
+
+func certificateOf(c *x509.Certificate) *Certificate {
+	return &Certificate{NotBefore: c.NotBefore, NotAfter: c.NotAfter, DNSNames: c.DNSNames, CommonName: c.Subject.CommonName}
+}
+
 // CheckServer checks the PEM certificate, key and CA bundle of a server
 // against names at now: that the key matches, that the CA verifies the
 // certificate, that it is valid now and covers every name. Renew is set
 // once less than a third of its lifetime is left, and on any problem.
 func CheckServer(certPEM, keyPEM, caPEM []byte, names []string, now time.Time) Check {
-	return check(certPEM, keyPEM, caPEM, x509.ExtKeyUsageServerAuth, names, now)
+	c, _ := check(certPEM, keyPEM, caPEM, x509.ExtKeyUsageServerAuth, names, "", now)
+	return c
 }
 
 // CheckClient checks a client certificate as CheckServer does a server's,
 // and that it names the role commonName.
 func CheckClient(certPEM, keyPEM, caPEM []byte, commonName string, now time.Time) Check {
-	c := check(certPEM, keyPEM, caPEM, x509.ExtKeyUsageClientAuth, nil, now)
-	if c.Cert != nil && c.Cert.Subject.CommonName != commonName {
-		c.Problems = append(c.Problems, fmt.Sprintf("the certificate names %q, not %q", c.Cert.Subject.CommonName, commonName))
-		c.Renew = true
-	}
+	c, _ := check(certPEM, keyPEM, caPEM, x509.ExtKeyUsageClientAuth, nil, commonName, now)
 	return c
 }
 
-func check(certPEM, keyPEM, caPEM []byte, usage x509.ExtKeyUsage, names []string, now time.Time) Check {
+// validity is the span of time over which a check that found nothing
+// holds: no certificate of the chain is expired or not yet valid, and the
+// certificate is not due for renewal.
+type validity struct{ from, until time.Time }
+
+func (v validity) holds(now time.Time) bool { return !now.Before(v.from) && now.Before(v.until) }
+
+func check(certPEM, keyPEM, caPEM []byte, usage x509.ExtKeyUsage, names []string, commonName string, now time.Time) (Check, validity) {
 	var c Check
 	pair, err := KeyPair{Cert: certPEM, Key: keyPEM}.parse()
 	if err != nil {
 		c.Problems = append(c.Problems, "tls.crt and tls.key: "+err.Error())
 		c.Renew = true
 		if cert, err := ParseCert(certPEM); err == nil {
-			c.Cert = cert
+			c.Cert = certificateOf(cert)
 		}
-		return c
+		return c, validity{}
 	}
-	c.Cert = pair.cert
+	c.Cert = certificateOf(pair.cert)
+	v := validity{from: c.Cert.NotBefore, until: c.Cert.RenewAt()}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(caPEM) {
 		c.Problems = append(c.Problems, "ca.crt holds no PEM certificate")
-	} else if _, err := c.Cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now,
+	} else if chains, err := pair.cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now,
 		KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
 		c.Problems = append(c.Problems, "ca.crt does not verify tls.crt: "+err.Error())
+	} else {
+		for _, link := range chains[0] {
+			v.from, v.until = later(v.from, link.NotBefore), earlier(v.until, link.NotAfter)
+		}
 	}
 	var missing []string
 	for _, n := range names {
-		if c.Cert.VerifyHostname(n) != nil {
+		if pair.cert.VerifyHostname(n) != nil {
 			missing = append(missing, n)
 		}
 	}
 	if len(missing) > 0 {
 		c.Problems = append(c.Problems, fmt.Sprintf("the certificate does not cover %v", missing))
 	}
-	lifetime := c.Cert.NotAfter.Sub(c.Cert.NotBefore)
-	c.Renew = len(c.Problems) > 0 || c.Cert.NotAfter.Sub(now) < lifetime/3
-	return c
+	if commonName != "" && c.Cert.CommonName != commonName {
+		c.Problems = append(c.Problems, fmt.Sprintf("the certificate names %q, not %q", c.Cert.CommonName, commonName))
+	}
+	c.Renew = len(c.Problems) > 0 || !now.Before(c.Cert.RenewAt())
+	return c, v
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // RenewAt is when a certificate is due for renewal: a third of its
 // lifetime before it expires.
-func RenewAt(cert *x509.Certificate) time.Time {
-	return cert.NotAfter.Add(-cert.NotAfter.Sub(cert.NotBefore) / 3)
+func (c *Certificate) RenewAt() time.Time {
+	return c.NotAfter.Add(-c.NotAfter.Sub(c.NotBefore) / 3)
 }
 
-// SameNames reports whether cert names exactly names (in any order); no
-// certificate names nothing.
-func SameNames(cert *x509.Certificate, names []string) bool {
-	if cert == nil {
+// SameNames reports whether the certificate names exactly names (in any
+// order); no certificate names nothing.
+func (c *Certificate) SameNames(names []string) bool {
+	if c == nil {
 		return false
 	}
-	a, b := slices.Clone(cert.DNSNames), slices.Clone(names)
+	a, b := slices.Clone(c.DNSNames), slices.Clone(names)
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
+}
+
+// Checker checks certificates as CheckServer and CheckClient do, and
+// remembers, by their content, those that passed, for as long as that
+// cannot change: until the certificate is due for renewal or one of its
+// chain expires. A reconcile pass over an unchanged Secret then neither
+// parses nor verifies it again. What is not used for an hour is
+// forgotten. The zero value is ready, and safe for concurrent use.
+type Checker struct {
+	mu          sync.Mutex
+	recent, old map[[sha256.Size]byte]passed
+	turned      time.Time
+}
+
+type passed struct {
+	cert Certificate
+	validity
+}
+
+// checkerGeneration is how long an unused verdict is kept at least; at
+// most twice that.
+const checkerGeneration = time.Hour
+
+// Server is CheckServer, remembered.
+func (k *Checker) Server(certPEM, keyPEM, caPEM []byte, names []string, now time.Time) Check {
+	return k.check(certPEM, keyPEM, caPEM, x509.ExtKeyUsageServerAuth, names, "", now)
+}
+
+// Client is CheckClient, remembered.
+func (k *Checker) Client(certPEM, keyPEM, caPEM []byte, commonName string, now time.Time) Check {
+	return k.check(certPEM, keyPEM, caPEM, x509.ExtKeyUsageClientAuth, nil, commonName, now)
+}
+
+func (k *Checker) check(certPEM, keyPEM, caPEM []byte, usage x509.ExtKeyUsage, names []string, commonName string, now time.Time) Check {
+	key := checkKey(certPEM, keyPEM, caPEM, usage, names, commonName)
+	if p, ok := k.recall(key, now); ok {
+		cert := p.cert
+		return Check{Cert: &cert}
+	}
+	c, v := check(certPEM, keyPEM, caPEM, usage, names, commonName, now)
+	if len(c.Problems) == 0 && !c.Renew && v.holds(now) {
+		k.mu.Lock()
+		k.recent[key] = passed{cert: *c.Cert, validity: v}
+		k.mu.Unlock()
+	}
+	return c
+}
+
+// recall finds a verdict that holds at now, and turns the generations
+// over when one has passed.
+func (k *Checker) recall(key [sha256.Size]byte, now time.Time) (passed, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.recent == nil || now.Sub(k.turned) >= checkerGeneration || now.Before(k.turned) {
+		k.old, k.recent, k.turned = k.recent, map[[sha256.Size]byte]passed{}, now
+	}
+	p, ok := k.recent[key]
+	if !ok {
+		if p, ok = k.old[key]; ok {
+			k.recent[key] = p
+		}
+	}
+	return p, ok && p.holds(now)
+}
+
+// checkKey identifies a check by everything it depends on but the time.
+func checkKey(certPEM, keyPEM, caPEM []byte, usage x509.ExtKeyUsage, names []string, commonName string) [sha256.Size]byte {
+	h := sha256.New()
+	field := func(b []byte) {
+		_ = binary.Write(h, binary.LittleEndian, uint64(len(b)))
+		h.Write(b)
+	}
+	field([]byte{byte(usage)})
+	field([]byte(commonName))
+	_ = binary.Write(h, binary.LittleEndian, uint64(len(names)))
+	for _, n := range names {
+		field([]byte(n))
+	}
+	field(certPEM)
+	field(keyPEM)
+	field(caPEM)
+	var key [sha256.Size]byte
+	h.Sum(key[:0])
+	return key
 }

@@ -1,6 +1,7 @@
 package pki
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,15 +63,15 @@ func TestCheckServer(t *testing.T) {
 func TestRenewAtAndNames(t *testing.T) {
 	ca := mustCA(t, now)
 	s := mustServer(t, ca, []string{"b", "a"}, now)
-	cert, err := ParseCert(s.Cert)
-	if err != nil {
-		t.Fatal(err)
+	cert := CheckServer(s.Cert, s.Key, ca.Cert, nil, now).Cert
+	if cert == nil {
+		t.Fatal("the certificate was not read")
 	}
 	// 90 days from five minutes before now; renewed with a third left.
-	if want := cert.NotAfter.Add(-(ServerLifetime + backdate) / 3); !RenewAt(cert).Equal(want) {
-		t.Errorf("RenewAt %s, want %s", RenewAt(cert), want)
+	if want := cert.NotAfter.Add(-(ServerLifetime + backdate) / 3); !cert.RenewAt().Equal(want) {
+		t.Errorf("RenewAt %s, want %s", cert.RenewAt(), want)
 	}
-	if !SameNames(cert, []string{"a", "b"}) || SameNames(cert, []string{"a"}) {
+	if !cert.SameNames([]string{"a", "b"}) || cert.SameNames([]string{"a"}) || (*Certificate)(nil).SameNames(nil) {
 		t.Error("SameNames")
 	}
 	caCert, err := ParseCert(ca.Cert)
@@ -114,5 +115,63 @@ func TestCheckClient(t *testing.T) {
 				t.Errorf("renew %t, want %t", c.Renew, tc.renew)
 			}
 		})
+	}
+}
+
+// TestChecker: a remembered verdict is the one CheckServer or CheckClient
+// would give, at every time and for every change of content.
+func TestChecker(t *testing.T) {
+	ca, other := mustCA(t, now), mustCA(t, now)
+	names := []string{"db-rw", "db-0.db-headless.shop.svc"}
+	server := mustServer(t, ca, names, now)
+	client, err := NewClient(ca, "replicator", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A CA that expires 30 days from now, before its certificate is due.
+	old := mustCA(t, now.Add(-CALifetime+30*24*time.Hour))
+	underOld := mustServer(t, old, names, now)
+
+	k := &Checker{}
+	same := func(what string, got, want Check) {
+		t.Helper()
+		if strings.Join(got.Problems, "; ") != strings.Join(want.Problems, "; ") || got.Renew != want.Renew ||
+			(got.Cert == nil) != (want.Cert == nil) || (got.Cert != nil && (!got.Cert.NotAfter.Equal(want.Cert.NotAfter) ||
+			!slices.Equal(got.Cert.DNSNames, want.Cert.DNSNames) || got.Cert.CommonName != want.Cert.CommonName)) {
+			t.Errorf("%s: remembered %+v, want %+v", what, got, want)
+		}
+	}
+	for _, at := range []time.Time{now, now.Add(24 * time.Hour), now.Add(31 * 24 * time.Hour),
+		now.Add(61 * 24 * time.Hour), now.Add(91 * 24 * time.Hour), now} {
+		for range 2 { // the second call is answered from memory when the first passed
+			same("server "+at.String(), k.Server(server.Cert, server.Key, ca.Cert, names, at), CheckServer(server.Cert, server.Key, ca.Cert, names, at))
+			same("another CA", k.Server(server.Cert, server.Key, other.Cert, names, at), CheckServer(server.Cert, server.Key, other.Cert, names, at))
+			same("another name", k.Server(server.Cert, server.Key, ca.Cert, names[:1], at), CheckServer(server.Cert, server.Key, ca.Cert, names[:1], at))
+			same("client", k.Client(client.Cert, client.Key, ca.Cert, "replicator", at), CheckClient(client.Cert, client.Key, ca.Cert, "replicator", at))
+			same("another role", k.Client(client.Cert, client.Key, ca.Cert, "postgres", at), CheckClient(client.Cert, client.Key, ca.Cert, "postgres", at))
+			same("the server as a client", k.Client(server.Cert, server.Key, ca.Cert, "db-rw", at), CheckClient(server.Cert, server.Key, ca.Cert, "db-rw", at))
+			same("a CA expiring first", k.Server(underOld.Cert, underOld.Key, old.Cert, names, at), CheckServer(underOld.Cert, underOld.Key, old.Cert, names, at))
+		}
+	}
+	if c := CheckServer(underOld.Cert, underOld.Key, old.Cert, names, now.Add(31*24*time.Hour)); len(c.Problems) == 0 {
+		t.Fatal("the test's CA does not expire first")
+	}
+
+	// Only what passed is remembered: the server, the client and the
+	// certificate under the expiring CA (the last turn, at now).
+	k = &Checker{}
+	k.Server(server.Cert, server.Key, ca.Cert, names, now)
+	k.Server(server.Cert, server.Key, other.Cert, names, now)
+	k.Client(client.Cert, client.Key, ca.Cert, "replicator", now)
+	if len(k.recent) != 2 {
+		t.Errorf("%d verdicts remembered, want the 2 that passed", len(k.recent))
+	}
+	// A verdict used in every generation stays; an unused one goes after
+	// two.
+	for i := 1; i <= 2; i++ {
+		k.Server(server.Cert, server.Key, ca.Cert, names, now.Add(time.Duration(i)*checkerGeneration))
+	}
+	if len(k.recent) != 1 || len(k.old) != 1 {
+		t.Errorf("after two generations: %d recent, %d old verdicts, want 1 and 1 (the server's, used in each)", len(k.recent), len(k.old))
 	}
 }

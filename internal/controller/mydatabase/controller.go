@@ -31,6 +31,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/metrics"
+	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -63,6 +64,9 @@ type MyDatabaseReconciler struct {
 
 	// written remembers the status writes the cache does not show yet.
 	written statusWrites
+	// certs remembers the certificates found good, by content: a pass
+	// over an unchanged Secret does not verify it again.
+	certs pki.Checker
 }
 
 // +kubebuilder:rbac:groups=database.example.com,resources=mydatabases,verbs=get;list;watch;patch

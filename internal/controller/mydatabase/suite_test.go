@@ -176,7 +176,7 @@ func sequentialPasswords() func() (string, error) {
 }
 
 // namespace creates a fresh namespace for one test.
-func namespace(t *testing.T) string {
+func namespace(t testing.TB) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"}}
 	if err := k8s.Create(context.Background(), ns); err != nil {
@@ -197,7 +197,7 @@ func newDB(ns, name string, mutate ...func(*databasev1alpha1.MyDatabase)) *datab
 	return db
 }
 
-func create(t *testing.T, db *databasev1alpha1.MyDatabase) *databasev1alpha1.MyDatabase {
+func create(t testing.TB, db *databasev1alpha1.MyDatabase) *databasev1alpha1.MyDatabase {
 	t.Helper()
 	if err := k8s.Create(context.Background(), db); err != nil {
 		t.Fatalf("creating MyDatabase: %v", err)
@@ -206,7 +206,7 @@ func create(t *testing.T, db *databasev1alpha1.MyDatabase) *databasev1alpha1.MyD
 }
 
 // eventually polls check until it returns nil, failing the test after 30s.
-func eventually(t *testing.T, what string, check func() error) {
+func eventually(t testing.TB, what string, check func() error) {
 	t.Helper()
 	testenv.Eventually(t, 30*time.Second, what, check)
 }

@@ -60,7 +60,7 @@ func (r *MyDatabaseReconciler) reconcileTLS(ctx context.Context, db *databasev1a
 		client, err := pki.NewClient(ca, specs.ReplicationRole, now)
 		return specs.ReplicationCertSecret(db, client, ca.Cert), err
 	}, func(data map[string][]byte) string {
-		check := pki.CheckClient(data[specs.TLSCertKey], data[specs.TLSKeyKey], ca.Cert, specs.ReplicationRole, now)
+		check := r.certs.Client(data[specs.TLSCertKey], data[specs.TLSKeyKey], ca.Cert, specs.ReplicationRole, now)
 		return renewal(check, data, ca.Cert, nil)
 	})
 	if err != nil || obs.blocked() {
@@ -75,7 +75,7 @@ func (r *MyDatabaseReconciler) reconcileTLS(ctx context.Context, db *databasev1a
 		server, err := pki.NewServer(ca, specs.ServerCommonName(db), names, now)
 		return specs.ServerCertSecret(db, server, ca.Cert), err
 	}, func(data map[string][]byte) string {
-		check := pki.CheckServer(data[specs.TLSCertKey], data[specs.TLSKeyKey], ca.Cert, names, now)
+		check := r.certs.Server(data[specs.TLSCertKey], data[specs.TLSKeyKey], ca.Cert, names, now)
 		return renewal(check, data, ca.Cert, names)
 	})
 	if err != nil || data == nil {
@@ -164,7 +164,7 @@ func (r *MyDatabaseReconciler) keepIssued(ctx context.Context, db *databasev1alp
 // (nil: none to cover).
 func renewal(check pki.Check, data map[string][]byte, caCert []byte, names []string) string {
 	switch {
-	case names != nil && check.Cert != nil && !pki.SameNames(check.Cert, names):
+	case names != nil && check.Cert != nil && !check.Cert.SameNames(names):
 		return "the names clients use changed"
 	case len(check.Problems) > 0:
 		return strings.Join(check.Problems, "; ")
@@ -257,7 +257,7 @@ func (r *MyDatabaseReconciler) createCA(ctx context.Context, db *databasev1alpha
 func (r *MyDatabaseReconciler) observeCertificate(db *databasev1alpha1.MyDatabase, obs *observation, secret, caSecret string, data map[string][]byte, issued bool) {
 	now := r.Clock.Now()
 	names := specs.ServerDNSNames(db)
-	check := pki.CheckServer(data[specs.TLSCertKey], data[specs.TLSKeyKey], data[specs.CACertKey], names, now)
+	check := r.certs.Server(data[specs.TLSCertKey], data[specs.TLSKeyKey], data[specs.CACertKey], names, now)
 	st := &tlsState{status: &databasev1alpha1.TLSStatus{ServerCertSecret: secret, CASecret: caSecret}, reason: databasev1alpha1.ReasonCertificateValid}
 	obs.tls = st
 	if check.Cert == nil {
@@ -265,7 +265,7 @@ func (r *MyDatabaseReconciler) observeCertificate(db *databasev1alpha1.MyDatabas
 		return
 	}
 	st.status.NotAfter, st.status.DNSNames = &metav1.Time{Time: check.Cert.NotAfter}, check.Cert.DNSNames
-	renewAt := pki.RenewAt(check.Cert)
+	renewAt := check.Cert.RenewAt()
 	if issued {
 		st.status.RenewAt = &metav1.Time{Time: renewAt}
 	}
