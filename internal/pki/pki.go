@@ -279,9 +279,35 @@ type Checker struct {
 	turned      time.Time
 }
 
+// passed is a remembered verdict, kept small: times in Unix seconds (a
+// certificate's have no finer resolution), and the names only when they
+// differ from those checked (never, for what the operator issues).
 type passed struct {
-	cert Certificate
-	validity
+	notBefore, notAfter, from, until int64
+	dnsNames                         []string
+	commonName                       string
+}
+
+func remember(c *Certificate, v validity, names []string) passed {
+	p := passed{notBefore: c.NotBefore.Unix(), notAfter: c.NotAfter.Unix(), from: v.from.Unix(), until: v.until.Unix(),
+		commonName: c.CommonName}
+	if !slices.Equal(c.DNSNames, names) {
+		p.dnsNames = c.DNSNames
+	}
+	return p
+}
+
+func (p passed) recall(names []string) *Certificate {
+	c := &Certificate{NotBefore: time.Unix(p.notBefore, 0).UTC(), NotAfter: time.Unix(p.notAfter, 0).UTC(),
+		DNSNames: p.dnsNames, CommonName: p.commonName}
+	if c.DNSNames == nil {
+		c.DNSNames = names
+	}
+	return c
+}
+
+func (p passed) holds(now time.Time) bool {
+	return validity{from: time.Unix(p.from, 0), until: time.Unix(p.until, 0)}.holds(now)
 }
 
 // checkerGeneration is how long an unused verdict is kept at least; at
@@ -301,13 +327,12 @@ func (k *Checker) Client(certPEM, keyPEM, caPEM []byte, commonName string, now t
 func (k *Checker) check(certPEM, keyPEM, caPEM []byte, usage x509.ExtKeyUsage, names []string, commonName string, now time.Time) Check {
 	key := checkKey(certPEM, keyPEM, caPEM, usage, names, commonName)
 	if p, ok := k.recall(key, now); ok {
-		cert := p.cert
-		return Check{Cert: &cert}
+		return Check{Cert: p.recall(names)}
 	}
 	c, v := check(certPEM, keyPEM, caPEM, usage, names, commonName, now)
 	if len(c.Problems) == 0 && !c.Renew && v.holds(now) {
 		k.mu.Lock()
-		k.recent[key] = passed{cert: *c.Cert, validity: v}
+		k.recent[key] = remember(c.Cert, v, names)
 		k.mu.Unlock()
 	}
 	return c
