@@ -51,14 +51,30 @@ func (r *MyDatabaseReconciler) reconcileSwitchover(ctx context.Context, db *data
 	sw := obs.switchover
 	now := r.Clock.Now()
 	if sw.target != "" {
+		// The target holds the Lease first, then promotes and says so in
+		// its report: only then is it the primary.
+		handedOver := obs.primary == sw.target
+		promoted := false
+		if rep := podReports(obs.pods)[sw.target]; rep != nil {
+			promoted = rep.Role == databasev1alpha1.RolePrimary
+		}
 		switch {
-		case obs.primary == sw.target:
+		case handedOver && promoted:
 			r.finishSwitchover(db, obs, databasev1alpha1.SwitchoverSucceeded, fmt.Sprintf("%s is the primary", sw.target))
 		case sw.status == nil || sw.status.StartedAt == nil || now.Sub(sw.status.StartedAt.Time) >= switchoverTimeout(db):
-			r.finishSwitchover(db, obs, databasev1alpha1.SwitchoverFailed, fmt.Sprintf(
-				"%s did not take over within %s, %s stays the primary: the primary hands over only to a replica "+
-					"that streams from it less than 16 MiB behind; its instance manager's log says why it did not",
-				sw.target, switchoverTimeout(db), obs.primaryPod(db)))
+			message := fmt.Sprintf("%s did not take over within %s, %s stays the primary: the primary hands over only to a replica "+
+				"that streams from it less than 16 MiB behind; its instance manager's log says why it did not",
+				sw.target, switchoverTimeout(db), obs.primaryPod(db))
+			if handedOver {
+				message = fmt.Sprintf("%s holds the primary Lease but has not reported as the primary within %s: "+
+					"its instance manager's log says why", sw.target, switchoverTimeout(db))
+			}
+			r.finishSwitchover(db, obs, databasev1alpha1.SwitchoverFailed, message)
+		case handedOver:
+			// Its report, when it changes, wakes a pass.
+			sw.status.Message = fmt.Sprintf("%s holds the primary Lease and is being promoted", sw.target)
+			obs.recheck(sw.status.StartedAt.Add(switchoverTimeout(db)).Sub(now))
+			return nil
 		default:
 			obs.recheck(sw.status.StartedAt.Add(switchoverTimeout(db)).Sub(now))
 			return r.askSwitchover(ctx, obs, sw.target)

@@ -42,6 +42,21 @@ func instancePod(t *testing.T, db *databasev1alpha1.MyDatabase, name, revision, 
 	})
 }
 
+// reportRole plays an instance manager: pod name reports a ready server
+// in role, at lsn.
+func reportRole(t *testing.T, db *databasev1alpha1.MyDatabase, name, role, lsn string) {
+	t.Helper()
+	eventually(t, name+" reporting "+role, func() error {
+		pod := &corev1.Pod{}
+		if err := get(db.Namespace, name, pod); err != nil {
+			return err
+		}
+		pod.Annotations[databasev1alpha1.AnnotationInstance] = fmt.Sprintf(
+			`{"role":%q,"ready":true,"timeline":2,"lsn":%q,"replayed":%q,"time":"2026-01-02T03:04:06Z"}`, role, lsn, lsn)
+		return k8s.Update(context.Background(), pod)
+	})
+}
+
 // holdLease plays the instance managers: holder takes the Lease, and the
 // switchover request, if any, is taken off it.
 func holdLease(t *testing.T, db *databasev1alpha1.MyDatabase, holder string) {
@@ -98,7 +113,18 @@ func TestRequestedSwitchover(t *testing.T) {
 		}
 		return nil
 	})
+	// The target holds the Lease before it has promoted: not done yet.
 	holdLease(t, db, "sw-2")
+	waitFor(t, db, "the target promoting", func(db *databasev1alpha1.MyDatabase) error {
+		sw := db.Status.Switchover
+		if db.Status.CurrentPrimary != "sw-2" || sw == nil || sw.Phase != databasev1alpha1.SwitchoverRunning ||
+			sw.Message != "sw-2 holds the primary Lease and is being promoted" {
+			return fmt.Errorf("currentPrimary %q, switchover %+v", db.Status.CurrentPrimary, sw)
+		}
+		return nil
+	})
+	reportRole(t, db, "sw-0", databasev1alpha1.RoleReplica, "0/5000100")
+	reportRole(t, db, "sw-2", databasev1alpha1.RolePrimary, "0/5000100")
 	waitFor(t, db, "the switchover done", func(db *databasev1alpha1.MyDatabase) error {
 		sw := db.Status.Switchover
 		if db.Status.TargetPrimary != "" || db.Status.CurrentPrimary != "sw-2" || sw == nil ||
@@ -168,7 +194,18 @@ func TestRollingUpdateSwitchesOverOnce(t *testing.T) {
 	if err := get(ns, "roll-0", primary); err != nil || !primary.DeletionTimestamp.IsZero() {
 		t.Fatalf("the primary was deleted before the switchover (err %v)", err)
 	}
+	// The old primary is restarted only once the new one runs.
 	holdLease(t, db, "roll-1")
+	waitFor(t, db, "the target promoting", func(db *databasev1alpha1.MyDatabase) error {
+		if sw := db.Status.Switchover; sw == nil || sw.Phase != databasev1alpha1.SwitchoverRunning || db.Status.CurrentPrimary != "roll-1" {
+			return fmt.Errorf("currentPrimary %q, switchover %+v", db.Status.CurrentPrimary, sw)
+		}
+		return nil
+	})
+	if err := get(ns, "roll-0", primary); err != nil || !primary.DeletionTimestamp.IsZero() {
+		t.Fatalf("the old primary was deleted before the new one reported as the primary (err %v)", err)
+	}
+	reportRole(t, db, "roll-1", databasev1alpha1.RolePrimary, "0/5000100")
 	eventually(t, "the old primary deleted once a replica", gone(ns, "roll-0", &corev1.Pod{}))
 	waitFor(t, db, "the switchover reported", func(db *databasev1alpha1.MyDatabase) error {
 		sw := db.Status.Switchover
