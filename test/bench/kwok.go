@@ -142,7 +142,12 @@ func (kc *kwokCluster) create(limits ClusterLimits) error {
 	arg := func(key string, value any) {
 		fmt.Fprintf(&extra, "  - key: %s\n    value: %q\n", key, fmt.Sprint(value))
 	}
-	extra.WriteString("componentsPatches:\n- name: kube-controller-manager\n  extraArgs:\n")
+	// A /16 of Service addresses: the default /24 runs out at about 120
+	// MyDatabases of several servers (a primary and a read-only Service
+	// each).
+	extra.WriteString("componentsPatches:\n- name: kube-apiserver\n  extraArgs:\n")
+	arg("service-cluster-ip-range", "10.0.0.0/16")
+	extra.WriteString("- name: kube-controller-manager\n  extraArgs:\n")
 	arg("kube-api-qps", limits.QPS)
 	arg("kube-api-burst", limits.Burst)
 	arg("concurrent-statefulset-syncs", limits.StatefulSetSyncs)

@@ -230,14 +230,21 @@ func TestReadyAndUnderstoodByKstatus(t *testing.T) {
 	}
 }
 
-func TestConvergedReconcileWritesNothing(t *testing.T) {
-	ns := namespace(t)
-	db := create(t, newDB(ns, "quiet", func(db *databasev1alpha1.MyDatabase) { db.Spec.Replicas = ptr.To[int32](3) }))
-	eventually(t, "the StatefulSet", exists(ns, "quiet", &appsv1.StatefulSet{}))
+// convergedDB creates a MyDatabase of 3 servers in namespace ns and waits
+// until it is Ready and the watch events of its last writes have drained.
+func convergedDB(t testing.TB, ns, name string) *databasev1alpha1.MyDatabase {
+	t.Helper()
+	db := create(t, newDB(ns, name, func(db *databasev1alpha1.MyDatabase) { db.Spec.Replicas = ptr.To[int32](3) }))
+	eventually(t, "the StatefulSet", exists(ns, name, &appsv1.StatefulSet{}))
 	markReady(t, db)
 	waitFor(t, db, "Ready", phaseIs(databasev1alpha1.PhaseReady))
-	time.Sleep(time.Second) // let the watch events of the last writes drain
+	time.Sleep(time.Second)
+	return db
+}
 
+func TestConvergedReconcileWritesNothing(t *testing.T) {
+	ns := namespace(t)
+	db := convergedDB(t, ns, "quiet")
 	before := writes.WritesIn(ns)
 	if before["apply StatefulSet"] == 0 {
 		t.Fatalf("no StatefulSet apply counted in namespace %s: %v", ns, before)

@@ -4,14 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 )
 
 // BenchmarkConvergedPass is one pass over a converged MyDatabase of three
@@ -21,12 +16,7 @@ import (
 //	go test ./internal/controller/mydatabase -run '^$' -bench ConvergedPass -cpuprofile pass.prof
 func BenchmarkConvergedPass(b *testing.B) {
 	ns := namespace(b)
-	db := create(b, newDB(ns, "bench", func(db *databasev1alpha1.MyDatabase) { db.Spec.Replicas = ptr.To[int32](3) }))
-	eventually(b, "the StatefulSet", exists(ns, "bench", &appsv1.StatefulSet{}))
-	markReady(b, db)
-	waitFor(b, db, "Ready", phaseIs(databasev1alpha1.PhaseReady))
-	time.Sleep(time.Second) // let the watch events of the last writes drain
-
+	db := convergedDB(b, ns, "bench")
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}
 	before := fmt.Sprint(writes.WritesIn(ns))
 	b.ReportAllocs()
