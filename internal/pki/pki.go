@@ -271,8 +271,8 @@ func (c *Certificate) SameNames(names []string) bool {
 // remembers, by their content, those that passed, for as long as that
 // cannot change: until the certificate is due for renewal or one of its
 // chain expires. A reconcile pass over an unchanged Secret then neither
-// parses nor verifies it again. What is not used for an hour is
-// forgotten. The zero value is ready, and safe for concurrent use.
+// parses nor verifies it again. A verdict not used for one to two hours
+// is forgotten. The zero value is ready, and safe for concurrent use.
 type Checker struct {
 	mu          sync.Mutex
 	recent, old map[[sha256.Size]byte]passed
@@ -297,7 +297,8 @@ func remember(c *Certificate, v validity, names []string) passed {
 	return p
 }
 
-func (p passed) recall(names []string) *Certificate {
+// certificate is what the check of names found, remembered.
+func (p passed) certificate(names []string) *Certificate {
 	c := &Certificate{NotBefore: time.Unix(p.notBefore, 0).UTC(), NotAfter: time.Unix(p.notAfter, 0).UTC(),
 		DNSNames: p.dnsNames, CommonName: p.commonName}
 	if c.DNSNames == nil {
@@ -327,7 +328,7 @@ func (k *Checker) Client(certPEM, keyPEM, caPEM []byte, commonName string, now t
 func (k *Checker) check(certPEM, keyPEM, caPEM []byte, usage x509.ExtKeyUsage, names []string, commonName string, now time.Time) Check {
 	key := checkKey(certPEM, keyPEM, caPEM, usage, names, commonName)
 	if p, ok := k.recall(key, now); ok {
-		return Check{Cert: p.recall(names)}
+		return Check{Cert: p.certificate(names)}
 	}
 	c, v := check(certPEM, keyPEM, caPEM, usage, names, commonName, now)
 	if len(c.Problems) == 0 && !c.Renew && v.holds(now) {
