@@ -198,14 +198,21 @@ func KindOf(obj client.Object) string {
 // object (decoded JSON) whose value differs in live, or "" when live agrees
 // with every field we set. Fields the server or others added are ignored;
 // a desired list must be a prefix of the live one, element by element.
+//
+// The live object is read into the same form as the desired one by the
+// unstructured converter, which follows the JSON encoding (field names,
+// omitempty, the encoders of quantities and times, base64 for bytes) but
+// leaves integers as int64: subset compares numbers by value. It costs
+// about a third of a JSON encoding and decoding.
 func disagreement(want map[string]any, live client.Object) string {
-	liveJSON, err := json.Marshal(live)
-	if err != nil {
-		return "(live: " + err.Error() + ")"
-	}
-	var got any
-	if err := json.Unmarshal(liveJSON, &got); err != nil {
-		return "(live: " + err.Error() + ")"
+	var got map[string]any
+	if u, ok := live.(*unstructured.Unstructured); ok {
+		got = u.Object
+	} else {
+		var err error
+		if got, err = runtime.DefaultUnstructuredConverter.ToUnstructured(live); err != nil {
+			return "(live: " + err.Error() + ")"
+		}
 	}
 	// Objects from the cache carry no type meta.
 	w := maps.Clone(want)
@@ -236,10 +243,26 @@ func subset(want, got any, path string) string {
 				return bad
 			}
 		}
+	case float64:
+		if n, ok := number(got); !ok || n != w {
+			return path
+		}
 	default:
 		if want != got {
 			return path
 		}
 	}
 	return ""
+}
+
+// number reads a number of the live object: an int64 from the converter
+// (or a float64 from JSON) as the float64 that decoding JSON gives.
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return float64(n), true
+	case float64:
+		return n, true
+	}
+	return 0, false
 }

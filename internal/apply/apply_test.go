@@ -3,10 +3,15 @@ package apply
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -32,6 +37,101 @@ func TestDisagreement(t *testing.T) {
 	} {
 		if got := disagreement(decode(t, tc.desired), tc.live); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.desired, got, tc.want)
+		}
+	}
+}
+
+// The drift check reads live objects with the unstructured converter
+// instead of encoding them to JSON and decoding that: both must read every
+// field alike, or a converged child would be written on every pass (or
+// drift missed). Each object, as JSON decodes it, must agree with itself
+// as the converter reads it, and a changed field must still be found.
+func TestDisagreementReadsLiveAsJSONDoes(t *testing.T) {
+	created := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	for _, live := range []client.Object{
+		&appsv1.StatefulSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "db", CreationTimestamp: created, Labels: map[string]string{"a": "b"},
+				OwnerReferences: []metav1.OwnerReference{{UID: "u", Controller: new(true), Kind: "MyDatabase", Name: "db", APIVersion: "v"}}},
+			Spec: appsv1.StatefulSetSpec{
+				Replicas: new(int32(3)),
+				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: new(int64(3600)),
+					Containers: []corev1.Container{{
+						Name: "postgres", Image: "postgres:17", Args: []string{"-c", "x=1"},
+						Ports: []corev1.ContainerPort{{ContainerPort: 5432, Protocol: corev1.ProtocolTCP}},
+						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+							corev1.ResourceMemory: resource.MustParse("512Mi"), corev1.ResourceCPU: resource.MustParse("250m")}},
+						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+							Port: intstr.FromString("status"), Path: "/readyz"}}, PeriodSeconds: 5},
+						SecurityContext: &corev1.SecurityContext{RunAsNonRoot: new(true), RunAsUser: new(int64(999))},
+					}},
+				}},
+				VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"},
+					Spec: corev1.PersistentVolumeClaimSpec{Resources: corev1.VolumeResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}},
+			},
+			Status: appsv1.StatefulSetStatus{ReadyReplicas: 3, ObservedGeneration: 7},
+		},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Data: map[string][]byte{"tls.key": {0, 1, 2, 255}},
+			Type: corev1.SecretTypeTLS},
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+			Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: new(intstr.FromInt32(1))}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "svc"}, Spec: corev1.ServiceSpec{
+			Ports: []corev1.ServicePort{{Name: "pg", Port: 5432, TargetPort: intstr.FromInt32(5432)}}, ClusterIP: "None"}},
+	} {
+		raw, err := json.Marshal(live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := decode(t, string(raw))
+		if field := disagreement(want, live); field != "" {
+			t.Errorf("%T read unlike JSON at %s", live, field)
+		}
+		// A change anywhere is still found: every leaf, changed in turn.
+		for _, path := range leaves(want, nil) {
+			changed := decode(t, string(raw))
+			set(changed, path, "changed")
+			if disagreement(changed, live) == "" {
+				t.Errorf("%T: a change at %v is not seen", live, path)
+			}
+		}
+	}
+}
+
+// leaves lists the paths (keys and indexes) to every scalar of v.
+func leaves(v any, path []any) [][]any {
+	var out [][]any
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			out = append(out, leaves(e, append(append([]any{}, path...), k))...)
+		}
+	case []any:
+		for i, e := range v {
+			out = append(out, leaves(e, append(append([]any{}, path...), i))...)
+		}
+	default:
+		out = append(out, path)
+	}
+	return out
+}
+
+func set(v any, path []any, value any) {
+	for i, step := range path {
+		last := i == len(path)-1
+		switch step := step.(type) {
+		case string:
+			m := v.(map[string]any)
+			if last {
+				m[step] = value
+			}
+			v = m[step]
+		case int:
+			l := v.([]any)
+			if last {
+				l[step] = value
+			}
+			v = l[step]
 		}
 	}
 }
