@@ -60,26 +60,29 @@ func (e *Engine) Apply(ctx context.Context, desired Configuration, live client.O
 	hash := hex.EncodeToString(sum[:])[:16]
 
 	key := client.ObjectKey{Namespace: ptr.Deref(desired.GetNamespace(), ""), Name: ptr.Deref(desired.GetName(), "")}
-	var want map[string]any
-	if err := json.Unmarshal(raw, &want); err != nil {
-		return Unchanged, fmt.Errorf("decoding desired %T: %w", desired, err)
-	}
 	outcome := Updated
 	switch err := e.Client.Get(ctx, key, live); {
 	case apierrors.IsNotFound(err):
 		outcome = Created
 	case err != nil:
 		return Unchanged, &ObjectError{Verb: "get", Kind: KindOf(live), Name: key.Name, Err: err}
-	case ownedByAnother(want, live):
-		return Unchanged, &OwnedElsewhereError{Kind: KindOf(live), Name: key.Name, Owner: metav1.GetControllerOf(live).UID}
-	case live.GetAnnotations()[databasev1alpha1.AnnotationSpecHash] != hash:
-		logf.FromContext(ctx).V(1).Info("Spec changed", "kind", KindOf(live), "name", key.Name)
 	default:
-		field := disagreement(want, live)
-		if field == "" {
-			return Unchanged, nil
+		var want map[string]any
+		if err := json.Unmarshal(raw, &want); err != nil {
+			return Unchanged, fmt.Errorf("decoding desired %T: %w", desired, err)
 		}
-		logf.FromContext(ctx).V(1).Info("Drift", "kind", KindOf(live), "name", key.Name, "field", field)
+		switch {
+		case ownedByAnother(want, live):
+			return Unchanged, &OwnedElsewhereError{Kind: KindOf(live), Name: key.Name, Owner: metav1.GetControllerOf(live).UID}
+		case live.GetAnnotations()[databasev1alpha1.AnnotationSpecHash] != hash:
+			logf.FromContext(ctx).V(1).Info("Spec changed", "kind", KindOf(live), "name", key.Name)
+		default:
+			field := disagreement(want, live)
+			if field == "" {
+				return Unchanged, nil
+			}
+			logf.FromContext(ctx).V(1).Info("Drift", "kind", KindOf(live), "name", key.Name, "field", field)
+		}
 	}
 
 	body, err := withAnnotation(raw, databasev1alpha1.AnnotationSpecHash, hash)

@@ -267,12 +267,13 @@ func (c *Certificate) SameNames(names []string) bool {
 	return slices.Equal(a, b)
 }
 
-// Checker checks certificates as CheckServer and CheckClient do, and
-// remembers, by their content, those that passed, for as long as that
-// cannot change: until the certificate is due for renewal or one of its
-// chain expires. A reconcile pass over an unchanged Secret then neither
-// parses nor verifies it again. A verdict not used for one to two hours
-// is forgotten. The zero value is ready, and safe for concurrent use.
+// Checker checks certificates as CheckServer and CheckClient do (and a
+// CA's key pair as KeyPair.Valid does), and remembers, by their content,
+// those that passed, for as long as that cannot change: until the
+// certificate is due for renewal or one of its chain expires. A reconcile
+// pass over an unchanged Secret then neither parses nor verifies it
+// again. A verdict not used for one to two hours is forgotten. The zero
+// value is ready, and safe for concurrent use.
 type Checker struct {
 	mu          sync.Mutex
 	recent, old map[[sha256.Size]byte]passed
@@ -332,11 +333,38 @@ func (k *Checker) check(certPEM, keyPEM, caPEM []byte, usage x509.ExtKeyUsage, n
 	}
 	c, v := check(certPEM, keyPEM, caPEM, usage, names, commonName, now)
 	if len(c.Problems) == 0 && !c.Renew && v.holds(now) {
-		k.mu.Lock()
-		k.recent[key] = remember(c.Cert, v, names)
-		k.mu.Unlock()
+		k.keep(key, remember(c.Cert, v, names))
 	}
 	return c
+}
+
+// Valid is kp.Valid, remembered: a pair found good is not parsed again
+// while its certificate is within its validity (outside it, the pair is
+// parsed again, with the same answer: Valid does not look at the time).
+func (k *Checker) Valid(kp KeyPair, now time.Time) error {
+	key := checkKey(kp.Cert, kp.Key, nil, pairUsage, nil, "")
+	if _, ok := k.recall(key, now); ok {
+		return nil
+	}
+	pair, err := kp.parse()
+	if err != nil {
+		return err
+	}
+	c := certificateOf(pair.cert)
+	if v := (validity{from: c.NotBefore, until: c.NotAfter}); v.holds(now) {
+		k.keep(key, remember(c, v, c.DNSNames))
+	}
+	return nil
+}
+
+// pairUsage stands for "the key matches the certificate" among the usages
+// a check is keyed by: no extended key usage has this value.
+const pairUsage x509.ExtKeyUsage = -1
+
+func (k *Checker) keep(key [sha256.Size]byte, p passed) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.recent[key] = p
 }
 
 // recall finds a verdict that holds at now, and turns the generations
@@ -363,7 +391,7 @@ func checkKey(certPEM, keyPEM, caPEM []byte, usage x509.ExtKeyUsage, names []str
 		_ = binary.Write(h, binary.LittleEndian, uint64(len(b)))
 		h.Write(b)
 	}
-	field([]byte{byte(usage)})
+	_ = binary.Write(h, binary.LittleEndian, int64(usage))
 	field([]byte(commonName))
 	_ = binary.Write(h, binary.LittleEndian, uint64(len(names)))
 	for _, n := range names {

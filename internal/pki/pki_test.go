@@ -174,4 +174,22 @@ func TestChecker(t *testing.T) {
 	if len(k.recent) != 1 || len(k.old) != 1 {
 		t.Errorf("after two generations: %d recent, %d old verdicts, want 1 and 1 (the server's, used in each)", len(k.recent), len(k.old))
 	}
+
+	// Valid answers as KeyPair.Valid does, at any time (an expired CA's
+	// pair still matches), and remembers only a good pair in its validity.
+	k = &Checker{}
+	mismatched := KeyPair{Cert: server.Cert, Key: client.Key}
+	for _, at := range []time.Time{now, now.Add(CALifetime + time.Hour), now} {
+		for range 2 {
+			if err := k.Valid(ca, at); err != nil {
+				t.Errorf("the CA at %s: %v", at, err)
+			}
+			if err, want := k.Valid(mismatched, at), mismatched.Valid(); err == nil || err.Error() != want.Error() {
+				t.Errorf("a key that does not match its certificate at %s: %v, want %v", at, err, want)
+			}
+		}
+	}
+	if len(k.recent) != 1 {
+		t.Errorf("%d pairs remembered, want the CA's", len(k.recent))
+	}
 }

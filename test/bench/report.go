@@ -245,7 +245,7 @@ func summaryRows(res *Results, sums []*SettingsSummary) []Row {
 		}
 		rows = append(rows, Row{
 			ID:       "B1",
-			Metric:   fmt.Sprintf("time to converge %d MyDatabases (%s), median of %d", res.Options.N, label, s.Rounds),
+			Metric:   fmt.Sprintf("time to converge %d MyDatabases (%s), %s", res.Options.N, label, medianOf(s.Rounds)),
 			Ours:     fmt.Sprintf("%.1f s", s.OursSeconds),
 			Baseline: fmt.Sprintf("%.1f s (raw client, %d workers)", s.RawSeconds, s.Settings.Workers),
 			Ratio:    fmt.Sprintf("%.2f× (rounds: %s)", s.Ratio, joinRatios(s.Ratios)),
@@ -549,4 +549,12 @@ func joinInts(v []int) string {
 		parts[i] = fmt.Sprint(n)
 	}
 	return strings.Join(parts, "/")
+}
+
+// medianOf says over how many rounds a figure is taken.
+func medianOf(rounds int) string {
+	if rounds == 1 {
+		return "one round"
+	}
+	return fmt.Sprintf("median of %d rounds", rounds)
 }

@@ -106,8 +106,8 @@ func fullRow(res *Results, s *FullSummary, id string, target float64) Row {
 	return Row{
 		ID: id,
 		Metric: fmt.Sprintf("full tier: time until %d MyDatabases (%d "+servers+" each) are Ready, pods Running and Ready on %d KWOK nodes "+
-			"(real kube-controller-manager and kube-scheduler at %s; dev-provisioner volumes; %s), median of %d",
-			s.N, s.Replicas, s.Nodes, s.Limits, label, s.Rounds),
+			"(real kube-controller-manager and kube-scheduler at %s; dev-provisioner volumes; %s), %s",
+			s.N, s.Replicas, s.Nodes, s.Limits, label, medianOf(s.Rounds)),
 		Ours:     fmt.Sprintf("%.1f s", s.OursSeconds),
 		Baseline: fmt.Sprintf("%.1f s (raw client, %d workers, and the StatefulSet controller alone: until every readyReplicas == replicas)", s.RawSeconds, s.Settings.Workers),
 		Ratio:    fmt.Sprintf("%.2f× (rounds: %s)", s.Ratio, joinRatios(s.Ratios)),

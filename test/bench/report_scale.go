@@ -95,14 +95,6 @@ func scaleRows(sc *Results) []Row {
 	return rows
 }
 
-// medianOf says over how many rounds a figure is taken.
-func medianOf(rounds int) string {
-	if rounds == 1 {
-		return "one round"
-	}
-	return fmt.Sprintf("median of %d rounds", rounds)
-}
-
 // scaleMarkdown is the section of B8 and B9; empty without scale figures.
 func scaleMarkdown(sc *Results) string {
 	if sc == nil {

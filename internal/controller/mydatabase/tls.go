@@ -192,7 +192,7 @@ func (r *MyDatabaseReconciler) ensureCA(ctx context.Context, db *databasev1alpha
 		return pki.KeyPair{}, nil
 	}
 	ca := pki.KeyPair{Cert: secret.Data[specs.CACertKey], Key: secret.Data[specs.CAKeyKey]}
-	if err := ca.Valid(); err != nil {
+	if err := r.certs.Valid(ca, r.Clock.Now()); err != nil {
 		obs.stalled = &blocker{databasev1alpha1.ReasonCALost, fmt.Sprintf(
 			"Secret %q does not hold a usable CA (%v); the operator will not replace a CA clients may trust: restore its keys %s and %s from a backup",
 			name, err, specs.CACertKey, specs.CAKeyKey)}
