@@ -206,7 +206,7 @@ func KindOf(obj client.Object) string {
 // unstructured converter, which follows the JSON encoding (field names,
 // omitempty, the encoders of quantities and times, base64 for bytes) but
 // leaves integers as int64: subset compares numbers by value. It costs
-// about a third of a JSON encoding and decoding.
+// about half of a JSON encoding and decoding (docs/benchmarks.md).
 func disagreement(want map[string]any, live client.Object) string {
 	var got map[string]any
 	if u, ok := live.(*unstructured.Unstructured); ok {
