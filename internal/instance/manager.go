@@ -347,7 +347,13 @@ func (m *manager) follow(ctx context.Context, holder string, ready bool) error {
 	if r == nil || r.Address == "" || r.Role != databasev1alpha1.RolePrimary {
 		return nil // it has not reported as primary yet
 	}
-	if m.c.initialised() && m.role == stopped {
+	if m.c.initialised() {
+		// A running replica's last answer is not where its data stands: it
+		// goes on receiving what the old primary writes until that one
+		// stops, and a primary being fenced writes on (never acknowledged)
+		// past the point the new primary forked from. Only the stopped
+		// data tells whether it must be rewound.
+		m.stop()
 		seen, err := m.dataPosition(ctx)
 		if err != nil {
 			return err
@@ -370,7 +376,6 @@ func (m *manager) follow(ctx context.Context, holder string, ready bool) error {
 		if derr != nil {
 			return derr
 		}
-		m.stop()
 		switch h {
 		case forked:
 			err = m.rewind(ctx, r.Address)
