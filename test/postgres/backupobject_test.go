@@ -35,6 +35,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/backup"
+	"example.com/myoperator/internal/instance/report"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
@@ -63,6 +64,19 @@ func TestBackupObjectsAndRetention(t *testing.T) {
 	app := tcp(primary.port, db.Spec.User, db.Spec.DatabaseName)
 	c.query(t, app, password, "CREATE TABLE phases (phase text)", "INSERT INTO phases VALUES ('first')")
 	waitStreaming(t, c, primary, replica)
+	// The operator picks the replica by what its pod reports, which can
+	// lag behind streaming.
+	eventually(t, time.Minute, replica.name+" reports a ready replica", func() (bool, string) {
+		obj := &corev1.Pod{}
+		if err := c.api.Client.Get(context.Background(), client.ObjectKey{Namespace: db.Namespace, Name: replica.name}, obj); err != nil {
+			return false, err.Error()
+		}
+		r, err := report.Parse(obj.Annotations[databasev1alpha1.AnnotationInstance])
+		if err != nil {
+			return false, err.Error()
+		}
+		return r.Ready && r.Role == databasev1alpha1.RoleReplica, fmt.Sprintf("%+v", r)
+	})
 
 	take := func(name string, target databasev1alpha1.BackupTarget) databasev1alpha1.MyDatabaseBackupStatus {
 		t.Helper()
