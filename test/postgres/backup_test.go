@@ -13,9 +13,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/backup"
@@ -243,14 +241,11 @@ func TestBackupAndRestore(t *testing.T) {
 	}
 }
 
-// reportedArchive is what p's instance manager last reported of archiving.
+// reportedArchive is what p's instance manager last reported of archiving
+// (nil before its first report).
 func reportedArchive(t *testing.T, c *cluster, p *pod) *report.Archive {
 	t.Helper()
-	obj := &corev1.Pod{}
-	if err := c.api.Client.Get(context.Background(), client.ObjectKey{Namespace: c.db.Namespace, Name: p.name}, obj); err != nil {
-		t.Fatal(err)
-	}
-	r, err := report.Parse(obj.Annotations[databasev1alpha1.AnnotationInstance])
+	r, err := c.reportOf(p)
 	if err != nil {
 		return nil
 	}

@@ -35,7 +35,6 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/backup"
-	"example.com/myoperator/internal/instance/report"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
@@ -67,11 +66,7 @@ func TestBackupObjectsAndRetention(t *testing.T) {
 	// The operator picks the replica by what its pod reports, which can
 	// lag behind streaming.
 	eventually(t, time.Minute, replica.name+" reports a ready replica", func() (bool, string) {
-		obj := &corev1.Pod{}
-		if err := c.api.Client.Get(context.Background(), client.ObjectKey{Namespace: db.Namespace, Name: replica.name}, obj); err != nil {
-			return false, err.Error()
-		}
-		r, err := report.Parse(obj.Annotations[databasev1alpha1.AnnotationInstance])
+		r, err := c.reportOf(replica)
 		if err != nil {
 			return false, err.Error()
 		}

@@ -281,6 +281,15 @@ func (c *cluster) front(t *testing.T, pods []*pod) *testenv.Proxy {
 	return proxy
 }
 
+// reportOf is what p's instance manager last published on its pod.
+func (c *cluster) reportOf(p *pod) (report.Report, error) {
+	obj := &corev1.Pod{}
+	if err := c.api.Client.Get(context.Background(), client.ObjectKey{Namespace: c.db.Namespace, Name: p.name}, obj); err != nil {
+		return report.Report{}, err
+	}
+	return report.Parse(obj.Annotations[databasev1alpha1.AnnotationInstance])
+}
+
 // labelledPrimary is the pod the read-write Service would route to: the
 // one labelled primary whose report says it is a ready primary (an
 // endpoint must be ready); nil if none.

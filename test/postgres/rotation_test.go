@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/instance/report"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -113,11 +112,7 @@ func waitAccepted(t *testing.T, c *cluster, pods []*pod, staged *corev1.Secret) 
 	eventually(t, 60*time.Second, "every instance accepting the staged password", func() (bool, string) {
 		var missing []string
 		for _, p := range pods {
-			obj := &corev1.Pod{}
-			if err := c.api.Client.Get(context.Background(), client.ObjectKey{Namespace: c.db.Namespace, Name: p.name}, obj); err != nil {
-				return false, err.Error()
-			}
-			r, err := report.Parse(obj.Annotations[databasev1alpha1.AnnotationInstance])
+			r, err := c.reportOf(p)
 			switch {
 			case err != nil:
 				missing = append(missing, p.name+": "+err.Error())
