@@ -9,8 +9,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"reflect"
+	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,9 +67,9 @@ func (e *Engine) Apply(ctx context.Context, desired Configuration, live client.O
 	case err != nil:
 		return Unchanged, &ObjectError{Verb: "get", Kind: KindOf(live), Name: key.Name, Err: err}
 	default:
-		var want map[string]any
-		if err := json.Unmarshal(raw, &want); err != nil {
-			return Unchanged, fmt.Errorf("decoding desired %T: %w", desired, err)
+		want, err := read(desired)
+		if err != nil {
+			return Unchanged, fmt.Errorf("reading desired %T: %w", desired, err)
 		}
 		switch {
 		case ownedByAnother(want, live):
@@ -197,69 +197,75 @@ func KindOf(obj client.Object) string {
 	return reflect.TypeOf(obj).Elem().Name()
 }
 
-// disagreement returns the path of the first field set in the desired
-// object (decoded JSON) whose value differs in live, or "" when live agrees
-// with every field we set. Fields the server or others added are ignored;
-// a desired list must be a prefix of the live one, element by element.
-//
-// The live object is read into the same form as the desired one by the
-// unstructured converter, which follows the JSON encoding (field names,
-// omitempty, the encoders of quantities and times, base64 for bytes) but
-// leaves integers as int64: subset compares numbers by value. It costs
-// about half of a JSON encoding and decoding (docs/benchmarks.md).
-func disagreement(want map[string]any, live client.Object) string {
-	var got map[string]any
-	if u, ok := live.(*unstructured.Unstructured); ok {
-		got = u.Object
-	} else {
-		var err error
-		if got, err = runtime.DefaultUnstructuredConverter.ToUnstructured(live); err != nil {
-			return "(live: " + err.Error() + ")"
-		}
+// read gives an object, desired or live, in the form JSON decoding gives
+// it (field names, omitempty, the encoders of quantities, times and
+// int-or-strings, base64 for bytes), but with integers as int64: the
+// unstructured converter walks the Go value instead of encoding and
+// decoding it, at about half the cost (docs/benchmarks.md).
+func read(obj any) (map[string]any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return u.Object, nil
 	}
-	// Objects from the cache carry no type meta.
-	w := maps.Clone(want)
-	delete(w, "apiVersion")
-	delete(w, "kind")
-	return subset(w, got, "")
+	return runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 }
 
-func subset(want, got any, path string) string {
-	switch w := want.(type) {
-	case map[string]any:
-		g, ok := got.(map[string]any)
-		if !ok {
-			return path
+// disagreement returns the path of the first field set in the desired
+// object (as read) whose value differs in live, or "" when live agrees
+// with every field we set. Fields the server or others added are ignored;
+// a desired list must be a prefix of the live one, element by element.
+func disagreement(want map[string]any, live client.Object) string {
+	got, err := read(live)
+	if err != nil {
+		return "(live: " + err.Error() + ")"
+	}
+	for k, v := range want {
+		if k == "apiVersion" || k == "kind" {
+			continue // objects from the cache carry no type meta
 		}
-		for k, v := range w {
-			if bad := subset(v, g[k], path+"."+k); bad != "" {
-				return bad
-			}
-		}
-	case []any:
-		g, ok := got.([]any)
-		if !ok || len(g) < len(w) {
-			return path
-		}
-		for i := range w {
-			if bad := subset(w[i], g[i], fmt.Sprintf("%s[%d]", path, i)); bad != "" {
-				return bad
-			}
-		}
-	case float64:
-		if n, ok := number(got); !ok || n != w {
-			return path
-		}
-	default:
-		if want != got {
-			return path
+		if at, ok := subset(v, got[k]); !ok {
+			return "." + k + at
 		}
 	}
 	return ""
 }
 
-// number reads a number of the live object: an int64 from the converter
-// (or a float64 from JSON) as the float64 that decoding JSON gives.
+// subset reports whether got holds every field of want with want's
+// value; when not, it also returns the path below here to the first that
+// differs, built only then (a converged pass finds none).
+func subset(want, got any) (string, bool) {
+	switch w := want.(type) {
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok {
+			return "", false
+		}
+		for k, v := range w {
+			if at, ok := subset(v, g[k]); !ok {
+				return "." + k + at, false
+			}
+		}
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) < len(w) {
+			return "", false
+		}
+		for i := range w {
+			if at, ok := subset(w[i], g[i]); !ok {
+				return "[" + strconv.Itoa(i) + "]" + at, false
+			}
+		}
+	case int64, float64:
+		n, ok := number(got)
+		m, _ := number(want)
+		return "", ok && n == m
+	default:
+		return "", want == got
+	}
+	return "", true
+}
+
+// number reads a number as a float64: an int64 from the converter, or a
+// float64 from JSON (an Unstructured decoded by a client holds either).
 func number(v any) (float64, bool) {
 	switch n := v.(type) {
 	case int64:

@@ -2,17 +2,22 @@ package apply
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
 )
 
 // disagreement is the drift check: every field we set must have our value
@@ -182,4 +187,83 @@ func decode(t *testing.T, s string) map[string]any {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// The desired object is read with the unstructured converter too, instead
+// of decoding the JSON it is sent as: both must give the same fields and
+// values (numbers compared by value), or the drift check would test
+// fields we do not send, or miss some we do. Every builder of the
+// operator's applied children, on a MyDatabase that sets much.
+func TestDesiredReadsAsJSONDoes(t *testing.T) {
+	db := &databasev1alpha1.MyDatabase{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: "ns", UID: "u-1", Generation: 3},
+		Spec: databasev1alpha1.MyDatabaseSpec{
+			Replicas: new(int32(3)),
+			Storage:  databasev1alpha1.StorageSpec{Size: resource.MustParse("5Gi"), StorageClassName: new("fast")},
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}},
+			Parameters:   map[string]string{"work_mem": "8MB", "search_path": `"$user", public`},
+			NodeSelector: map[string]string{"disk": "ssd"},
+			Tolerations:  []corev1.Toleration{{Key: "db", Operator: corev1.TolerationOpExists, TolerationSeconds: new(int64(30))}},
+			TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "zone",
+				WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}}},
+			PodLabels:      map[string]string{"team": "shop"},
+			PodAnnotations: map[string]string{"note": "x"},
+			NetworkPolicy: databasev1alpha1.NetworkPolicySpec{Enabled: true, Clients: []networkingv1.NetworkPolicyPeer{
+				{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "shop"}}}}},
+		},
+	}
+	p := specs.Platform{InstanceManagerImage: "example.com/instance:1"}
+	for _, desired := range []Configuration{
+		specs.StatefulSet(db, p), specs.ConfigMap(db), specs.HeadlessService(db), specs.ReadWriteService(db),
+		specs.ReadOnlyService(db), specs.PodDisruptionBudget(db), specs.NetworkPolicy(db), specs.Lease(db),
+		specs.InstanceServiceAccount(db), specs.InstanceRole(db), specs.InstanceRoleBinding(db),
+		specs.UpgradeJob(db, &databasev1alpha1.MajorUpgradeStatus{From: "16", To: "17"}, p),
+	} {
+		raw, err := json.Marshal(desired)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read, err := read(desired)
+		if err != nil {
+			t.Fatalf("%T: %v", desired, err)
+		}
+		if at, same := sameReading(decode(t, string(raw)), read); !same {
+			t.Errorf("%T read unlike JSON at %s", desired, at)
+		}
+	}
+}
+
+// sameReading compares two readings of an object, numbers by value.
+func sameReading(a, b any) (string, bool) {
+	switch a := a.(type) {
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) {
+			return "", false
+		}
+		for k := range a {
+			if at, same := sameReading(a[k], b[k]); !same {
+				return "." + k + at, false
+			}
+		}
+		return "", true
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) {
+			return "", false
+		}
+		for i := range a {
+			if at, same := sameReading(a[i], b[i]); !same {
+				return fmt.Sprintf("[%d]%s", i, at), false
+			}
+		}
+		return "", true
+	case int64, float64:
+		m, _ := number(a)
+		n, ok := number(b)
+		return "", ok && m == n
+	}
+	return "", a == b
 }
