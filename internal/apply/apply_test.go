@@ -225,11 +225,11 @@ func TestDesiredReadsAsJSONDoes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		read, err := read(desired)
+		converted, err := read(desired)
 		if err != nil {
 			t.Fatalf("%T: %v", desired, err)
 		}
-		if at, same := sameReading(decode(t, string(raw)), read); !same {
+		if at, same := sameReading(decode(t, string(raw)), converted); !same {
 			t.Errorf("%T read unlike JSON at %s", desired, at)
 		}
 	}
