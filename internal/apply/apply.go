@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,17 +66,13 @@ func (e *Engine) Apply(ctx context.Context, desired Configuration, live client.O
 	case err != nil:
 		return Unchanged, &ObjectError{Verb: "get", Kind: KindOf(live), Name: key.Name, Err: err}
 	default:
-		want, err := read(desired)
-		if err != nil {
-			return Unchanged, fmt.Errorf("reading desired %T: %w", desired, err)
-		}
 		switch {
-		case ownedByAnother(want, live):
+		case ownedByAnother(desired, live):
 			return Unchanged, &OwnedElsewhereError{Kind: KindOf(live), Name: key.Name, Owner: metav1.GetControllerOf(live).UID}
 		case live.GetAnnotations()[databasev1alpha1.AnnotationSpecHash] != hash:
 			logf.FromContext(ctx).V(1).Info("Spec changed", "kind", KindOf(live), "name", key.Name)
 		default:
-			field := disagreement(want, live)
+			field := disagreement(desired, live)
 			if field == "" {
 				return Unchanged, nil
 			}
@@ -135,24 +130,17 @@ func withAnnotation(raw []byte, key, value string) ([]byte, error) {
 }
 
 // ownedByAnother reports whether live is controlled by another owner than
-// the desired object (decoded JSON) names: typically the previous
-// MyDatabase of the same name, whose children the garbage collector has
-// not removed yet. Applying over it would fight the collector (and hit
-// immutable fields such as the StatefulSet's volumeClaimTemplates), so it
-// is left alone.
-func ownedByAnother(desired map[string]any, live client.Object) bool {
+// the desired object names: typically the previous MyDatabase of the same
+// name, whose children the garbage collector has not removed yet. Applying
+// over it would fight the collector (and hit immutable fields such as the
+// StatefulSet's volumeClaimTemplates), so it is left alone.
+func ownedByAnother(desired any, live client.Object) bool {
 	ref := metav1.GetControllerOf(live)
 	if ref == nil {
 		return false
 	}
-	metadata, _ := desired["metadata"].(map[string]any)
-	refs, _ := metadata["ownerReferences"].([]any)
-	for _, r := range refs {
-		if r, _ := r.(map[string]any); r["controller"] == true {
-			return r["uid"] != string(ref.UID)
-		}
-	}
-	return false
+	uid, ok := controllerUID(desired)
+	return ok && uid != string(ref.UID)
 }
 
 // OwnedElsewhereError says a child of ours still belongs to another owner.
@@ -195,83 +183,4 @@ func KindOf(obj client.Object) string {
 		return u.GetKind()
 	}
 	return reflect.TypeOf(obj).Elem().Name()
-}
-
-// read gives an object, desired or live, in the form JSON decoding gives
-// it (field names, omitempty, the encoders of quantities, times and
-// int-or-strings, base64 for bytes), but with integers as int64: the
-// unstructured converter walks the Go value instead of encoding and
-// decoding it, at about half the cost (docs/benchmarks.md).
-func read(obj any) (map[string]any, error) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		return u.Object, nil
-	}
-	return runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-}
-
-// disagreement returns the path of the first field set in the desired
-// object (as read) whose value differs in live, or "" when live agrees
-// with every field we set. Fields the server or others added are ignored;
-// a desired list must be a prefix of the live one, element by element.
-func disagreement(want map[string]any, live client.Object) string {
-	got, err := read(live)
-	if err != nil {
-		return "(live: " + err.Error() + ")"
-	}
-	for k, v := range want {
-		if k == "apiVersion" || k == "kind" {
-			continue // objects from the cache carry no type meta
-		}
-		if at, ok := subset(v, got[k]); !ok {
-			return "." + k + at
-		}
-	}
-	return ""
-}
-
-// subset reports whether got holds every field of want with want's
-// value; when not, it also returns the path below here to the first that
-// differs, built only then (a converged pass finds none).
-func subset(want, got any) (string, bool) {
-	switch w := want.(type) {
-	case map[string]any:
-		g, ok := got.(map[string]any)
-		if !ok {
-			return "", false
-		}
-		for k, v := range w {
-			if at, ok := subset(v, g[k]); !ok {
-				return "." + k + at, false
-			}
-		}
-	case []any:
-		g, ok := got.([]any)
-		if !ok || len(g) < len(w) {
-			return "", false
-		}
-		for i := range w {
-			if at, ok := subset(w[i], g[i]); !ok {
-				return "[" + strconv.Itoa(i) + "]" + at, false
-			}
-		}
-	case int64, float64:
-		n, ok := number(got)
-		m, _ := number(want)
-		return "", ok && n == m
-	default:
-		return "", want == got
-	}
-	return "", true
-}
-
-// number reads a number as a float64: an int64 from the converter, or a
-// float64 from JSON (an Unstructured decoded by a client holds either).
-func number(v any) (float64, bool) {
-	switch n := v.(type) {
-	case int64:
-		return float64(n), true
-	case float64:
-		return n, true
-	}
-	return 0, false
 }

@@ -3,6 +3,7 @@ package apply
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -12,8 +13,12 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -28,6 +33,8 @@ func TestDisagreement(t *testing.T) {
 		Data:       map[string]string{"a": "1", "b": "2"},
 	}
 	svc := &corev1.Service{Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 1}, {Port: 2}}}}
+	monitor := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+		"spec": map[string]any{"podMetricsEndpoints": []any{map[string]any{"port": "metrics", "interval": "30s"}}}}}
 	for _, tc := range []struct {
 		desired string
 		live    client.Object
@@ -39,6 +46,8 @@ func TestDisagreement(t *testing.T) {
 		{`{"spec":{"ports":[{"port":1}]}}`, svc, ""},
 		{`{"spec":{"ports":[{"port":2}]}}`, svc, ".spec.ports[0].port"},
 		{`{"spec":{"ports":[{"port":1},{"port":2},{"port":3}]}}`, svc, ".spec.ports"},
+		{`{"apiVersion":"monitoring.coreos.com/v1","spec":{"podMetricsEndpoints":[{"port":"metrics"}]}}`, monitor, ""},
+		{`{"spec":{"podMetricsEndpoints":[{"port":"other"}]}}`, monitor, ".spec.podMetricsEndpoints[0].port"},
 	} {
 		if got := disagreement(decode(t, tc.desired), tc.live); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.desired, got, tc.want)
@@ -52,8 +61,31 @@ func TestDisagreement(t *testing.T) {
 // drift missed). Each object, as JSON decodes it, must agree with itself
 // as the converter reads it, and a changed field must still be found.
 func TestDisagreementReadsLiveAsJSONDoes(t *testing.T) {
+	for _, live := range liveObjects() {
+		raw, err := json.Marshal(live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := decode(t, string(raw))
+		if field := disagreement(want, live); field != "" {
+			t.Errorf("%T read unlike JSON at %s", live, field)
+		}
+		// A change anywhere is still found: every leaf, changed in turn.
+		for _, path := range leaves(want, nil) {
+			changed := decode(t, string(raw))
+			set(changed, path, "changed")
+			if disagreement(changed, live) == "" {
+				t.Errorf("%T: a change at %v is not seen", live, path)
+			}
+		}
+	}
+}
+
+// liveObjects are typed objects as the cache holds them, with defaulted
+// and status fields, quantities, int-or-strings, times and bytes.
+func liveObjects() []client.Object {
 	created := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	for _, live := range []client.Object{
+	return []client.Object{
 		&appsv1.StatefulSet{
 			ObjectMeta: metav1.ObjectMeta{Name: "db", CreationTimestamp: created, Labels: map[string]string{"a": "b"},
 				OwnerReferences: []metav1.OwnerReference{{UID: "u", Controller: new(true), Kind: "MyDatabase", Name: "db", APIVersion: "v"}}},
@@ -83,23 +115,6 @@ func TestDisagreementReadsLiveAsJSONDoes(t *testing.T) {
 			Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: new(intstr.FromInt32(1))}},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "svc"}, Spec: corev1.ServiceSpec{
 			Ports: []corev1.ServicePort{{Name: "pg", Port: 5432, TargetPort: intstr.FromInt32(5432)}}, ClusterIP: "None"}},
-	} {
-		raw, err := json.Marshal(live)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := decode(t, string(raw))
-		if field := disagreement(want, live); field != "" {
-			t.Errorf("%T read unlike JSON at %s", live, field)
-		}
-		// A change anywhere is still found: every leaf, changed in turn.
-		for _, path := range leaves(want, nil) {
-			changed := decode(t, string(raw))
-			set(changed, path, "changed")
-			if disagreement(changed, live) == "" {
-				t.Errorf("%T: a change at %v is not seen", live, path)
-			}
-		}
 	}
 }
 
@@ -189,17 +204,60 @@ func decode(t *testing.T, s string) map[string]any {
 	return m
 }
 
-// The desired object is read with the unstructured converter too, instead
-// of decoding the JSON it is sent as: both must give the same fields and
-// values (numbers compared by value), or the drift check would test
-// fields we do not send, or miss some we do. Every builder of the
-// operator's applied children, on a MyDatabase that sets much.
-func TestDesiredReadsAsJSONDoes(t *testing.T) {
+// The desired side is walked as JSON reads it: every builder's child
+// agrees with its own JSON, decoded as the API server's answer would be
+// (a typed object) or as an unstructured one, and a change of any field
+// of that JSON is seen.
+func TestDisagreementReadsDesiredAsJSONDoes(t *testing.T) {
+	for _, desired := range builtChildren() {
+		raw, err := json.Marshal(desired)
+		if err != nil {
+			t.Fatal(err)
+		}
+		asJSON := decode(t, string(raw))
+		if field := disagreement(desired, asJSON); field != "" {
+			t.Errorf("%T read unlike JSON at %s", desired, field)
+		}
+		if field := disagreement(desired, typed(t, raw)); field != "" {
+			t.Errorf("%T read unlike its typed object at %s", desired, field)
+		}
+		for _, path := range leaves(asJSON, nil) {
+			if len(path) == 1 && (path[0] == "apiVersion" || path[0] == "kind") {
+				continue // not compared, see disagreement
+			}
+			changed := decode(t, string(raw))
+			set(changed, path, "changed")
+			if disagreement(desired, changed) == "" {
+				t.Errorf("%T: a change at %v is not seen", desired, path)
+			}
+		}
+	}
+}
+
+// typed decodes an object's JSON into the Go type of its kind.
+func typed(t *testing.T, raw []byte) client.Object {
+	t.Helper()
+	meta := decode(t, string(raw))
+	obj, err := clientgoscheme.Scheme.New(schema.FromAPIVersionAndKind(meta["apiVersion"].(string), meta["kind"].(string)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, obj); err != nil {
+		t.Fatal(err)
+	}
+	return obj.(client.Object)
+}
+
+// builtChildren are the desired objects of every builder of an applied
+// child, on a MyDatabase that sets much.
+func builtChildren() []Configuration {
 	db := &databasev1alpha1.MyDatabase{
 		ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: "ns", UID: "u-1", Generation: 3},
 		Spec: databasev1alpha1.MyDatabaseSpec{
-			Replicas: new(int32(3)),
-			Storage:  databasev1alpha1.StorageSpec{Size: resource.MustParse("5Gi"), StorageClassName: new("fast")},
+			Replicas:     new(int32(3)),
+			User:         "app",
+			DatabaseName: "shop",
+			Storage:      databasev1alpha1.StorageSpec{Size: resource.MustParse("5Gi"), StorageClassName: new("fast")},
 			Resources: corev1.ResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("1Gi")},
 				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}},
@@ -215,55 +273,225 @@ func TestDesiredReadsAsJSONDoes(t *testing.T) {
 		},
 	}
 	p := specs.Platform{InstanceManagerImage: "example.com/instance:1"}
-	for _, desired := range []Configuration{
+	return []Configuration{
 		specs.StatefulSet(db, p), specs.ConfigMap(db), specs.HeadlessService(db), specs.ReadWriteService(db),
 		specs.ReadOnlyService(db), specs.PodDisruptionBudget(db), specs.NetworkPolicy(db), specs.Lease(db),
 		specs.InstanceServiceAccount(db), specs.InstanceRole(db), specs.InstanceRoleBinding(db),
-		specs.UpgradeJob(db, &databasev1alpha1.MajorUpgradeStatus{From: "16", To: "17"}, p),
-	} {
+		specs.UpgradeJob(db, &databasev1alpha1.MajorUpgradeStatus{From: "16", To: "17",
+			FromImage: "postgres:16", ToImage: "postgres:17"}, p),
+	}
+}
+
+// The drift check walks both objects along the desired fields instead of
+// reading each whole with the unstructured converter and comparing the
+// readings: both ways must give the same verdict on any pair. The pairs
+// are each object and its reading, varied on the desired side, the live
+// side or both alike (every leaf changed or zeroed, every key dropped,
+// every list shortened, a key added), each side typed or unstructured.
+// The objects are the typed live objects above and every builder's child
+// as its typed kind, which is also compared as its apply configuration.
+func TestDisagreementAgreesWithWholeReadings(t *testing.T) {
+	type object struct {
+		live    client.Object
+		applied Configuration
+	}
+	objects := make([]object, 0, len(liveObjects())+len(builtChildren()))
+	for _, live := range liveObjects() {
+		objects = append(objects, object{live: live})
+	}
+	for _, desired := range builtChildren() {
 		raw, err := json.Marshal(desired)
 		if err != nil {
 			t.Fatal(err)
 		}
-		converted, err := read(desired)
-		if err != nil {
-			t.Fatalf("%T: %v", desired, err)
+		objects = append(objects, object{live: typed(t, raw), applied: desired})
+	}
+	pairs, differing := 0, 0
+	compare := func(desired, live any, what string) {
+		pairs++
+		want := map[string]any{}
+		for k, v := range wholeReading(t, desired) {
+			if k != "apiVersion" && k != "kind" {
+				want[k] = v
+			}
 		}
-		if at, same := sameReading(decode(t, string(raw)), converted); !same {
-			t.Errorf("%T read unlike JSON at %s", desired, at)
+		agrees := subset(want, wholeReading(t, live))
+		if !agrees {
+			differing++
+		}
+		if walked := disagreement(desired, live) == ""; walked != agrees {
+			t.Errorf("%s: the walk says %v, the whole readings %v", what, walked, agrees)
 		}
 	}
+	for _, o := range objects {
+		reading := wholeReading(t, o.live)
+		for name, variant := range variants(reading) {
+			what := fmt.Sprintf("%T, %s", o.live, name)
+			compare(variant, o.live, what+" desired")
+			other := reflect.New(reflect.TypeOf(o.live).Elem()).Interface().(client.Object)
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(variant, other); err != nil {
+				continue // a change the type cannot hold
+			}
+			compare(other, o.live, what+" desired, typed")
+			compare(reading, other, what+" live")
+			compare(o.live, other, what+" live, typed")
+			compare(variant, other, what+" both")
+			if o.applied != nil {
+				compare(o.applied, other, what+" live, against the apply configuration")
+			}
+		}
+	}
+	// Most variants must differ, or the test would compare agreements only.
+	if differing < pairs/3 {
+		t.Errorf("only %d of %d pairs differ", differing, pairs)
+	}
+	t.Logf("%d pairs, %d differing", pairs, differing)
 }
 
-// sameReading compares two readings of an object, numbers by value.
-func sameReading(a, b any) (string, bool) {
-	switch a := a.(type) {
-	case map[string]any:
-		b, ok := b.(map[string]any)
-		if !ok || len(a) != len(b) {
-			return "", false
-		}
-		for k := range a {
-			if at, same := sameReading(a[k], b[k]); !same {
-				return "." + k + at, false
-			}
-		}
-		return "", true
-	case []any:
-		b, ok := b.([]any)
-		if !ok || len(a) != len(b) {
-			return "", false
-		}
-		for i := range a {
-			if at, same := sameReading(a[i], b[i]); !same {
-				return fmt.Sprintf("[%d]%s", i, at), false
-			}
-		}
-		return "", true
-	case int64, float64:
-		m, _ := number(a)
-		n, ok := number(b)
-		return "", ok && m == n
+// wholeReading reads a whole object as the unstructured converter does;
+// an unstructured one is its own reading.
+func wholeReading(t *testing.T, obj any) map[string]any {
+	t.Helper()
+	if m, ok := obj.(map[string]any); ok {
+		return m
 	}
-	return "", a == b
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// subset compares two whole readings: got holds every field of want with
+// want's value (numbers by value), lists by prefix. It is the drift
+// check as it was before the walk, kept here as its reference.
+func subset(want, got any) bool {
+	switch w := want.(type) {
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok {
+			return false
+		}
+		for k, v := range w {
+			if !subset(v, g[k]) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) < len(w) {
+			return false
+		}
+		for i := range w {
+			if !subset(w[i], g[i]) {
+				return false
+			}
+		}
+		return true
+	case int64, float64:
+		m, _ := readNumber(w)
+		n, ok := readNumber(got)
+		return ok && m == n
+	}
+	return want == got
+}
+
+func readNumber(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return float64(n), true
+	case float64:
+		return n, true
+	}
+	return 0, false
+}
+
+// variants returns copies of a reading, each with one change, by name.
+func variants(reading map[string]any) map[string]map[string]any {
+	out := map[string]map[string]any{"itself": runtime.DeepCopyJSON(reading)}
+	var walk func(v any, path []any)
+	vary := func(path []any, name string, change func(parent any, step any)) {
+		c := runtime.DeepCopyJSON(reading)
+		var parent any = c
+		for _, step := range path[:len(path)-1] {
+			parent = child(parent, step)
+		}
+		change(parent, path[len(path)-1])
+		out[fmt.Sprint(name, path)] = c
+	}
+	walk = func(v any, path []any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				p := append(append([]any{}, path...), k)
+				vary(p, "drop ", func(parent, step any) { delete(parent.(map[string]any), step.(string)) })
+				walk(e, p)
+			}
+			if len(path) > 0 {
+				vary(append(append([]any{}, path...), "extra"), "add ", func(parent, step any) {
+					parent.(map[string]any)[step.(string)] = "x"
+				})
+			}
+		case []any:
+			if len(v) > 0 && len(path) > 0 {
+				vary(path, "shorten ", func(parent, step any) { setChild(parent, step, v[:len(v)-1]) })
+			}
+			for i, e := range v {
+				walk(e, append(append([]any{}, path...), i))
+			}
+		default:
+			if len(path) > 0 {
+				vary(path, "change ", func(parent, step any) { setChild(parent, step, changed(v)) })
+				vary(path, "zero ", func(parent, step any) { setChild(parent, step, zero(v)) })
+			}
+		}
+	}
+	walk(reading, nil)
+	return out
+}
+
+// changed is another value of the same type as v.
+func changed(v any) any {
+	switch v := v.(type) {
+	case string:
+		return v + "x"
+	case int64:
+		return v + 1
+	case float64:
+		return v + 0.5
+	case bool:
+		return !v
+	}
+	return "x"
+}
+
+// zero is the zero value of v's type, which omitempty leaves out.
+func zero(v any) any {
+	switch v.(type) {
+	case string:
+		return ""
+	case int64:
+		return int64(0)
+	case float64:
+		return 0.0
+	case bool:
+		return false
+	}
+	return nil
+}
+
+func child(parent, step any) any {
+	if i, ok := step.(int); ok {
+		return parent.([]any)[i]
+	}
+	return parent.(map[string]any)[step.(string)]
+}
+
+func setChild(parent, step, value any) {
+	if i, ok := step.(int); ok {
+		parent.([]any)[i] = value
+		return
+	}
+	parent.(map[string]any)[step.(string)] = value
 }
