@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/structured-merge-diff/v6/value"
 )
 
@@ -95,6 +96,14 @@ func typeMeta(field string) bool { return field == "apiVersion" || field == "kin
 // a nil pointer, interface, map or slice.
 func resolve(v reflect.Value) (reflect.Value, error) {
 	for v.IsValid() {
+		if v.Type() == intOrString {
+			// its encoder has no direct form, and would go through JSON
+			n := v.Interface().(intstr.IntOrString)
+			if n.Type == intstr.String {
+				return reflect.ValueOf(n.StrVal), nil
+			}
+			return reflect.ValueOf(int64(n.IntVal)), nil
+		}
 		if entry := value.TypeReflectEntryOf(v.Type()); entry.CanConvertToUnstructured() {
 			u, err := entry.ToUnstructured(v)
 			if err != nil {
@@ -125,6 +134,8 @@ func resolve(v reflect.Value) (reflect.Value, error) {
 	}
 	return v, nil
 }
+
+var intOrString = reflect.TypeFor[intstr.IntOrString]()
 
 // member is the field or entry name of a resolved struct or map, as JSON
 // reads it: an invalid Value when it is missing or left out by omitempty
