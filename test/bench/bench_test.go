@@ -94,6 +94,9 @@ func TestHarness(t *testing.T) {
 	if st.RestartReconciled != opts.SteadyN {
 		t.Errorf("after a restart %d of %d MyDatabases were reconciled", st.RestartReconciled, opts.SteadyN)
 	}
+	if st.RestartSyncCPU.Process <= 0 || st.RestartPassesCPU.Process <= 0 || st.RestartPassesCPU.GC > st.RestartPassesCPU.Process {
+		t.Errorf("the restart's CPU was not measured: until synced %+v, passes %+v", st.RestartSyncCPU, st.RestartPassesCPU)
+	}
 	if st.RestartWrites != 0 || st.RestartRequests.Writes != 0 || st.RestartRequests.EventWrites != 0 {
 		t.Errorf("after a restart the operator wrote: client %d, requests %v", st.RestartWrites, st.RestartRequests.ByRequest)
 	}

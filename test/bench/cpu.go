@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"fmt"
 	"os"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"syscall"
@@ -9,10 +11,11 @@ import (
 )
 
 // cpuTimes is the CPU time used so far by this process (the operator and
-// the harness) and by its child processes that are still running (etcd and
-// kube-apiserver).
+// the harness), the part of it the Go runtime estimates its garbage
+// collector took, and the CPU time of its child processes that are still
+// running (etcd and kube-apiserver).
 type cpuTimes struct {
-	self, children time.Duration
+	self, gc, children time.Duration
 }
 
 func readCPU() cpuTimes {
@@ -20,6 +23,10 @@ func readCPU() cpuTimes {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
 		t.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	gc := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	if metrics.Read(gc); gc[0].Value.Kind() == metrics.KindFloat64 {
+		t.gc = time.Duration(gc[0].Value.Float64() * float64(time.Second))
 	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -69,5 +76,21 @@ func procStat(pid int) (ppid int, cpu time.Duration, ok bool) {
 }
 
 func (t cpuTimes) sub(u cpuTimes) cpuTimes {
-	return cpuTimes{self: t.self - u.self, children: t.children - u.children}
+	return cpuTimes{self: t.self - u.self, gc: t.gc - u.gc, children: t.children - u.children}
+}
+
+// cpuSplit is CPU time over a phase, in seconds: this process's, of which
+// its garbage collector's, and etcd's and kube-apiserver's.
+type cpuSplit struct {
+	Process      float64 `json:"process_seconds"`
+	GC           float64 `json:"gc_seconds"`
+	ControlPlane float64 `json:"control_plane_seconds"`
+}
+
+func (t cpuTimes) split() cpuSplit {
+	return cpuSplit{Process: t.self.Seconds(), GC: t.gc.Seconds(), ControlPlane: t.children.Seconds()}
+}
+
+func (c cpuSplit) String() string {
+	return fmt.Sprintf("%.1f CPU-s (collector %.1f), etcd+apiserver %.1f CPU-s", c.Process, c.GC, c.ControlPlane)
 }

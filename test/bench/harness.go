@@ -63,6 +63,10 @@ type Options struct {
 	// HeapProfile, when set, is where a heap profile is written with the
 	// SteadyN MyDatabases converged.
 	HeapProfile string `json:"-"`
+	// RestartProfile, when set, is where a CPU profile is written of the
+	// restart's passes: from the caches synced until every MyDatabase was
+	// reconciled.
+	RestartProfile string `json:"-"`
 	// FullN MyDatabases of FullReplicas servers (0: the CRD's default, one)
 	// are taken to Ready on a KWOK cluster in each run of the full tier
 	// (B7, B9), by the operator and by the raw client with the StatefulSet
@@ -489,6 +493,8 @@ type Steady struct {
 	RestartReconciles      int64        `json:"restart_reconciles"`
 	RestartRequests        requestStats `json:"restart_requests"`
 	RestartWrites          int          `json:"restart_client_writes"`
+	RestartSyncCPU         cpuSplit     `json:"restart_sync_cpu"`
+	RestartPassesCPU       cpuSplit     `json:"restart_passes_cpu"`
 	HeapAfterRestart       uint64       `json:"heap_after_restart_bytes"`
 	HeapPerDBAfterRestart  float64      `json:"heap_per_db_after_restart_bytes"`
 	// B5: spec edit until the status describes it (the generation on its Ready condition).
@@ -570,12 +576,17 @@ func steadyRun(opts Options) (*Steady, error) {
 
 	// B3: restart.
 	op.stop()
-	t := time.Now()
+	t, cpu0 := time.Now(), readCPU()
 	if op, err = startOperator(env, opts.SteadySettings, 0); err != nil {
 		return st, err
 	}
 	st.RestartStartSeconds = time.Since(t).Seconds()
+	cpuSynced := readCPU()
+	stopProfile := startCPUProfile(opts.RestartProfile, log)
 	st.RestartReverifySeconds = op.waitReconciled(opts.SteadyN, t, 5*time.Minute).Seconds()
+	cpuDone := readCPU()
+	stopProfile()
+	st.RestartSyncCPU, st.RestartPassesCPU = cpuSynced.sub(cpu0).split(), cpuDone.sub(cpuSynced).split()
 	op.waitQuiet(opts.Settle, time.Minute)
 	st.RestartReconciled = op.recs.keys()
 	st.RestartReconciles = op.recs.total.Load()
@@ -842,6 +853,28 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// startCPUProfile starts a CPU profile into path, if one is named, and
+// returns what stops it; a profile that cannot start is logged and skipped.
+func startCPUProfile(path string, log io.Writer) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		if err = pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+		}
+	}
+	if err != nil {
+		logf(log, "  no CPU profile: %v", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
 }
 
 func writeHeapProfile(path string) error {

@@ -463,6 +463,10 @@ func steadyMarkdown(st *Steady) string {
 	}
 	p("- Restart: informers synced %.1f s after the manager started; all %d MyDatabases reconciled %.1f s after it started (%d reconciles); %d writes, %d event writes; requests: %s.\n",
 		st.RestartStartSeconds, st.RestartReconciled, st.RestartReverifySeconds, st.RestartReconciles, st.RestartRequests.Writes, st.RestartRequests.EventWrites, countsString(st.RestartRequests.ByRequest))
+	if st.RestartSyncCPU.Process > 0 {
+		p("- Restart CPU (process: getrusage, its collector's share: runtime/metrics /cpu/classes/gc/total, etcd+apiserver: /proc): until synced, process %s; from synced until all were reconciled (%.1f s), process %s.\n",
+			st.RestartSyncCPU, st.RestartReverifySeconds-st.RestartStartSeconds, st.RestartPassesCPU)
+	}
 	if st.Unrelated > 0 {
 		p("- Unrelated objects: %d Secrets and ConfigMaps of %d KiB in 10 other namespaces, labelled managed-by=someone-else, created by a separate client in %.0f s: live heap %s before, %s after (%+.2f MB); the operator made %d requests meanwhile.\n",
 			st.Unrelated, st.UnrelatedBytes>>10, st.UnrelatedSeconds, mib(st.HeapBeforeUnrel), mib(st.HeapAfterUnrel), float64(st.UnrelatedGrowth)/1e6, st.UnrelatedReqs.Writes+st.UnrelatedReqs.LiveReads)
