@@ -32,7 +32,7 @@ func TestDisagreement(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "c", Labels: map[string]string{"ours": "1", "theirs": "x"}},
 		Data:       map[string]string{"a": "1", "b": "2"},
 	}
-	svc := &corev1.Service{Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 1}, {Port: 2}}}}
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: "None", Ports: []corev1.ServicePort{{Port: 1}, {Port: 2}}}}
 	monitor := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
 		"spec": map[string]any{"podMetricsEndpoints": []any{map[string]any{"port": "metrics", "interval": "30s"}}}}}
 	for _, tc := range []struct {
@@ -46,6 +46,7 @@ func TestDisagreement(t *testing.T) {
 		{`{"spec":{"ports":[{"port":1}]}}`, svc, ""},
 		{`{"spec":{"ports":[{"port":2}]}}`, svc, ".spec.ports[0].port"},
 		{`{"spec":{"ports":[{"port":1},{"port":2},{"port":3}]}}`, svc, ".spec.ports"},
+		{`{"spec":{"clusterIP":{}}}`, svc, ".spec.clusterIP"},
 		{`{"apiVersion":"monitoring.coreos.com/v1","spec":{"podMetricsEndpoints":[{"port":"metrics"}]}}`, monitor, ""},
 		{`{"spec":{"podMetricsEndpoints":[{"port":"other"}]}}`, monitor, ".spec.podMetricsEndpoints[0].port"},
 	} {

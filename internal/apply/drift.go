@@ -48,6 +48,9 @@ func agree(desired, live reflect.Value, top bool) (string, bool) {
 	if !desired.IsValid() || !live.IsValid() {
 		return "", desired.IsValid() == live.IsValid()
 	}
+	if k := desired.Kind(); (k == reflect.Struct || k == reflect.Map) && !object(live) {
+		return "", false
+	}
 	switch desired.Kind() {
 	case reflect.Struct:
 		for _, f := range value.TypeReflectEntryOf(desired.Type()).OrderedFields() {
@@ -88,6 +91,9 @@ func agree(desired, live reflect.Value, top bool) (string, bool) {
 }
 
 func typeMeta(field string) bool { return field == "apiVersion" || field == "kind" }
+
+// object reports whether a resolved value reads as a JSON object.
+func object(v reflect.Value) bool { return v.Kind() == reflect.Struct || v.Kind() == reflect.Map }
 
 // resolve steps down to what JSON would encode for v: through pointers
 // and interfaces, through the encoder of a type that has its own (to the
@@ -137,9 +143,9 @@ func resolve(v reflect.Value) (reflect.Value, error) {
 
 var intOrString = reflect.TypeFor[intstr.IntOrString]()
 
-// member is the field or entry name of a resolved struct or map, as JSON
-// reads it: an invalid Value when it is missing or left out by omitempty
-// or omitzero.
+// member is the field or entry called name of a resolved struct or map,
+// as JSON reads it: an invalid Value when it is missing or left out by
+// omitempty or omitzero.
 func member(v reflect.Value, name string) reflect.Value {
 	switch v.Kind() {
 	case reflect.Struct:
