@@ -146,24 +146,12 @@ func leaves(v any, path []any) [][]any {
 	return out
 }
 
+// set puts value at path (keys and indexes) in v.
 func set(v any, path []any, value any) {
-	for i, step := range path {
-		last := i == len(path)-1
-		switch step := step.(type) {
-		case string:
-			m := v.(map[string]any)
-			if last {
-				m[step] = value
-			}
-			v = m[step]
-		case int:
-			l := v.([]any)
-			if last {
-				l[step] = value
-			}
-			v = l[step]
-		}
+	for _, step := range path[:len(path)-1] {
+		v = child(v, step)
 	}
+	setChild(v, path[len(path)-1], value)
 }
 
 func TestOwnedByAnother(t *testing.T) {

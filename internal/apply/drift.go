@@ -48,7 +48,7 @@ func agree(desired, live reflect.Value, top bool) (string, bool) {
 	if !desired.IsValid() || !live.IsValid() {
 		return "", desired.IsValid() == live.IsValid()
 	}
-	if k := desired.Kind(); (k == reflect.Struct || k == reflect.Map) && !object(live) {
+	if object(desired) && !object(live) {
 		return "", false
 	}
 	switch desired.Kind() {
