@@ -55,11 +55,11 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 		r.followPrimary,
 		r.reconcileMajorUpgrade,
 		r.reconcileStatefulSet,
-		r.checkPodCreation,
 		r.reconcileDisruptionBudget,
 		r.reconcileNetworkPolicy,
 		r.reconcilePodMonitor,
 		r.reconcilePodRoles,
+		r.checkPodCreation,
 		r.reconcileSwitchover,
 		r.reconcileRollout,
 		r.retireReplicationPassword,
@@ -248,13 +248,17 @@ func (r *MyDatabaseReconciler) deleteExact(ctx context.Context, obj client.Objec
 // StatefulSet's status, only into its events (FailedCreate), so a quota
 // on claims or a policy that denies the pods would otherwise leave the
 // MyDatabase Provisioning forever without a word. It looks only while the
-// StatefulSet controller has seen the current spec and pods are missing;
-// the newest of FailedCreate and SuccessfulCreate tells whether the
-// failure still holds.
+// StatefulSet controller has seen the current spec and has a pod to create
+// (creating); the newest of FailedCreate and SuccessfulCreate tells whether
+// the failure still holds. Listing events is a scan of the namespace's
+// events on the API server, so a rollout that only waits for a pod to
+// become Ready lists none: with many MyDatabases starting together in one
+// namespace, looking on every pass made each pass slower the more there
+// were (docs/benchmarks.md, B9).
 func (r *MyDatabaseReconciler) checkPodCreation(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	sts := obs.sts
 	if sts == nil || sts.Spec.Replicas == nil || sts.Status.ObservedGeneration < sts.Generation ||
-		sts.Status.Replicas >= *sts.Spec.Replicas || obs.blocked() {
+		sts.Status.Replicas >= *sts.Spec.Replicas || !creating(sts, obs.pods) || obs.blocked() {
 		return nil
 	}
 	events := &corev1.EventList{}
@@ -283,6 +287,30 @@ func (r *MyDatabaseReconciler) checkPodCreation(ctx context.Context, db *databas
 	}
 	obs.podsMissing = obs.stalled == nil
 	return nil
+}
+
+// creating reports whether the StatefulSet controller has a pod to create
+// now, rather than one to wait for. With OrderedReady pod management it
+// creates the lowest missing ordinal once every pod below it is Ready (and
+// not being deleted), and until then waits without a word; with Parallel,
+// every missing pod is created at once. pods are the StatefulSet's, as the
+// cache shows them: one it does not show yet only makes this look once
+// more.
+func creating(sts *appsv1.StatefulSet, pods []corev1.Pod) bool {
+	if sts.Spec.PodManagementPolicy == appsv1.ParallelPodManagement {
+		return true
+	}
+	for ordinal := range *sts.Spec.Replicas {
+		name := fmt.Sprintf("%s-%d", sts.Name, ordinal)
+		i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == name })
+		switch {
+		case i < 0:
+			return true
+		case !podReady(&pods[i]) || !pods[i].DeletionTimestamp.IsZero():
+			return false
+		}
+	}
+	return false
 }
 
 // passing tells the refusals of a pod or claim that resolve without anyone

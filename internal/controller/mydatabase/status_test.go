@@ -404,16 +404,18 @@ func TestCreateFailure(t *testing.T) {
 	}
 }
 
-// While the StatefulSet has fewer pods than it should, the pass comes back
-// soon to read its controller's events again (no watch brings an event):
-// a refused claim is seen within podCreationRecheck, not whenever something
-// else changes. A stall then retries at its own pace, and a complete
-// StatefulSet asks for nothing.
+// While the StatefulSet controller has a pod to create and has not, the
+// pass comes back soon to read its events again (no watch brings an
+// event): a refused claim is seen within podCreationRecheck, not whenever
+// something else changes. A stall then retries at its own pace. A
+// StatefulSet that is complete, or that waits for a pod to become Ready
+// before it creates the next (OrderedReady), asks for nothing and lists no
+// event.
 func TestMissingPodsAreLookedAtAgain(t *testing.T) {
 	db := newDB("shop", "orders")
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders", UID: "sts-uid", Generation: 1},
-		Spec:       appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1)},
+		Spec:       appsv1.StatefulSetSpec{Replicas: ptr.To[int32](3), PodManagementPolicy: appsv1.OrderedReadyPodManagement},
 		Status:     appsv1.StatefulSetStatus{ObservedGeneration: 1},
 	}
 	refused := &corev1.Event{
@@ -422,9 +424,23 @@ func TestMissingPodsAreLookedAtAgain(t *testing.T) {
 		Reason:         "FailedCreate", LastTimestamp: metav1.Now(),
 		Message: `create Claim data-orders-0 Pod orders-0 in StatefulSet orders failed error: persistentvolumeclaims "data-orders-0" is forbidden: exceeded quota: tight`,
 	}
-	pass := func(pods int32, seen ...client.Object) (*observation, ctrl.Result) {
+	// pod is a server of the given ordinal, Ready or not.
+	pod := func(ordinal int, ready bool) corev1.Pod {
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("orders-%d", ordinal)},
+			Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}}
+	}
+	pass := func(policy appsv1.PodManagementPolicyType, pods []corev1.Pod, seen ...client.Object) (*observation, ctrl.Result, int) {
 		t.Helper()
-		b := fake.NewClientBuilder().WithObjects(seen...)
+		lists := 0
+		b := fake.NewClientBuilder().WithObjects(seen...).WithInterceptorFuncs(interceptor.Funcs{
+			List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+				lists++
+				return c.List(ctx, list, opts...)
+			}})
 		for _, f := range []string{"involvedObject.kind", "involvedObject.name", "involvedObject.uid"} {
 			b = b.WithIndex(&corev1.Event{}, f, func(o client.Object) []string {
 				ref := o.(*corev1.Event).InvolvedObject
@@ -434,20 +450,43 @@ func TestMissingPodsAreLookedAtAgain(t *testing.T) {
 		}
 		r := &MyDatabaseReconciler{APIReader: b.Build()}
 		live := sts.DeepCopy()
-		live.Status.Replicas = pods
-		obs := &observation{sts: live}
+		live.Spec.PodManagementPolicy = policy
+		live.Status.Replicas = int32(len(pods))
+		obs := &observation{sts: live, pods: pods}
 		if err := r.checkPodCreation(context.Background(), db, obs); err != nil {
 			t.Fatal(err)
 		}
-		return obs, obs.result(30 * time.Second)
+		return obs, obs.result(30 * time.Second), lists
 	}
-	if obs, res := pass(0); !obs.podsMissing || res.RequeueAfter != podCreationRecheck {
-		t.Errorf("a pod missing, no event yet: podsMissing %v, result %+v; want a look again in %s", obs.podsMissing, res, podCreationRecheck)
+	ordered := appsv1.OrderedReadyPodManagement
+	for _, c := range []struct {
+		name   string
+		policy appsv1.PodManagementPolicyType
+		pods   []corev1.Pod
+		look   bool
+	}{
+		{"no pod yet", ordered, nil, true},
+		{"the first pod starting", ordered, []corev1.Pod{pod(0, false)}, false},
+		{"the first pod Ready, the second not made", ordered, []corev1.Pod{pod(0, true)}, true},
+		{"two Ready, the third starting", ordered, []corev1.Pod{pod(0, true), pod(1, true), pod(2, false)}, false},
+		{"the first gone while the third is not Ready", ordered, []corev1.Pod{pod(1, true), pod(2, false)}, true},
+		{"the first pod starting, in parallel", appsv1.ParallelPodManagement, []corev1.Pod{pod(0, false)}, true},
+	} {
+		obs, res, lists := pass(c.policy, c.pods)
+		if looked := lists > 0; looked != c.look || obs.podsMissing != c.look || (res.RequeueAfter == podCreationRecheck) != c.look {
+			t.Errorf("%s: %d event lists, podsMissing %v, result %+v; want a look (and again in %s): %v",
+				c.name, lists, obs.podsMissing, res, podCreationRecheck, c.look)
+		}
+		if !c.look {
+			continue
+		}
+		if obs, res, _ := pass(c.policy, c.pods, refused); obs.stalled == nil || obs.podsMissing || res.RequeueAfter != 30*time.Second {
+			t.Errorf("%s, a claim refused by a quota: stalled %v, podsMissing %v, result %+v; want Stalled, retried every 30 s",
+				c.name, obs.stalled, obs.podsMissing, res)
+		}
 	}
-	if obs, res := pass(0, refused); obs.stalled == nil || obs.podsMissing || res.RequeueAfter != 30*time.Second {
-		t.Errorf("a claim refused by a quota: stalled %v, podsMissing %v, result %+v; want Stalled, retried every 30 s", obs.stalled, obs.podsMissing, res)
-	}
-	if obs, res := pass(1, refused); obs.stalled != nil || obs.podsMissing || res.RequeueAfter != 0 {
-		t.Errorf("every pod there: stalled %v, podsMissing %v, result %+v; want nothing", obs.stalled, obs.podsMissing, res)
+	all := []corev1.Pod{pod(0, true), pod(1, true), pod(2, true)}
+	if obs, res, lists := pass(ordered, all, refused); obs.stalled != nil || obs.podsMissing || res.RequeueAfter != 0 || lists != 0 {
+		t.Errorf("every pod there: stalled %v, podsMissing %v, result %+v, %d event lists; want nothing", obs.stalled, obs.podsMissing, res, lists)
 	}
 }
