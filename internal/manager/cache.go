@@ -1,6 +1,9 @@
 package manager
 
 import (
+	"reflect"
+	"slices"
+
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -10,7 +13,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -55,21 +60,73 @@ func CacheOptions(namespaces ...string) cache.Options {
 	}
 }
 
-// canonical holds one copy of each of specs.SharedStrings. It is fixed:
-// what the cluster holds cannot make it grow.
+// canonical holds one copy of each of specs.SharedStrings, of the strings
+// Kubernetes defaults in the children's specs, and of the strings of a
+// StatefulSet's spec that do not depend on its MyDatabase (podStrings). It
+// is fixed: what the cluster holds cannot make it grow.
 var canonical = func() map[string]string {
 	m := map[string]string{}
-	for _, s := range specs.SharedStrings() {
+	for _, s := range slices.Concat(specs.SharedStrings(), serverDefaults, podStrings()) {
 		m[s] = s
 	}
 	return m
 }()
 
+// serverDefaults are the values the API server fills in, unasked, in the
+// specs of the StatefulSets, pods, volume claims and Services the operator
+// makes.
+var serverDefaults = []string{
+	string(corev1.ProtocolTCP), string(corev1.PullIfNotPresent), string(corev1.PullAlways), string(corev1.TerminationMessageReadFile),
+	corev1.TerminationMessagePathDefault, string(corev1.DNSClusterFirst), corev1.DefaultSchedulerName, string(corev1.RestartPolicyAlways),
+	string(corev1.PersistentVolumeFilesystem), string(corev1.ReadWriteOnce), string(appsv1.RollingUpdateStatefulSetStrategyType),
+	string(corev1.ServiceTypeClusterIP), string(corev1.ServiceAffinityNone), string(corev1.ServiceInternalTrafficPolicyCluster),
+	string(corev1.IPFamilyPolicySingleStack), string(corev1.IPv4Protocol), string(corev1.IPv6Protocol), corev1.ClusterIPNone,
+	string(corev1.ResourceCPU), string(corev1.ResourceMemory), string(corev1.ResourceStorage),
+}
+
+// podStrings are the strings of the spec of a StatefulSet the operator
+// builds (its pod template included) that do not depend on the MyDatabase:
+// those found in the StatefulSets of two MyDatabases that differ only in
+// name, namespace and uid. Every pod and StatefulSet repeats them.
+func podStrings() []string {
+	found := func(name string) map[string]bool {
+		seen := map[string]bool{}
+		rewriteStrings(reflect.ValueOf(specs.StatefulSet(sampleDatabase(name), specs.Platform{}).Spec).Elem(), func(s string) (string, bool) {
+			seen[s] = true
+			return "", false
+		})
+		return seen
+	}
+	a, b := found("first"), found("second")
+	var both []string
+	for s := range a {
+		if b[s] {
+			both = append(both, s)
+		}
+	}
+	return both
+}
+
+// sampleDatabase is a MyDatabase named name with the CRD's defaults (those
+// the StatefulSet reads; api/v1alpha1's markers), in a namespace and with a
+// uid of its own.
+func sampleDatabase(name string) *databasev1alpha1.MyDatabase {
+	return &databasev1alpha1.MyDatabase{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: name + "-ns", UID: types.UID(name + "-uid")},
+		Spec: databasev1alpha1.MyDatabaseSpec{
+			Engine: databasev1alpha1.EnginePostgres, Version: "17", Replicas: ptr.To[int32](1),
+			DatabaseName: "app", User: "app", DeletionPolicy: databasev1alpha1.DeletionPolicyRetain,
+			Service: databasev1alpha1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Port: 5432},
+		},
+	}
+}
+
 // canonicalStrings runs next, then points the label and annotation keys,
-// the shared label values, owner reference kinds and the ConfigMap files of
-// each cached object at the canonical copy: a decoded object otherwise owns
-// a private copy of each, which made up about a fifth of the heap per
-// MyDatabase (docs/benchmarks.md, B4).
+// the shared label values, owner reference kinds, the ConfigMap files and
+// the strings of StatefulSet and pod specs of each cached object at the
+// canonical copy: a decoded object otherwise owns a private copy of each,
+// which made up about a fifth of the heap per MyDatabase
+// (docs/benchmarks.md, B4). Maps are changed in place.
 func canonicalStrings(next toolscache.TransformFunc) toolscache.TransformFunc {
 	return func(obj any) (any, error) {
 		obj, err := next(obj)
@@ -77,15 +134,22 @@ func canonicalStrings(next toolscache.TransformFunc) toolscache.TransformFunc {
 			return obj, err
 		}
 		if m, ok := obj.(metav1.Object); ok {
-			m.SetLabels(canonicalMap(m.GetLabels()))
-			m.SetAnnotations(canonicalMap(m.GetAnnotations()))
+			rewriteMap(m.GetLabels(), canonicalOf)
+			rewriteMap(m.GetAnnotations(), canonicalOf)
 			refs := m.GetOwnerReferences()
 			for i := range refs {
 				refs[i].APIVersion, refs[i].Kind = canonicalString(refs[i].APIVersion), canonicalString(refs[i].Kind)
 			}
 		}
-		if cm, ok := obj.(*corev1.ConfigMap); ok {
-			cm.Data = canonicalMap(cm.Data)
+		switch o := obj.(type) {
+		case *corev1.ConfigMap:
+			rewriteMap(o.Data, canonicalOf)
+		case *appsv1.StatefulSet:
+			rewriteStrings(reflect.ValueOf(&o.Spec).Elem(), canonicalOf)
+		case *corev1.Pod:
+			rewriteStrings(reflect.ValueOf(&o.Spec).Elem(), canonicalOf)
+		case *corev1.Service:
+			rewriteStrings(reflect.ValueOf(&o.Spec).Elem(), canonicalOf)
 		}
 		return obj, nil
 	}
@@ -98,15 +162,86 @@ func canonicalString(s string) string {
 	return s
 }
 
-// canonicalMap copies m with canonical keys and values; a map cannot
-// change its keys in place.
-func canonicalMap(m map[string]string) map[string]string {
-	if len(m) == 0 {
-		return m
-	}
-	out := make(map[string]string, len(m))
+func canonicalOf(s string) (string, bool) {
+	c, ok := canonical[s]
+	return c, ok
+}
+
+// rewriteMap is rewriteStrings for a map[string]string, in place:
+// assigning to an existing key stores the key given, so a decoded copy is
+// let go.
+func rewriteMap(m map[string]string, f func(string) (string, bool)) {
 	for k, v := range m {
-		out[canonicalString(k)] = canonicalString(v)
+		nk, keyOK := f(k)
+		nv, valueOK := f(v)
+		switch {
+		case keyOK && valueOK:
+			m[nk] = nv
+		case keyOK:
+			m[nk] = v
+		case valueOK:
+			m[k] = nv
+		}
 	}
-	return out
+}
+
+// rewriteStrings calls f on every string v holds, through struct fields,
+// pointers, slices and map keys and values, and puts what f returns in its
+// place when f says so. v must be settable. Unexported fields (a
+// quantity's) are left alone.
+func rewriteStrings(v reflect.Value, f func(string) (string, bool)) {
+	switch v.Kind() {
+	case reflect.String:
+		if s, ok := f(v.String()); ok {
+			v.SetString(s)
+		}
+	case reflect.Pointer:
+		if !v.IsNil() {
+			rewriteStrings(v.Elem(), f)
+		}
+	case reflect.Struct:
+		// Not v.Fields(), which builds a StructField for every field: six
+		// times slower here (BenchmarkCanonicalStatefulSet).
+		for i := range v.NumField() { //nolint:modernize
+			if field := v.Field(i); field.CanSet() {
+				rewriteStrings(field, f)
+			}
+		}
+	case reflect.Slice:
+		if v.Type().Elem().Kind() == reflect.Uint8 {
+			return
+		}
+		for i := range v.Len() {
+			rewriteStrings(v.Index(i), f)
+		}
+	case reflect.Map:
+		if m, ok := reflect.TypeAssert[map[string]string](v); ok {
+			rewriteMap(m, f)
+			return
+		}
+		if v.Type().Key().Kind() != reflect.String {
+			return
+		}
+		for it := v.MapRange(); it.Next(); {
+			k, val, changed := it.Key(), it.Value(), false
+			if s, ok := f(k.String()); ok {
+				k, changed = stringOf(k.Type(), s), true
+			}
+			if val.Kind() == reflect.String {
+				if s, ok := f(val.String()); ok {
+					val, changed = stringOf(val.Type(), s), true
+				}
+			}
+			if changed {
+				v.SetMapIndex(k, val) // an equal key is replaced too
+			}
+		}
+	}
+}
+
+// stringOf is s as a value of the string type t.
+func stringOf(t reflect.Type, s string) reflect.Value {
+	v := reflect.New(t).Elem()
+	v.SetString(s)
+	return v
 }

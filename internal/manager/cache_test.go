@@ -1,12 +1,18 @@
 package manager
 
 import (
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"unsafe"
 
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
@@ -52,5 +58,90 @@ func TestCanonicalStringsShareOneCopy(t *testing.T) {
 	}
 	if objs[0].Labels["team"] != "a" {
 		t.Errorf("a label of someone else was changed: %v", objs[0].Labels)
+	}
+}
+
+// The strings of a StatefulSet's and a pod's spec that do not depend on
+// the MyDatabase (its pod template's, and those the API server defaults)
+// share one copy too, in place; nothing else changes.
+func TestCanonicalStringsSharePodSpecs(t *testing.T) {
+	db := sampleDatabase("orders")
+	db.Spec.Replicas = ptr.To[int32](3)
+	raw, err := json.Marshal(specs.StatefulSet(db, specs.Platform{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// decoded is the StatefulSet as a decoder makes it: every string its
+	// own, and a default the API server fills in.
+	decoded := func() *appsv1.StatefulSet {
+		sts := &appsv1.StatefulSet{}
+		if err := json.Unmarshal(raw, sts); err != nil {
+			t.Fatal(err)
+		}
+		sts.Spec.Template.Spec.Containers[0].TerminationMessagePath = strings.Clone(corev1.TerminationMessagePathDefault)
+		return sts
+	}
+	transform := canonicalStrings(func(obj any) (any, error) { return obj, nil })
+	sts := decoded()
+	pod := &corev1.Pod{Spec: *decoded().Spec.Template.Spec.DeepCopy()}
+	for _, obj := range []any{sts, pod} {
+		if _, err := transform(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := decoded(); !equality.Semantic.DeepEqual(sts, want) {
+		t.Fatalf("the transform changed the StatefulSet: %s", cmp.Diff(want, sts))
+	}
+	if want := decoded().Spec.Template.Spec; !equality.Semantic.DeepEqual(pod.Spec, want) {
+		t.Fatalf("the transform changed the pod: %s", cmp.Diff(want, pod.Spec))
+	}
+	for name, spec := range map[string]any{"StatefulSet": &sts.Spec, "pod": &pod.Spec} {
+		shared, private := 0, []string{}
+		rewriteStrings(reflect.ValueOf(spec).Elem(), func(s string) (string, bool) {
+			switch c, ok := canonical[s]; {
+			case ok && unsafe.StringData(c) == unsafe.StringData(s):
+				shared++
+			case ok:
+				private = append(private, s)
+			}
+			return "", false
+		})
+		if len(private) > 0 {
+			t.Errorf("%s: %d strings with a canonical copy are still private: %q", name, len(private), private)
+		}
+		if shared < 20 {
+			t.Errorf("%s: only %d strings share the canonical copy", name, shared)
+		}
+	}
+	for _, s := range []string{corev1.TerminationMessagePathDefault, specs.Image(db), specs.DataVolumeName} {
+		if _, ok := canonical[s]; !ok {
+			t.Errorf("%q has no canonical copy", s)
+		}
+	}
+	for _, s := range []string{db.Name, specs.HeadlessServiceName(db)} {
+		if _, ok := canonical[s]; ok {
+			t.Errorf("%q, which names one MyDatabase, has a canonical copy", s)
+		}
+	}
+}
+
+// BenchmarkCanonicalStatefulSet is the transform's cost on a StatefulSet
+// as the cache decodes one.
+func BenchmarkCanonicalStatefulSet(b *testing.B) {
+	db := sampleDatabase("orders")
+	raw, err := json.Marshal(specs.StatefulSet(db, specs.Platform{}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sts := &appsv1.StatefulSet{}
+	if err := json.Unmarshal(raw, sts); err != nil {
+		b.Fatal(err)
+	}
+	transform := canonicalStrings(func(obj any) (any, error) { return obj, nil })
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := transform(sts); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

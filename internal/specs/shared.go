@@ -9,7 +9,7 @@ import (
 // on the MyDatabase, the ConfigMap's keys and its files when
 // spec.parameters is empty, owner reference kinds, and the labels
 // Kubernetes adds to StatefulSet pods. The operator's cache points equal
-// strings at one copy of these (internal/controller/cache.go); a test
+// strings at one copy of these (internal/manager/cache.go); a test
 // keeps the list complete.
 func SharedStrings() []string {
 	defaults := ConfigData(&databasev1alpha1.MyDatabase{})
