@@ -163,7 +163,7 @@ func (r *MyDatabaseReconciler) reconcileStatefulSet(ctx context.Context, db *dat
 // for status.instances.
 func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(specs.InstanceSelector(db))); err != nil {
+	if err := r.listOwn(ctx, pods, db, specs.InstanceSelector(db)); err != nil {
 		return objectError("list", &corev1.Pod{}, "", err)
 	}
 	// A list comes in no particular order; the rollout and the status go
@@ -201,7 +201,7 @@ func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databa
 // being collected) are left to it.
 func (r *MyDatabaseReconciler) adoptRetainedVolumes(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	pvcs := &corev1.PersistentVolumeClaimList{}
-	if err := r.List(ctx, pvcs, client.InNamespace(db.Namespace), client.MatchingLabels(specs.InstanceLabels(db))); err != nil {
+	if err := r.listOwn(ctx, pvcs, db, specs.InstanceLabels(db)); err != nil {
 		return objectError("list", &corev1.PersistentVolumeClaim{}, "", err)
 	}
 	prefix := specs.DataVolumeName + "-" + specs.StatefulSetName(db) + "-"

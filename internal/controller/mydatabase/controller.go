@@ -212,6 +212,16 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 // instance label; pods only when their role label is missing or changed,
 // claims only while they are being expanded.
 func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
+	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}} {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), obj, byDatabase, func(o client.Object) []string {
+			if name, ok := o.GetLabels()[databasev1alpha1.LabelInstance]; ok {
+				return []string{name}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
 	byInstance := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name, ok := o.GetLabels()[databasev1alpha1.LabelInstance]
 		if !ok {
@@ -237,6 +247,20 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Named("mydatabase").
 		Complete(r)
+}
+
+// byDatabase indexes the cached pods and volume claims by the MyDatabase
+// they belong to (their instance label).
+const byDatabase = "mydatabase"
+
+// listOwn lists from the cache the pods or volume claims of db that carry
+// every label of selector, through the byDatabase index: a pass costs what
+// its MyDatabase has, not what its namespace holds. A label selector alone
+// made the cache test every pod of the namespace, so that with many
+// MyDatabases in one namespace every pass got slower the more there were
+// (docs/benchmarks.md, B9).
+func (r *MyDatabaseReconciler) listOwn(ctx context.Context, list client.ObjectList, db *databasev1alpha1.MyDatabase, selector map[string]string) error {
+	return r.List(ctx, list, client.InNamespace(db.Namespace), client.MatchingFields{byDatabase: db.Name}, client.MatchingLabels(selector))
 }
 
 // roleOrReportChanged passes the pod events the operator acts on: a pod

@@ -96,7 +96,7 @@ func (r *MyDatabaseReconciler) dataClaims(ctx context.Context, db *databasev1alp
 	list := &corev1.PersistentVolumeClaimList{}
 	selector := specs.InstanceLabels(db)
 	selector[databasev1alpha1.LabelOwnerUID] = string(db.UID)
-	if err := r.List(ctx, list, client.InNamespace(db.Namespace), client.MatchingLabels(selector)); err != nil {
+	if err := r.listOwn(ctx, list, db, selector); err != nil {
 		return nil, objectError("list", &corev1.PersistentVolumeClaim{}, "", err)
 	}
 	servers := map[string]bool{}

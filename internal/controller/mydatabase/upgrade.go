@@ -229,7 +229,7 @@ func (r *MyDatabaseReconciler) prepareUpgrade(ctx context.Context, db *databasev
 func (r *MyDatabaseReconciler) stopForUpgrade(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	up := obs.upgrade.status
 	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(specs.InstanceSelector(db))); err != nil {
+	if err := r.listOwn(ctx, pods, db, specs.InstanceSelector(db)); err != nil {
 		return objectError("list", &corev1.Pod{}, "", err)
 	}
 	if n := len(pods.Items); n > 0 {
@@ -311,7 +311,7 @@ func (r *MyDatabaseReconciler) jobPods(ctx context.Context, db *databasev1alpha1
 	pods := &corev1.PodList{}
 	labels := specs.Labels(db, databasev1alpha1.ComponentUpgrade)
 	labels[batchv1.JobNameLabel], labels[batchv1.ControllerUidLabel] = job.Name, string(job.UID)
-	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(labels)); err != nil {
+	if err := r.listOwn(ctx, pods, db, labels); err != nil {
 		return nil, objectError("list", &corev1.Pod{}, "", err)
 	}
 	return pods.Items, nil
@@ -413,7 +413,7 @@ func (r *MyDatabaseReconciler) recloneReplicas(ctx context.Context, db *database
 	claims := &corev1.PersistentVolumeClaimList{}
 	selector := specs.InstanceLabels(db)
 	selector[databasev1alpha1.LabelOwnerUID] = string(db.UID)
-	if err := r.List(ctx, claims, client.InNamespace(db.Namespace), client.MatchingLabels(selector)); err != nil {
+	if err := r.listOwn(ctx, claims, db, selector); err != nil {
 		return objectError("list", &corev1.PersistentVolumeClaim{}, "", err)
 	}
 	keep := specs.DataVolumeName + "-" + up.Primary
