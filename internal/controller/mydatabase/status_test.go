@@ -426,12 +426,12 @@ func TestMissingPodsAreLookedAtAgain(t *testing.T) {
 	}
 	// pod is a server of the given ordinal, Ready or not.
 	pod := func(ordinal int, ready bool) corev1.Pod {
-		status := corev1.ConditionFalse
+		condition := corev1.ConditionFalse
 		if ready {
-			status = corev1.ConditionTrue
+			condition = corev1.ConditionTrue
 		}
 		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("orders-%d", ordinal)},
-			Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}}
+			Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: condition}}}}
 	}
 	pass := func(policy appsv1.PodManagementPolicyType, pods []corev1.Pod, seen ...client.Object) (*observation, ctrl.Result, int) {
 		t.Helper()
