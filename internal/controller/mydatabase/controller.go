@@ -67,6 +67,9 @@ type MyDatabaseReconciler struct {
 	// certs remembers the certificates found good, by content: a pass
 	// over an unchanged Secret does not verify it again.
 	certs pki.Checker
+	// indexed is set once SetupWithManager has indexed the cache's pods
+	// and claims byDatabase; a reconciler on a plain client has no index.
+	indexed bool
 }
 
 // +kubebuilder:rbac:groups=database.example.com,resources=mydatabases,verbs=get;list;watch;patch
@@ -222,6 +225,7 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 			return err
 		}
 	}
+	r.indexed = true
 	byInstance := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name, ok := o.GetLabels()[databasev1alpha1.LabelInstance]
 		if !ok {
@@ -253,14 +257,18 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 // they belong to (their instance label).
 const byDatabase = "mydatabase"
 
-// listOwn lists from the cache the pods or volume claims of db that carry
-// every label of selector, through the byDatabase index: a pass costs what
-// its MyDatabase has, not what its namespace holds. A label selector alone
-// made the cache test every pod of the namespace, so that with many
+// listOwn lists the pods or volume claims of db that carry every label of
+// selector; from the cache, through the byDatabase index: a pass costs
+// what its MyDatabase has, not what its namespace holds. A label selector
+// alone made the cache test every pod of the namespace, so that with many
 // MyDatabases in one namespace every pass got slower the more there were
 // (docs/benchmarks.md, B9).
 func (r *MyDatabaseReconciler) listOwn(ctx context.Context, list client.ObjectList, db *databasev1alpha1.MyDatabase, selector map[string]string) error {
-	return r.List(ctx, list, client.InNamespace(db.Namespace), client.MatchingFields{byDatabase: db.Name}, client.MatchingLabels(selector))
+	opts := []client.ListOption{client.InNamespace(db.Namespace), client.MatchingLabels(selector)}
+	if r.indexed {
+		opts = append(opts, client.MatchingFields{byDatabase: db.Name})
+	}
+	return r.List(ctx, list, opts...)
 }
 
 // roleOrReportChanged passes the pod events the operator acts on: a pod
