@@ -61,7 +61,7 @@ func TestCanonicalStringsShareOneCopy(t *testing.T) {
 	}
 }
 
-// The strings of a StatefulSet's and a pod's spec that do not depend on
+// The strings of a StatefulSet's, a pod's and a Service's spec that do not depend on
 // the MyDatabase (its pod template's, and those the API server defaults)
 // share one copy too, in place; nothing else changes.
 func TestCanonicalStringsSharePodSpecs(t *testing.T) {
@@ -84,7 +84,13 @@ func TestCanonicalStringsSharePodSpecs(t *testing.T) {
 	transform := canonicalStrings(func(obj any) (any, error) { return obj, nil })
 	sts := decoded()
 	pod := &corev1.Pod{Spec: *decoded().Spec.Template.Spec.DeepCopy()}
-	for _, obj := range []any{sts, pod} {
+	// A Service as the API server returns it: the defaults filled in.
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{
+		Type: corev1.ServiceType(strings.Clone(string(corev1.ServiceTypeClusterIP))), SessionAffinity: corev1.ServiceAffinity(strings.Clone(string(corev1.ServiceAffinityNone))),
+		IPFamilies: []corev1.IPFamily{corev1.IPFamily(strings.Clone(string(corev1.IPv4Protocol)))}, ClusterIP: "10.0.0.7",
+		Ports: []corev1.ServicePort{{Name: "postgres", Protocol: corev1.Protocol(strings.Clone(string(corev1.ProtocolTCP))), Port: 5432}},
+	}}
+	for _, obj := range []any{sts, pod, svc} {
 		if _, err := transform(obj); err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +101,7 @@ func TestCanonicalStringsSharePodSpecs(t *testing.T) {
 	if want := decoded().Spec.Template.Spec; !equality.Semantic.DeepEqual(pod.Spec, want) {
 		t.Fatalf("the transform changed the pod: %s", cmp.Diff(want, pod.Spec))
 	}
-	for name, spec := range map[string]any{"StatefulSet": &sts.Spec, "pod": &pod.Spec} {
+	for name, spec := range map[string]any{"StatefulSet": &sts.Spec, "pod": &pod.Spec, "Service": &svc.Spec} {
 		shared, private := 0, []string{}
 		rewriteStrings(reflect.ValueOf(spec).Elem(), func(s string) (string, bool) {
 			switch c, ok := canonical[s]; {
@@ -109,7 +115,7 @@ func TestCanonicalStringsSharePodSpecs(t *testing.T) {
 		if len(private) > 0 {
 			t.Errorf("%s: %d strings with a canonical copy are still private: %q", name, len(private), private)
 		}
-		if shared < 20 {
+		if least := map[string]int{"StatefulSet": 20, "pod": 20, "Service": 4}[name]; shared < least {
 			t.Errorf("%s: only %d strings share the canonical copy", name, shared)
 		}
 	}
