@@ -84,6 +84,11 @@ func main() {
 	flag.Float64Var(&qps, "kube-api-qps", 100,
 		"Client-side limit of API requests per second, per kind (see docs/benchmarks.md).")
 	flag.IntVar(&burst, "kube-api-burst", 200, "Client-side burst of API requests, per kind.")
+	var compression bool
+	flag.BoolVar(&compression, "kube-api-compression", false,
+		"Let the API server gzip its answers, watch streams included. Off by default: next to the API server, "+
+			"gzip costs it and the operator CPU for bandwidth a cluster network does not lack (see docs/benchmarks.md). "+
+			"Turn it on when the operator runs far from the API server.")
 	var instanceImage string
 	flag.StringVar(&instanceImage, "instance-manager-image",
 		envOr("INSTANCE_MANAGER_IMAGE", specs.DefaultInstanceManagerImage),
@@ -184,6 +189,7 @@ func main() {
 
 	cfg := ctrl.GetConfigOrDie()
 	cfg.QPS, cfg.Burst = float32(qps), burst
+	cfg.DisableCompression = cfg.DisableCompression || !compression // a kubeconfig's disable-compression still holds
 	if err := requireCRD(cfg); err != nil {
 		setupLog.Error(err, "Cannot start")
 		os.Exit(1)

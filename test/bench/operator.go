@@ -131,6 +131,7 @@ type operator struct {
 func startOperator(env *controlPlane, s Settings, syncPeriod time.Duration) (*operator, error) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst = -1, 0
+	cfg.DisableCompression = true // cmd/main.go's default, --kube-api-compression=false
 	if s.QPS > 0 {
 		cfg.QPS, cfg.Burst = float32(s.QPS), s.Burst
 	}
