@@ -66,4 +66,9 @@ const (
 	// recovered from it; it lets the operator notice an edited Secret.
 	// Removing it accepts the Secret's current password.
 	AnnotationPasswordDigest = "database.example.com/password-digest"
+	// AnnotationCertificateSeal on a certificate Secret the operator
+	// issued vouches for its last check, so that a restarted operator need
+	// not parse and verify the certificate again (internal/pki.Seal).
+	// Removing or editing it costs one check and a rewrite.
+	AnnotationCertificateSeal = "database.example.com/certificate-seal"
 )

@@ -7,16 +7,20 @@ package pki
 import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/big"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -159,17 +163,19 @@ type Check struct {
 	Problems []string
 	// Renew: a certificate the operator issued should be issued again.
 	Renew bool
+	// Seal vouches for a check that passed, for a later Checker (see
+	// Seal): set when the check was given a seal key and passed.
+	Seal string
 }
 
 // Certificate is what the operator reads of a checked certificate.
 type Certificate struct {
 	NotBefore, NotAfter time.Time
 	DNSNames            []string
-	CommonName          string
 }
 
 func certificateOf(c *x509.Certificate) *Certificate {
-	return &Certificate{NotBefore: c.NotBefore, NotAfter: c.NotAfter, DNSNames: c.DNSNames, CommonName: c.Subject.CommonName}
+	return &Certificate{NotBefore: c.NotBefore, NotAfter: c.NotAfter, DNSNames: c.DNSNames}
 }
 
 // CheckServer checks the PEM certificate, key and CA bundle of a server
@@ -228,8 +234,8 @@ func check(certPEM, keyPEM, caPEM []byte, usage x509.ExtKeyUsage, names []string
 	if len(missing) > 0 {
 		c.Problems = append(c.Problems, fmt.Sprintf("the certificate does not cover %v", missing))
 	}
-	if commonName != "" && c.Cert.CommonName != commonName {
-		c.Problems = append(c.Problems, fmt.Sprintf("the certificate names %q, not %q", c.Cert.CommonName, commonName))
+	if cn := pair.cert.Subject.CommonName; commonName != "" && cn != commonName {
+		c.Problems = append(c.Problems, fmt.Sprintf("the certificate names %q, not %q", cn, commonName))
 	}
 	c.Renew = len(c.Problems) > 0 || !now.Before(c.Cert.RenewAt())
 	return c, v
@@ -286,12 +292,10 @@ type Checker struct {
 type passed struct {
 	notBefore, notAfter, from, until int64
 	dnsNames                         []string
-	commonName                       string
 }
 
 func remember(c *Certificate, v validity, names []string) passed {
-	p := passed{notBefore: c.NotBefore.Unix(), notAfter: c.NotAfter.Unix(), from: v.from.Unix(), until: v.until.Unix(),
-		commonName: c.CommonName}
+	p := passed{notBefore: c.NotBefore.Unix(), notAfter: c.NotAfter.Unix(), from: v.from.Unix(), until: v.until.Unix()}
 	if !slices.Equal(c.DNSNames, names) {
 		p.dnsNames = c.DNSNames
 	}
@@ -300,8 +304,7 @@ func remember(c *Certificate, v validity, names []string) passed {
 
 // certificate is what the check of names found, remembered.
 func (p passed) certificate(names []string) *Certificate {
-	c := &Certificate{NotBefore: time.Unix(p.notBefore, 0).UTC(), NotAfter: time.Unix(p.notAfter, 0).UTC(),
-		DNSNames: p.dnsNames, CommonName: p.commonName}
+	c := &Certificate{NotBefore: time.Unix(p.notBefore, 0).UTC(), NotAfter: time.Unix(p.notAfter, 0).UTC(), DNSNames: p.dnsNames}
 	if c.DNSNames == nil {
 		c.DNSNames = names
 	}
@@ -316,26 +319,91 @@ func (p passed) holds(now time.Time) bool {
 // most twice that.
 const checkerGeneration = time.Hour
 
-// Server is CheckServer, remembered.
-func (k *Checker) Server(certPEM, keyPEM, caPEM []byte, names []string, now time.Time) Check {
-	return k.check(certPEM, keyPEM, caPEM, x509.ExtKeyUsageServerAuth, names, "", now)
+// Server is CheckServer, remembered, and sealed with seal.Key.
+func (k *Checker) Server(certPEM, keyPEM, caPEM []byte, names []string, now time.Time, seal Seal) Check {
+	return k.check(certPEM, keyPEM, caPEM, x509.ExtKeyUsageServerAuth, names, "", now, seal)
 }
 
-// Client is CheckClient, remembered.
-func (k *Checker) Client(certPEM, keyPEM, caPEM []byte, commonName string, now time.Time) Check {
-	return k.check(certPEM, keyPEM, caPEM, x509.ExtKeyUsageClientAuth, nil, commonName, now)
+// Client is CheckClient, remembered, and sealed with seal.Key.
+func (k *Checker) Client(certPEM, keyPEM, caPEM []byte, commonName string, now time.Time, seal Seal) Check {
+	return k.check(certPEM, keyPEM, caPEM, x509.ExtKeyUsageClientAuth, nil, commonName, now, seal)
 }
 
-func (k *Checker) check(certPEM, keyPEM, caPEM []byte, usage x509.ExtKeyUsage, names []string, commonName string, now time.Time) Check {
+func (k *Checker) check(certPEM, keyPEM, caPEM []byte, usage x509.ExtKeyUsage, names []string, commonName string, now time.Time, seal Seal) Check {
 	key := checkKey(certPEM, keyPEM, caPEM, usage, names, commonName)
-	if p, ok := k.recall(key, now); ok {
-		return Check{Cert: p.certificate(names)}
+	p, ok := k.recall(key, now)
+	if !ok {
+		if p, ok = seal.open(key, now); ok {
+			k.keep(key, p)
+		}
+	}
+	if ok {
+		return Check{Cert: p.certificate(names), Seal: seal.make(key, p)}
 	}
 	c, v := check(certPEM, keyPEM, caPEM, usage, names, commonName, now)
 	if len(c.Problems) == 0 && !c.Renew && v.holds(now) {
-		k.keep(key, remember(c.Cert, v, names))
+		p := remember(c.Cert, v, names)
+		k.keep(key, p)
+		c.Seal = seal.make(key, p)
 	}
 	return c
+}
+
+// Seal carries a check that passed across restarts of the operator,
+// which would otherwise parse and verify every certificate again: the
+// check's verdict (the validity times it found) with an HMAC of them and
+// of everything the check depends on but the time, kept in an annotation
+// of the certificate's Secret. A Checker given a seal that opens answers
+// as the check would, without it. The key is the private key of the CA
+// that issued the certificate: whoever can make a seal can issue a
+// certificate. A seal that does not open is ignored.
+type Seal struct {
+	// Key makes and opens seals; nil: no seal is made or opened.
+	Key []byte
+	// Value is the seal kept with the certificate, "" if none.
+	Value string
+}
+
+// sealVersion starts every seal, for a format that may change.
+const sealVersion = "v1"
+
+func (s Seal) make(key [sha256.Size]byte, p passed) string {
+	if s.Key == nil || p.dnsNames != nil {
+		return ""
+	}
+	times := fmt.Sprintf("%s.%d.%d.%d.%d", sealVersion, p.notBefore, p.notAfter, p.from, p.until)
+	return times + "." + base64.RawURLEncoding.EncodeToString(s.mac(key, times))
+}
+
+func (s Seal) open(key [sha256.Size]byte, now time.Time) (passed, bool) {
+	cut := strings.LastIndexByte(s.Value, '.')
+	if s.Key == nil || cut < 0 {
+		return passed{}, false
+	}
+	times, sum := s.Value[:cut], s.Value[cut+1:]
+	mac, err := base64.RawURLEncoding.DecodeString(sum)
+	if err != nil || !hmac.Equal(mac, s.mac(key, times)) {
+		return passed{}, false
+	}
+	fields := strings.Split(times, ".")
+	if len(fields) != 5 || fields[0] != sealVersion {
+		return passed{}, false
+	}
+	var p passed
+	for i, t := range []*int64{&p.notBefore, &p.notAfter, &p.from, &p.until} {
+		if *t, err = strconv.ParseInt(fields[i+1], 10, 64); err != nil {
+			return passed{}, false
+		}
+	}
+	return p, p.holds(now)
+}
+
+func (s Seal) mac(key [sha256.Size]byte, times string) []byte {
+	h := hmac.New(sha256.New, s.Key)
+	h.Write([]byte("myoperator certificate check\x00"))
+	h.Write(key[:])
+	h.Write([]byte(times))
+	return h.Sum(nil)
 }
 
 // Valid is kp.Valid, remembered: a pair found good is not parsed again

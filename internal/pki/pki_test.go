@@ -1,6 +1,7 @@
 package pki
 
 import (
+	"crypto/x509"
 	"slices"
 	"strings"
 	"testing"
@@ -133,24 +134,17 @@ func TestChecker(t *testing.T) {
 	underOld := mustServer(t, old, names, now)
 
 	k := &Checker{}
-	same := func(what string, got, want Check) {
-		t.Helper()
-		if strings.Join(got.Problems, "; ") != strings.Join(want.Problems, "; ") || got.Renew != want.Renew ||
-			(got.Cert == nil) != (want.Cert == nil) || (got.Cert != nil && (!got.Cert.NotAfter.Equal(want.Cert.NotAfter) ||
-			!slices.Equal(got.Cert.DNSNames, want.Cert.DNSNames) || got.Cert.CommonName != want.Cert.CommonName)) {
-			t.Errorf("%s: remembered %+v, want %+v", what, got, want)
-		}
-	}
+	same := func(what string, got, want Check) { t.Helper(); sameCheck(t, what, got, want) }
 	for _, at := range []time.Time{now, now.Add(24 * time.Hour), now.Add(31 * 24 * time.Hour),
 		now.Add(61 * 24 * time.Hour), now.Add(91 * 24 * time.Hour), now} {
 		for range 2 { // the second call is answered from memory when the first passed
-			same("server "+at.String(), k.Server(server.Cert, server.Key, ca.Cert, names, at), CheckServer(server.Cert, server.Key, ca.Cert, names, at))
-			same("another CA", k.Server(server.Cert, server.Key, other.Cert, names, at), CheckServer(server.Cert, server.Key, other.Cert, names, at))
-			same("another name", k.Server(server.Cert, server.Key, ca.Cert, names[:1], at), CheckServer(server.Cert, server.Key, ca.Cert, names[:1], at))
-			same("client", k.Client(client.Cert, client.Key, ca.Cert, "replicator", at), CheckClient(client.Cert, client.Key, ca.Cert, "replicator", at))
-			same("another role", k.Client(client.Cert, client.Key, ca.Cert, "postgres", at), CheckClient(client.Cert, client.Key, ca.Cert, "postgres", at))
-			same("the server as a client", k.Client(server.Cert, server.Key, ca.Cert, "db-rw", at), CheckClient(server.Cert, server.Key, ca.Cert, "db-rw", at))
-			same("a CA expiring first", k.Server(underOld.Cert, underOld.Key, old.Cert, names, at), CheckServer(underOld.Cert, underOld.Key, old.Cert, names, at))
+			same("server "+at.String(), k.Server(server.Cert, server.Key, ca.Cert, names, at, Seal{}), CheckServer(server.Cert, server.Key, ca.Cert, names, at))
+			same("another CA", k.Server(server.Cert, server.Key, other.Cert, names, at, Seal{}), CheckServer(server.Cert, server.Key, other.Cert, names, at))
+			same("another name", k.Server(server.Cert, server.Key, ca.Cert, names[:1], at, Seal{}), CheckServer(server.Cert, server.Key, ca.Cert, names[:1], at))
+			same("client", k.Client(client.Cert, client.Key, ca.Cert, "replicator", at, Seal{}), CheckClient(client.Cert, client.Key, ca.Cert, "replicator", at))
+			same("another role", k.Client(client.Cert, client.Key, ca.Cert, "postgres", at, Seal{}), CheckClient(client.Cert, client.Key, ca.Cert, "postgres", at))
+			same("the server as a client", k.Client(server.Cert, server.Key, ca.Cert, "db-rw", at, Seal{}), CheckClient(server.Cert, server.Key, ca.Cert, "db-rw", at))
+			same("a CA expiring first", k.Server(underOld.Cert, underOld.Key, old.Cert, names, at, Seal{}), CheckServer(underOld.Cert, underOld.Key, old.Cert, names, at))
 		}
 	}
 	if c := CheckServer(underOld.Cert, underOld.Key, old.Cert, names, now.Add(31*24*time.Hour)); len(c.Problems) == 0 {
@@ -160,16 +154,16 @@ func TestChecker(t *testing.T) {
 	// Only what passed is remembered: the server, the client and the
 	// certificate under the expiring CA (the last turn, at now).
 	k = &Checker{}
-	k.Server(server.Cert, server.Key, ca.Cert, names, now)
-	k.Server(server.Cert, server.Key, other.Cert, names, now)
-	k.Client(client.Cert, client.Key, ca.Cert, "replicator", now)
+	k.Server(server.Cert, server.Key, ca.Cert, names, now, Seal{})
+	k.Server(server.Cert, server.Key, other.Cert, names, now, Seal{})
+	k.Client(client.Cert, client.Key, ca.Cert, "replicator", now, Seal{})
 	if len(k.recent) != 2 {
 		t.Errorf("%d verdicts remembered, want the 2 that passed", len(k.recent))
 	}
 	// A verdict used in every generation stays; an unused one goes after
 	// two.
 	for i := 1; i <= 2; i++ {
-		k.Server(server.Cert, server.Key, ca.Cert, names, now.Add(time.Duration(i)*checkerGeneration))
+		k.Server(server.Cert, server.Key, ca.Cert, names, now.Add(time.Duration(i)*checkerGeneration), Seal{})
 	}
 	if len(k.recent) != 1 || len(k.old) != 1 {
 		t.Errorf("after two generations: %d recent, %d old verdicts, want 1 and 1 (the server's, used in each)", len(k.recent), len(k.old))
@@ -191,5 +185,78 @@ func TestChecker(t *testing.T) {
 	}
 	if len(k.recent) != 1 {
 		t.Errorf("%d pairs remembered, want the CA's", len(k.recent))
+	}
+}
+
+// sameCheck fails t unless got says what the check want says.
+func sameCheck(t *testing.T, what string, got, want Check) {
+	t.Helper()
+	if strings.Join(got.Problems, "; ") != strings.Join(want.Problems, "; ") || got.Renew != want.Renew ||
+		(got.Cert == nil) != (want.Cert == nil) || (got.Cert != nil && (!got.Cert.NotAfter.Equal(want.Cert.NotAfter) ||
+		!slices.Equal(got.Cert.DNSNames, want.Cert.DNSNames))) {
+		t.Errorf("%s: remembered %+v, want %+v", what, got, want)
+	}
+}
+
+// TestSeal: a Checker that opens a seal answers as the check would, at
+// every time, and a seal opens only with the key it was made with, for
+// the content and names it was made for, and unaltered.
+func TestSeal(t *testing.T) {
+	ca, other := mustCA(t, now), mustCA(t, now)
+	names := []string{"db-rw", "db-0.db-headless.shop.svc"}
+	server, another := mustServer(t, ca, names, now), mustServer(t, ca, names, now)
+	client, err := NewClient(ca, "replicator", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if c := (&Checker{}).Server(server.Cert, server.Key, ca.Cert, names, now, Seal{}); c.Seal != "" {
+		t.Errorf("a check given no key made the seal %q", c.Seal)
+	}
+	if c := (&Checker{}).Server(server.Cert, server.Key, other.Cert, names, now, Seal{Key: ca.Key}); c.Seal != "" {
+		t.Errorf("a check that failed made the seal %q", c.Seal)
+	}
+	serverSeal := (&Checker{}).Server(server.Cert, server.Key, ca.Cert, names, now, Seal{Key: ca.Key}).Seal
+	clientSeal := (&Checker{}).Client(client.Cert, client.Key, ca.Cert, "replicator", now, Seal{Key: ca.Key}).Seal
+	if serverSeal == "" || clientSeal == "" {
+		t.Fatalf("checks that passed made the seals %q and %q", serverSeal, clientSeal)
+	}
+	for _, at := range []time.Time{now, now.Add(24 * time.Hour), now.Add(61 * 24 * time.Hour), now.Add(91 * 24 * time.Hour)} {
+		got := (&Checker{}).Server(server.Cert, server.Key, ca.Cert, names, at, Seal{Key: ca.Key, Value: serverSeal})
+		sameCheck(t, "server at "+at.String(), got, CheckServer(server.Cert, server.Key, ca.Cert, names, at))
+		if len(got.Problems) == 0 && !got.Renew && got.Seal != serverSeal {
+			t.Errorf("at %s the seal became %q, was %q", at, got.Seal, serverSeal)
+		}
+		got = (&Checker{}).Client(client.Cert, client.Key, ca.Cert, "replicator", at, Seal{Key: ca.Key, Value: clientSeal})
+		sameCheck(t, "client at "+at.String(), got, CheckClient(client.Cert, client.Key, ca.Cert, "replicator", at))
+	}
+
+	// A seal is taken as it stands: one made with the key for times no
+	// check would find shows whether the Checker answered from it.
+	key := checkKey(server.Cert, server.Key, ca.Cert, x509.ExtKeyUsageServerAuth, names, "")
+	const notAfter = 2_000_000_000
+	made := Seal{Key: ca.Key}.make(key, passed{notBefore: 1, notAfter: notAfter, until: notAfter})
+	opened := func(certPEM, keyPEM []byte, names []string, seal Seal) bool {
+		c := (&Checker{}).Server(certPEM, keyPEM, ca.Cert, names, now, seal)
+		return c.Cert != nil && c.Cert.NotAfter.Unix() == notAfter
+	}
+	if !opened(server.Cert, server.Key, names, Seal{Key: ca.Key, Value: made}) {
+		t.Fatal("the Checker did not answer from the seal")
+	}
+	for what, tc := range map[string]struct {
+		cert  KeyPair
+		names []string
+		seal  Seal
+	}{
+		"another key":         {server, names, Seal{Key: other.Key, Value: made}},
+		"another certificate": {another, names, Seal{Key: ca.Key, Value: made}},
+		"other names":         {server, names[:1], Seal{Key: ca.Key, Value: made}},
+		"altered times":       {server, names, Seal{Key: ca.Key, Value: strings.Replace(made, ".1.", ".2.", 1)}},
+		"no seal":             {server, names, Seal{Key: ca.Key}},
+		"not a seal":          {server, names, Seal{Key: ca.Key, Value: "v1.1.2.3"}},
+	} {
+		if opened(tc.cert.Cert, tc.cert.Key, tc.names, tc.seal) {
+			t.Errorf("%s: the seal opened", what)
+		}
 	}
 }

@@ -56,12 +56,11 @@ func (r *MyDatabaseReconciler) reconcileTLS(ctx context.Context, db *databasev1a
 		return err
 	}
 	now := r.Clock.Now()
-	_, err = r.keepIssued(ctx, db, obs, specs.ReplicationCertSecretName(db), func() (*corev1.Secret, error) {
+	_, err = r.keepIssued(ctx, db, obs, specs.ReplicationCertSecretName(db), ca, nil, func() (*corev1.Secret, error) {
 		client, err := pki.NewClient(ca, specs.ReplicationRole, now)
 		return specs.ReplicationCertSecret(db, client, ca.Cert), err
-	}, func(data map[string][]byte) string {
-		check := r.certs.Client(data[specs.TLSCertKey], data[specs.TLSKeyKey], ca.Cert, specs.ReplicationRole, now)
-		return renewal(check, data, ca.Cert, nil)
+	}, func(data map[string][]byte, seal pki.Seal) pki.Check {
+		return r.certs.Client(data[specs.TLSCertKey], data[specs.TLSKeyKey], ca.Cert, specs.ReplicationRole, now, seal)
 	})
 	if err != nil || obs.blocked() {
 		return err
@@ -71,12 +70,11 @@ func (r *MyDatabaseReconciler) reconcileTLS(ctx context.Context, db *databasev1a
 		return nil
 	}
 	name, names := specs.IssuedServerCertSecretName(db), specs.ServerDNSNames(db)
-	data, err := r.keepIssued(ctx, db, obs, name, func() (*corev1.Secret, error) {
+	data, err := r.keepIssued(ctx, db, obs, name, ca, names, func() (*corev1.Secret, error) {
 		server, err := pki.NewServer(ca, specs.ServerCommonName(db), names, now)
 		return specs.ServerCertSecret(db, server, ca.Cert), err
-	}, func(data map[string][]byte) string {
-		check := r.certs.Server(data[specs.TLSCertKey], data[specs.TLSKeyKey], ca.Cert, names, now)
-		return renewal(check, data, ca.Cert, names)
+	}, func(data map[string][]byte, seal pki.Seal) pki.Check {
+		return r.certs.Server(data[specs.TLSCertKey], data[specs.TLSKeyKey], ca.Cert, names, now, seal)
 	})
 	if err != nil || data == nil {
 		return err
@@ -119,16 +117,30 @@ func (r *MyDatabaseReconciler) checkUserCertificate(ctx context.Context, db *dat
 	return secret.Data[specs.CACertKey]
 }
 
-// keepIssued keeps the certificate Secret name: created by issue when
-// missing, issued again when due says why, its metadata aligned with the
-// deletion policy. It returns the Secret's data, nil when blocked.
+// keepIssued keeps the certificate Secret name, issued by ca for names
+// (nil: a client certificate): created by issue when missing, issued
+// again when its check says it is due, its metadata aligned with the
+// deletion policy. The check's seal goes into the Secret with every
+// certificate issued, so that a restarted operator does not verify the
+// certificate again (pki.Seal). It returns the Secret's data, nil when
+// blocked.
 func (r *MyDatabaseReconciler) keepIssued(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, name string,
-	issue func() (*corev1.Secret, error), due func(map[string][]byte) string) (map[string][]byte, error) {
+	ca pki.KeyPair, names []string, issue func() (*corev1.Secret, error),
+	check func(data map[string][]byte, seal pki.Seal) pki.Check) (map[string][]byte, error) {
+	issueSealed := func() (*corev1.Secret, pki.Check, error) {
+		secret, err := issue()
+		if err != nil {
+			return nil, pki.Check{}, err
+		}
+		c := check(secret.Data, pki.Seal{Key: ca.Key})
+		setSeal(secret, c.Seal)
+		return secret, c, nil
+	}
 	secret := &corev1.Secret{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
 	switch {
 	case apierrors.IsNotFound(err):
-		if secret, err = issue(); err != nil {
+		if secret, _, err = issueSealed(); err != nil {
 			return nil, err
 		}
 		if err := r.Create(ctx, secret, client.FieldOwner(FieldOwner)); apierrors.IsAlreadyExists(err) {
@@ -143,20 +155,39 @@ func (r *MyDatabaseReconciler) keepIssued(ctx context.Context, db *databasev1alp
 	case ownedByAnother(secret, db, obs):
 		return nil, nil
 	}
-	if why := due(secret.Data); why != "" {
-		fresh, err := issue()
+	c := check(secret.Data, pki.Seal{Key: ca.Key, Value: secret.Annotations[databasev1alpha1.AnnotationCertificateSeal]})
+	if why := renewal(c, secret.Data, ca.Cert, names); why != "" {
+		fresh, freshCheck, err := issueSealed()
 		if err != nil {
 			return nil, err
 		}
 		// A patch over the version read: a concurrent change conflicts.
 		before := secret.DeepCopy()
-		secret.Data = fresh.Data
+		secret.Data, c = fresh.Data, freshCheck
+		setSeal(secret, c.Seal)
 		if err := r.Patch(ctx, secret, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return nil, objectError("patch", secret, name, err)
 		}
 		r.event(db, corev1.EventTypeNormal, "CertificateRenewed", "Issued a new certificate in Secret %s: %s", name, why)
 	}
-	return secret.Data, r.alignMetadata(ctx, secret, specs.Labels(db, specs.ComponentTLS), nil, specs.SecretOwnerReferences(db), db)
+	var seal map[string]string // a Secret issued before seals gets its own
+	if c.Seal != "" {
+		seal = map[string]string{databasev1alpha1.AnnotationCertificateSeal: c.Seal}
+	}
+	return secret.Data, r.alignMetadata(ctx, secret, specs.Labels(db, specs.ComponentTLS), seal, specs.SecretOwnerReferences(db), db)
+}
+
+// setSeal puts seal into the annotation of secret, or removes it when
+// there is none.
+func setSeal(secret *corev1.Secret, seal string) {
+	if seal == "" {
+		delete(secret.Annotations, databasev1alpha1.AnnotationCertificateSeal)
+		return
+	}
+	if secret.Annotations == nil {
+		secret.Annotations = map[string]string{}
+	}
+	secret.Annotations[databasev1alpha1.AnnotationCertificateSeal] = seal
 }
 
 // renewal says why an issued certificate is due, "" when it is not: its
@@ -257,7 +288,7 @@ func (r *MyDatabaseReconciler) createCA(ctx context.Context, db *databasev1alpha
 func (r *MyDatabaseReconciler) observeCertificate(db *databasev1alpha1.MyDatabase, obs *observation, secret, caSecret string, data map[string][]byte, issued bool) {
 	now := r.Clock.Now()
 	names := specs.ServerDNSNames(db)
-	check := r.certs.Server(data[specs.TLSCertKey], data[specs.TLSKeyKey], data[specs.CACertKey], names, now)
+	check := r.certs.Server(data[specs.TLSCertKey], data[specs.TLSKeyKey], data[specs.CACertKey], names, now, pki.Seal{})
 	st := &tlsState{status: &databasev1alpha1.TLSStatus{ServerCertSecret: secret, CASecret: caSecret}, reason: databasev1alpha1.ReasonCertificateValid}
 	obs.tls = st
 	if check.Cert == nil {

@@ -117,6 +117,57 @@ func TestServerCertificateIssuedAndRenewed(t *testing.T) {
 	}
 }
 
+// TestCertificateSeals: every certificate Secret the operator issues
+// carries the seal of its check (what a restarted operator opens instead
+// of verifying the certificate again); one removed, as on a Secret issued
+// before seals, or altered is written again.
+func TestCertificateSeals(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "seal"))
+	eventually(t, "the server certificate", exists(ns, "seal-server-tls", &corev1.Secret{}))
+	ca := secretData(t, ns, "seal-ca")
+	key := ca[specs.CAKeyKey]
+	// sealed says whether a Secret's annotation is the seal a check of its
+	// certificate makes.
+	sealed := func(name string) error {
+		s := &corev1.Secret{}
+		if err := get(ns, name, s); err != nil {
+			return err
+		}
+		var c pki.Check
+		d := s.Data
+		if name == "seal-server-tls" {
+			c = (&pki.Checker{}).Server(d[specs.TLSCertKey], d[specs.TLSKeyKey], ca[specs.CACertKey], specs.ServerDNSNames(db), reconciler.Clock.Now(), pki.Seal{Key: key})
+		} else {
+			c = (&pki.Checker{}).Client(d[specs.TLSCertKey], d[specs.TLSKeyKey], ca[specs.CACertKey], specs.ReplicationRole, reconciler.Clock.Now(), pki.Seal{Key: key})
+		}
+		if got := s.Annotations[databasev1alpha1.AnnotationCertificateSeal]; c.Seal == "" || got != c.Seal {
+			return fmt.Errorf("Secret %s: seal %q, want %q", name, got, c.Seal)
+		}
+		return nil
+	}
+	for _, name := range []string{"seal-server-tls", "seal-replication-tls"} {
+		if err := sealed(name); err != nil {
+			t.Error(err)
+		}
+	}
+
+	for what, change := range map[string]func(map[string]string){
+		"removed": func(a map[string]string) { delete(a, databasev1alpha1.AnnotationCertificateSeal) },
+		"altered": func(a map[string]string) { a[databasev1alpha1.AnnotationCertificateSeal] = "v1.1.2.3.4.AAAA" },
+	} {
+		s := &corev1.Secret{}
+		if err := get(ns, "seal-server-tls", s); err != nil {
+			t.Fatal(err)
+		}
+		change(s.Annotations)
+		if err := k8s.Update(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the seal "+what+" written again", func() error { return sealed("seal-server-tls") })
+	}
+}
+
 // TestUserCertificate: the Secret spec.tls names is only read. Missing, it
 // stalls the MyDatabase before any pod is made; expired, or not covering
 // the names, it shows in CertificateValid.
