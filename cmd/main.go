@@ -86,7 +86,7 @@ func main() {
 	flag.IntVar(&burst, "kube-api-burst", 200, "Client-side burst of API requests, per kind.")
 	var compression bool
 	flag.BoolVar(&compression, "kube-api-compression", false,
-		"Let the API server gzip its answers, watch streams included. Off by default: next to the API server, "+
+		"Let the API server gzip its large answers. Off by default: next to the API server, "+
 			"gzip costs it and the operator CPU for bandwidth a cluster network does not lack (see docs/benchmarks.md). "+
 			"Turn it on when the operator runs far from the API server.")
 	var instanceImage string

@@ -212,10 +212,9 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 }
 
 // SetupWithManager watches MyDatabases and every kind of child. Children
-// with a controller reference map back through it (byController); the
-// retained Secrets,
-// PVCs and the pods (owned by the StatefulSet) map back through the
-// instance label; pods only when their role label is missing or changed,
+// with a controller reference map back through it (requestForController);
+// the retained Secrets, PVCs and the pods (owned by the StatefulSet) map
+// back through the instance label; pods only when their role label is missing or changed,
 // claims only while they are being expanded.
 func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}} {
@@ -236,7 +235,7 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	})
-	byController := handler.EnqueueRequestsFromMapFunc(byController)
+	byController := handler.EnqueueRequestsFromMapFunc(requestForController)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&databasev1alpha1.MyDatabase{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&appsv1.StatefulSet{}, byController).
@@ -257,11 +256,11 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 		Complete(r)
 }
 
-// byController maps a child to the MyDatabase its controller reference
-// names: what Owns does, without the RESTMapper lookup Owns makes on every
+// requestForController maps a child to the MyDatabase its controller
+// reference names: what Owns does, without the RESTMapper lookup Owns makes on every
 // event to learn that a MyDatabase is namespaced (12% of a restarted
 // operator's CPU at 10,000 MyDatabases, as it receives every child).
-func byController(_ context.Context, o client.Object) []reconcile.Request {
+func requestForController(_ context.Context, o client.Object) []reconcile.Request {
 	ref := metav1.GetControllerOf(o)
 	if ref == nil || ref.Kind != "MyDatabase" {
 		return nil
