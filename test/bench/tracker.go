@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,8 +95,13 @@ func (t *tracker) state(name string) *dbState {
 	return s
 }
 
-// startTracker starts watching namespace ns. It returns once every watch is
-// established, so nothing that happens afterwards is missed.
+// startTracker starts following namespace ns. Like a reflector, it lists
+// each kind, then watches from the list's resource version: the events a
+// watch begins with when given none are the current objects in no order,
+// so their resource versions are no place to resume a watch from (a watch
+// closed among them and resumed from the last would skip the objects not
+// yet sent). It returns once every watch is established, so nothing that
+// happens afterwards is missed.
 func startTracker(c client.WithWatch, ns string) (*tracker, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &tracker{t0: time.Now(), dbs: map[string]*dbState{}, stalled: map[string]bool{},
@@ -105,81 +111,96 @@ func startTracker(c client.WithWatch, ns string) (*tracker, error) {
 		{Version: "v1", Kind: kindSecret}, {Version: "v1", Kind: kindConfigMap},
 		{Version: "v1", Kind: kindService}, {Group: "apps", Version: "v1", Kind: kindStatefulSet},
 	}
-	kinds := make([]string, 0, 1+len(children))
-	kinds = append(kinds, "MyDatabase")
-	lists := make([]func() client.ObjectList, 0, 1+len(children))
-	lists = append(lists, func() client.ObjectList { return &databasev1alpha1.MyDatabaseList{} })
+	kinds := []*trackedKind{{name: "MyDatabase", opts: []client.ListOption{client.InNamespace(ns)},
+		newList: func() client.ObjectList { return &databasev1alpha1.MyDatabaseList{} }}}
 	for _, gvk := range children {
-		kinds = append(kinds, gvk.Kind)
-		lists = append(lists, func() client.ObjectList {
-			l := &metav1.PartialObjectMetadataList{}
-			l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-			return l
-		})
+		kinds = append(kinds, &trackedKind{name: gvk.Kind, opts: []client.ListOption{client.InNamespace(ns), managed},
+			newList: func() client.ObjectList {
+				l := &metav1.PartialObjectMetadataList{}
+				l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+				return l
+			}})
 	}
 	t.relist = func() error {
-		for i, newList := range lists {
-			list := newList()
-			opts := []client.ListOption{client.InNamespace(ns)}
-			if i > 0 {
-				opts = append(opts, managed)
-			}
-			if err := c.List(ctx, list, opts...); err != nil {
-				return err
-			}
-			if err := meta.EachListItem(list, func(o runtime.Object) error {
-				t.observe(kinds[i], o.(client.Object))
-				return nil
-			}); err != nil {
+		for _, k := range kinds {
+			if _, err := t.list(ctx, c, k); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	for i, newList := range lists {
-		var opts []client.ListOption
-		opts = append(opts, client.InNamespace(ns))
-		if i > 0 {
-			opts = append(opts, managed)
+	for _, k := range kinds {
+		rv, err := t.list(ctx, c, k)
+		if err != nil {
+			cancel()
+			return nil, err
 		}
-		w, err := c.Watch(ctx, newList(), opts...)
+		w, err := k.watch(ctx, c, rv)
 		if err != nil {
 			cancel()
 			return nil, err
 		}
 		t.wg.Add(1)
-		go t.follow(ctx, c, kinds[i], w, newList, opts)
+		go t.follow(ctx, c, k, w, rv)
 	}
 	return t, nil
 }
 
-// follow consumes one watch, re-establishing it from the last resource
-// version when the server ends it.
-func (t *tracker) follow(ctx context.Context, c client.WithWatch, kind string, w watch.Interface, newList func() client.ObjectList, opts []client.ListOption) {
+// trackedKind is one kind a tracker lists and watches.
+type trackedKind struct {
+	name    string
+	opts    []client.ListOption
+	newList func() client.ObjectList
+}
+
+func (k *trackedKind) watch(ctx context.Context, c client.WithWatch, rv string) (watch.Interface, error) {
+	return c.Watch(ctx, k.newList(), append(slices.Clone(k.opts), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})...)
+}
+
+// list observes every object of kind k and returns the list's resource
+// version, from which a watch misses nothing.
+func (t *tracker) list(ctx context.Context, c client.WithWatch, k *trackedKind) (string, error) {
+	list := k.newList()
+	if err := c.List(ctx, list, k.opts...); err != nil {
+		return "", err
+	}
+	err := meta.EachListItem(list, func(o runtime.Object) error {
+		t.observe(k.name, o.(client.Object))
+		return nil
+	})
+	return list.GetResourceVersion(), err
+}
+
+// follow consumes the watch of kind k, resuming it from the last event's
+// resource version when the server ends it, and from a new list when that
+// version has expired.
+func (t *tracker) follow(ctx context.Context, c client.WithWatch, k *trackedKind, w watch.Interface, rv string) {
 	defer t.wg.Done()
-	rv := ""
 	for {
+		expired := false
 		for ev := range w.ResultChan() {
 			switch ev.Type {
 			case watch.Added, watch.Modified:
 				obj := ev.Object.(client.Object)
 				rv = obj.GetResourceVersion()
-				t.observe(kind, obj)
+				t.observe(k.name, obj)
 			case watch.Error:
-				rv = "" // expired: start over with the current state
+				expired = true
 			}
 		}
 		w.Stop()
-		if ctx.Err() != nil {
-			return
-		}
-		var err error
-		for {
-			w, err = c.Watch(ctx, newList(), append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})...)
-			if err == nil || ctx.Err() != nil {
+		for ctx.Err() == nil {
+			var err error
+			if expired {
+				if rv, err = t.list(ctx, c, k); err != nil {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+			}
+			if w, err = k.watch(ctx, c, rv); err == nil {
 				break
 			}
-			rv = ""
+			expired = true
 			time.Sleep(100 * time.Millisecond)
 		}
 		if ctx.Err() != nil {
