@@ -26,12 +26,13 @@ import (
 // CacheOptions keeps the informer cache to what the operator manages: every
 // child kind is watched only through the managed-by label, so the Secrets,
 // ConfigMaps and pods of everything else in a large cluster cost no memory,
-// managedFields (often half an object's size) are dropped, and the strings
-// every child repeats are shared (canonicalStrings). With namespaces, the
-// operator watches only those (a namespace-scoped install,
+// and managedFields (often half an object's size) are dropped. The kinds
+// the operator only reads with Get are held encoded (encoded), the others
+// share the strings every child repeats (canonicalStrings). With
+// namespaces, the operator watches only those (a namespace-scoped install,
 // config/namespaced); without, every namespace.
 func CacheOptions(namespaces ...string) cache.Options {
-	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{databasev1alpha1.LabelManagedBy: databasev1alpha1.ManagedBy})}
+	selector := labels.SelectorFromSet(labels.Set{databasev1alpha1.LabelManagedBy: databasev1alpha1.ManagedBy})
 	var only map[string]cache.Config
 	for _, ns := range namespaces {
 		if only == nil {
@@ -39,31 +40,37 @@ func CacheOptions(namespaces ...string) cache.Options {
 		}
 		only[ns] = cache.Config{}
 	}
+	strip := cache.TransformStripManagedFields()
+	managed := cache.ByObject{Label: selector}
+	encoded := func(transform toolscache.TransformFunc) cache.ByObject {
+		return cache.ByObject{Label: selector, Transform: transform}
+	}
 	return cache.Options{
 		DefaultNamespaces: only,
-		DefaultTransform:  canonicalStrings(cache.TransformStripManagedFields()),
+		DefaultTransform:  canonicalStrings(strip),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Secret{}:                managed,
-			&corev1.ConfigMap{}:             managed,
-			&corev1.Service{}:               managed,
+			&corev1.Secret{}:                encoded(encodedAs[corev1.Secret](strip)),
+			&corev1.ConfigMap{}:             encoded(encodedAs[corev1.ConfigMap](strip)),
+			&corev1.Service{}:               encoded(encodedAs[corev1.Service](strip)),
+			&appsv1.StatefulSet{}:           encoded(encodedAs[appsv1.StatefulSet](strip)),
+			&batchv1.Job{}:                  encoded(encodedAs[batchv1.Job](strip)),
+			&policyv1.PodDisruptionBudget{}: encoded(encodedAs[policyv1.PodDisruptionBudget](strip)),
+			&networkingv1.NetworkPolicy{}:   encoded(encodedAs[networkingv1.NetworkPolicy](strip)),
+			&corev1.ServiceAccount{}:        encoded(encodedAs[corev1.ServiceAccount](strip)),
+			&rbacv1.Role{}:                  encoded(encodedAs[rbacv1.Role](strip)),
+			&rbacv1.RoleBinding{}:           encoded(encodedAs[rbacv1.RoleBinding](strip)),
+			// Read whole by the event predicates (controller.go), and listed.
 			&corev1.Pod{}:                   managed,
 			&corev1.PersistentVolumeClaim{}: managed,
-			&appsv1.StatefulSet{}:           managed,
-			&batchv1.Job{}:                  managed,
-			&policyv1.PodDisruptionBudget{}: managed,
-			&networkingv1.NetworkPolicy{}:   managed,
-			&corev1.ServiceAccount{}:        managed,
-			&rbacv1.Role{}:                  managed,
-			&rbacv1.RoleBinding{}:           managed,
 			&coordinationv1.Lease{}:         managed,
 		},
 	}
 }
 
 // canonical holds one copy of each of specs.SharedStrings, of the strings
-// Kubernetes defaults in the children's specs, and of the strings of a
-// StatefulSet's spec that do not depend on its MyDatabase (podStrings). It
-// is fixed: what the cluster holds cannot make it grow.
+// Kubernetes defaults in the pods' specs, and of the strings of a pod
+// template that do not depend on its MyDatabase (podStrings). It is fixed:
+// what the cluster holds cannot make it grow.
 var canonical = func() map[string]string {
 	m := map[string]string{}
 	for _, s := range slices.Concat(specs.SharedStrings(), serverDefaults, podStrings()) {
@@ -73,25 +80,21 @@ var canonical = func() map[string]string {
 }()
 
 // serverDefaults are the values the API server fills in, unasked, in the
-// specs of the StatefulSets, pods, volume claims and Services the operator
-// makes.
+// specs of the pods the StatefulSets make.
 var serverDefaults = []string{
 	string(corev1.ProtocolTCP), string(corev1.PullIfNotPresent), string(corev1.PullAlways), string(corev1.TerminationMessageReadFile),
 	corev1.TerminationMessagePathDefault, string(corev1.DNSClusterFirst), corev1.DefaultSchedulerName, string(corev1.RestartPolicyAlways),
-	string(corev1.PersistentVolumeFilesystem), string(corev1.ReadWriteOnce), string(appsv1.RollingUpdateStatefulSetStrategyType),
-	string(corev1.ServiceTypeClusterIP), string(corev1.ServiceAffinityNone), string(corev1.ServiceInternalTrafficPolicyCluster),
-	string(corev1.IPFamilyPolicySingleStack), string(corev1.IPv4Protocol), string(corev1.IPv6Protocol), corev1.ClusterIPNone,
-	string(corev1.ResourceCPU), string(corev1.ResourceMemory), string(corev1.ResourceStorage),
+	string(corev1.ResourceCPU), string(corev1.ResourceMemory),
 }
 
-// podStrings are the strings of the spec of a StatefulSet the operator
-// builds (its pod template included) that do not depend on the MyDatabase:
-// those found in the StatefulSets of two MyDatabases that differ only in
-// name, namespace and uid. Every pod and StatefulSet repeats them.
+// podStrings are the strings of the pod template of a StatefulSet the
+// operator builds that do not depend on the MyDatabase: those found in the
+// templates of two MyDatabases that differ only in name, namespace and
+// uid. Every pod repeats them.
 func podStrings() []string {
 	found := func(name string) map[string]bool {
 		seen := map[string]bool{}
-		rewriteStrings(reflect.ValueOf(specs.StatefulSet(sampleDatabase(name), specs.Platform{}).Spec).Elem(), func(s string) (string, bool) {
+		rewriteStrings(reflect.ValueOf(&specs.StatefulSet(sampleDatabase(name), specs.Platform{}).Spec.Template.Spec).Elem(), func(s string) (string, bool) {
 			seen[s] = true
 			return "", false
 		})
@@ -122,11 +125,10 @@ func sampleDatabase(name string) *databasev1alpha1.MyDatabase {
 }
 
 // canonicalStrings runs next, then points the label and annotation keys,
-// the shared label values, owner reference kinds, the ConfigMap files and
-// the strings of StatefulSet and pod specs of each cached object at the
-// canonical copy: a decoded object otherwise owns a private copy of each,
-// which made up about a fifth of the heap per MyDatabase
-// (docs/benchmarks.md, B4). Maps are changed in place.
+// the shared label values, owner reference kinds and the strings of pod
+// specs of each cached object at the canonical copy: a decoded object
+// otherwise owns a private copy of each, which made up about a fifth of the
+// heap per MyDatabase (docs/benchmarks.md, B4). Maps are changed in place.
 func canonicalStrings(next toolscache.TransformFunc) toolscache.TransformFunc {
 	return func(obj any) (any, error) {
 		obj, err := next(obj)
@@ -136,22 +138,20 @@ func canonicalStrings(next toolscache.TransformFunc) toolscache.TransformFunc {
 		if m, ok := obj.(metav1.Object); ok {
 			rewriteMap(m.GetLabels(), canonicalOf)
 			rewriteMap(m.GetAnnotations(), canonicalOf)
-			refs := m.GetOwnerReferences()
-			for i := range refs {
-				refs[i].APIVersion, refs[i].Kind = canonicalString(refs[i].APIVersion), canonicalString(refs[i].Kind)
-			}
+			canonicalOwners(m.GetOwnerReferences())
 		}
-		switch o := obj.(type) {
-		case *corev1.ConfigMap:
-			rewriteMap(o.Data, canonicalOf)
-		case *appsv1.StatefulSet:
-			rewriteStrings(reflect.ValueOf(&o.Spec).Elem(), canonicalOf)
-		case *corev1.Pod:
-			rewriteStrings(reflect.ValueOf(&o.Spec).Elem(), canonicalOf)
-		case *corev1.Service:
-			rewriteStrings(reflect.ValueOf(&o.Spec).Elem(), canonicalOf)
+		if pod, ok := obj.(*corev1.Pod); ok {
+			rewriteStrings(reflect.ValueOf(&pod.Spec).Elem(), canonicalOf)
 		}
 		return obj, nil
+	}
+}
+
+// canonicalOwners points the API versions and kinds of refs at the
+// canonical copy.
+func canonicalOwners(refs []metav1.OwnerReference) {
+	for i := range refs {
+		refs[i].APIVersion, refs[i].Kind = canonicalString(refs[i].APIVersion), canonicalString(refs[i].Kind)
 	}
 }
 

@@ -111,8 +111,9 @@ func startTracker(c client.WithWatch, ns string) (*tracker, error) {
 		{Version: "v1", Kind: kindSecret}, {Version: "v1", Kind: kindConfigMap},
 		{Version: "v1", Kind: kindService}, {Group: "apps", Version: "v1", Kind: kindStatefulSet},
 	}
-	kinds := []*trackedKind{{name: "MyDatabase", opts: []client.ListOption{client.InNamespace(ns)},
-		newList: func() client.ObjectList { return &databasev1alpha1.MyDatabaseList{} }}}
+	kinds := make([]*trackedKind, 0, 1+len(children))
+	kinds = append(kinds, &trackedKind{name: "MyDatabase", opts: []client.ListOption{client.InNamespace(ns)},
+		newList: func() client.ObjectList { return &databasev1alpha1.MyDatabaseList{} }})
 	for _, gvk := range children {
 		kinds = append(kinds, &trackedKind{name: gvk.Kind, opts: []client.ListOption{client.InNamespace(ns), managed},
 			newList: func() client.ObjectList {
