@@ -60,7 +60,8 @@ func TestEncodedChildren(t *testing.T) {
 			t.Errorf("%T: the encoded child keeps other metadata: %s", tc.obj, cmp.Diff(kept, e.ObjectMeta))
 		}
 		// What it does not keep, it reads from the encoding.
-		var m metav1.Object = e
+		// As meta.Accessor and metav1.ObjectMetaAccessor see it.
+		m := e.GetObjectMeta()
 		if m.GetUID() != want.GetUID() || !equality.Semantic.DeepEqual(m.GetLabels(), want.GetLabels()) || !equality.Semantic.DeepEqual(m.GetAnnotations(), want.GetAnnotations()) ||
 			!equality.Semantic.DeepEqual(m.GetFinalizers(), want.GetFinalizers()) {
 			t.Errorf("%T: uid %s, labels %v, annotations %v, finalizers %v; want %s, %v, %v, %v", tc.obj, m.GetUID(),
