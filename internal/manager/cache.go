@@ -201,7 +201,7 @@ func rewriteStrings(v reflect.Value, f func(string) (string, bool)) {
 		}
 	case reflect.Struct:
 		// Not v.Fields(), which builds a StructField for every field: six
-		// times slower here (BenchmarkCanonicalStatefulSet).
+		// times slower here (BenchmarkCanonicalPod).
 		for i := range v.NumField() { //nolint:modernize
 			if field := v.Field(i); field.CanSet() {
 				rewriteStrings(field, f)

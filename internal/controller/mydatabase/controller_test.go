@@ -14,15 +14,18 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
@@ -489,6 +492,34 @@ func TestPodRolesFollowTheLease(t *testing.T) {
 		}
 		return fmt.Errorf("no PrimaryChanged event among %d", len(events.Items))
 	})
+}
+
+// A child maps to the MyDatabase its controller reference names, and only
+// to a MyDatabase of our API group.
+func TestRequestForController(t *testing.T) {
+	child := func(refs ...metav1.OwnerReference) client.Object {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-rw", OwnerReferences: refs}}
+	}
+	ours := metav1.OwnerReference{APIVersion: databasev1alpha1.GroupVersion.String(), Kind: "MyDatabase", Name: "orders", Controller: new(true)}
+	other := ours
+	other.APIVersion = "databases.example.org/v1"
+	notController := ours
+	notController.Controller = nil
+	sts := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "orders", Controller: new(true)}
+	for name, tc := range map[string]struct {
+		obj  client.Object
+		want []reconcile.Request
+	}{
+		"ours":                  {child(ours), []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "shop", Name: "orders"}}}},
+		"another API group":     {child(other), nil},
+		"not the controller":    {child(notController), nil},
+		"controlled by another": {child(sts), nil},
+		"no owner":              {child(), nil},
+	} {
+		if got := requestForController(context.Background(), tc.obj); !equality.Semantic.DeepEqual(got, tc.want) {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
 }
 
 func TestRoleOrReportChangedPredicate(t *testing.T) {
