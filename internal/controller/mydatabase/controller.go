@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -207,6 +208,12 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 		return err
 	}
 	r.written.remember(key, cached, base.ResourceVersion, db)
+	// The cache may have shown the write already, before it was
+	// remembered: its event then found nothing to end (caughtUp).
+	now := &databasev1alpha1.MyDatabase{}
+	if err := r.Get(ctx, key, now, client.UnsafeDisableDeepCopy); err == nil {
+		r.written.caughtUp(key, now.ResourceVersion)
+	}
 	r.recordTransitions(ctx, base, db)
 	return nil
 }
@@ -215,7 +222,8 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 // with a controller reference map back through it (requestForController);
 // the retained Secrets, PVCs and the pods (owned by the StatefulSet) map
 // back through the instance label; pods only when their role label is missing or changed,
-// claims only while they are being expanded.
+// claims only while they are being expanded. Every MyDatabase update also
+// tells statusWrites what the cache now shows (caughtUp).
 func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}} {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), obj, byDatabase, func(o client.Object) []string {
@@ -236,8 +244,13 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	})
 	byController := handler.EnqueueRequestsFromMapFunc(requestForController)
+	// Enqueues nothing: tells statusWrites what the cache shows.
+	caughtUp := handler.Funcs{UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		r.written.caughtUp(client.ObjectKeyFromObject(e.ObjectNew), e.ObjectNew.GetResourceVersion())
+	}}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&databasev1alpha1.MyDatabase{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&databasev1alpha1.MyDatabase{}, caughtUp).
 		Watches(&appsv1.StatefulSet{}, byController).
 		Watches(&batchv1.Job{}, byController).
 		Watches(&corev1.Service{}, byController).

@@ -260,6 +260,22 @@ func TestConvergedReconcileWritesNothing(t *testing.T) {
 	}
 }
 
+// The reconciler remembers a status it wrote only until shortly after the
+// cache shows it: the last write of a converged MyDatabase wakes no pass,
+// so it is the cache's update event that ends it, or the cache already
+// showing it when the write is remembered. Without both, this fails.
+func TestWrittenStatusIsForgottenOnceCached(t *testing.T) {
+	db := convergedDB(t, namespace(t), "forgotten")
+	eventually(t, "the last status write forgotten", func() error {
+		reconciler.written.mu.Lock()
+		defer reconciler.written.mu.Unlock()
+		if last, ok := reconciler.written.m[client.ObjectKeyFromObject(db)]; ok {
+			return fmt.Errorf("the write that made resourceVersion %s is still remembered", last.version)
+		}
+		return nil
+	})
+}
+
 func TestSpecChangesReachChildren(t *testing.T) {
 	ns := namespace(t)
 	db := create(t, newDB(ns, "grow"))

@@ -94,12 +94,20 @@ func (o *observation) primaryPod(db *databasev1alpha1.MyDatabase) string {
 // cache shows another object. The watch event of a child a pass applied
 // often wakes the next pass before the MyDatabase's own status write
 // reaches the cache: that pass must start from what it wrote, not from
-// the cache. Entries live only while the cache lags, so the map stays
-// small.
+// the cache. Entries live only while the cache lags, and a little longer
+// (caughtUp), so the map stays small.
 type statusWrites struct {
 	mu sync.Mutex
 	m  map[types.NamespacedName]writtenStatus
+	// grace is how long an entry outlives the cache catching up with it
+	// (defaultWriteGrace when zero).
+	grace time.Duration
 }
+
+// defaultWriteGrace is far longer than a pass takes from reading the
+// MyDatabase to calling baseline (no request lies between), which is all
+// it must cover, even on a machine whose CPUs are saturated.
+const defaultWriteGrace = 10 * time.Second
 
 type writtenStatus struct {
 	over    []string // resourceVersions older than the write, which the cache may still show
@@ -124,6 +132,34 @@ func (w *statusWrites) baseline(key types.NamespacedName, db *databasev1alpha1.M
 		delete(w.m, key) // the cache has moved on
 	}
 	return base
+}
+
+// caughtUp is told each resourceVersion of key the cache shows. Once that
+// is not one the last write was made over, the cache shows the write, and
+// the entry is forgotten after the grace period: the last status write of
+// a converged MyDatabase wakes no pass (status changes pass no predicate),
+// so no baseline would ever forget it, and every converged MyDatabase
+// would keep a copy of its status. Not at once: a pass that read the
+// object just before the cache moved on must still find the write when it
+// calls baseline.
+func (w *statusWrites) caughtUp(key types.NamespacedName, resourceVersion string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	last, ok := w.m[key]
+	if !ok || slices.Contains(last.over, resourceVersion) {
+		return
+	}
+	grace := w.grace
+	if grace == 0 {
+		grace = defaultWriteGrace
+	}
+	time.AfterFunc(grace, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if now, ok := w.m[key]; ok && now.version == last.version {
+			delete(w.m, key)
+		}
+	})
 }
 
 // remember records the status written over the object at resourceVersion

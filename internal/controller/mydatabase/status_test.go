@@ -31,6 +31,7 @@ import (
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/apply"
 	"example.com/myoperator/internal/metrics"
+	"example.com/myoperator/internal/testenv"
 )
 
 func TestStatusBaselineFollowsTheLastWriteWhileTheCacheLags(t *testing.T) {
@@ -73,6 +74,45 @@ func TestStatusBaselineFollowsTheLastWriteWhileTheCacheLags(t *testing.T) {
 	w.forget(key)
 	if b := w.baseline(key, at("14", "Ready")); b.ResourceVersion != "14" {
 		t.Error("a deleted MyDatabase's write was not forgotten")
+	}
+}
+
+// The cache's own events end a write, a grace period after the cache shows
+// it, without a pass; a later write outlives the grace of an earlier one.
+func TestStatusWriteIsForgottenAfterTheCacheShowsIt(t *testing.T) {
+	key := types.NamespacedName{Namespace: "shop", Name: "orders"}
+	at := func(rv string) *databasev1alpha1.MyDatabase {
+		return &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{ResourceVersion: rv}}
+	}
+	w := statusWrites{grace: 50 * time.Millisecond}
+	kept := func() (string, bool) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		last, ok := w.m[key]
+		return last.version, ok
+	}
+	w.remember(key, "10", "10", at("12"))
+	w.caughtUp(key, "10") // the object the write was made over
+	time.Sleep(200 * time.Millisecond)
+	if _, ok := kept(); !ok {
+		t.Fatal("forgotten while the cache still showed the object before the write")
+	}
+	w.caughtUp(key, "12")
+	if _, ok := kept(); !ok {
+		t.Fatal("forgotten at once: a pass that read version 10 just before would lose the write")
+	}
+	testenv.Eventually(t, 5*time.Second, "the write forgotten", func() error {
+		if v, ok := kept(); ok {
+			return fmt.Errorf("write %s still kept", v)
+		}
+		return nil
+	})
+	w.remember(key, "12", "12", at("13"))
+	w.caughtUp(key, "13")
+	w.remember(key, "12", "13", at("15")) // written again within the grace
+	time.Sleep(200 * time.Millisecond)
+	if v, ok := kept(); !ok || v != "15" {
+		t.Errorf("the grace of write 13 ended write 15 (kept %q, %v)", v, ok)
 	}
 }
 
