@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -54,18 +55,18 @@ func TestEncodedChildren(t *testing.T) {
 		if !ok {
 			t.Fatalf("%T: the transform returned a %T", tc.obj, out)
 		}
-		kept := metav1.ObjectMeta{Name: want.GetName(), Namespace: want.GetNamespace(), ResourceVersion: want.GetResourceVersion(),
-			Generation: want.GetGeneration(), CreationTimestamp: want.GetCreationTimestamp(), OwnerReferences: want.GetOwnerReferences()}
-		if !equality.Semantic.DeepEqual(e.ObjectMeta, kept) {
-			t.Errorf("%T: the encoded child keeps other metadata: %s", tc.obj, cmp.Diff(kept, e.ObjectMeta))
+		// As the informer, the handlers and meta.Accessor see it: what it
+		// keeps, and what it reads from the encoding.
+		m, err := apimeta.Accessor(out)
+		if err != nil {
+			t.Fatal(err)
 		}
-		// What it does not keep, it reads from the encoding.
-		// As meta.Accessor and metav1.ObjectMetaAccessor see it.
-		m := e.GetObjectMeta()
-		if m.GetUID() != want.GetUID() || !equality.Semantic.DeepEqual(m.GetLabels(), want.GetLabels()) || !equality.Semantic.DeepEqual(m.GetAnnotations(), want.GetAnnotations()) ||
-			!equality.Semantic.DeepEqual(m.GetFinalizers(), want.GetFinalizers()) {
-			t.Errorf("%T: uid %s, labels %v, annotations %v, finalizers %v; want %s, %v, %v, %v", tc.obj, m.GetUID(),
-				m.GetLabels(), m.GetAnnotations(), m.GetFinalizers(), want.GetUID(), want.GetLabels(), want.GetAnnotations(), want.GetFinalizers())
+		got := &metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), ResourceVersion: m.GetResourceVersion(),
+			OwnerReferences: m.GetOwnerReferences(), UID: m.GetUID(), Generation: m.GetGeneration(),
+			CreationTimestamp: m.GetCreationTimestamp(), Labels: m.GetLabels(), Annotations: m.GetAnnotations(),
+			Finalizers: m.GetFinalizers(), ManagedFields: m.GetManagedFields()}
+		if wantMeta := want.(metav1.ObjectMetaAccessor).GetObjectMeta(); !equality.Semantic.DeepEqual(got, wantMeta) {
+			t.Errorf("%T: metadata differs: %s", tc.obj, cmp.Diff(wantMeta, got))
 		}
 		first := e.DeepCopyObject()
 		if !equality.Semantic.DeepEqual(first, want) {
@@ -85,6 +86,21 @@ func TestEncodedChildren(t *testing.T) {
 			t.Errorf("%T: an encoded child given again came back as %T (%v)", tc.obj, again, err)
 		}
 	}
+	// The children of one MyDatabase share its owner reference and
+	// namespace.
+	a, _ := encodedAs[corev1.Secret](cache.TransformStripManagedFields())(secret.DeepCopy())
+	b, _ := encodedAs[appsv1.StatefulSet](cache.TransformStripManagedFields())(sts.DeepCopy())
+	if ea, eb := a.(*encoded), b.(*encoded); ea.owners[0] != eb.owners[0] || ea.namespace != eb.namespace {
+		t.Error("two children of one MyDatabase hold owner references or namespaces of their own")
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("setting the labels of a cached child did not panic")
+			}
+		}()
+		a.(*encoded).SetLabels(nil)
+	}()
 	// Another kind than the transform's passes as it is.
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "orders-config"}}
 	if out, err := encodedAs[corev1.Secret](cache.TransformStripManagedFields())(cm); err != nil || out != any(cm) {
