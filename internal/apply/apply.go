@@ -6,6 +6,7 @@ package apply
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -29,6 +30,11 @@ type Engine struct {
 	Client client.Client
 	// FieldOwner is the server-side apply field manager of every write.
 	FieldOwner string
+	// Marks, when set, finds the cache's own copy of a child, on which a
+	// check that found no drift is remembered until the child changes: a
+	// later pass over the same version and the same desired state skips
+	// the walk through its fields.
+	Marks Marks
 }
 
 // Configuration is a client-go apply configuration of a namespaced
@@ -45,7 +51,10 @@ type Configuration interface {
 //   - its spec-hash annotation equals the hash of the desired configuration,
 //     which catches every change of ours, removals included; and
 //   - every field we set has our value in the live object, which catches
-//     drift by anyone else (a hand edit of replicas, say).
+//     drift by anyone else (a hand edit of replicas, say). A version of
+//     the live object found so is marked in the cache (Marks), and is not
+//     walked again for the same desired state: any edit makes a new
+//     version.
 //
 // live must be an empty object of the child's kind (an Unstructured with
 // its kind set for kinds outside the scheme); it is filled with the live
@@ -72,8 +81,15 @@ func (e *Engine) Apply(ctx context.Context, desired Configuration, live client.O
 		case live.GetAnnotations()[databasev1alpha1.AnnotationSpecHash] != hash:
 			logf.FromContext(ctx).V(1).Info("Spec changed", "kind", KindOf(live), "name", key.Name)
 		default:
+			mark, desiredHash := e.Marks.of(live, key), binary.BigEndian.Uint64(sum[:8])
+			if mark != nil && mark.Agrees(desiredHash) {
+				return Unchanged, nil
+			}
 			field := disagreement(desired, live)
 			if field == "" {
+				if mark != nil {
+					mark.MarkAgreed(desiredHash)
+				}
 				return Unchanged, nil
 			}
 			logf.FromContext(ctx).V(1).Info("Drift", "kind", KindOf(live), "name", key.Name, "field", field)

@@ -2,8 +2,10 @@ package manager
 
 import (
 	"fmt"
+	"sync/atomic"
 	"unique"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -42,16 +44,28 @@ type protoObject interface {
 // namespace and the owner references as handles to one shared copy: every
 // child of a MyDatabase names the same owner, and the children of a
 // namespace the same namespace (96 bytes per child, where an ObjectMeta
-// and an owner reference of its own took about 450). Like every object in
-// the cache it is read-only: its setters panic.
-type encoded struct {
+// and an owner reference of its own took about 450). Its type parameters
+// are the child's type, instead of a field. Like every object in the
+// cache it is read-only, but for the agreement mark (apply.Agreement): its
+// setters panic.
+type encoded[T any, P interface {
+	*T
+	protoObject
+}] struct {
 	name, resourceVersion string
 	namespace             unique.Handle[string]
 	owners                []unique.Handle[ownerRef]
 	raw                   []byte
-	// decoded returns an empty object of the child's type.
-	decoded func() protoObject
+	// agreed is the hash of the desired state this very version was found
+	// to agree with (apply.Engine), 0 for none.
+	agreed atomic.Uint64
 }
+
+// Agrees and MarkAgreed are apply.Agreement: a version found to agree
+// with a desired state still does as long as the cache holds it, as any
+// change makes a new version, held by a new encoded child.
+func (e *encoded[T, P]) Agrees(hash uint64) bool { return hash != 0 && e.agreed.Load() == hash }
+func (e *encoded[T, P]) MarkAgreed(hash uint64)  { e.agreed.Store(hash) }
 
 // ownerRef is a metav1.OwnerReference that can be compared, and so shared
 // through unique.
@@ -87,12 +101,12 @@ func (o optionalBool) pointer() *bool {
 	return ptr.To(o == isTrue)
 }
 
-func (e *encoded) GetName() string            { return e.name }
-func (e *encoded) GetNamespace() string       { return e.namespace.Value() }
-func (e *encoded) GetResourceVersion() string { return e.resourceVersion }
+func (e *encoded[T, P]) GetName() string            { return e.name }
+func (e *encoded[T, P]) GetNamespace() string       { return e.namespace.Value() }
+func (e *encoded[T, P]) GetResourceVersion() string { return e.resourceVersion }
 
 // GetOwnerReferences returns a copy of the owner references of its own.
-func (e *encoded) GetOwnerReferences() []metav1.OwnerReference {
+func (e *encoded[T, P]) GetOwnerReferences() []metav1.OwnerReference {
 	if len(e.owners) == 0 {
 		return nil
 	}
@@ -106,49 +120,51 @@ func (e *encoded) GetOwnerReferences() []metav1.OwnerReference {
 }
 
 // The other getters read the encoding.
-func (e *encoded) GetGenerateName() string            { return e.object().GetGenerateName() }
-func (e *encoded) GetUID() types.UID                  { return e.object().GetUID() }
-func (e *encoded) GetGeneration() int64               { return e.object().GetGeneration() }
-func (e *encoded) GetSelfLink() string                { return e.object().GetSelfLink() }
-func (e *encoded) GetCreationTimestamp() metav1.Time  { return e.object().GetCreationTimestamp() }
-func (e *encoded) GetDeletionTimestamp() *metav1.Time { return e.object().GetDeletionTimestamp() }
-func (e *encoded) GetDeletionGracePeriodSeconds() *int64 {
+func (e *encoded[T, P]) GetGenerateName() string            { return e.object().GetGenerateName() }
+func (e *encoded[T, P]) GetUID() types.UID                  { return e.object().GetUID() }
+func (e *encoded[T, P]) GetGeneration() int64               { return e.object().GetGeneration() }
+func (e *encoded[T, P]) GetSelfLink() string                { return e.object().GetSelfLink() }
+func (e *encoded[T, P]) GetCreationTimestamp() metav1.Time  { return e.object().GetCreationTimestamp() }
+func (e *encoded[T, P]) GetDeletionTimestamp() *metav1.Time { return e.object().GetDeletionTimestamp() }
+func (e *encoded[T, P]) GetDeletionGracePeriodSeconds() *int64 {
 	return e.object().GetDeletionGracePeriodSeconds()
 }
-func (e *encoded) GetLabels() map[string]string                  { return e.object().GetLabels() }
-func (e *encoded) GetAnnotations() map[string]string             { return e.object().GetAnnotations() }
-func (e *encoded) GetFinalizers() []string                       { return e.object().GetFinalizers() }
-func (e *encoded) GetManagedFields() []metav1.ManagedFieldsEntry { return nil } // stripped before encoding
+func (e *encoded[T, P]) GetLabels() map[string]string                  { return e.object().GetLabels() }
+func (e *encoded[T, P]) GetAnnotations() map[string]string             { return e.object().GetAnnotations() }
+func (e *encoded[T, P]) GetFinalizers() []string                       { return e.object().GetFinalizers() }
+func (e *encoded[T, P]) GetManagedFields() []metav1.ManagedFieldsEntry { return nil } // stripped before encoding
 
-func (e *encoded) readOnly(field string) {
+func (e *encoded[T, P]) readOnly(field string) {
 	panic(fmt.Sprintf("setting the %s of the cached %s/%s: objects in the cache are read-only (read a copy with the client)",
 		field, e.GetNamespace(), e.name))
 }
 
-func (e *encoded) SetNamespace(string)                          { e.readOnly("namespace") }
-func (e *encoded) SetName(string)                               { e.readOnly("name") }
-func (e *encoded) SetGenerateName(string)                       { e.readOnly("generateName") }
-func (e *encoded) SetUID(types.UID)                             { e.readOnly("uid") }
-func (e *encoded) SetResourceVersion(string)                    { e.readOnly("resourceVersion") }
-func (e *encoded) SetGeneration(int64)                          { e.readOnly("generation") }
-func (e *encoded) SetSelfLink(string)                           { e.readOnly("selfLink") }
-func (e *encoded) SetCreationTimestamp(metav1.Time)             { e.readOnly("creationTimestamp") }
-func (e *encoded) SetDeletionTimestamp(*metav1.Time)            { e.readOnly("deletionTimestamp") }
-func (e *encoded) SetDeletionGracePeriodSeconds(*int64)         { e.readOnly("deletionGracePeriodSeconds") }
-func (e *encoded) SetLabels(map[string]string)                  { e.readOnly("labels") }
-func (e *encoded) SetAnnotations(map[string]string)             { e.readOnly("annotations") }
-func (e *encoded) SetFinalizers([]string)                       { e.readOnly("finalizers") }
-func (e *encoded) SetOwnerReferences([]metav1.OwnerReference)   { e.readOnly("ownerReferences") }
-func (e *encoded) SetManagedFields([]metav1.ManagedFieldsEntry) { e.readOnly("managedFields") }
+func (e *encoded[T, P]) SetNamespace(string)               { e.readOnly("namespace") }
+func (e *encoded[T, P]) SetName(string)                    { e.readOnly("name") }
+func (e *encoded[T, P]) SetGenerateName(string)            { e.readOnly("generateName") }
+func (e *encoded[T, P]) SetUID(types.UID)                  { e.readOnly("uid") }
+func (e *encoded[T, P]) SetResourceVersion(string)         { e.readOnly("resourceVersion") }
+func (e *encoded[T, P]) SetGeneration(int64)               { e.readOnly("generation") }
+func (e *encoded[T, P]) SetSelfLink(string)                { e.readOnly("selfLink") }
+func (e *encoded[T, P]) SetCreationTimestamp(metav1.Time)  { e.readOnly("creationTimestamp") }
+func (e *encoded[T, P]) SetDeletionTimestamp(*metav1.Time) { e.readOnly("deletionTimestamp") }
+func (e *encoded[T, P]) SetDeletionGracePeriodSeconds(*int64) {
+	e.readOnly("deletionGracePeriodSeconds")
+}
+func (e *encoded[T, P]) SetLabels(map[string]string)                  { e.readOnly("labels") }
+func (e *encoded[T, P]) SetAnnotations(map[string]string)             { e.readOnly("annotations") }
+func (e *encoded[T, P]) SetFinalizers([]string)                       { e.readOnly("finalizers") }
+func (e *encoded[T, P]) SetOwnerReferences([]metav1.OwnerReference)   { e.readOnly("ownerReferences") }
+func (e *encoded[T, P]) SetManagedFields([]metav1.ManagedFieldsEntry) { e.readOnly("managedFields") }
 
 // GetObjectKind is empty, as for every object a typed watch decodes.
-func (*encoded) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (*encoded[T, P]) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 // DeepCopyObject decodes the child.
-func (e *encoded) DeepCopyObject() runtime.Object { return e.object() }
+func (e *encoded[T, P]) DeepCopyObject() runtime.Object { return e.object() }
 
-func (e *encoded) object() protoObject {
-	obj := e.decoded()
+func (e *encoded[T, P]) object() P {
+	obj := P(new(T))
 	if err := obj.Unmarshal(e.raw); err != nil {
 		// raw is what Marshal made of an object of this very type.
 		panic(fmt.Sprintf("decoding the cached %T %s/%s: %v", obj, e.GetNamespace(), e.name, err))
@@ -162,7 +178,6 @@ func encodedAs[T any, P interface {
 	*T
 	protoObject
 }](next toolscache.TransformFunc) toolscache.TransformFunc {
-	decoded := func() protoObject { return P(new(T)) }
 	return func(obj any) (any, error) {
 		obj, err := next(obj)
 		if err != nil {
@@ -176,8 +191,7 @@ func encodedAs[T any, P interface {
 		if err != nil {
 			return obj, fmt.Errorf("encoding %T %s/%s for the cache: %w", o, o.GetNamespace(), o.GetName(), err)
 		}
-		e := &encoded{name: o.GetName(), namespace: unique.Make(o.GetNamespace()), resourceVersion: o.GetResourceVersion(),
-			raw: raw, decoded: decoded}
+		e := &encoded[T, P]{name: o.GetName(), namespace: unique.Make(o.GetNamespace()), resourceVersion: o.GetResourceVersion(), raw: raw}
 		if refs := o.GetOwnerReferences(); len(refs) > 0 {
 			e.owners = make([]unique.Handle[ownerRef], len(refs))
 			for i, r := range refs {
@@ -189,4 +203,4 @@ func encodedAs[T any, P interface {
 	}
 }
 
-var _ client.Object = (*encoded)(nil)
+var _ client.Object = (*encoded[corev1.Secret, *corev1.Secret])(nil)

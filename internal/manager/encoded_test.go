@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/apply"
 )
 
 // An encoded child keeps the metadata the informer and the handlers read,
@@ -51,7 +52,10 @@ func TestEncodedChildren(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, ok := out.(*encoded)
+		e, ok := out.(interface {
+			client.Object
+			apply.Agreement
+		})
 		if !ok {
 			t.Fatalf("%T: the transform returned a %T", tc.obj, out)
 		}
@@ -85,12 +89,24 @@ func TestEncodedChildren(t *testing.T) {
 		if again, err := tc.transform(e); err != nil || again != any(e) {
 			t.Errorf("%T: an encoded child given again came back as %T (%v)", tc.obj, again, err)
 		}
+		// The agreement mark: one hash, on this version only.
+		if e.Agrees(7) || e.Agrees(0) {
+			t.Errorf("%T: a new version agrees unchecked", tc.obj)
+		}
+		e.MarkAgreed(7)
+		if !e.Agrees(7) || e.Agrees(8) {
+			t.Errorf("%T: marked agreeing with 7: Agrees(7) %v, Agrees(8) %v", tc.obj, e.Agrees(7), e.Agrees(8))
+		}
+		next, _ := tc.transform(tc.obj.DeepCopyObject())
+		if next.(apply.Agreement).Agrees(7) {
+			t.Errorf("%T: the mark of one version shows on the next", tc.obj)
+		}
 	}
 	// The children of one MyDatabase share its owner reference and
 	// namespace.
 	a, _ := encodedAs[corev1.Secret](cache.TransformStripManagedFields())(secret.DeepCopy())
 	b, _ := encodedAs[appsv1.StatefulSet](cache.TransformStripManagedFields())(sts.DeepCopy())
-	if ea, eb := a.(*encoded), b.(*encoded); ea.owners[0] != eb.owners[0] || ea.namespace != eb.namespace {
+	if ea, eb := a.(*encoded[corev1.Secret, *corev1.Secret]), b.(*encoded[appsv1.StatefulSet, *appsv1.StatefulSet]); ea.owners[0] != eb.owners[0] || ea.namespace != eb.namespace {
 		t.Error("two children of one MyDatabase hold owner references or namespaces of their own")
 	}
 	func() {
@@ -99,7 +115,7 @@ func TestEncodedChildren(t *testing.T) {
 				t.Error("setting the labels of a cached child did not panic")
 			}
 		}()
-		a.(*encoded).SetLabels(nil)
+		a.(client.Object).SetLabels(nil)
 	}()
 	// Another kind than the transform's passes as it is.
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "orders-config"}}

@@ -2,6 +2,7 @@ package mydatabase
 
 import (
 	"context"
+	"reflect"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -33,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/apply"
 	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
@@ -70,6 +73,9 @@ type MyDatabaseReconciler struct {
 	// certs remembers the certificates found good, by content: a pass
 	// over an unchanged Secret does not verify it again.
 	certs pki.Checker
+	// marks are the cache's stores of the children the apply engine can
+	// mark as found agreeing (SetupWithManager).
+	marks apply.Marks
 	// indexed is set once SetupWithManager has indexed the cache's pods
 	// and claims byDatabase; a reconciler on a plain client has no index.
 	indexed bool
@@ -248,18 +254,18 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 	caughtUp := handler.Funcs{UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		r.written.caughtUp(client.ObjectKeyFromObject(e.ObjectNew), e.ObjectNew.GetResourceVersion())
 	}}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&databasev1alpha1.MyDatabase{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&databasev1alpha1.MyDatabase{}, caughtUp).
-		Watches(&appsv1.StatefulSet{}, byController).
-		Watches(&batchv1.Job{}, byController).
-		Watches(&corev1.Service{}, byController).
-		Watches(&corev1.ConfigMap{}, byController).
-		Watches(&policyv1.PodDisruptionBudget{}, byController).
-		Watches(&networkingv1.NetworkPolicy{}, byController).
-		Watches(&corev1.ServiceAccount{}, byController).
-		Watches(&rbacv1.Role{}, byController).
-		Watches(&rbacv1.RoleBinding{}, byController).
+		Watches(&databasev1alpha1.MyDatabase{}, caughtUp)
+	r.marks = apply.Marks{}
+	for _, obj := range []client.Object{&appsv1.StatefulSet{}, &batchv1.Job{}, &corev1.Service{}, &corev1.ConfigMap{},
+		&policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{}, &corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}} {
+		b = b.Watches(obj, byController)
+		if err := r.markIn(mgr, obj); err != nil {
+			return err
+		}
+	}
+	return b.
 		Watches(&coordinationv1.Lease{}, byController, builder.WithPredicates(holderChanged)).
 		Watches(&corev1.Secret{}, byInstance).
 		Watches(&corev1.Pod{}, byInstance, builder.WithPredicates(roleOrReportChanged)).
@@ -267,6 +273,20 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Named("mydatabase").
 		Complete(r)
+}
+
+// markIn lets the apply engine mark the cached copies of obj's kind
+// (apply.Marks) when its informer has a store of its own: not in a cache
+// over several namespaces, whose informer spans one per namespace.
+func (r *MyDatabaseReconciler) markIn(mgr ctrl.Manager, obj client.Object) error {
+	informer, err := mgr.GetCache().GetInformer(context.Background(), obj)
+	if err != nil {
+		return err
+	}
+	if s, ok := informer.(interface{ GetStore() toolscache.Store }); ok {
+		r.marks[reflect.TypeOf(obj)] = s.GetStore()
+	}
+	return nil
 }
 
 // requestForController maps a child to the MyDatabase its controller

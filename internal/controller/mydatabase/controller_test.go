@@ -2,7 +2,11 @@ package mydatabase
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/apply"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -364,6 +369,49 @@ func TestDriftIsUndone(t *testing.T) {
 		return nil
 	})
 	_ = db
+}
+
+// A converged pass marks the cached copy of a child it found agreeing
+// (apply.Marks), and the next pass over that version skips the drift
+// check; a hand edit makes a new version, which is checked, and undone.
+func TestDriftOnAMarkedChildIsUndone(t *testing.T) {
+	ns := namespace(t)
+	db := convergedDB(t, ns, "marked")
+	reconcileOnce(t, db)
+	raw, err := json.Marshal(specs.ConfigMap(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(raw)
+	key := ns + "/" + specs.ConfigMapName(db)
+	cached, ok, err := reconciler.marks[reflect.TypeOf(&corev1.ConfigMap{})].GetByKey(key)
+	if err != nil || !ok {
+		t.Fatalf("ConfigMap %s not in the cache: %v", key, err)
+	}
+	if a, ok := cached.(apply.Agreement); !ok || !a.Agrees(binary.BigEndian.Uint64(sum[:8])) {
+		t.Fatalf("the cached ConfigMap (%T) is not marked agreeing after a converged pass", cached)
+	}
+
+	cm := &corev1.ConfigMap{}
+	if err := get(ns, specs.ConfigMapName(db), cm); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(cm.DeepCopy())
+	for k := range cm.Data {
+		cm.Data[k] = "edited by hand"
+	}
+	if err := k8s.Patch(context.Background(), cm, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the ConfigMap restored", func() error {
+		if err := get(ns, specs.ConfigMapName(db), cm); err != nil {
+			return err
+		}
+		if !equality.Semantic.DeepEqual(cm.Data, specs.ConfigData(db)) {
+			return fmt.Errorf("data still edited")
+		}
+		return nil
+	})
 }
 
 func TestPausedWritesNoChild(t *testing.T) {
