@@ -41,10 +41,12 @@ type protoObject interface {
 //
 // It implements metav1.Object itself rather than embedding an ObjectMeta,
 // which is 248 bytes even with most fields empty, and it keeps the
-// namespace and the owner references as handles to one shared copy: every
+// namespace and the owner reference as handles to one shared copy: every
 // child of a MyDatabase names the same owner, and the children of a
-// namespace the same namespace (96 bytes per child, where an ObjectMeta
-// and an owner reference of its own took about 450). Its type parameters
+// namespace the same namespace (80 bytes per child, where an ObjectMeta
+// and an owner reference of its own took about 450). A child with more
+// than one owner reference (someone else's too) is rare, and stays
+// decoded. Its type parameters
 // are the child's type, instead of a field. Like every object in the
 // cache it is read-only, but for the agreement mark (apply.Agreement): its
 // setters panic.
@@ -54,8 +56,9 @@ type encoded[T any, P interface {
 }] struct {
 	name, resourceVersion string
 	namespace             unique.Handle[string]
-	owners                []unique.Handle[ownerRef]
-	raw                   []byte
+	// owner is the one owner reference, the zero Handle for none.
+	owner unique.Handle[ownerRef]
+	raw   []byte
 	// agreed is the hash of the desired state this very version was found
 	// to agree with (apply.Engine), 0 for none.
 	agreed atomic.Uint64
@@ -105,18 +108,14 @@ func (e *encoded[T, P]) GetName() string            { return e.name }
 func (e *encoded[T, P]) GetNamespace() string       { return e.namespace.Value() }
 func (e *encoded[T, P]) GetResourceVersion() string { return e.resourceVersion }
 
-// GetOwnerReferences returns a copy of the owner references of its own.
+// GetOwnerReferences returns a copy of its own of the owner reference.
 func (e *encoded[T, P]) GetOwnerReferences() []metav1.OwnerReference {
-	if len(e.owners) == 0 {
+	if e.owner == (unique.Handle[ownerRef]{}) {
 		return nil
 	}
-	refs := make([]metav1.OwnerReference, len(e.owners))
-	for i, h := range e.owners {
-		o := h.Value()
-		refs[i] = metav1.OwnerReference{APIVersion: o.apiVersion, Kind: o.kind, Name: o.name, UID: o.uid,
-			Controller: o.controller.pointer(), BlockOwnerDeletion: o.block.pointer()}
-	}
-	return refs
+	o := e.owner.Value()
+	return []metav1.OwnerReference{{APIVersion: o.apiVersion, Kind: o.kind, Name: o.name, UID: o.uid,
+		Controller: o.controller.pointer(), BlockOwnerDeletion: o.block.pointer()}}
 }
 
 // The other getters read the encoding.
@@ -187,17 +186,19 @@ func encodedAs[T any, P interface {
 		if !ok {
 			return obj, nil
 		}
+		refs := o.GetOwnerReferences()
+		if len(refs) > 1 {
+			return obj, nil // not a child of the operator's alone: kept decoded
+		}
 		raw, err := o.Marshal()
 		if err != nil {
 			return obj, fmt.Errorf("encoding %T %s/%s for the cache: %w", o, o.GetNamespace(), o.GetName(), err)
 		}
 		e := &encoded[T, P]{name: o.GetName(), namespace: unique.Make(o.GetNamespace()), resourceVersion: o.GetResourceVersion(), raw: raw}
-		if refs := o.GetOwnerReferences(); len(refs) > 0 {
-			e.owners = make([]unique.Handle[ownerRef], len(refs))
-			for i, r := range refs {
-				e.owners[i] = unique.Make(ownerRef{apiVersion: r.APIVersion, kind: r.Kind, name: r.Name, uid: r.UID,
-					controller: optional(r.Controller), block: optional(r.BlockOwnerDeletion)})
-			}
+		if len(refs) == 1 {
+			r := refs[0]
+			e.owner = unique.Make(ownerRef{apiVersion: r.APIVersion, kind: r.Kind, name: r.Name, uid: r.UID,
+				controller: optional(r.Controller), block: optional(r.BlockOwnerDeletion)})
 		}
 		return e, nil
 	}

@@ -106,7 +106,7 @@ func TestEncodedChildren(t *testing.T) {
 	// namespace.
 	a, _ := encodedAs[corev1.Secret](cache.TransformStripManagedFields())(secret.DeepCopy())
 	b, _ := encodedAs[appsv1.StatefulSet](cache.TransformStripManagedFields())(sts.DeepCopy())
-	if ea, eb := a.(*encoded[corev1.Secret, *corev1.Secret]), b.(*encoded[appsv1.StatefulSet, *appsv1.StatefulSet]); ea.owners[0] != eb.owners[0] || ea.namespace != eb.namespace {
+	if ea, eb := a.(*encoded[corev1.Secret, *corev1.Secret]), b.(*encoded[appsv1.StatefulSet, *appsv1.StatefulSet]); ea.owner != eb.owner || ea.namespace != eb.namespace {
 		t.Error("two children of one MyDatabase hold owner references or namespaces of their own")
 	}
 	func() {
@@ -117,6 +117,17 @@ func TestEncodedChildren(t *testing.T) {
 		}()
 		a.(client.Object).SetLabels(nil)
 	}()
+	// A child with no owner is encoded; one with two stays decoded.
+	orphan := secret.DeepCopy()
+	orphan.OwnerReferences = nil
+	if out, _ := encodedAs[corev1.Secret](cache.TransformStripManagedFields())(orphan); out == any(orphan) || out.(client.Object).GetOwnerReferences() != nil {
+		t.Errorf("a Secret without owner came back as %T with owners %v", out, out.(client.Object).GetOwnerReferences())
+	}
+	shared := secret.DeepCopy()
+	shared.OwnerReferences = append(shared.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "theirs", UID: "their-uid"})
+	if out, _ := encodedAs[corev1.Secret](cache.TransformStripManagedFields())(shared); out != any(shared) {
+		t.Errorf("a Secret with two owners came back as %T, not as it was", out)
+	}
 	// Another kind than the transform's passes as it is.
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "orders-config"}}
 	if out, err := encodedAs[corev1.Secret](cache.TransformStripManagedFields())(cm); err != nil || out != any(cm) {
