@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -101,7 +100,7 @@ func (o optionalBool) pointer() *bool {
 	if o == unset {
 		return nil
 	}
-	return ptr.To(o == isTrue)
+	return new(o == isTrue)
 }
 
 func (e *encoded[T, P]) GetName() string            { return e.name }

@@ -384,7 +384,7 @@ func TestDriftOnAMarkedChildIsUndone(t *testing.T) {
 	}
 	sum := sha256.Sum256(raw)
 	key := ns + "/" + specs.ConfigMapName(db)
-	cached, ok, err := reconciler.marks[reflect.TypeOf(&corev1.ConfigMap{})].GetByKey(key)
+	cached, ok, err := reconciler.marks[reflect.TypeFor[*corev1.ConfigMap]()].GetByKey(key)
 	if err != nil || !ok {
 		t.Fatalf("ConfigMap %s not in the cache: %v", key, err)
 	}
