@@ -229,7 +229,8 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 // the retained Secrets, PVCs and the pods (owned by the StatefulSet) map
 // back through the instance label; pods only when their role label is missing or changed,
 // claims only while they are being expanded. Every MyDatabase update also
-// tells statusWrites what the cache now shows (caughtUp).
+// tells statusWrites what the cache now shows (caughtUp), and the stores
+// of the children the apply engine writes are kept for its marks (markIn).
 func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}} {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), obj, byDatabase, func(o client.Object) []string {
