@@ -144,7 +144,7 @@ func TestHarness(t *testing.T) {
 	}
 	again := &Results{Options: res.Options}
 	KeepScale(dir, again)
-	if again.Scale == nil || again.Scale.ScaleCommand != "scale command" || len(again.Scale.Converge) != len(res.Converge) {
+	if again.Scale == nil || again.Scale.Commands != (TierCommands{"scale command", "scale command", "scale command"}) || len(again.Scale.Converge) != len(res.Converge) {
 		t.Fatalf("make bench lost the scale figures: %+v", again.Scale)
 	}
 	// A scale run of B9 alone keeps B8's figures.
@@ -154,8 +154,8 @@ func TestHarness(t *testing.T) {
 		t.Fatal(err)
 	}
 	if sc := merged.Scale; len(sc.Converge) != len(res.Converge) || sc.Steady == nil || len(sc.Full) != len(res.Full) ||
-		sc.ScaleCommand != "scale command`, then `b9 command" {
-		t.Fatalf("a run of B9 alone lost B8: %d convergence runs, steady %v, command %q", len(sc.Converge), sc.Steady != nil, sc.ScaleCommand)
+		sc.Commands != (TierCommands{"scale command", "scale command", "b9 command"}) {
+		t.Fatalf("a run of B9 alone lost B8: %d convergence runs, steady %v, commands %+v", len(sc.Converge), sc.Steady != nil, sc.Commands)
 	}
 	if err := WriteReport(merged, dir, command); err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestHarness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| B8 |", "| B9 |", "## B8, B9: ten times the scale (`scale command`, then `b9 command`)", "## B9: full tier",
+	for _, want := range []string{"| B8 |", "| B9 |", "- Commands: B8's convergence `scale command`; B8's steady state `scale command`; B9 `b9 command`.", "| `b9 command` |\n", "| `scale command` |\n", "## B9: full tier",
 		"benchmarks-scale-converge.png", "benchmarks-scale-full.png"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("benchmarks.md has no %q", want)

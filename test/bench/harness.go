@@ -67,6 +67,10 @@ type Options struct {
 	// restart's passes: from the caches synced until every MyDatabase was
 	// reconciled.
 	RestartProfile string `json:"-"`
+	// SyncProfile, when set, is where a CPU profile is written of the
+	// restart's start: from the new operator's start until its caches
+	// synced.
+	SyncProfile string `json:"-"`
 	// FullN MyDatabases of FullReplicas servers (0: the CRD's default, one)
 	// are taken to Ready on a KWOK cluster in each run of the full tier
 	// (B7, B9), by the operator and by the raw client with the StatefulSet
@@ -126,9 +130,18 @@ type Results struct {
 	TrackerRelists int64      `json:"tracker_relists"`
 	Heap           []*HeapRun `json:"heap_runs,omitempty"`
 	// Scale are the figures of the scale tiers (B8, B9: `make bench-scale`,
-	// ScaleOptions), made by ScaleCommand; `make bench` keeps them.
-	Scale        *Results `json:"scale,omitempty"`
-	ScaleCommand string   `json:"scale_command,omitempty"`
+	// ScaleOptions), made by the Commands of each tier; `make bench` keeps
+	// them.
+	Scale    *Results     `json:"scale,omitempty"`
+	Commands TierCommands `json:"scale_commands,omitzero"`
+}
+
+// TierCommands name the command that made each scale tier's figures: the
+// tiers can be run apart, and each keeps its figures until run again.
+type TierCommands struct {
+	Converge string `json:"converge,omitempty"` // B8's convergence rounds
+	Steady   string `json:"steady,omitempty"`   // B8's steady state
+	Full     string `json:"full,omitempty"`     // B9
 }
 
 // HeapRun is the heap per MyDatabase with other operator settings.
@@ -576,13 +589,15 @@ func steadyRun(opts Options) (*Steady, error) {
 
 	// B3: restart.
 	op.stop()
+	stopProfile := startCPUProfile(opts.SyncProfile, log)
 	t, cpu0 := time.Now(), readCPU()
 	if op, err = startOperator(env, opts.SteadySettings, 0); err != nil {
 		return st, err
 	}
 	st.RestartStartSeconds = time.Since(t).Seconds()
 	cpuSynced := readCPU()
-	stopProfile := startCPUProfile(opts.RestartProfile, log)
+	stopProfile()
+	stopProfile = startCPUProfile(opts.RestartProfile, log)
 	st.RestartReverifySeconds = op.waitReconciled(opts.SteadyN, t, 5*time.Minute).Seconds()
 	cpuDone := readCPU()
 	stopProfile()

@@ -138,7 +138,7 @@ func startOperator(env *controlPlane, s Settings, syncPeriod time.Duration) (*op
 	op := &operator{settings: s, http: newHTTPCounter(), recs: newReconcileLog(), done: make(chan error, 1)}
 	cfg.WrapTransport = op.http.wrap
 
-	cacheOpts := manager.CacheOptions()
+	cacheOpts := manager.CacheOptions(cfg)
 	if syncPeriod > 0 {
 		cacheOpts.SyncPeriod = &syncPeriod
 	}

@@ -419,7 +419,7 @@ func markdown(res *Results, sums []*SettingsSummary, rows []Row, command, notes 
 		p("Note: %d times a tracker saw no watch event for a while although MyDatabases had not all converged, and read the state with lists instead (%d of them in the convergence runs below, whose times then include that wait; the others in the steady-state or heap phases, whose convergence times are not targets).\n\n",
 			res.TrackerRelists, inRuns)
 	}
-	p("## Every convergence run\n\n%s", runsTable(res.Converge))
+	p("## Every convergence run\n\n%s\n", runsTable(res.Converge))
 	b.WriteString(scaleMarkdown(res.Scale))
 	p("\n## Notes\n\n%s%s%s\n", notesBegin, notes, notesEnd)
 	return b.String()

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -58,6 +59,9 @@ func scaleRows(sc *Results) []Row {
 			Result:   verdict(s.WritesPerDB <= targetWritesPerDB, fmt.Sprintf("by %.2f writes", s.WritesPerDB-targetWritesPerDB)),
 		})
 	}
+	for i := range rows {
+		rows[i].Command = sc.Commands.Converge
+	}
 	if st := sc.Steady; st != nil {
 		restartWrites := st.RestartRequests.Writes + st.RestartRequests.EventWrites
 		rows = append(rows, Row{
@@ -88,11 +92,12 @@ func scaleRows(sc *Results) []Row {
 			})
 		}
 	}
-	rows = append(rows, fullRow(sc, summarizeFull(sc), "B9", targetScaleFullRatio))
 	for i := range rows {
-		rows[i].Command = sc.ScaleCommand
+		rows[i].Command = cmp.Or(rows[i].Command, sc.Commands.Steady)
 	}
-	return rows
+	b9 := fullRow(sc, summarizeFull(sc), "B9", targetScaleFullRatio)
+	b9.Command = sc.Commands.Full
+	return append(rows, b9)
 }
 
 // scaleMarkdown is the section of B8 and B9; empty without scale figures.
@@ -102,7 +107,8 @@ func scaleMarkdown(sc *Results) string {
 	}
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	p("## B8, B9: ten times the scale (`%s`)\n\n", sc.ScaleCommand)
+	p("## B8, B9: ten times the scale\n\n")
+	p("- Commands: %s.\n", sc.Commands)
 	p("- Latest run %s, took %s. Machine: %d CPUs (shared; load average %s before, %s after), %s. `make bench-scale` replaces the tiers it measures (B8's convergence rounds, B8's steady state, B9) and keeps the others; `make bench` keeps this section.\n",
 		sc.Started.UTC().Format("2006-01-02 15:04 MST"), time.Duration(sc.Seconds*float64(time.Second)).Round(time.Second),
 		sc.Machine.CPUs, sc.Machine.LoadBefore, sc.Machine.LoadAfter, sc.Machine.GoVersion)
@@ -145,7 +151,15 @@ func scaleCharts(sc *Results, dir string) error {
 // state, no full tier) keeps its earlier figures, so that B8 and B9 can be
 // run apart. Without a report in dir, the scale figures stand alone.
 func MergeScale(dir string, sc *Results, command string) (*Results, string, error) {
-	sc.ScaleCommand = command
+	if len(sc.Converge) > 0 {
+		sc.Commands.Converge = command
+	}
+	if sc.Steady != nil {
+		sc.Commands.Steady = command
+	}
+	if len(sc.Full) > 0 {
+		sc.Commands.Full = command
+	}
 	res, cmd, err := ReadResults(filepath.Join(dir, "benchmarks.json"))
 	if os.IsNotExist(err) {
 		return &Results{Options: sc.Options, Started: sc.Started, Machine: sc.Machine, Scale: sc}, command, nil
@@ -161,25 +175,34 @@ func MergeScale(dir string, sc *Results, command string) (*Results, string, erro
 }
 
 // keepSkipped gives sc the tiers of old that sc did not measure, with
-// their sizes, and names both commands.
+// their sizes and commands.
 func keepSkipped(sc, old *Results) {
-	kept := false
 	if len(sc.Converge) == 0 && len(old.Converge) > 0 {
-		sc.Converge, kept = old.Converge, true
+		sc.Converge, sc.Commands.Converge = old.Converge, old.Commands.Converge
 		sc.Options.N, sc.Options.Rounds, sc.Options.Settings = old.Options.N, old.Options.Rounds, old.Options.Settings
 	}
 	if sc.Steady == nil && old.Steady != nil {
-		sc.Steady, sc.Options.SteadyN, kept = old.Steady, old.Options.SteadyN, true
+		sc.Steady, sc.Commands.Steady, sc.Options.SteadyN = old.Steady, old.Commands.Steady, old.Options.SteadyN
 	}
 	if len(sc.Full) == 0 && len(old.Full) > 0 {
-		sc.Full, kept = old.Full, true
+		sc.Full, sc.Commands.Full = old.Full, old.Commands.Full
 		o := &sc.Options
 		o.FullN, o.FullReplicas, o.FullRounds, o.FullNodes, o.FullLimits =
 			old.Options.FullN, old.Options.FullReplicas, old.Options.FullRounds, old.Options.FullNodes, old.Options.FullLimits
 	}
-	if kept {
-		sc.ScaleCommand = old.ScaleCommand + "`, then `" + sc.ScaleCommand
+}
+
+// String lists the commands of the tiers that have one.
+func (c TierCommands) String() string {
+	var parts []string
+	for _, t := range []struct{ tier, cmd string }{
+		{"B8's convergence", c.Converge}, {"B8's steady state", c.Steady}, {"B9", c.Full},
+	} {
+		if t.cmd != "" {
+			parts = append(parts, fmt.Sprintf("%s `%s`", t.tier, t.cmd))
+		}
 	}
+	return strings.Join(parts, "; ")
 }
 
 // KeepScale carries the scale figures of the report in dir (if any) over

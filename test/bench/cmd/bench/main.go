@@ -55,6 +55,7 @@ func main() {
 	out := flag.String("out", filepath.Join(testenv.RepoRoot(), "docs"), "directory of benchmarks.md, benchmarks.json and the chart")
 	command := flag.String("command", "", "the command to print in the report (default: this one)")
 	flag.StringVar(&opts.HeapProfile, "heapprofile", "", "write a heap profile with the steady-state MyDatabases converged to this file")
+	flag.StringVar(&opts.SyncProfile, "syncprofile", "", "write a CPU profile of the restart's cache sync (B3, B8: from the new operator's start until its caches synced) to this file")
 	flag.StringVar(&opts.RestartProfile, "restartprofile", "", "write a CPU profile of the restart's passes (B3, B8: from the caches synced until every MyDatabase was reconciled) to this file")
 	fromJSON := flag.String("from-json", "", "only render the report again from this benchmarks.json (no benchmark runs)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the harness process (operator included) to this file")
