@@ -224,7 +224,7 @@ func main() {
 		// The process exits as soon as the manager stops, so releasing the
 		// lease on the way out is safe and lets a successor start at once.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         manager.CacheOptions(namespaces...),
+		Cache:                         manager.CacheOptions(cfg, namespaces...),
 	})
 	if err != nil {
 		setupLog.Error(err, "Failed to start manager")

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -30,8 +31,9 @@ import (
 // the operator only reads with Get are held encoded (encoded), the others
 // share the strings every child repeats (canonicalStrings). With
 // namespaces, the operator watches only those (a namespace-scoped install,
-// config/namespaced); without, every namespace.
-func CacheOptions(namespaces ...string) cache.Options {
+// config/namespaced); without, every namespace, and the kinds held encoded
+// are read straight from the wire (wire.go) with config.
+func CacheOptions(config *rest.Config, namespaces ...string) cache.Options {
 	selector := labels.SelectorFromSet(labels.Set{databasev1alpha1.LabelManagedBy: databasev1alpha1.ManagedBy})
 	var only map[string]cache.Config
 	for _, ns := range namespaces {
@@ -40,31 +42,50 @@ func CacheOptions(namespaces ...string) cache.Options {
 		}
 		only[ns] = cache.Config{}
 	}
-	strip := cache.TransformStripManagedFields()
 	managed := cache.ByObject{Label: selector}
-	encoded := func(transform toolscache.TransformFunc) cache.ByObject {
-		return cache.ByObject{Label: selector, Transform: transform}
-	}
-	return cache.Options{
+	k := kinds{selector: selector, byObject: map[client.Object]cache.ByObject{
+		// Read whole by the event predicates (controller.go), and listed.
+		&corev1.Pod{}:                   managed,
+		&corev1.PersistentVolumeClaim{}: managed,
+		&coordinationv1.Lease{}:         managed,
+	}, wire: map[reflect.Type]wireKind{}}
+	holdEncoded[corev1.Secret](k)
+	holdEncoded[corev1.ConfigMap](k)
+	holdEncoded[corev1.Service](k)
+	holdEncoded[appsv1.StatefulSet](k)
+	holdEncoded[batchv1.Job](k)
+	holdEncoded[policyv1.PodDisruptionBudget](k)
+	holdEncoded[networkingv1.NetworkPolicy](k)
+	holdEncoded[corev1.ServiceAccount](k)
+	holdEncoded[rbacv1.Role](k)
+	holdEncoded[rbacv1.RoleBinding](k)
+	opts := cache.Options{
 		DefaultNamespaces: only,
-		DefaultTransform:  canonicalStrings(strip),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Secret{}:                encoded(encodedAs[corev1.Secret](strip)),
-			&corev1.ConfigMap{}:             encoded(encodedAs[corev1.ConfigMap](strip)),
-			&corev1.Service{}:               encoded(encodedAs[corev1.Service](strip)),
-			&appsv1.StatefulSet{}:           encoded(encodedAs[appsv1.StatefulSet](strip)),
-			&batchv1.Job{}:                  encoded(encodedAs[batchv1.Job](strip)),
-			&policyv1.PodDisruptionBudget{}: encoded(encodedAs[policyv1.PodDisruptionBudget](strip)),
-			&networkingv1.NetworkPolicy{}:   encoded(encodedAs[networkingv1.NetworkPolicy](strip)),
-			&corev1.ServiceAccount{}:        encoded(encodedAs[corev1.ServiceAccount](strip)),
-			&rbacv1.Role{}:                  encoded(encodedAs[rbacv1.Role](strip)),
-			&rbacv1.RoleBinding{}:           encoded(encodedAs[rbacv1.RoleBinding](strip)),
-			// Read whole by the event predicates (controller.go), and listed.
-			&corev1.Pod{}:                   managed,
-			&corev1.PersistentVolumeClaim{}: managed,
-			&coordinationv1.Lease{}:         managed,
-		},
+		DefaultTransform:  canonicalStrings(cache.TransformStripManagedFields()),
+		ByObject:          k.byObject,
 	}
+	if len(namespaces) == 0 {
+		opts.NewInformer = wireInformers(config, selector.String(), k.wire)
+	}
+	return opts
+}
+
+// kinds are the cache's settings by kind.
+type kinds struct {
+	selector labels.Selector
+	byObject map[client.Object]cache.ByObject
+	wire     map[reflect.Type]wireKind
+}
+
+// holdEncoded has the cache hold the kind P encoded: through encodedAs,
+// or read from the wire.
+func holdEncoded[T any, P interface {
+	*T
+	protoObject
+}](k kinds) {
+	k.byObject[P(new(T))] = cache.ByObject{Label: k.selector, Transform: encodedAs[T, P](cache.TransformStripManagedFields())}
+	t, kind := wireKindOf[T, P]()
+	k.wire[t] = kind
 }
 
 // canonical holds one copy of each of specs.SharedStrings, of the strings

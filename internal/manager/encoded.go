@@ -44,9 +44,9 @@ type protoObject interface {
 // child of a MyDatabase names the same owner, and the children of a
 // namespace the same namespace (80 bytes per child, where an ObjectMeta
 // and an owner reference of its own took about 450). A child with more
-// than one owner reference (someone else's too) is rare, and stays
-// decoded. Its type parameters
-// are the child's type, instead of a field. Like every object in the
+// than one owner reference (someone else's too) is rare: those are read
+// from the encoding. Its type parameters are the child's type, instead of
+// a field. Like every object in the
 // cache it is read-only, but for the agreement mark (apply.Agreement): its
 // setters panic.
 type encoded[T any, P interface {
@@ -55,7 +55,8 @@ type encoded[T any, P interface {
 }] struct {
 	name, resourceVersion string
 	namespace             unique.Handle[string]
-	// owner is the one owner reference, the zero Handle for none.
+	// owner is the one owner reference, the zero Handle for none,
+	// severalOwners for more.
 	owner unique.Handle[ownerRef]
 	raw   []byte
 	// agreed is the hash of the desired state this very version was found
@@ -107,10 +108,23 @@ func (e *encoded[T, P]) GetName() string            { return e.name }
 func (e *encoded[T, P]) GetNamespace() string       { return e.namespace.Value() }
 func (e *encoded[T, P]) GetResourceVersion() string { return e.resourceVersion }
 
-// GetOwnerReferences returns a copy of its own of the owner reference.
+// ownerOf is the shared copy of r.
+func ownerOf(r metav1.OwnerReference) unique.Handle[ownerRef] {
+	return unique.Make(ownerRef{apiVersion: r.APIVersion, kind: r.Kind, name: r.Name, uid: r.UID,
+		controller: optional(r.Controller), block: optional(r.BlockOwnerDeletion)})
+}
+
+// severalOwners stands for two or more owner references (someone else's
+// too): rare, and read from the encoding.
+var severalOwners = unique.Make(ownerRef{kind: "(several)"})
+
+// GetOwnerReferences returns a copy of its own of the owner references.
 func (e *encoded[T, P]) GetOwnerReferences() []metav1.OwnerReference {
-	if e.owner == (unique.Handle[ownerRef]{}) {
+	switch e.owner {
+	case unique.Handle[ownerRef]{}:
 		return nil
+	case severalOwners:
+		return e.object().GetOwnerReferences()
 	}
 	o := e.owner.Value()
 	return []metav1.OwnerReference{{APIVersion: o.apiVersion, Kind: o.kind, Name: o.name, UID: o.uid,
@@ -185,19 +199,17 @@ func encodedAs[T any, P interface {
 		if !ok {
 			return obj, nil
 		}
-		refs := o.GetOwnerReferences()
-		if len(refs) > 1 {
-			return obj, nil // not a child of the operator's alone: kept decoded
-		}
 		raw, err := o.Marshal()
 		if err != nil {
 			return obj, fmt.Errorf("encoding %T %s/%s for the cache: %w", o, o.GetNamespace(), o.GetName(), err)
 		}
 		e := &encoded[T, P]{name: o.GetName(), namespace: unique.Make(o.GetNamespace()), resourceVersion: o.GetResourceVersion(), raw: raw}
-		if len(refs) == 1 {
-			r := refs[0]
-			e.owner = unique.Make(ownerRef{apiVersion: r.APIVersion, kind: r.Kind, name: r.Name, uid: r.UID,
-				controller: optional(r.Controller), block: optional(r.BlockOwnerDeletion)})
+		switch refs := o.GetOwnerReferences(); len(refs) {
+		case 0:
+		case 1:
+			e.owner = ownerOf(refs[0])
+		default:
+			e.owner = severalOwners
 		}
 		return e, nil
 	}

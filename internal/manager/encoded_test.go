@@ -42,9 +42,13 @@ func TestEncodedChildren(t *testing.T) {
 	for _, tc := range []struct {
 		obj       client.Object
 		transform func(any) (any, error)
+		wire      bool
 	}{
-		{sts, encodedAs[appsv1.StatefulSet](cache.TransformStripManagedFields())},
-		{secret, encodedAs[corev1.Secret](cache.TransformStripManagedFields())},
+		{sts, encodedAs[appsv1.StatefulSet](cache.TransformStripManagedFields()), false},
+		{secret, encodedAs[corev1.Secret](cache.TransformStripManagedFields()), false},
+		// The same, cut out of the protobuf the API server sends (wire.go).
+		{sts, viaWire[appsv1.StatefulSet], true},
+		{secret, viaWire[corev1.Secret], true},
 	} {
 		want := tc.obj.DeepCopyObject().(client.Object)
 		want.SetManagedFields(nil)
@@ -86,8 +90,10 @@ func TestEncodedChildren(t *testing.T) {
 		if e.GetLabels()[databasev1alpha1.LabelInstance] != "orders" {
 			t.Errorf("%T: a change to a read shows in the cache's labels", tc.obj)
 		}
-		if again, err := tc.transform(e); err != nil || again != any(e) {
-			t.Errorf("%T: an encoded child given again came back as %T (%v)", tc.obj, again, err)
+		if !tc.wire {
+			if again, err := tc.transform(e); err != nil || again != any(e) {
+				t.Errorf("%T: an encoded child given again came back as %T (%v)", tc.obj, again, err)
+			}
 		}
 		// The agreement mark: one hash, on this version only.
 		if e.Agrees(7) || e.Agrees(0) {
@@ -117,20 +123,39 @@ func TestEncodedChildren(t *testing.T) {
 		}()
 		a.(client.Object).SetLabels(nil)
 	}()
-	// A child with no owner is encoded; one with two stays decoded.
+	// A child with no owner is encoded, and one with two, whose owners are
+	// read from the encoding; the same from the wire.
 	orphan := secret.DeepCopy()
 	orphan.OwnerReferences = nil
-	if out, _ := encodedAs[corev1.Secret](cache.TransformStripManagedFields())(orphan); out == any(orphan) || out.(client.Object).GetOwnerReferences() != nil {
-		t.Errorf("a Secret without owner came back as %T with owners %v", out, out.(client.Object).GetOwnerReferences())
-	}
 	shared := secret.DeepCopy()
 	shared.OwnerReferences = append(shared.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "theirs", UID: "their-uid"})
-	if out, _ := encodedAs[corev1.Secret](cache.TransformStripManagedFields())(shared); out != any(shared) {
-		t.Errorf("a Secret with two owners came back as %T, not as it was", out)
+	for _, transform := range []func(any) (any, error){encodedAs[corev1.Secret](cache.TransformStripManagedFields()), viaWire[corev1.Secret]} {
+		for _, in := range []*corev1.Secret{orphan, shared} {
+			out, err := transform(in.DeepCopy())
+			if _, ok := out.(*encoded[corev1.Secret, *corev1.Secret]); err != nil || !ok {
+				t.Fatalf("a Secret with %d owners came back as %T (%v)", len(in.OwnerReferences), out, err)
+			}
+			if got := out.(client.Object).GetOwnerReferences(); !equality.Semantic.DeepEqual(got, in.OwnerReferences) {
+				t.Errorf("a Secret with %d owners: %s", len(in.OwnerReferences), cmp.Diff(in.OwnerReferences, got))
+			}
+		}
 	}
 	// Another kind than the transform's passes as it is.
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "orders-config"}}
 	if out, err := encodedAs[corev1.Secret](cache.TransformStripManagedFields())(cm); err != nil || out != any(cm) {
 		t.Errorf("a ConfigMap given to the Secrets' transform came back as %T (%v)", out, err)
 	}
+}
+
+// viaWire encodes obj, of type P, as the API server sends it, and makes an
+// encoded child of that as a wire informer does.
+func viaWire[T any, P interface {
+	*T
+	protoObject
+}](obj any) (any, error) {
+	raw, err := obj.(P).Marshal()
+	if err != nil {
+		return nil, err
+	}
+	return fromWire[T, P](raw)
 }

@@ -52,7 +52,7 @@ func (c *cluster) startOperator(t *testing.T) *operator {
 	}
 	mgr, err := ctrl.NewManager(c.api.Config, ctrl.Options{
 		Scheme:                 c.api.Scheme,
-		Cache:                  manager.CacheOptions(),
+		Cache:                  manager.CacheOptions(c.api.Config),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		// The same controller name is registered again on every start.

@@ -165,7 +165,7 @@ func TestConcurrentWriterEvery100ms(t *testing.T) {
 	ns := namespace(t)
 	errs := &errorLog{}
 	injected := &conflicts{}
-	startManager(t, env.Config, manager.CacheOptions(), managerSetup{
+	startManager(t, env.Config, manager.CacheOptions(env.Config), managerSetup{
 		logger:     logr.New(errs),
 		wrapClient: injected.wrap,
 	})

@@ -17,7 +17,6 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"example.com/myoperator/internal/manager"
 	"example.com/myoperator/internal/testenv"
 )
 
@@ -119,7 +118,7 @@ func TestNamespaceScopedInstall(t *testing.T) {
 	createAll(t, in.sa, in.role, in.binding)
 
 	elsewhere := newDB(namespace(t))
-	runLifecycle(t, ns, asServiceAccount(in.sa), manager.CacheOptions(ns))
+	runLifecycle(t, ns, asServiceAccount(in.sa), ns)
 
 	ctx := context.Background()
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(elsewhere), elsewhere); err != nil {

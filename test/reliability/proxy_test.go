@@ -42,7 +42,7 @@ func TestUnreachableAndSlowServer(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Host = "https://" + proxy.Addr()
 	ns := namespace(t)
-	startManager(t, cfg, manager.CacheOptions(), managerSetup{})
+	startManager(t, cfg, manager.CacheOptions(cfg), managerSetup{})
 
 	db := newDB(ns)
 	key := client.ObjectKeyFromObject(db)

@@ -76,7 +76,7 @@ func TestLifecycleWithOnlyTheGeneratedRBAC(t *testing.T) {
 		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: sa.Name}},
 	}
 	createAll(t, role, sa, binding)
-	runLifecycle(t, ns, asServiceAccount(sa), manager.CacheOptions())
+	runLifecycle(t, ns, asServiceAccount(sa))
 }
 
 func createAll(t *testing.T, objs ...client.Object) {
@@ -137,11 +137,12 @@ func startManager(t *testing.T, cfg *rest.Config, cacheOpts cache.Options, setup
 }
 
 // runLifecycle runs an operator with cfg's identity and creates, scales and
-// deletes (policy Delete) a MyDatabase in ns.
-func runLifecycle(t *testing.T, ns string, cfg *rest.Config, cacheOpts cache.Options) {
+// deletes (policy Delete) a MyDatabase in ns; with namespaces, its cache
+// watches only those.
+func runLifecycle(t *testing.T, ns string, cfg *rest.Config, namespaces ...string) {
 	t.Helper()
 	ctx := context.Background()
-	startManager(t, cfg, cacheOpts, managerSetup{})
+	startManager(t, cfg, manager.CacheOptions(cfg, namespaces...), managerSetup{})
 
 	db := newDB(ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete })
 	key := client.ObjectKeyFromObject(db)

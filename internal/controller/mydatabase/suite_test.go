@@ -70,7 +70,7 @@ func run(m *testing.M) int {
 
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:     env.Scheme,
-		Cache:      manager.CacheOptions(),
+		Cache:      manager.CacheOptions(env.Config),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: new(true)},
 	})

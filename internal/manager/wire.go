@@ -1,0 +1,295 @@
+package manager
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+	"unique"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// An informer of a kind held encoded would decode every object the API
+// server sends, whole, only for the cache to encode it again (encodedAs).
+// A wire informer skips both: its objects are cut out of the protobuf the
+// API server sent (list items and watch events alike), managedFields
+// dropped, and only the metadata the cache reads on every event (name,
+// namespace, resource version, owner references) is parsed. A restarted
+// operator receives every child it manages at once this way; decoding and
+// encoding them again took as much CPU as the API server sending them
+// (docs/benchmarks.md, B8's restart).
+
+// protoMagic starts every protobuf body of the API server (k8s.io's
+// runtime/serializer/protobuf): a runtime.Unknown follows.
+var protoMagic = []byte("k8s\x00")
+
+// ObjectMeta's protobuf field numbers (k8s.io/apimachinery's generated.proto).
+const (
+	metaName            = 1
+	metaNamespace       = 3
+	metaResourceVersion = 6
+	metaOwnerReferences = 13
+	metaManagedFields   = 17
+)
+
+// fromWire makes an encoded child of the protobuf of one object (without
+// the envelope), as Marshal would have made it with managedFields cleared.
+func fromWire[T any, P interface {
+	*T
+	protoObject
+}](object []byte) (*encoded[T, P], error) {
+	raw := make([]byte, 0, len(object))
+	var meta []byte
+	for b := object; len(b) > 0; {
+		num, typ, n := protowire.ConsumeField(b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		if num == 1 && typ == protowire.BytesType {
+			meta, _ = protowire.ConsumeBytes(b[protowire.SizeTag(num):n])
+		} else {
+			raw = append(raw, b[:n]...)
+		}
+		b = b[n:]
+	}
+	e := &encoded[T, P]{}
+	stripped := make([]byte, 0, len(meta))
+	var owners [][]byte
+	for b := meta; len(b) > 0; {
+		num, typ, n := protowire.ConsumeField(b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		field := b[:n]
+		b = b[n:]
+		if typ != protowire.BytesType {
+			stripped = append(stripped, field...)
+			continue
+		}
+		value, _ := protowire.ConsumeBytes(field[protowire.SizeTag(num):])
+		switch num {
+		case metaManagedFields:
+			continue
+		case metaName:
+			e.name = string(value)
+		case metaNamespace:
+			e.namespace = unique.Make(string(value))
+		case metaResourceVersion:
+			e.resourceVersion = string(value)
+		case metaOwnerReferences:
+			owners = append(owners, value)
+		}
+		stripped = append(stripped, field...)
+	}
+	switch len(owners) {
+	case 0:
+	case 1:
+		var r metav1.OwnerReference
+		if err := r.Unmarshal(owners[0]); err != nil {
+			return nil, err
+		}
+		e.owner = ownerOf(r)
+	default:
+		e.owner = severalOwners
+	}
+	if e.namespace == (unique.Handle[string]{}) {
+		e.namespace = unique.Make("")
+	}
+	// The metadata is field 1, first, as Marshal writes it.
+	e.raw = slices.Concat(protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), stripped), raw)
+	return e, nil
+}
+
+// encodedList is the list of a kind held encoded, as a wire informer
+// reads it.
+type encodedList[T any, P interface {
+	*T
+	protoObject
+}] struct {
+	metav1.ListMeta
+	Items []*encoded[T, P]
+}
+
+func (*encodedList[T, P]) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject shares the items, which are read-only.
+func (l *encodedList[T, P]) DeepCopyObject() runtime.Object {
+	c := &encodedList[T, P]{Items: slices.Clone(l.Items)}
+	l.ListMeta.DeepCopyInto(&c.ListMeta)
+	return c
+}
+
+// unmarshal reads the protobuf of a list: its ListMeta (field 1) and its
+// items (field 2), as every list of a built-in kind has them.
+func (l *encodedList[T, P]) unmarshal(data []byte) error {
+	for b := data; len(b) > 0; {
+		num, typ, n := protowire.ConsumeField(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		if typ == protowire.BytesType {
+			value, _ := protowire.ConsumeBytes(b[protowire.SizeTag(num):n])
+			switch num {
+			case 1:
+				if err := l.ListMeta.Unmarshal(value); err != nil {
+					return err
+				}
+			case 2:
+				item, err := fromWire[T, P](value)
+				if err != nil {
+					return err
+				}
+				l.Items = append(l.Items, item)
+			}
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// wireDecoder decodes the objects and lists of one kind held encoded, and
+// hands anything else (a Status) to the usual decoder.
+type wireDecoder[T any, P interface {
+	*T
+	protoObject
+}] struct {
+	runtime.Serializer
+	kind string
+}
+
+func (d wireDecoder[T, P]) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	var unknown runtime.Unknown
+	if !bytes.HasPrefix(data, protoMagic) || unknown.Unmarshal(data[len(protoMagic):]) != nil {
+		return d.Serializer.Decode(data, defaults, into)
+	}
+	gvk := schema.FromAPIVersionAndKind(unknown.APIVersion, unknown.Kind)
+	switch list, isList := into.(*encodedList[T, P]); {
+	case isList && unknown.Kind == d.kind+"List":
+		return list, &gvk, list.unmarshal(unknown.Raw)
+	case into == nil && unknown.Kind == d.kind:
+		e, err := fromWire[T, P](unknown.Raw)
+		if err != nil {
+			return nil, &gvk, fmt.Errorf("decoding a %s: %w", d.kind, err)
+		}
+		return e, &gvk, nil
+	}
+	return d.Serializer.Decode(data, defaults, into)
+}
+
+// wireSerializer is client-go's, but for the protobuf decoder of one kind
+// held encoded (wireDecoder). Watch events are framed and decoded as ever;
+// the objects in them go through the wireDecoder.
+type wireSerializer struct {
+	runtime.NegotiatedSerializer
+	protobuf runtime.Serializer
+}
+
+func (s wireSerializer) SupportedMediaTypes() []runtime.SerializerInfo {
+	infos := slices.Clone(s.NegotiatedSerializer.SupportedMediaTypes())
+	for i := range infos {
+		if infos[i].MediaType == runtime.ContentTypeProtobuf {
+			infos[i].Serializer = s.protobuf
+		}
+	}
+	return infos
+}
+
+// wireKind is how a wire informer reads one kind held encoded.
+type wireKind struct {
+	gvk      schema.GroupVersionKind
+	resource string
+	// exemplar is an empty encoded child: the type the informer's objects
+	// have.
+	exemplar runtime.Object
+	list     func() runtime.Object
+	decoder  func(next runtime.Serializer) runtime.Serializer
+}
+
+func wireKindOf[T any, P interface {
+	*T
+	protoObject
+}]() (reflect.Type, wireKind) {
+	gvks, _, err := clientgoscheme.Scheme.ObjectKinds(P(new(T)))
+	if err != nil {
+		panic(err) // a built-in kind: always registered
+	}
+	gvk := gvks[0]
+	plural, _ := meta.UnsafeGuessKindToResource(gvk) // the built-in kinds' plurals are regular
+	return reflect.TypeFor[P](), wireKind{
+		gvk: gvk, resource: plural.Resource,
+		exemplar: &encoded[T, P]{},
+		list:     func() runtime.Object { return &encodedList[T, P]{} },
+		decoder: func(next runtime.Serializer) runtime.Serializer {
+			return wireDecoder[T, P]{Serializer: next, kind: gvk.Kind}
+		},
+	}
+}
+
+// wireInformers returns the cache's NewInformer: the kinds in kinds are
+// read from the wire (wire.go's comment), each with the label selector
+// given, across all namespaces; the others as controller-runtime reads
+// them. A kind whose client cannot be made falls back to
+// controller-runtime's.
+func wireInformers(config *rest.Config, selector string, kinds map[reflect.Type]wireKind) func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer {
+	httpClient := sync.OnceValues(func() (*http.Client, error) { return rest.HTTPClientFor(config) })
+	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+		if kind, ok := kinds[reflect.TypeOf(obj)]; ok {
+			if wire, err := kind.listWatch(config, httpClient, selector); err == nil {
+				lw, obj = wire, kind.exemplar
+			}
+		}
+		return toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
+	}
+}
+
+func (k wireKind) listWatch(config *rest.Config, httpClient func() (*http.Client, error), selector string) (toolscache.ListerWatcher, error) {
+	hc, err := httpClient()
+	if err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(config)
+	gv := k.gvk.GroupVersion()
+	cfg.GroupVersion, cfg.APIPath = &gv, "/apis"
+	if gv.Group == "" {
+		cfg.APIPath = "/api"
+	}
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf
+	codecs := clientgoscheme.Codecs.WithoutConversion()
+	info, _ := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
+	cfg.NegotiatedSerializer = wireSerializer{NegotiatedSerializer: codecs, protobuf: k.decoder(info.Serializer)}
+	client, err := rest.RESTClientForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, err
+	}
+	request := func(opts *metav1.ListOptions) *rest.Request {
+		opts.LabelSelector = selector
+		return client.Get().Resource(k.resource).VersionedParams(opts, clientgoscheme.ParameterCodec)
+	}
+	return &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			list := k.list()
+			if err := request(&opts).Do(ctx).Into(list); err != nil {
+				return nil, err
+			}
+			return list, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.Watch, opts.AllowWatchBookmarks = true, true
+			return request(&opts).Watch(ctx)
+		},
+	}, nil
+}
