@@ -20,6 +20,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // An informer of a kind held encoded would decode every object the API
@@ -47,52 +48,54 @@ const (
 
 // fromWire makes an encoded child of the protobuf of one object (without
 // the envelope), as Marshal would have made it with managedFields cleared.
+// It allocates the encoding once, at its size.
 func fromWire[T any, P interface {
 	*T
 	protoObject
 }](object []byte) (*encoded[T, P], error) {
-	raw := make([]byte, 0, len(object))
-	var meta []byte
-	for b := object; len(b) > 0; {
-		num, typ, n := protowire.ConsumeField(b)
-		if n < 0 {
-			return nil, protowire.ParseError(n)
+	// The metadata (field 1) and where it lies.
+	var metadata []byte
+	metaStart, metaEnd := -1, -1
+	for off := 0; off < len(object); {
+		num, value, n, err := nextField(object[off:])
+		if err != nil {
+			return nil, err
 		}
-		if num == 1 && typ == protowire.BytesType {
-			meta, _ = protowire.ConsumeBytes(b[protowire.SizeTag(num):n])
-		} else {
-			raw = append(raw, b[:n]...)
+		if num == 1 && value != nil {
+			if metaStart >= 0 {
+				return nil, fmt.Errorf("metadata given twice")
+			}
+			metadata, metaStart, metaEnd = value, off, off+n
 		}
-		b = b[n:]
+		off += n
 	}
-	e := &encoded[T, P]{}
-	stripped := make([]byte, 0, len(meta))
+	if metaStart < 0 {
+		return nil, fmt.Errorf("no metadata")
+	}
+	// Its fields: what the wrapper keeps, and the size without
+	// managedFields.
+	e := &encoded[T, P]{namespace: unique.Make("")}
+	kept := len(metadata)
 	var owners [][]byte
-	for b := meta; len(b) > 0; {
-		num, typ, n := protowire.ConsumeField(b)
-		if n < 0 {
-			return nil, protowire.ParseError(n)
+	for b := metadata; len(b) > 0; {
+		num, value, n, err := nextField(b)
+		if err != nil {
+			return nil, err
 		}
-		field := b[:n]
-		b = b[n:]
-		if typ != protowire.BytesType {
-			stripped = append(stripped, field...)
-			continue
-		}
-		value, _ := protowire.ConsumeBytes(field[protowire.SizeTag(num):])
-		switch num {
-		case metaManagedFields:
-			continue
-		case metaName:
+		switch {
+		case value == nil:
+		case num == metaManagedFields:
+			kept -= n
+		case num == metaName:
 			e.name = string(value)
-		case metaNamespace:
+		case num == metaNamespace:
 			e.namespace = unique.Make(string(value))
-		case metaResourceVersion:
+		case num == metaResourceVersion:
 			e.resourceVersion = string(value)
-		case metaOwnerReferences:
+		case num == metaOwnerReferences:
 			owners = append(owners, value)
 		}
-		stripped = append(stripped, field...)
+		b = b[n:]
 	}
 	switch len(owners) {
 	case 0:
@@ -105,11 +108,17 @@ func fromWire[T any, P interface {
 	default:
 		e.owner = severalOwners
 	}
-	if e.namespace == (unique.Handle[string]{}) {
-		e.namespace = unique.Make("")
+	// The metadata first, as Marshal writes it, then the other fields.
+	raw := make([]byte, 0, protowire.SizeTag(1)+protowire.SizeBytes(kept)+len(object)-(metaEnd-metaStart))
+	raw = protowire.AppendVarint(protowire.AppendTag(raw, 1, protowire.BytesType), uint64(kept))
+	for b := metadata; len(b) > 0; {
+		num, _, n, _ := nextField(b) // read above
+		if num != metaManagedFields {
+			raw = append(raw, b[:n]...)
+		}
+		b = b[n:]
 	}
-	// The metadata is field 1, first, as Marshal writes it.
-	e.raw = slices.Concat(protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), stripped), raw)
+	e.raw = append(append(raw, object[:metaStart]...), object[metaEnd:]...)
 	return e, nil
 }
 
@@ -128,7 +137,7 @@ func (*encodedList[T, P]) GetObjectKind() schema.ObjectKind { return schema.Empt
 // DeepCopyObject shares the items, which are read-only.
 func (l *encodedList[T, P]) DeepCopyObject() runtime.Object {
 	c := &encodedList[T, P]{Items: slices.Clone(l.Items)}
-	l.ListMeta.DeepCopyInto(&c.ListMeta)
+	l.DeepCopyInto(&c.ListMeta)
 	return c
 }
 
@@ -136,24 +145,22 @@ func (l *encodedList[T, P]) DeepCopyObject() runtime.Object {
 // items (field 2), as every list of a built-in kind has them.
 func (l *encodedList[T, P]) unmarshal(data []byte) error {
 	for b := data; len(b) > 0; {
-		num, typ, n := protowire.ConsumeField(b)
-		if n < 0 {
-			return protowire.ParseError(n)
+		num, value, n, err := nextField(b)
+		if err != nil {
+			return err
 		}
-		if typ == protowire.BytesType {
-			value, _ := protowire.ConsumeBytes(b[protowire.SizeTag(num):n])
-			switch num {
-			case 1:
-				if err := l.ListMeta.Unmarshal(value); err != nil {
-					return err
-				}
-			case 2:
-				item, err := fromWire[T, P](value)
-				if err != nil {
-					return err
-				}
-				l.Items = append(l.Items, item)
+		switch {
+		case value == nil:
+		case num == 1:
+			if err := l.ListMeta.Unmarshal(value); err != nil { //nolint:staticcheck // the ListMeta's, not a method of the list
+				return err
 			}
+		case num == 2:
+			item, err := fromWire[T, P](value)
+			if err != nil {
+				return err
+			}
+			l.Items = append(l.Items, item)
 		}
 		b = b[n:]
 	}
@@ -171,22 +178,72 @@ type wireDecoder[T any, P interface {
 }
 
 func (d wireDecoder[T, P]) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
-	var unknown runtime.Unknown
-	if !bytes.HasPrefix(data, protoMagic) || unknown.Unmarshal(data[len(protoMagic):]) != nil {
-		return d.Serializer.Decode(data, defaults, into)
-	}
-	gvk := schema.FromAPIVersionAndKind(unknown.APIVersion, unknown.Kind)
+	gvk, raw, ok := envelope(data)
 	switch list, isList := into.(*encodedList[T, P]); {
-	case isList && unknown.Kind == d.kind+"List":
-		return list, &gvk, list.unmarshal(unknown.Raw)
-	case into == nil && unknown.Kind == d.kind:
-		e, err := fromWire[T, P](unknown.Raw)
+	case !ok:
+	case isList && gvk.Kind == d.kind+"List":
+		return list, &gvk, list.unmarshal(raw)
+	case into == nil && gvk.Kind == d.kind:
+		e, err := fromWire[T, P](raw)
 		if err != nil {
 			return nil, &gvk, fmt.Errorf("decoding a %s: %w", d.kind, err)
 		}
 		return e, &gvk, nil
 	}
 	return d.Serializer.Decode(data, defaults, into)
+}
+
+// envelope reads the runtime.Unknown a protobuf body of the API server
+// is (protoMagic, then the Unknown): the kind, and the object's protobuf,
+// not copied. ok is false for anything else.
+func envelope(data []byte) (gvk schema.GroupVersionKind, raw []byte, ok bool) {
+	if !bytes.HasPrefix(data, protoMagic) {
+		return gvk, nil, false
+	}
+	var typeMeta []byte
+	for b := data[len(protoMagic):]; len(b) > 0; {
+		num, value, n, err := nextField(b)
+		switch {
+		case err != nil:
+			return gvk, nil, false
+		case num == 1:
+			typeMeta = value
+		case num == 2:
+			raw = value
+		case len(value) > 0: // contentEncoding or contentType: none from the API server
+			return gvk, nil, false
+		}
+		b = b[n:]
+	}
+	var apiVersion string
+	for b := typeMeta; len(b) > 0; {
+		num, value, n, err := nextField(b)
+		if err != nil {
+			return gvk, nil, false
+		}
+		switch num {
+		case 1:
+			apiVersion = string(value)
+		case 2:
+			gvk.Kind = string(value)
+		}
+		b = b[n:]
+	}
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	return gv.WithKind(gvk.Kind), raw, err == nil
+}
+
+// nextField reads the protobuf field b starts with: its number, its value
+// if it is length-delimited (nil otherwise), and its length.
+func nextField(b []byte) (num protowire.Number, value []byte, n int, err error) {
+	num, typ, n := protowire.ConsumeField(b)
+	if n < 0 {
+		return 0, nil, 0, protowire.ParseError(n)
+	}
+	if typ == protowire.BytesType {
+		value, _ = protowire.ConsumeBytes(b[protowire.SizeTag(num):n])
+	}
+	return num, value, n, nil
 }
 
 // wireSerializer is client-go's, but for the protobuf decoder of one kind
@@ -242,13 +299,16 @@ func wireKindOf[T any, P interface {
 // read from the wire (wire.go's comment), each with the label selector
 // given, across all namespaces; the others as controller-runtime reads
 // them. A kind whose client cannot be made falls back to
-// controller-runtime's.
+// controller-runtime's (slower, and said in the log).
 func wireInformers(config *rest.Config, selector string, kinds map[reflect.Type]wireKind) func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer {
 	httpClient := sync.OnceValues(func() (*http.Client, error) { return rest.HTTPClientFor(config) })
 	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 		if kind, ok := kinds[reflect.TypeOf(obj)]; ok {
-			if wire, err := kind.listWatch(config, httpClient, selector); err == nil {
+			wire, err := kind.listWatch(config, httpClient, selector)
+			if err == nil {
 				lw, obj = wire, kind.exemplar
+			} else {
+				logf.Log.WithName("cache").Error(err, "Reading the kind decoded instead of from the wire", "kind", kind.gvk.Kind)
 			}
 		}
 		return toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)

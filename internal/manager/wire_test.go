@@ -3,11 +3,13 @@ package manager
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,9 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
 
@@ -166,4 +170,47 @@ func TestWireInformer(t *testing.T) {
 		t.Fatal(err)
 	}
 	held("")
+}
+
+// BenchmarkChildFromTheWire is the cost of one StatefulSet the operator
+// builds, as a watch event brings it (protobuf, managedFields of about the
+// object's size), until the cache holds it: decoded whole and encoded again
+// (encodedAs, a namespace-scoped cache), or cut out of the wire (fromWire).
+func BenchmarkChildFromTheWire(b *testing.B) {
+	js, err := json.Marshal(specs.StatefulSet(sampleDatabase("orders"), specs.Platform{}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sts := &appsv1.StatefulSet{}
+	if err := json.Unmarshal(js, sts); err != nil {
+		b.Fatal(err)
+	}
+	sts.ResourceVersion = "12345"
+	sts.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "myoperator", Operation: metav1.ManagedFieldsOperationApply,
+		APIVersion: "apps/v1", FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(string(js))}}
+	wire, err := sts.Marshal()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("decoded", func(b *testing.B) {
+		transform := encodedAs[appsv1.StatefulSet](cache.TransformStripManagedFields())
+		b.ReportAllocs()
+		for b.Loop() {
+			obj := &appsv1.StatefulSet{}
+			if err := obj.Unmarshal(wire); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := transform(obj); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("wire", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := fromWire[appsv1.StatefulSet](wire); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
