@@ -74,26 +74,10 @@ func (e *Engine) Apply(ctx context.Context, desired Configuration, live client.O
 		outcome = Created
 	case err != nil:
 		return Unchanged, &ObjectError{Verb: "get", Kind: KindOf(live), Name: key.Name, Err: err}
-	default:
-		switch {
-		case ownedByAnother(desired, live):
-			return Unchanged, &OwnedElsewhereError{Kind: KindOf(live), Name: key.Name, Owner: metav1.GetControllerOf(live).UID}
-		case live.GetAnnotations()[databasev1alpha1.AnnotationSpecHash] != hash:
-			logf.FromContext(ctx).V(1).Info("Spec changed", "kind", KindOf(live), "name", key.Name)
-		default:
-			mark, desiredHash := e.Marks.of(live, key), binary.BigEndian.Uint64(sum[:8])
-			if mark != nil && mark.Agrees(desiredHash) {
-				return Unchanged, nil
-			}
-			field := disagreement(desired, live)
-			if field == "" {
-				if mark != nil {
-					mark.MarkAgreed(desiredHash)
-				}
-				return Unchanged, nil
-			}
-			logf.FromContext(ctx).V(1).Info("Drift", "kind", KindOf(live), "name", key.Name, "field", field)
-		}
+	case ownedByAnother(desired, live):
+		return Unchanged, &OwnedElsewhereError{Kind: KindOf(live), Name: key.Name, Owner: metav1.GetControllerOf(live).UID}
+	case e.agrees(ctx, desired, live, key, hash, binary.BigEndian.Uint64(sum[:8])):
+		return Unchanged, nil
 	}
 
 	body, err := withAnnotation(raw, databasev1alpha1.AnnotationSpecHash, hash)
@@ -111,6 +95,29 @@ func (e *Engine) Apply(ctx context.Context, desired Configuration, live client.O
 	}
 	logf.FromContext(ctx).V(1).Info("Applied", "kind", KindOf(live), "name", key.Name)
 	return outcome, nil
+}
+
+// agrees says whether live, as read, already is what desired asks for: it
+// carries desired's hash, and no field the operator sets has changed
+// since (the drift walk, skipped for a version found agreeing with
+// desiredHash before; Marks).
+func (e *Engine) agrees(ctx context.Context, desired Configuration, live client.Object, key client.ObjectKey, hash string, desiredHash uint64) bool {
+	if live.GetAnnotations()[databasev1alpha1.AnnotationSpecHash] != hash {
+		logf.FromContext(ctx).V(1).Info("Spec changed", "kind", KindOf(live), "name", key.Name)
+		return false
+	}
+	mark := e.Marks.of(live, key)
+	if mark != nil && mark.Agrees(desiredHash) {
+		return true
+	}
+	if field := disagreement(desired, live); field != "" {
+		logf.FromContext(ctx).V(1).Info("Drift", "kind", KindOf(live), "name", key.Name, "field", field)
+		return false
+	}
+	if mark != nil {
+		mark.MarkAgreed(desiredHash)
+	}
+	return true
 }
 
 // withAnnotation returns the JSON object raw with one more annotation. It
