@@ -46,9 +46,8 @@ type protoObject interface {
 // and an owner reference of its own took about 450). A child with more
 // than one owner reference (someone else's too) is rare: those are read
 // from the encoding. Its type parameters are the child's type, instead of
-// a field. Like every object in the
-// cache it is read-only, but for the agreement mark (apply.Agreement): its
-// setters panic.
+// a field. Like every object in the cache it is read-only, but for the
+// agreement mark (apply.Agreement): its setters panic.
 type encoded[T any, P interface {
 	*T
 	protoObject
@@ -108,10 +107,18 @@ func (e *encoded[T, P]) GetName() string            { return e.name }
 func (e *encoded[T, P]) GetNamespace() string       { return e.namespace.Value() }
 func (e *encoded[T, P]) GetResourceVersion() string { return e.resourceVersion }
 
-// ownerOf is the shared copy of r.
-func ownerOf(r metav1.OwnerReference) unique.Handle[ownerRef] {
-	return unique.Make(ownerRef{apiVersion: r.APIVersion, kind: r.Kind, name: r.Name, uid: r.UID,
-		controller: optional(r.Controller), block: optional(r.BlockOwnerDeletion)})
+// ownersOf is what an encoded child keeps of refs: nothing for none, the
+// shared copy of one, severalOwners for more.
+func ownersOf(refs []metav1.OwnerReference) unique.Handle[ownerRef] {
+	switch len(refs) {
+	case 0:
+		return unique.Handle[ownerRef]{}
+	case 1:
+		r := refs[0]
+		return unique.Make(ownerRef{apiVersion: r.APIVersion, kind: r.Kind, name: r.Name, uid: r.UID,
+			controller: optional(r.Controller), block: optional(r.BlockOwnerDeletion)})
+	}
+	return severalOwners
 }
 
 // severalOwners stands for two or more owner references (someone else's
@@ -203,15 +210,8 @@ func encodedAs[T any, P interface {
 		if err != nil {
 			return obj, fmt.Errorf("encoding %T %s/%s for the cache: %w", o, o.GetNamespace(), o.GetName(), err)
 		}
-		e := &encoded[T, P]{name: o.GetName(), namespace: unique.Make(o.GetNamespace()), resourceVersion: o.GetResourceVersion(), raw: raw}
-		switch refs := o.GetOwnerReferences(); len(refs) {
-		case 0:
-		case 1:
-			e.owner = ownerOf(refs[0])
-		default:
-			e.owner = severalOwners
-		}
-		return e, nil
+		return &encoded[T, P]{name: o.GetName(), namespace: unique.Make(o.GetNamespace()), resourceVersion: o.GetResourceVersion(),
+			owner: ownersOf(o.GetOwnerReferences()), raw: raw}, nil
 	}
 }
 

@@ -77,7 +77,7 @@ func fromWire[T any, P interface {
 	// managedFields.
 	e := &encoded[T, P]{namespace: unique.Make("")}
 	kept := len(metadata)
-	var owners [][]byte
+	owners := make([]metav1.OwnerReference, 0, 1) // one, nearly always: on the stack
 	for b := metadata; len(b) > 0; {
 		num, value, n, err := nextField(b)
 		if err != nil {
@@ -94,21 +94,15 @@ func fromWire[T any, P interface {
 		case num == metaResourceVersion:
 			e.resourceVersion = string(value)
 		case num == metaOwnerReferences:
-			owners = append(owners, value)
+			var r metav1.OwnerReference
+			if err := r.Unmarshal(value); err != nil {
+				return nil, err
+			}
+			owners = append(owners, r)
 		}
 		b = b[n:]
 	}
-	switch len(owners) {
-	case 0:
-	case 1:
-		var r metav1.OwnerReference
-		if err := r.Unmarshal(owners[0]); err != nil {
-			return nil, err
-		}
-		e.owner = ownerOf(r)
-	default:
-		e.owner = severalOwners
-	}
+	e.owner = ownersOf(owners)
 	// The metadata first, as Marshal writes it, then the other fields.
 	raw := make([]byte, 0, protowire.SizeTag(1)+protowire.SizeBytes(kept)+len(object)-(metaEnd-metaStart))
 	raw = protowire.AppendVarint(protowire.AppendTag(raw, 1, protowire.BytesType), uint64(kept))
