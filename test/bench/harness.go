@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -71,6 +73,11 @@ type Options struct {
 	// restart's start: from the new operator's start until its caches
 	// synced.
 	SyncProfile string `json:"-"`
+	// APIServerProfiles, when set, is a directory where a CPU profile of
+	// kube-apiserver is written for the first APIServerProfileSeconds of
+	// every convergence run (B1), as MODE-roundR.prof.
+	APIServerProfiles       string `json:"-"`
+	APIServerProfileSeconds int    `json:"-"`
 	// FullN MyDatabases of FullReplicas servers (0: the CRD's default, one)
 	// are taken to Ready on a KWOK cluster in each run of the full tier
 	// (B7, B9), by the operator and by the raw client with the StatefulSet
@@ -373,6 +380,8 @@ func convergeRun(opts Options, mode string, s Settings, round int) (*Run, error)
 	relists0 := trackerRelists.Load()
 	cpu0 := readCPU()
 	t0 := time.Now()
+	profiled := profileAPIServer(env, opts, fmt.Sprintf("%s-round%d.prof", mode, round))
+	defer func() { <-profiled }()
 	work := make(chan error, 1)
 	go func() {
 		if mode == modeOperator {
@@ -890,6 +899,52 @@ func startCPUProfile(path string, log io.Writer) (stop func()) {
 		pprof.StopCPUProfile()
 		_ = f.Close()
 	}
+}
+
+// profileAPIServer fetches a CPU profile of kube-apiserver (its
+// /debug/pprof, open to envtest's admin user) over the next
+// opts.APIServerProfileSeconds into a file of opts.APIServerProfiles, if
+// that is set; the channel closes when it is written or has failed (logged).
+func profileAPIServer(env *controlPlane, opts Options, name string) <-chan struct{} {
+	done := make(chan struct{})
+	if opts.APIServerProfiles == "" {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		if err := fetchProfile(env, opts.APIServerProfileSeconds, filepath.Join(opts.APIServerProfiles, name)); err != nil {
+			logf(opts.Log, "  no kube-apiserver profile: %v", err)
+		}
+	}()
+	return done
+}
+
+func fetchProfile(env *controlPlane, seconds int, path string) error {
+	hc, err := rest.HTTPClientFor(env.Config)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(env.Config.Host, "/"), seconds))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /debug/pprof/profile: %s", resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func writeHeapProfile(path string) error {
