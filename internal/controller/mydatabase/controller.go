@@ -68,8 +68,9 @@ type MyDatabaseReconciler struct {
 	// the instance manager's image.
 	Platform specs.Platform
 
-	// written remembers the status writes the cache does not show yet.
-	written statusWrites
+	// written remembers the writes to MyDatabases the cache does not show
+	// yet.
+	written ownWrites
 	// certs remembers the certificates found good, by content: a pass
 	// over an unchanged Secret does not verify it again.
 	certs pki.Checker
@@ -114,7 +115,7 @@ func (r *MyDatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	obs := &observation{}
 	var err error
 	if db.DeletionTimestamp.IsZero() {
-		err = r.reconcileSpec(ctx, db, obs)
+		err = r.reconcileSpec(ctx, db, cached, obs)
 	} else {
 		err = r.reconcileDelete(ctx, db, obs)
 	}
@@ -157,35 +158,45 @@ func conflict(ctx context.Context, err error) (ctrl.Result, error) {
 }
 
 // reconcileSpec makes sure the MyDatabase has its finalizer, then aligns the
-// children.
-func (r *MyDatabaseReconciler) reconcileSpec(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
-	if err := r.ensureFinalizer(ctx, db); err != nil {
+// children. cached is the resourceVersion the cache showed.
+func (r *MyDatabaseReconciler) reconcileSpec(ctx context.Context, db *databasev1alpha1.MyDatabase, cached string, obs *observation) error {
+	if err := r.ensureFinalizer(ctx, db, cached); err != nil {
 		return err
-	}
-	if !db.DeletionTimestamp.IsZero() { // deleted since the cache said otherwise
-		return r.reconcileDelete(ctx, db, obs)
 	}
 	return r.reconcileChildren(ctx, db, obs)
 }
 
-// ensureFinalizer adds the finalizer when the MyDatabase lacks it. The cache
-// often lags behind the finalizer this process added a moment ago (the
-// events of the children it then created wake the next pass first), so the
-// API server is asked before writing: a patch over the stale object would
-// only conflict, again and again until the cache caught up.
-func (r *MyDatabaseReconciler) ensureFinalizer(ctx context.Context, db *databasev1alpha1.MyDatabase) error {
+// ensureFinalizer adds the finalizer when the MyDatabase lacks it. db is
+// the baseline: the cache's object, or the one this process last wrote
+// while the cache lags behind it (the events of the children a pass creates
+// wake the next pass before the finalizer reaches the cache), so a pass
+// never adds it twice. The patch carries db's resourceVersion: if anyone
+// wrote since (a deletion included), it conflicts and the pass is retried
+// on the newer object.
+func (r *MyDatabaseReconciler) ensureFinalizer(ctx context.Context, db *databasev1alpha1.MyDatabase, cached string) error {
 	if controllerutil.ContainsFinalizer(db, databasev1alpha1.Finalizer) {
 		return nil
 	}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
-		return objectError("get", db, db.Name, err)
-	}
-	if controllerutil.ContainsFinalizer(db, databasev1alpha1.Finalizer) || !db.DeletionTimestamp.IsZero() {
-		return nil
-	}
-	patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	base := db.DeepCopy()
 	controllerutil.AddFinalizer(db, databasev1alpha1.Finalizer)
-	return objectError("patch", db, db.Name, r.Patch(ctx, db, patch))
+	if err := r.Patch(ctx, db, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return objectError("patch", db, db.Name, err)
+	}
+	r.rememberWrite(ctx, cached, base.ResourceVersion, db)
+	return nil
+}
+
+// rememberWrite records db as this process wrote it over resourceVersion
+// base, in a pass that read resourceVersion cached (ownWrites).
+func (r *MyDatabaseReconciler) rememberWrite(ctx context.Context, cached, base string, db *databasev1alpha1.MyDatabase) {
+	key := client.ObjectKeyFromObject(db)
+	r.written.remember(key, cached, base, db)
+	// The cache may have shown the write already, before it was
+	// remembered: its event then found nothing to end (caughtUp).
+	now := &databasev1alpha1.MyDatabase{}
+	if err := r.Get(ctx, key, now, client.UnsafeDisableDeepCopy); err == nil {
+		r.written.caughtUp(key, now.ResourceVersion)
+	}
 }
 
 // writeStatus computes the status from what was observed and patches it
@@ -213,13 +224,7 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 	if err := r.Status().Patch(ctx, db, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
-	r.written.remember(key, cached, base.ResourceVersion, db)
-	// The cache may have shown the write already, before it was
-	// remembered: its event then found nothing to end (caughtUp).
-	now := &databasev1alpha1.MyDatabase{}
-	if err := r.Get(ctx, key, now, client.UnsafeDisableDeepCopy); err == nil {
-		r.written.caughtUp(key, now.ResourceVersion)
-	}
+	r.rememberWrite(ctx, cached, base.ResourceVersion, db)
 	r.recordTransitions(ctx, base, db)
 	return nil
 }
@@ -229,7 +234,7 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 // the retained Secrets, PVCs and the pods (owned by the StatefulSet) map
 // back through the instance label; pods only when their role label is missing or changed,
 // claims only while they are being expanded. Every MyDatabase update also
-// tells statusWrites what the cache now shows (caughtUp), and the stores
+// tells ownWrites what the cache now shows (caughtUp), and the stores
 // of the children the apply engine writes are kept for its marks (markIn).
 func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}} {
@@ -251,7 +256,7 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	})
 	byController := handler.EnqueueRequestsFromMapFunc(requestForController)
-	// Enqueues nothing: tells statusWrites what the cache shows.
+	// Enqueues nothing: tells ownWrites what the cache shows.
 	caughtUp := handler.Funcs{UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		r.written.caughtUp(client.ObjectKeyFromObject(e.ObjectNew), e.ObjectNew.GetResourceVersion())
 	}}

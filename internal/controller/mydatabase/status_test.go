@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +41,7 @@ func TestStatusBaselineFollowsTheLastWriteWhileTheCacheLags(t *testing.T) {
 		return &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{ResourceVersion: rv},
 			Status: databasev1alpha1.MyDatabaseStatus{Phase: phase}}
 	}
-	var w statusWrites
+	var w ownWrites
 	if b := w.baseline(key, at("10", "Provisioning")); b.ResourceVersion != "10" || b.Status.Phase != "Provisioning" {
 		t.Fatalf("nothing written yet: baseline %s %s, want the cached object", b.ResourceVersion, b.Status.Phase)
 	}
@@ -77,6 +78,63 @@ func TestStatusBaselineFollowsTheLastWriteWhileTheCacheLags(t *testing.T) {
 	}
 }
 
+// The finalizer is added by one patch over the object the pass started
+// from, with no read of the API server: a pass whose cache still shows the
+// object from before it starts from the write instead and patches nothing;
+// a pass over an object someone else has changed since conflicts and
+// writes nothing.
+func TestFinalizerIsAddedOnceWhileTheCacheLags(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = databasev1alpha1.AddToScheme(scheme)
+	db := newDB("shop", "orders")
+	patches := 0
+	server := fake.NewClientBuilder().WithScheme(scheme).WithObjects(db).Build()
+	counting := interceptor.NewClient(server, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			patches++
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	// No APIReader: a read around the cache would panic.
+	r := &MyDatabaseReconciler{Client: counting}
+	stale := &databasev1alpha1.MyDatabase{}
+	if err := server.Get(context.Background(), client.ObjectKeyFromObject(db), stale); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(stale)
+	pass := func(cached *databasev1alpha1.MyDatabase) error {
+		return r.ensureFinalizer(context.Background(), r.written.baseline(key, cached), cached.ResourceVersion)
+	}
+	for i := range 2 { // the second pass: the cache still shows the object without it
+		if err := pass(stale); err != nil {
+			t.Fatalf("pass %d: %v", i+1, err)
+		}
+	}
+	got := &databasev1alpha1.MyDatabase{}
+	if err := server.Get(context.Background(), key, got); err != nil {
+		t.Fatal(err)
+	}
+	if patches != 1 || !slices.Equal(got.Finalizers, []string{databasev1alpha1.Finalizer}) {
+		t.Fatalf("two passes over the same cached object: %d patches, finalizers %v; want 1 and the finalizer once", patches, got.Finalizers)
+	}
+
+	// Someone else adds a finalizer of theirs; the cache shows neither.
+	got.Finalizers = append(got.Finalizers, "example.com/theirs")
+	if err := server.Update(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	r.written.forget(key) // a restarted operator
+	if err := pass(stale); !apierrors.IsConflict(err) {
+		t.Fatalf("a patch over an object changed since: %v, want a conflict", err)
+	}
+	if err := server.Get(context.Background(), key, got); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Finalizers, []string{databasev1alpha1.Finalizer, "example.com/theirs"}) {
+		t.Errorf("after the conflicting pass the finalizers are %v", got.Finalizers)
+	}
+}
+
 // The cache's own events end a write, a grace period after the cache shows
 // it, without a pass; a later write outlives the grace of an earlier one.
 func TestStatusWriteIsForgottenAfterTheCacheShowsIt(t *testing.T) {
@@ -84,7 +142,7 @@ func TestStatusWriteIsForgottenAfterTheCacheShowsIt(t *testing.T) {
 	at := func(rv string) *databasev1alpha1.MyDatabase {
 		return &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{ResourceVersion: rv}}
 	}
-	w := statusWrites{grace: 50 * time.Millisecond}
+	w := ownWrites{grace: 50 * time.Millisecond}
 	kept := func() (string, bool) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
