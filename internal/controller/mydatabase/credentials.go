@@ -191,15 +191,21 @@ func (r *MyDatabaseReconciler) explainExistingSecret(ctx context.Context, db *da
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, existing); err != nil {
 		return objectError("get", existing, name, err)
 	}
+	return explainSecret(obs, existing)
+}
+
+// explainSecret tells, of a Secret read from the API server that the
+// cache does not show, our own create the cache lags behind (a conflict,
+// retried quietly: the watch brings it) from someone else's Secret
+// (Stalled).
+func explainSecret(obs *observation, existing *corev1.Secret) error {
 	if existing.Labels[databasev1alpha1.LabelManagedBy] == databasev1alpha1.ManagedBy {
-		// Our own create, which the cache has not shown yet: retried
-		// quietly, as a write conflict is (the watch brings it).
-		return apierrors.NewConflict(corev1.Resource("secrets"), name,
+		return apierrors.NewConflict(corev1.Resource("secrets"), existing.Name,
 			errors.New("it exists but is not in the cache yet"))
 	}
 	obs.stalled = &blocker{databasev1alpha1.ReasonSecretConflict, fmt.Sprintf(
 		"Secret %q exists but was not created by this operator (it lacks the label %s=%s); rename or delete it, or name it in spec.credentials.secretName",
-		name, databasev1alpha1.LabelManagedBy, databasev1alpha1.ManagedBy)}
+		existing.Name, databasev1alpha1.LabelManagedBy, databasev1alpha1.ManagedBy)}
 	return nil
 }
 

@@ -325,25 +325,29 @@ func TestEditedSecretIsReportedNotOverwritten(t *testing.T) {
 	}
 }
 
+// A Secret of someone else's under a name the operator would give one of
+// its own (the credentials, the CA) is reported, never overwritten.
 func TestForeignSecretIsNeverOverwritten(t *testing.T) {
 	ns := namespace(t)
-	theirs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "clash-credentials"},
-		Data: map[string][]byte{"password": []byte("not-ours")}}
-	if err := k8s.Create(context.Background(), theirs); err != nil {
-		t.Fatal(err)
-	}
-	db := create(t, newDB(ns, "clash"))
-	waitFor(t, db, "Stalled", func(db *databasev1alpha1.MyDatabase) error {
-		if c := condition(db, databasev1alpha1.ConditionStalled); c == nil || c.Reason != databasev1alpha1.ReasonSecretConflict {
-			return fmt.Errorf("Stalled = %+v", c)
+	for db, name := range map[string]string{"clash": "clash-credentials", "clash-ca": "clash-ca-ca"} {
+		theirs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Data: map[string][]byte{"password": []byte("not-ours")}}
+		if err := k8s.Create(context.Background(), theirs); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
-	got := &corev1.Secret{}
-	if err := get(ns, "clash-credentials", got); err != nil || string(got.Data["password"]) != "not-ours" || len(got.Labels) != 0 {
-		t.Errorf("the foreign Secret was changed: %+v (err %v)", got, err)
-	}
-	if err := get(ns, "clash", &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
-		t.Errorf("StatefulSet written while the credentials clash: %v", err)
+		waitFor(t, create(t, newDB(ns, db)), "Stalled", func(db *databasev1alpha1.MyDatabase) error {
+			if c := condition(db, databasev1alpha1.ConditionStalled); c == nil || c.Reason != databasev1alpha1.ReasonSecretConflict ||
+				!strings.Contains(c.Message, name) {
+				return fmt.Errorf("Stalled = %+v", c)
+			}
+			return nil
+		})
+		got := &corev1.Secret{}
+		if err := get(ns, name, got); err != nil || string(got.Data["password"]) != "not-ours" || len(got.Labels) != 0 {
+			t.Errorf("the foreign Secret was changed: %+v (err %v)", got, err)
+		}
+		if err := get(ns, db, &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+			t.Errorf("StatefulSet %s written while a Secret of its clashes: %v", db, err)
+		}
 	}
 }

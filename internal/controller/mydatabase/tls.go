@@ -3,7 +3,6 @@ package mydatabase
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -245,20 +244,25 @@ func ownedByAnother(secret *corev1.Secret, db *databasev1alpha1.MyDatabase, obs 
 }
 
 // createCA makes the CA, unless a server certificate it would have
-// issued exists: then the CA was lost, and is not silently replaced.
+// issued exists: then the CA was lost, and is not silently replaced. The
+// cache lacks the CA here, but may lag behind both Secrets (this process
+// made them a moment ago), so only the API server can say whether the
+// server certificate exists, and, when it does, whether the CA is really
+// gone. A new MyDatabase costs one read; the create itself never replaces
+// a CA the cache does not show (explainExistingSecret).
 func (r *MyDatabaseReconciler) createCA(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (pki.KeyPair, error) {
 	name, server := specs.CASecretName(db), specs.IssuedServerCertSecretName(db)
 	existing := &corev1.Secret{}
-	// The cache may lag behind the CA this process made a moment ago:
-	// only the API server can say it is gone.
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, existing); err == nil {
-		return pki.KeyPair{}, apierrors.NewConflict(corev1.Resource("secrets"), name, errors.New("it exists but is not in the cache yet"))
-	} else if !apierrors.IsNotFound(err) {
-		return pki.KeyPair{}, objectError("get", existing, name, err)
-	}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: server}, existing)
 	switch {
 	case err == nil:
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, existing)
+		if err == nil {
+			return pki.KeyPair{}, explainSecret(obs, existing)
+		}
+		if !apierrors.IsNotFound(err) {
+			return pki.KeyPair{}, objectError("get", existing, name, err)
+		}
 		obs.stalled = &blocker{databasev1alpha1.ReasonCALost, fmt.Sprintf(
 			"Secret %q (the CA) is gone, but the server certificate it issued (Secret %q) is still in use and clients may trust that CA: "+
 				"restore Secret %q from a backup; or, to start over with a new CA (every client must then be given the new %s), delete Secret %q too",
