@@ -13,9 +13,12 @@ import (
 // cpuTimes is the CPU time used so far by this process (the operator and
 // the harness), the part of it the Go runtime estimates its garbage
 // collector took, and the CPU time of its child processes that are still
-// running (etcd and kube-apiserver).
+// running (etcd and kube-apiserver); and, machine-wide, the CPU time every
+// process used (busy) and the time the hypervisor gave this machine's
+// CPUs to others while they had work (stolen).
 type cpuTimes struct {
 	self, gc, children time.Duration
+	busy, stolen       time.Duration
 }
 
 func readCPU() cpuTimes {
@@ -28,6 +31,7 @@ func readCPU() cpuTimes {
 	if metrics.Read(gc); gc[0].Value.Kind() == metrics.KindFloat64 {
 		t.gc = time.Duration(gc[0].Value.Float64() * float64(time.Second))
 	}
+	t.busy, t.stolen = machineCPU()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return t
@@ -75,9 +79,34 @@ func procStat(pid int) (ppid int, cpu time.Duration, ok bool) {
 	return ppid, time.Duration(utime+stime) * time.Second / clockTicks, true
 }
 
-func (t cpuTimes) sub(u cpuTimes) cpuTimes {
-	return cpuTimes{self: t.self - u.self, gc: t.gc - u.gc, children: t.children - u.children}
+// machineCPU reads the busy and the stolen CPU time of the whole machine
+// from /proc/stat.
+func machineCPU() (busy, stolen time.Duration) {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	f := strings.Fields(line)
+	// cpu user nice system idle iowait irq softirq steal ...
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	var ticks [9]int64
+	for i := 1; i < 9; i++ {
+		ticks[i], _ = strconv.ParseInt(f[i], 10, 64)
+	}
+	busy = time.Duration(ticks[1]+ticks[2]+ticks[3]+ticks[6]+ticks[7]) * time.Second / clockTicks
+	return busy, time.Duration(ticks[8]) * time.Second / clockTicks
 }
+
+func (t cpuTimes) sub(u cpuTimes) cpuTimes {
+	return cpuTimes{self: t.self - u.self, gc: t.gc - u.gc, children: t.children - u.children,
+		busy: t.busy - u.busy, stolen: t.stolen - u.stolen}
+}
+
+// other is the CPU time of every process but this one and its children.
+func (t cpuTimes) other() time.Duration { return max(0, t.busy-t.self-t.children) }
 
 // cpuSplit is CPU time over a phase, in seconds: this process's, of which
 // its garbage collector's, and etcd's and kube-apiserver's.

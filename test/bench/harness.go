@@ -215,6 +215,12 @@ type Run struct {
 	// client) and of etcd and kube-apiserver together.
 	ProcessCPU      float64 `json:"process_cpu_seconds"`
 	ControlPlaneCPU float64 `json:"control_plane_cpu_seconds"`
+	// OtherCPU is what every other process of the machine used meanwhile,
+	// StolenCPU what the hypervisor gave to other machines while this
+	// one's CPUs had work: both take from the run, and neither is the
+	// operator's.
+	OtherCPU  float64 `json:"other_cpu_seconds"`
+	StolenCPU float64 `json:"stolen_cpu_seconds"`
 	// TrackerRelists: see Results.TrackerRelists.
 	TrackerRelists int64 `json:"tracker_relists,omitempty"`
 }
@@ -263,8 +269,9 @@ func RunAll(opts Options) (*Results, error) {
 			if err != nil {
 				return res, fmt.Errorf("round %d, %s %s: %w", round, j.mode, j.s, err)
 			}
-			logf(opts.Log, "  converged %d/%d in %.1fs; writes %d (+%d events), reconciles %.0f, throttled %.1fs",
-				run.Converged, run.N, run.Seconds, run.Requests.Writes, run.Requests.EventWrites, run.Reconciles, run.ThrottleWaitSeconds)
+			logf(opts.Log, "  converged %d/%d in %.1fs; writes %d (+%d events), reconciles %.0f, throttled %.1fs; CPU-s: etcd+apiserver %.1f, harness %.1f, other %.1f, stolen %.1f",
+				run.Converged, run.N, run.Seconds, run.Requests.Writes, run.Requests.EventWrites, run.Reconciles, run.ThrottleWaitSeconds,
+				run.ControlPlaneCPU, run.ProcessCPU, run.OtherCPU, run.StolenCPU)
 			res.Converge = append(res.Converge, run)
 		}
 	}
@@ -400,6 +407,7 @@ func convergeRun(opts Options, mode string, s Settings, round int) (*Run, error)
 	run.TrackerRelists = trackerRelists.Load() - relists0
 	cpu := readCPU().sub(cpu0)
 	run.ProcessCPU, run.ControlPlaneCPU = cpu.self.Seconds(), cpu.children.Seconds()
+	run.OtherCPU, run.StolenCPU = cpu.other().Seconds(), cpu.stolen.Seconds()
 	if err := <-work; err != nil {
 		return nil, err
 	}

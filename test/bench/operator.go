@@ -22,6 +22,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -201,7 +202,9 @@ func (op *operator) stop() {
 }
 
 // probeClient counts the operator's writes (testenv.CountingClient) and
-// notes every reconcile: each one starts by reading its MyDatabase.
+// notes every reconcile: each one starts by reading its MyDatabase from the
+// cache (and may read it again), under the reconcile ID controller-runtime
+// gives it.
 type probeClient struct {
 	*testenv.CountingClient
 	recs *reconcileLog
@@ -209,27 +212,35 @@ type probeClient struct {
 
 func (c *probeClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if _, ok := obj.(*databasev1alpha1.MyDatabase); ok {
-		c.recs.add(key)
+		c.recs.add(key, controller.ReconcileIDFromContext(ctx))
 	}
 	return c.CountingClient.Get(ctx, key, obj, opts...)
 }
 
-// reconcileLog counts reconciles per MyDatabase.
+// reconcileLog counts reconciles per MyDatabase: the reconcile IDs its
+// reads were made under. controller-runtime never reconciles one key in
+// two workers at once, so a read under an ID other than the key's last is
+// a new reconcile.
 type reconcileLog struct {
 	mu     sync.Mutex
 	perKey map[types.NamespacedName]int
+	last   map[types.NamespacedName]types.UID
 	total  atomic.Int64
 }
 
 func newReconcileLog() *reconcileLog {
-	return &reconcileLog{perKey: map[types.NamespacedName]int{}}
+	return &reconcileLog{perKey: map[types.NamespacedName]int{}, last: map[types.NamespacedName]types.UID{}}
 }
 
-func (l *reconcileLog) add(key types.NamespacedName) {
-	l.total.Add(1)
+func (l *reconcileLog) add(key types.NamespacedName, id types.UID) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if id != "" && l.last[key] == id {
+		return
+	}
+	l.last[key] = id
 	l.perKey[key]++
-	l.mu.Unlock()
+	l.total.Add(1)
 }
 
 // keys is how many distinct MyDatabases were reconciled.

@@ -420,6 +420,7 @@ func markdown(res *Results, sums []*SettingsSummary, rows []Row, command, notes 
 			res.TrackerRelists, inRuns)
 	}
 	p("## Every convergence run\n\n%s\n", runsTable(res.Converge))
+	p("CPU from the first create until the last MyDatabase converged: etcd and kube-apiserver; this process; every other process of the machine; and the time the hypervisor gave this machine's CPUs to others while they had work (steal, from /proc/stat). The last two slow a run without being part of it.\n\n")
 	b.WriteString(scaleMarkdown(res.Scale))
 	p("\n## Notes\n\n%s%s%s\n", notesBegin, notes, notesEnd)
 	return b.String()
@@ -429,7 +430,7 @@ func markdown(res *Results, sums []*SettingsSummary, rows []Row, command, notes 
 func runsTable(runs []*Run) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	p("| round | mode | settings | load | seconds | CPU s: etcd+apiserver; harness | writes | event writes | reconciles (converged; quiet) | reconcile errors | throttle wait (outside events, by request) | Stalled seen |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p("| round | mode | settings | load | seconds | CPU s: etcd+apiserver; harness; other processes; stolen | writes | event writes | reconciles (converged; quiet) | reconcile errors | throttle wait (outside events, by request) | Stalled seen |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		settings := r.Settings.String()
 		if r.Mode == modeRaw {
@@ -439,8 +440,8 @@ func runsTable(runs []*Run) string {
 		for _, k := range sortedKeys(r.ThrottleByRequest) {
 			waits = append(waits, fmt.Sprintf("%s %.1f s", k, r.ThrottleByRequest[k]))
 		}
-		p("| %d | %s | %s | %s | %.1f | %.1f; %.1f | %d | %d | %.0f; %.0f | %.0f | %.1f s (%s) | %d |\n", r.Round, r.Mode, settings, r.Load, r.Seconds,
-			r.ControlPlaneCPU, r.ProcessCPU, r.Requests.Writes, r.Requests.EventWrites, r.ReconcilesAtConverged, r.Reconciles, r.ReconcileErrors,
+		p("| %d | %s | %s | %s | %.1f | %.1f; %.1f; %.1f; %.1f | %d | %d | %.0f; %.0f | %.0f | %.1f s (%s) | %d |\n", r.Round, r.Mode, settings, r.Load, r.Seconds,
+			r.ControlPlaneCPU, r.ProcessCPU, r.OtherCPU, r.StolenCPU, r.Requests.Writes, r.Requests.EventWrites, r.ReconcilesAtConverged, r.Reconciles, r.ReconcileErrors,
 			r.ThrottleWaitSeconds, strings.Join(waits, ", "), r.Stalled)
 	}
 	return b.String()
