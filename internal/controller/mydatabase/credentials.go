@@ -191,21 +191,28 @@ func (r *MyDatabaseReconciler) explainExistingSecret(ctx context.Context, db *da
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, existing); err != nil {
 		return objectError("get", existing, name, err)
 	}
-	return explainSecret(obs, existing)
+	return explainSecret(db, obs, existing)
 }
 
 // explainSecret tells, of a Secret read from the API server that the
 // cache does not show, our own create the cache lags behind (a conflict,
 // retried quietly: the watch brings it) from someone else's Secret
 // (Stalled).
-func explainSecret(obs *observation, existing *corev1.Secret) error {
+func explainSecret(db *databasev1alpha1.MyDatabase, obs *observation, existing *corev1.Secret) error {
 	if existing.Labels[databasev1alpha1.LabelManagedBy] == databasev1alpha1.ManagedBy {
 		return apierrors.NewConflict(corev1.Resource("secrets"), existing.Name,
 			errors.New("it exists but is not in the cache yet"))
 	}
+	remedy := "rename or delete it"
+	switch existing.Name {
+	case specs.GeneratedCredentialsSecretName(db):
+		remedy += ", or name it in spec.credentials.secretName"
+	case specs.CASecretName(db):
+		remedy += ", or name a certificate of yours in spec.tls.serverCertSecret (the operator then issues none)"
+	}
 	obs.stalled = &blocker{databasev1alpha1.ReasonSecretConflict, fmt.Sprintf(
-		"Secret %q exists but was not created by this operator (it lacks the label %s=%s); rename or delete it, or name it in spec.credentials.secretName",
-		existing.Name, databasev1alpha1.LabelManagedBy, databasev1alpha1.ManagedBy)}
+		"Secret %q exists but was not created by this operator (it lacks the label %s=%s): %s",
+		existing.Name, databasev1alpha1.LabelManagedBy, databasev1alpha1.ManagedBy, remedy)}
 	return nil
 }
 

@@ -329,7 +329,11 @@ func TestEditedSecretIsReportedNotOverwritten(t *testing.T) {
 // its own (the credentials, the CA) is reported, never overwritten.
 func TestForeignSecretIsNeverOverwritten(t *testing.T) {
 	ns := namespace(t)
-	for db, name := range map[string]string{"clash": "clash-credentials", "clash-ca": "clash-ca-ca"} {
+	for db, clash := range map[string]struct{ secret, remedy string }{
+		"clash":    {"clash-credentials", "spec.credentials.secretName"},
+		"clash-ca": {"clash-ca-ca", "spec.tls.serverCertSecret"},
+	} {
+		name := clash.secret
 		theirs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Data: map[string][]byte{"password": []byte("not-ours")}}
 		if err := k8s.Create(context.Background(), theirs); err != nil {
@@ -337,7 +341,7 @@ func TestForeignSecretIsNeverOverwritten(t *testing.T) {
 		}
 		waitFor(t, create(t, newDB(ns, db)), "Stalled", func(db *databasev1alpha1.MyDatabase) error {
 			if c := condition(db, databasev1alpha1.ConditionStalled); c == nil || c.Reason != databasev1alpha1.ReasonSecretConflict ||
-				!strings.Contains(c.Message, name) {
+				!strings.Contains(c.Message, name) || !strings.Contains(c.Message, clash.remedy) {
 				return fmt.Errorf("Stalled = %+v", c)
 			}
 			return nil

@@ -258,7 +258,7 @@ func (r *MyDatabaseReconciler) createCA(ctx context.Context, db *databasev1alpha
 	case err == nil:
 		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, existing)
 		if err == nil {
-			return pki.KeyPair{}, explainSecret(obs, existing)
+			return pki.KeyPair{}, explainSecret(db, obs, existing)
 		}
 		if !apierrors.IsNotFound(err) {
 			return pki.KeyPair{}, objectError("get", existing, name, err)
