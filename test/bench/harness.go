@@ -114,7 +114,7 @@ func DefaultOptions() Options {
 		SteadyN: 1000, SteadySettings: defaults, Resync: 20 * time.Second, QuietWindow: 10 * time.Second,
 		Unrelated: 10000, UnrelatedSize: 32 << 10, Edits: 300, EditRate: 10,
 		FullN: 100, FullRounds: 3, FullLimits: ClusterLimits{QPS: 1000, Burst: 2000, StatefulSetSyncs: 20},
-		Settle: 3 * time.Second, Timeout: 15 * time.Minute, Log: os.Stderr,
+		Settle: 3 * time.Second, Timeout: 15 * time.Minute, Log: os.Stderr, APIServerProfileSeconds: 20,
 	}
 }
 

@@ -71,6 +71,15 @@ func TestStatusBaselineFollowsTheLastWriteWhileTheCacheLags(t *testing.T) {
 	if b := w.baseline(key, at("17", "Ready")); b.ResourceVersion != "17" || len(w.m) != 0 {
 		t.Errorf("the cache caught up: baseline %s, %d entries kept; want the cached 17 and none", b.ResourceVersion, len(w.m))
 	}
+	// The object written is kept as the cache holds it: its finalizers
+	// with it, its managedFields not.
+	written := at("18", "Ready")
+	written.Finalizers = []string{databasev1alpha1.Finalizer}
+	written.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "myoperator"}}
+	w.remember(key, "17", "17", written)
+	if b := w.baseline(key, at("17", "Ready")); len(b.Finalizers) != 1 || b.ManagedFields != nil {
+		t.Errorf("baseline of a write: finalizers %v, managedFields %v; want the finalizer and none", b.Finalizers, b.ManagedFields)
+	}
 	w.remember(key, "14", "14", at("15", "Ready"))
 	w.forget(key)
 	if b := w.baseline(key, at("14", "Ready")); b.ResourceVersion != "14" {

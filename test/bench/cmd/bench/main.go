@@ -58,7 +58,7 @@ func main() {
 	flag.StringVar(&opts.SyncProfile, "syncprofile", "", "write a CPU profile of the restart's cache sync (B3, B8: from the new operator's start until its caches synced) to this file")
 	flag.StringVar(&opts.RestartProfile, "restartprofile", "", "write a CPU profile of the restart's passes (B3, B8: from the caches synced until every MyDatabase was reconciled) to this file")
 	flag.StringVar(&opts.APIServerProfiles, "apiserverprofiles", "", "write a CPU profile of kube-apiserver during every convergence run (B1) into this directory, as MODE-roundR.prof")
-	flag.IntVar(&opts.APIServerProfileSeconds, "apiserverprofile-seconds", 20, "seconds of each -apiserverprofiles profile, from the first create")
+	flag.IntVar(&opts.APIServerProfileSeconds, "apiserverprofile-seconds", opts.APIServerProfileSeconds, "seconds of each -apiserverprofiles profile, from the first create")
 	fromJSON := flag.String("from-json", "", "only render the report again from this benchmarks.json (no benchmark runs)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the harness process (operator included) to this file")
 	flag.Parse()
