@@ -224,3 +224,18 @@ const (
 	// not parse.
 	ReasonBackupScheduleInvalid = "BackupScheduleInvalid"
 )
+
+// Reasons of a restore (spec.bootstrap.recovery), from the first
+// instance's report.
+const (
+	// ReasonRestoring (Reconciling): the first instance downloads the base
+	// backup or replays the archive; the message says how far it is.
+	ReasonRestoring = "Restoring"
+	// ReasonRestoreStalled (Stalled): recovery has fetched no new WAL file
+	// for a minute; the message names the file it waits for.
+	ReasonRestoreStalled = "RestoreStalled"
+	// ReasonRestoreFailed (Stalled): the restore failed (no backup fits,
+	// the store refused, the recovery stopped before its target); it is
+	// tried again every 30 s, and the message says why it failed.
+	ReasonRestoreFailed = "RestoreFailed"
+)

@@ -99,8 +99,11 @@ func wal(verb string, args []string) int {
 		usage()
 	}
 	err := walCommand(verb, *config, flags.Args())
-	if verb == walPush {
+	switch verb {
+	case walPush:
 		instance.RecordArchiveResult(*config, err)
+	case walFetch:
+		instance.RecordFetchResult(*config, flags.Arg(0), err)
 	}
 	switch {
 	case verb == walFetch && errors.Is(err, backup.ErrNotFound):

@@ -202,7 +202,8 @@ func Choose(backups []Manifest, id string, target time.Time) (Manifest, error) {
 	return Manifest{}, fmt.Errorf("%w: none of the %d backups finished before %s", ErrNoBackup, len(backups), target.UTC().Format(time.RFC3339))
 }
 
-// Restore unpacks base backup m into dir, which must be empty or absent.
+// Restore unpacks base backup m into dir, which must be empty or absent,
+// without the files that must not survive a restore (leftOut).
 func (s *Store) Restore(ctx context.Context, m Manifest, dir string) error {
 	obj, err := s.client.GetObject(ctx, s.bucket, s.key("base", m.ID, baseArchive), minio.GetObjectOptions{})
 	if err != nil {
@@ -220,8 +221,37 @@ func (s *Store) Restore(ctx context.Context, m Manifest, dir string) error {
 	return untar(tar.NewReader(dec), dir)
 }
 
+// leftOut tells whether the archive entry name (cleaned, relative to the
+// data directory) is one a restore must not write, after PostgreSQL's
+// documentation of base backups ("Continuous Archiving and Point-in-Time
+// Recovery", the same for 15 to 18):
+//   - standby.signal and recovery.signal. pg_basebackup copies a standby's
+//     standby.signal, so a backup taken on a replica carries one; with it
+//     the restored server stays in standby mode and never ends recovery at
+//     the end of the archive. The restore writes its own recovery.signal.
+//   - postmaster.pid and postmaster.opts: of a server that ran on the data.
+//   - the files of pg_wal and pg_replslot: the restore's WAL comes from the
+//     archive alone, and the source's replication slots would hold WAL for
+//     replicas the restored database never has. The directories stay.
+//
+// pg_basebackup leaves out the last four itself; backups are stored as it
+// wrote them (docs/backup.md says why), so the signal files are dropped
+// here, on the way in.
+func leftOut(name string, typ byte) bool {
+	switch name {
+	case "standby.signal", "recovery.signal", "postmaster.pid", "postmaster.opts":
+		return true
+	}
+	for _, dir := range []string{"pg_wal/", "pg_replslot/"} {
+		if strings.HasPrefix(name, dir) && (typ != tar.TypeDir || dir == "pg_replslot/") {
+			return true
+		}
+	}
+	return false
+}
+
 // untar writes a tar stream under dir, refusing any entry that would land
-// outside it.
+// outside it and skipping those a restore leaves out.
 func untar(tr *tar.Reader, dir string) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -237,6 +267,9 @@ func untar(tr *tar.Reader, dir string) error {
 			return fmt.Errorf("the base backup archive: %w", err)
 		}
 		name := filepath.Clean(h.Name)
+		if leftOut(name, h.Typeflag) {
+			continue
+		}
 		mode := os.FileMode(h.Mode).Perm()
 		switch h.Typeflag {
 		case tar.TypeDir:

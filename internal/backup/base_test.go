@@ -4,6 +4,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,5 +61,60 @@ func TestUntarStaysInside(t *testing.T) {
 	err := untar(tar.NewReader(&buf), t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "escapes") {
 		t.Fatalf("untar of ../escaped: %v, want it refused", err)
+	}
+}
+
+// TestUntarLeavesOutWhatMustNotSurvive: a base backup taken on a standby
+// holds its standby.signal; the restored data directory must not, nor the
+// other files a restore leaves out, while everything else arrives.
+func TestUntarLeavesOutWhatMustNotSurvive(t *testing.T) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	entries := []struct {
+		name string
+		dir  bool
+	}{
+		{"PG_VERSION", false}, {"backup_label", false}, {"standby.signal", false}, {"recovery.signal", false},
+		{"postmaster.pid", false}, {"postmaster.opts", false}, {"postgresql.auto.conf", false},
+		{"global", true}, {"global/pg_control", false},
+		{"pg_wal", true}, {"pg_wal/archive_status", true}, {"pg_wal/000000010000000000000003", false},
+		{"pg_replslot", true}, {"pg_replslot/member_1", true}, {"pg_replslot/member_1/state", false},
+	}
+	for _, e := range entries {
+		h := &tar.Header{Name: e.name, Mode: 0o600, Typeflag: tar.TypeReg, Size: 1}
+		if e.dir {
+			h = &tar.Header{Name: e.name + "/", Mode: 0o700, Typeflag: tar.TypeDir}
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if !e.dir {
+			if _, err := tw.Write([]byte("x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := untar(tar.NewReader(&buf), dir); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	err := filepath.WalkDir(dir, func(path string, _ os.DirEntry, err error) error {
+		if rel, _ := filepath.Rel(dir, path); rel != "." {
+			got = append(got, rel)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"PG_VERSION", "backup_label", "global", "global/pg_control", "pg_replslot", "pg_wal",
+		"pg_wal/archive_status", "postgresql.auto.conf"}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("restored %q, want %q", got, want)
 	}
 }

@@ -30,6 +30,11 @@ type manager struct {
 	// backupRun is the last base backup asked of this instance
 	// (backuprun.go), for the report.
 	backupRun atomic.Pointer[report.BackupRun]
+	// restore is the restore of this instance's data while it runs or
+	// after it failed (restore.go), for the report; restoreRetryAt is when
+	// a failed one is tried again.
+	restore        atomic.Pointer[report.Restore]
+	restoreRetryAt time.Time
 
 	server    *server
 	lastSeen  observation // the server's last answer, kept after it stops
@@ -185,6 +190,9 @@ func (m *manager) turn(ctx context.Context) {
 func (m *manager) act(ctx context.Context, a action, s situation, obs observation) (*report.Candidacy, error) {
 	switch a {
 	case initialise:
+		if time.Now().Before(m.restoreRetryAt) {
+			return nil, nil // a failed restore, reported; tried again later
+		}
 		if err := m.initPrimary(ctx); err != nil {
 			return nil, err
 		}
@@ -466,7 +474,7 @@ func (m *manager) startFence() {
 // running server answered, nil to ask it.
 func (m *manager) report(ctx context.Context, candidate *report.Candidacy, seen *observation) {
 	r := report.Report{Address: m.c.AdvertiseAddress, Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
-		Passwords: m.acceptedPasswords(), Backup: m.backupRun.Load()}
+		Passwords: m.acceptedPasswords(), Backup: m.backupRun.Load(), Restore: m.restore.Load()}
 	if m.role != stopped && seen == nil {
 		if o, err := m.observe(ctx); err == nil && o.primary == (m.role == asPrimary) {
 			seen = &o

@@ -2,12 +2,16 @@ package instance
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"example.com/myoperator/internal/backup"
+	"example.com/myoperator/internal/instance/report"
 )
 
 // Restore is where a new primary's data comes from instead of initdb
@@ -90,6 +94,124 @@ ALTER ROLE :"app_user" PASSWORD :'app_password';
 ALTER ROLE replicator PASSWORD NULL;
 `
 
+// Timing of a restore's report. The instance manager looks at recovery's
+// progress every restoreWatchEvery; a recovery that fetched no new WAL
+// file for restoreStallAfter is reported stalled (a store that hangs, or
+// a server that waits for WAL the archive does not hold); a failed restore
+// is tried again after restoreRetryAfter (the archive may yet receive the
+// WAL it lacked), not at every turn: each attempt downloads the backup.
+const (
+	restoreWatchEvery  = 5 * time.Second
+	restoreStallAfter  = time.Minute
+	restoreRetryAfter  = 30 * time.Second
+	walFetchRecordFile = "wal-fetch.json"
+)
+
+// fetchRecord is wal-fetch's account of its last call, which it leaves
+// beside its configuration for the instance manager's report of a restore.
+type fetchRecord struct {
+	Name  string    `json:"name"`
+	Found bool      `json:"found"`
+	Error string    `json:"error,omitempty"`
+	At    time.Time `json:"at"`
+}
+
+// RecordFetchResult keeps, beside the configuration file config, what came
+// of a wal-fetch of the WAL file name (nil: fetched; backup.ErrNotFound:
+// not archived).
+func RecordFetchResult(config, name string, err error) {
+	r := fetchRecord{Name: name, Found: err == nil, At: time.Now().UTC()}
+	if err != nil && !errors.Is(err, backup.ErrNotFound) {
+		r.Error = err.Error()
+	}
+	b, _ := json.Marshal(r) // a fetchRecord always marshals
+	file := filepath.Join(filepath.Dir(config), walFetchRecordFile)
+	if os.WriteFile(file+".tmp", b, 0o600) == nil {
+		_ = os.Rename(file+".tmp", file)
+	}
+}
+
+// lastFetch reads wal-fetch's record; ok is false when there is none.
+func (c Config) lastFetch() (r fetchRecord, ok bool) {
+	b, err := os.ReadFile(filepath.Join(c.SocketDir, walFetchRecordFile))
+	return r, err == nil && json.Unmarshal(b, &r) == nil
+}
+
+// describe says, in plain words, what recovery last asked of the archive.
+func (r fetchRecord) describe() string {
+	switch {
+	case r.Found:
+		return fmt.Sprintf("it last fetched WAL file %s", r.Name)
+	case r.Error != "":
+		return fmt.Sprintf("it last asked the archive for WAL file %s and got an error: %s", r.Name, r.Error)
+	}
+	return fmt.Sprintf("it last asked the archive for WAL file %s, which the archive does not hold", r.Name)
+}
+
+// restoreWatch publishes the restore's progress in the instance's report
+// while recovery replays the archive.
+type restoreWatch struct {
+	m      *manager
+	id     string
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+// watchRestore sets the report's restore to Running with message, and
+// from then on follows recovery's fetches until stop.
+func (m *manager) watchRestore(ctx context.Context, id, message string) *restoreWatch {
+	_ = os.Remove(filepath.Join(m.c.SocketDir, walFetchRecordFile))
+	m.restore.Store(&report.Restore{BackupID: id, Phase: report.RestoreRunning, Message: message})
+	m.report(ctx, nil, nil)
+	ctx, cancel := context.WithCancel(ctx)
+	w := &restoreWatch{m: m, id: id, cancel: cancel}
+	w.done.Go(func() {
+		var last fetchRecord
+		var fetched string // the last WAL file fetched
+		var progress time.Time
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(restoreWatchEvery):
+			}
+			r, ok := m.c.lastFetch()
+			if !ok {
+				continue
+			}
+			if r.Name != last.Name || r.Found != last.Found {
+				progress = time.Now()
+			}
+			if last = r; r.Found {
+				fetched = r.Name
+			}
+			st := &report.Restore{BackupID: id, Phase: report.RestoreRunning, LastWAL: fetched,
+				Message: "replaying the archive: " + r.describe()}
+			if idle := time.Since(progress); idle >= restoreStallAfter {
+				st.Stalled = true
+				st.Message = fmt.Sprintf("recovery has fetched no new WAL file for %s: %s", idle.Truncate(time.Second), r.describe())
+			}
+			m.restore.Store(st)
+			m.report(ctx, nil, nil)
+		}
+	})
+	return w
+}
+
+// stop ends the watch; a restore that failed with err is reported Failed
+// (at the turn's report) and tried again after restoreRetryAfter.
+func (w *restoreWatch) stop(err error) {
+	w.cancel()
+	w.done.Wait()
+	if err == nil {
+		w.m.restore.Store(nil)
+		return
+	}
+	w.m.restoreRetryAt = time.Now().Add(restoreRetryAfter)
+	w.m.restore.Store(&report.Restore{BackupID: w.id, Phase: report.RestoreFailed,
+		Message: fmt.Sprintf("%v; tried again every %s", err, restoreRetryAfter)})
+}
+
 // restorePrimary makes the data of a new primary from the object store,
 // in the scratch directory initPrimary uses, renamed into place only once
 // recovery reached its target and the server promoted itself.
@@ -109,6 +231,16 @@ func (m *manager) restorePrimary(ctx context.Context, scratch string) error {
 	}
 	m.log("restoring base backup %s (from %s on timeline %d) of %s/%s", chosen.ID, chosen.BeginLSN, chosen.Timeline,
 		c.Restore.Store.Bucket, c.Restore.Store.Path)
+	w := m.watchRestore(ctx, chosen.ID, fmt.Sprintf("downloading base backup %s", chosen.ID))
+	err = m.recover(ctx, store, chosen, scratch)
+	w.stop(err)
+	return err
+}
+
+// recover unpacks base backup chosen into scratch and replays the archive
+// on a private server up to the target, where the server promotes itself.
+func (m *manager) recover(ctx context.Context, store *backup.Store, chosen backup.Manifest, scratch string) error {
+	c := m.c
 	if err := store.Restore(ctx, chosen, scratch); err != nil {
 		return err
 	}
@@ -123,8 +255,11 @@ func (m *manager) restorePrimary(ctx context.Context, scratch string) error {
 	}
 	// It accepts connections once it has promoted itself.
 	env := []string{"POSTGRES_USER=" + c.User, "POSTGRES_PASSWORD=" + c.Password}
-	stopped := fmt.Errorf("the recovery of base backup %s stopped before it reached its target (see the server's log above)", chosen.ID)
+	stopped := fmt.Errorf("the recovery of base backup %s stopped before it reached its target (the server's log says why)", chosen.ID)
 	if err := m.withPrivateServer(ctx, scratch, c.recoveryArgs(), stopped, env, restoreSQL+rewindGrants+"CHECKPOINT;\n"); err != nil {
+		if r, ok := c.lastFetch(); ok && errors.Is(err, stopped) {
+			err = fmt.Errorf("%w: %s", err, r.describe())
+		}
 		return err
 	}
 	m.log("recovery reached its target and promoted")

@@ -191,8 +191,17 @@ type cluster struct {
 
 func newCluster(t *testing.T, srv server, db *databasev1alpha1.MyDatabase, secrets ...*corev1.Secret) *cluster {
 	t.Helper()
+	return newClusterOn(t, nil, srv, db, secrets...)
+}
+
+// newClusterOn makes a cluster on api, the API server of another cluster
+// of the test (whose db must be in another namespace), or on one of its
+// own when api is nil: a test of many short clusters (the restore matrix)
+// starts one API server, not one each.
+func newClusterOn(t *testing.T, api *testenv.Env, srv server, db *databasev1alpha1.MyDatabase, secrets ...*corev1.Secret) *cluster {
+	t.Helper()
 	c := &cluster{t: t, srv: srv, user: postgresUser(t), db: db, secrets: map[string]*corev1.Secret{},
-		configMaps: map[string]map[string]string{}}
+		configMaps: map[string]map[string]string{}, api: api}
 	for _, s := range secrets {
 		c.secrets[s.Name] = s
 	}
@@ -250,17 +259,20 @@ func newCluster(t *testing.T, srv server, db *databasev1alpha1.MyDatabase, secre
 	return c
 }
 
-// startAPI starts the API server, creates the MyDatabase (which gives it
-// its UID), what the operator would create for its instance managers, and
-// a token of their ServiceAccount.
+// startAPI starts the API server unless the cluster shares another's,
+// creates the MyDatabase (which gives it its UID), what the operator would
+// create for its instance managers, and a token of their ServiceAccount.
 func (c *cluster) startAPI() {
 	t := c.t
-	api, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
+	if c.api == nil {
+		api, err := testenv.Start()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.api = api
+		t.Cleanup(func() { _ = api.Stop() })
 	}
-	c.api = api
-	t.Cleanup(func() { _ = api.Stop() })
+	api := c.api
 	ctx := context.Background()
 	if err := api.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.db.Namespace}}); err != nil {
 		t.Fatal(err)

@@ -51,8 +51,9 @@ func (c *cluster) startOperator(t *testing.T) *operator {
 		ctrl.SetLogger(zap.New(zap.WriteTo(f), zap.UseDevMode(true)))
 	}
 	mgr, err := ctrl.NewManager(c.api.Config, ctrl.Options{
-		Scheme:                 c.api.Scheme,
-		Cache:                  manager.CacheOptions(c.api.Config),
+		Scheme: c.api.Scheme,
+		// Its own namespace only: clusters may share an API server.
+		Cache:                  manager.CacheOptions(c.api.Config, c.db.Namespace),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		// The same controller name is registered again on every start.

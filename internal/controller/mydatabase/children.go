@@ -173,6 +173,9 @@ func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databa
 		return cmp.Or(cmp.Compare(len(a.Name), len(b.Name)), cmp.Compare(a.Name, b.Name))
 	})
 	obs.pods = pods.Items
+	if obs.stalled == nil {
+		obs.stalled = restoreStalled(db, obs.pods)
+	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		if !pod.DeletionTimestamp.IsZero() {

@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/instance/report"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -357,6 +358,10 @@ func progress(db *databasev1alpha1.MyDatabase, obs *observation, desired int32) 
 		return obs.failure.reason, obs.failure.message
 	case obs.waiting != nil:
 		return obs.waiting.reason, obs.waiting.message
+	case db.Status.CurrentVersion == "" && restoring(obs.pods) != nil:
+		r := restoring(obs.pods)
+		return databasev1alpha1.ReasonRestoring, fmt.Sprintf("%d/%d servers ready; %s restores base backup %s: %s",
+			readyReplicas(sts), desired, r.pod, r.BackupID, r.Message)
 	case db.Status.CurrentVersion == "" || sts == nil:
 		return databasev1alpha1.ReasonProvisioning, fmt.Sprintf("%d/%d servers ready", readyReplicas(sts), desired)
 	case sts.Status.Replicas != desired || sts.Spec.Replicas == nil || *sts.Spec.Replicas != desired:
@@ -374,4 +379,42 @@ func readyReplicas(sts *appsv1.StatefulSet) int32 {
 		return 0
 	}
 	return sts.Status.ReadyReplicas
+}
+
+// podRestore is the restore one pod reports.
+type podRestore struct {
+	pod string
+	*report.Restore
+}
+
+// restoring is the restore a pod of a new MyDatabase reports (only the
+// first instance restores), nil when none does.
+func restoring(pods []corev1.Pod) *podRestore {
+	for i := range pods {
+		v, ok := pods[i].Annotations[databasev1alpha1.AnnotationInstance]
+		if !ok {
+			continue
+		}
+		if rep, err := report.Parse(v); err == nil && rep.Restore != nil {
+			return &podRestore{pods[i].Name, rep.Restore}
+		}
+	}
+	return nil
+}
+
+// restoreStalled is the blocker of a restore that failed or makes no
+// progress, nil otherwise: only a person can give the archive the WAL it
+// lacks, or choose another target.
+func restoreStalled(db *databasev1alpha1.MyDatabase, pods []corev1.Pod) *blocker {
+	r := restoring(pods)
+	if db.Status.CurrentVersion != "" || r == nil || (r.Phase != report.RestoreFailed && !r.Stalled) {
+		return nil
+	}
+	reason, what := databasev1alpha1.ReasonRestoreFailed, "failed"
+	if r.Phase != report.RestoreFailed {
+		reason, what = databasev1alpha1.ReasonRestoreStalled, "makes no progress"
+	}
+	return &blocker{reason, fmt.Sprintf("the restore of base backup %s on %s %s: %s. Make the object store of "+
+		"spec.bootstrap.recovery hold the WAL the restore needs, or create the MyDatabase again with another "+
+		"spec.bootstrap.recovery.target (kubectl logs %s shows the server's own words)", r.BackupID, r.pod, what, r.Message, r.pod)}
 }

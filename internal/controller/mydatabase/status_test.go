@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,6 +32,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/apply"
+	"example.com/myoperator/internal/instance/report"
 	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/testenv"
 )
@@ -595,5 +597,54 @@ func TestMissingPodsAreLookedAtAgain(t *testing.T) {
 	all := []corev1.Pod{pod(0, true), pod(1, true), pod(2, true)}
 	if obs, res, lists := pass(ordered, all, refused); obs.stalled != nil || obs.podsMissing || res.RequeueAfter != 0 || lists != 0 {
 		t.Errorf("every pod there: stalled %v, podsMissing %v, result %+v, %d event lists; want nothing", obs.stalled, obs.podsMissing, res, lists)
+	}
+}
+
+// TestRestoreShowsInStatus: the first instance's report of a restore
+// becomes the reason of a new MyDatabase's status: Reconciling while it
+// replays, Stalled with what to do when it failed or makes no progress,
+// and nothing once the MyDatabase has served.
+func TestRestoreShowsInStatus(t *testing.T) {
+	pod := func(r *report.Restore) []corev1.Pod {
+		rep := report.Report{Restore: r}
+		return []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "orders-0",
+			Annotations: map[string]string{databasev1alpha1.AnnotationInstance: rep.String()}}}}
+	}
+	sts := &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: new(int32(1))}, Status: appsv1.StatefulSetStatus{Replicas: 1}}
+	running := &report.Restore{BackupID: "20261203T120000Z", Phase: report.RestoreRunning, LastWAL: "000000020000000000000005",
+		Message: "replaying the archive: it last fetched WAL file 000000020000000000000005"}
+	stalled := &report.Restore{BackupID: "20261203T120000Z", Phase: report.RestoreRunning, Stalled: true,
+		Message: "recovery has fetched no new WAL file for 1m5s: it last asked the archive for WAL file 000000020000000000000006, which the archive does not hold"}
+	failed := &report.Restore{BackupID: "20261203T120000Z", Phase: report.RestoreFailed,
+		Message: "the recovery of base backup 20261203T120000Z stopped before it reached its target: it last asked the archive for WAL file 000000010000000000000004, which the archive does not hold"}
+	for _, tc := range []struct {
+		name    string
+		restore *report.Restore
+		served  bool
+		kstatus status.Status
+		reason  string
+		says    string
+	}{
+		{"replaying", running, false, status.InProgressStatus, databasev1alpha1.ReasonRestoring, "orders-0 restores base backup 20261203T120000Z: replaying the archive: it last fetched WAL file 000000020000000000000005"},
+		{"no progress", stalled, false, status.FailedStatus, databasev1alpha1.ReasonRestoreStalled, "which the archive does not hold"},
+		{"failed", failed, false, status.FailedStatus, databasev1alpha1.ReasonRestoreFailed, "WAL file 000000010000000000000004, which the archive does not hold"},
+		{"a report left over once it served", failed, true, status.InProgressStatus, databasev1alpha1.ReasonServersNotReady, "waiting for the others"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := newDB("shop", "orders", func(db *databasev1alpha1.MyDatabase) { db.Spec.Replicas = ptr.To[int32](1) })
+			if tc.served {
+				db.Status.CurrentVersion = "17"
+			}
+			obs := observation{sts: sts, pods: pod(tc.restore)}
+			obs.stalled = restoreStalled(db, obs.pods)
+			computeStatus(db, &obs, time.Now())
+			ready := meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionReady)
+			if got := kstatusOf(t, db); got != tc.kstatus || ready.Reason != tc.reason || !strings.Contains(ready.Message, tc.says) {
+				t.Errorf("kstatus %s, Ready %s %q; want %s, %s saying %q", got, ready.Reason, ready.Message, tc.kstatus, tc.reason, tc.says)
+			}
+			if tc.kstatus == status.FailedStatus && !strings.Contains(ready.Message, "spec.bootstrap.recovery") {
+				t.Errorf("a stalled restore's message names no remedy: %q", ready.Message)
+			}
+		})
 	}
 }

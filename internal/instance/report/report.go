@@ -54,6 +54,10 @@ type Report struct {
 	// Backup is the last base backup this instance was asked to take (a
 	// MyDatabaseBackup), nil when none was.
 	Backup *BackupRun `json:"backup,omitempty"`
+	// Restore is the restore of this instance's data from an object store
+	// (spec.bootstrap.recovery) while it runs, or after it failed; nil
+	// before one and once one succeeded.
+	Restore *Restore `json:"restore,omitempty"`
 	// Time is when the report was made.
 	Time time.Time `json:"time"`
 }
@@ -105,6 +109,27 @@ type BackupRun struct {
 	BeginWAL string `json:"beginWAL,omitempty"`
 	EndWAL   string `json:"endWAL,omitempty"`
 }
+
+// Restore is where the restore of a new primary's data stands.
+type Restore struct {
+	// BackupID is the base backup restored.
+	BackupID string `json:"backupID"`
+	// Phase is Running or Failed (RestoreRunning, RestoreFailed).
+	Phase string `json:"phase"`
+	// LastWAL is the last WAL file recovery fetched from the archive.
+	LastWAL string `json:"lastWAL,omitempty"`
+	// Stalled: recovery has fetched nothing new for longer than the
+	// instance manager's bound while it runs.
+	Stalled bool `json:"stalled,omitempty"`
+	// Message says what it waits for, or why it failed, in plain words.
+	Message string `json:"message,omitempty"`
+}
+
+// The phases of a Restore.
+const (
+	RestoreRunning = "Running"
+	RestoreFailed  = "Failed"
+)
 
 // Failing tells whether the last attempt to archive failed.
 func (a *Archive) Failing() bool {
