@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"cmp"
 	"fmt"
 
 	"example.com/myoperator/internal/instance/report"
@@ -122,6 +123,10 @@ func decide(s situation) action {
 // with position mine, should take the Lease. Every candidate decides the
 // same way on the same reports, and only one take of the Lease at term
 // succeeds: the most advanced candidate wins, the lowest name among equals.
+// Advanced means on a later timeline first, then further in the WAL: a
+// member left on timeline T with a long tail the deposed primary wrote
+// after the fork holds nothing acknowledged past it, while a member on
+// T+1 may, so equal or larger LSNs on an older timeline never win.
 // A peer that has not stood in this term is waited for until patient is
 // false, if its last report says it is ready (one that is not, a primary
 // that gave the Lease up on its way out included, cannot stand); the last
@@ -130,7 +135,7 @@ func decide(s situation) action {
 // then is every acknowledged commit sure to be on one of them
 // (specs.Quorum.Electors). When it does not win, the error says why, if
 // not simply because another is ahead.
-func elect(me string, mine uint64, term string, peers []peer, lastHolder string, patient bool, electors int) (bool, error) {
+func elect(me string, mine position, term string, peers []peer, lastHolder string, patient bool, electors int) (bool, error) {
 	stood := 1
 	for _, p := range peers {
 		r := p.report
@@ -140,12 +145,13 @@ func elect(me string, mine uint64, term string, peers []peer, lastHolder string,
 			}
 			continue
 		}
-		theirs, err := report.LSN(r.Candidate.LSN)
+		lsn, err := report.LSN(r.Candidate.LSN)
 		if err != nil {
 			continue
 		}
 		stood++
-		if theirs > mine || (theirs == mine && p.name < me) {
+		switch c := mine.compare(position{r.Candidate.Timeline, lsn}); {
+		case c < 0, c == 0 && p.name < me:
 			return false, nil
 		}
 	}
@@ -154,4 +160,19 @@ func elect(me string, mine uint64, term string, peers []peer, lastHolder string,
 			"without them an acknowledged commit could be missing; waiting", term, stood, electors)
 	}
 	return true, nil
+}
+
+// position is where an instance's WAL ends: its timeline and LSN.
+type position struct {
+	timeline int64
+	lsn      uint64
+}
+
+// compare orders positions by timeline, then LSN; a timeline of 0 (a
+// candidacy that does not say) compares by LSN alone.
+func (a position) compare(b position) int {
+	if a.timeline != 0 && b.timeline != 0 && a.timeline != b.timeline {
+		return cmp.Compare(a.timeline, b.timeline)
+	}
+	return cmp.Compare(a.lsn, b.lsn)
 }

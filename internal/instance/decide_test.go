@@ -87,7 +87,12 @@ func TestDecide(t *testing.T) {
 
 func TestElect(t *testing.T) {
 	stood := func(name, term, lsn string) peer {
-		return peer{name: name, report: &report.Report{Ready: true, Candidate: &report.Candidacy{Term: term, LSN: lsn}}}
+		return peer{name: name, report: &report.Report{Ready: true, Candidate: &report.Candidacy{Term: term, LSN: lsn, Timeline: 1}}}
+	}
+	// onTimeline is a candidacy on timeline tli; 0: an older instance
+	// manager's, which does not say.
+	onTimeline := func(name, lsn string, tli int64) peer {
+		return peer{name: name, report: &report.Report{Ready: true, Candidate: &report.Candidacy{Term: "7", LSN: lsn, Timeline: tli}}}
 	}
 	silent := func(name string) peer { return peer{name: name, report: &report.Report{Ready: true}} }
 	stopped := func(name string) peer { return peer{name: name, report: &report.Report{}} }
@@ -97,42 +102,51 @@ func TestElect(t *testing.T) {
 		peers    []peer
 		patient  bool
 		want     bool
-		electors int // a required quorum's; 0 is 1
+		electors int   // a required quorum's; 0 is 1
+		tli      int64 // mine; 0 is 1
 	}{
-		"alone": {"db-1", 100, nil, true, true, 0},
+		"alone": {"db-1", 100, nil, true, true, 0, 0},
 		"the most advanced wins": {"db-1", 0x3000100,
-			[]peer{stood("db-2", "7", "0/3000000")}, true, true, 0},
+			[]peer{stood("db-2", "7", "0/3000000")}, true, true, 0, 0},
 		"a more advanced peer wins": {"db-1", 0x3000000,
-			[]peer{stood("db-2", "7", "0/3000100")}, true, false, 0},
+			[]peer{stood("db-2", "7", "0/3000100")}, true, false, 0, 0},
 		"equal: the lowest name wins": {"db-2", 0x3000000,
-			[]peer{stood("db-1", "7", "0/3000000")}, true, false, 0},
+			[]peer{stood("db-1", "7", "0/3000000")}, true, false, 0, 0},
 		"equal: the lowest name is me": {"db-1", 0x3000000,
-			[]peer{stood("db-2", "7", "0/3000000")}, true, true, 0},
+			[]peer{stood("db-2", "7", "0/3000000")}, true, true, 0, 0},
 		"a peer's candidacy in an older term does not count, and is waited for": {"db-1", 0x3000000,
-			[]peer{stood("db-2", "6", "0/9000000")}, true, false, 0},
+			[]peer{stood("db-2", "6", "0/9000000")}, true, false, 0, 0},
 		"a silent peer is waited for while patient": {"db-1", 100,
-			[]peer{silent("db-2")}, true, false, 0},
+			[]peer{silent("db-2")}, true, false, 0, 0},
 		"a silent peer is ignored once patience ran out": {"db-1", 100,
-			[]peer{silent("db-2")}, false, true, 0},
+			[]peer{silent("db-2")}, false, true, 0, 0},
 		"a peer that is not ready cannot stand: not waited for": {"db-1", 100,
-			[]peer{stopped("db-2")}, true, true, 0},
+			[]peer{stopped("db-2")}, true, true, 0, 0},
 		"a peer that never reported: not waited for": {"db-1", 100,
-			[]peer{{name: "db-2"}}, true, true, 0},
+			[]peer{{name: "db-2"}}, true, true, 0, 0},
 		"the last holder is never waited for": {"db-1", 100,
-			[]peer{silent("db-0")}, true, true, 0},
+			[]peer{silent("db-0")}, true, true, 0, 0},
 		"the last holder still wins if it stands with more": {"db-1", 100,
-			[]peer{stood("db-0", "7", "0/200")}, true, false, 0},
+			[]peer{stood("db-0", "7", "0/200")}, true, false, 0, 0},
 		"a required quorum: alone, no one wins, however long": {"db-1", 100,
-			[]peer{silent("db-2")}, false, false, 2},
+			[]peer{silent("db-2")}, false, false, 2, 0},
 		"a required quorum: with enough candidates, the most advanced wins": {"db-1", 0x3000100,
-			[]peer{stood("db-2", "7", "0/3000000")}, false, true, 2},
+			[]peer{stood("db-2", "7", "0/3000000")}, false, true, 2, 0},
 		"a required quorum: a candidacy of an older term does not count": {"db-1", 0x3000100,
-			[]peer{stood("db-2", "6", "0/3000000")}, false, false, 2},
+			[]peer{stood("db-2", "6", "0/3000000")}, false, false, 2, 0},
 		"a required quorum: a stopped instance cannot make up the count": {"db-1", 0x3000100,
-			[]peer{stopped("db-2"), stood("db-3", "7", "0/3000000")}, false, false, 3},
+			[]peer{stopped("db-2"), stood("db-3", "7", "0/3000000")}, false, false, 3, 0},
+		"a later timeline wins over a longer WAL on an older one": {"db-1", 0x9000000,
+			[]peer{onTimeline("db-2", "0/3000000", 2)}, true, false, 0, 0},
+		"a longer WAL on an older timeline loses": {"db-2", 0x3000000,
+			[]peer{onTimeline("db-1", "0/9000000", 1)}, true, true, 0, 2},
+		"equal LSNs on different timelines are not equal": {"db-1", 0x3000000,
+			[]peer{onTimeline("db-2", "0/3000000", 2)}, true, false, 0, 0},
+		"a candidacy without a timeline compares by LSN": {"db-2", 0x3000000,
+			[]peer{onTimeline("db-1", "0/9000000", 0)}, true, false, 0, 2},
 	} {
 		t.Run(name, func(t *testing.T) {
-			won, why := elect(tc.me, tc.mine, "7", tc.peers, "db-0", tc.patient, max(tc.electors, 1))
+			won, why := elect(tc.me, position{max(tc.tli, 1), tc.mine}, "7", tc.peers, "db-0", tc.patient, max(tc.electors, 1))
 			if won != tc.want {
 				t.Errorf("elect = %t (%v), want %t", won, why, tc.want)
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +34,10 @@ import (
 // manager is gone entirely is gone with it: in a pod the instance manager is
 // PID 1, and the server is its child, killed with it (Pdeathsig outside a
 // pod).
+//
+// With synchronous replication the fence confirms WAL only once enough
+// members (Config.members) have flushed it: only the instances' own
+// replication connections count, by application name.
 //
 // What the fence does not cover: a session that sets synchronous_commit to
 // local or off asks not to wait for any standby, so its commits are
@@ -93,9 +99,9 @@ func (f *fence) open() bool {
 // witness is the fence's standby: it streams the local primary's WAL and
 // confirms each position it receives while the fence is open. It returns
 // when ctx ends or the connection fails; the caller reconnects.
-func witness(ctx context.Context, socketDir, port string, f *fence) error {
+func witness(ctx context.Context, c Config, f *fence) error {
 	conn, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres dbname=replication replication=true application_name=%s",
-		socketDir, port, fenceName))
+		c.SocketDir, c.Port, fenceName))
 	if err != nil {
 		return err
 	}
@@ -109,7 +115,7 @@ func witness(ctx context.Context, socketDir, port string, f *fence) error {
 	if err := startReplication(ctx, conn, sys.XLogPos, sys.Timeline); err != nil {
 		return err
 	}
-	replicas := &standbys{socketDir: socketDir, port: port}
+	replicas := &standbys{c: c}
 	defer replicas.close()
 	received := sys.XLogPos
 	confirmed := pglogrepl.LSN(0)
@@ -160,25 +166,43 @@ const quorumPoll = 2 * time.Millisecond
 
 // standbys reads the replicas' flush positions from the local primary.
 type standbys struct {
-	socketDir, port string
-	conn            *pgx.Conn
+	c    Config
+	conn *pgx.Conn
+}
+
+// members are the application names of the replicas the quorum counts:
+// the other instances of the MyDatabase's spec.replicas (ordinals 0 to
+// instances-1, named after the bootstrap pod, ordinal 0), which each set
+// as their own pod name (standbyArgs). Any other WAL stream, such as a
+// pg_basebackup --wal-method=stream of a re-clone, holds nothing a
+// failover could find, and is never counted.
+func (c Config) members(instances int32) []string {
+	prefix := strings.TrimSuffix(c.BootstrapPod, "0")
+	var out []string
+	for i := range instances {
+		if name := prefix + strconv.Itoa(int(i)); name != c.PodName {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // quorumFlushed is how far the fence may confirm WAL received up to
-// received: as far as q.Synchronous replicas have flushed it. With fewer
-// replicas streaming, a required quorum confirms nothing more; a preferred
+// received: as far as q.Synchronous members have flushed it. With fewer
+// members streaming, a required quorum confirms nothing more; a preferred
 // one waits for those that stream, or for none.
 func (s *standbys) quorumFlushed(ctx context.Context, q specs.Quorum, received pglogrepl.LSN) (pglogrepl.LSN, error) {
 	if s.conn == nil {
 		conn, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres application_name=%s",
-			s.socketDir, s.port, fenceName+"_quorum"))
+			s.c.SocketDir, s.c.Port, fenceName+"_quorum"))
 		if err != nil {
 			return 0, err
 		}
 		s.conn = conn
 	}
 	rows, err := s.conn.Query(ctx, `SELECT flush_lsn::text FROM pg_stat_replication
-		WHERE application_name <> $1 AND state = 'streaming' AND flush_lsn IS NOT NULL ORDER BY flush_lsn DESC`, fenceName)
+		WHERE application_name = ANY($1) AND state = 'streaming' AND flush_lsn IS NOT NULL ORDER BY flush_lsn DESC`,
+		s.c.members(q.Instances))
 	if err != nil {
 		return 0, err
 	}

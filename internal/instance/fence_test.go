@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -29,5 +30,23 @@ func TestFenceClosesAtItsDeadline(t *testing.T) {
 	f.close()
 	if f.open() {
 		t.Fatal("open after close")
+	}
+}
+
+// TestQuorumCountsMembersOnly: the fence counts the other instances of
+// spec.replicas, by the application names they stream under, and nothing
+// else (a re-clone's pg_basebackup streams as "pg_basebackup").
+func TestQuorumCountsMembersOnly(t *testing.T) {
+	c := Config{PodName: "shop-1", BootstrapPod: "shop-0"}
+	if got, want := c.members(3), []string{"shop-0", "shop-2"}; !slices.Equal(got, want) {
+		t.Errorf("members of 3 seen from shop-1: %q, want %q", got, want)
+	}
+	c = Config{PodName: "shop-10", BootstrapPod: "shop-0"}
+	if got, want := c.members(12), []string{"shop-0", "shop-1", "shop-2", "shop-3", "shop-4", "shop-5", "shop-6", "shop-7",
+		"shop-8", "shop-9", "shop-11"}; !slices.Equal(got, want) {
+		t.Errorf("members of 12 seen from shop-10: %q, want %q", got, want)
+	}
+	if got := (Config{PodName: "shop-0", BootstrapPod: "shop-0"}).members(1); len(got) != 0 {
+		t.Errorf("members of a single instance: %q, want none", got)
 	}
 }

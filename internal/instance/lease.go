@@ -25,7 +25,8 @@ import (
 //   - The API server wrote that renewal at t1 >= t0. Another instance sees
 //     the new renewTime at t2 >= t1, and takes the Lease only when it has
 //     seen no change for L on its own clock: at t2 + L >= t0 + L at the
-//     earliest.
+//     earliest. L there is the holder's, the leaseDurationSeconds it
+//     wrote, whatever the other instance's own (leases.duration).
 //   - So the primary stops acknowledging commits at t0 + 3L/5, 2L/5 before
 //     anyone can take the Lease (1.6 s with the default L of 4 s). The margin
 //     covers the difference between the clocks' rates (parts per million),
@@ -130,8 +131,23 @@ func (l *leases) expiresIn() (time.Duration, bool) {
 	if l.lease == nil || holderOf(l.lease) == "" || holderOf(l.lease) == l.k.c.PodName {
 		return 0, false
 	}
-	d := l.t.lease - l.now().Sub(l.seenAt)
+	d := l.duration() - l.now().Sub(l.seenAt)
 	return d, d > 0
+}
+
+// duration is the Lease duration of the Lease last seen: the one its
+// holder wrote, by which that holder's fence closes (3/5 of it after its
+// renewal), not this instance's own. The two differ while a change of
+// spec.failover.leaseDurationSeconds rolls through the pods, replicas
+// first: a replica on a shorter duration must still wait out the longer
+// one the primary fences by. This instance's own when none is written.
+func (l *leases) duration() time.Duration {
+	if l.lease != nil {
+		if s := ptr.Deref(l.lease.Spec.LeaseDurationSeconds, 0); s > 0 {
+			return time.Duration(s) * time.Second
+		}
+	}
+	return l.t.lease
 }
 
 func holderOf(lease *coordinationv1.Lease) string { return ptr.Deref(lease.Spec.HolderIdentity, "") }
@@ -154,7 +170,7 @@ func (l *leases) view() leaseView {
 	return leaseView{
 		holder:       holder,
 		version:      l.lease.ResourceVersion,
-		expired:      holder == "" || l.now().Sub(l.seenAt) >= l.t.lease,
+		expired:      holder == "" || l.now().Sub(l.seenAt) >= l.duration(),
 		transitions:  ptr.Deref(spec.LeaseTransitions, 0),
 		timeline:     tli,
 		switchoverTo: l.lease.Annotations[databasev1alpha1.AnnotationSwitchoverTo],

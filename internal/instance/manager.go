@@ -277,7 +277,7 @@ func (m *manager) stand(ctx context.Context, s situation, obs observation) (*rep
 	if m.standing.term != term {
 		m.standing.term, m.standing.since = term, time.Now()
 	}
-	me := &report.Candidacy{Term: term, LSN: report.FormatLSN(obs.lsn)}
+	me := &report.Candidacy{Term: term, LSN: report.FormatLSN(obs.lsn), Timeline: obs.timeline}
 	// Stand publicly before looking at the others: two candidates never
 	// both see only themselves.
 	m.report(ctx, me, &obs)
@@ -286,7 +286,7 @@ func (m *manager) stand(ctx context.Context, s situation, obs observation) (*rep
 		return me, err
 	}
 	patient := time.Since(m.standing.since) < 2*m.t.tick
-	if won, why := elect(m.c.PodName, obs.lsn, term, peers, s.lease.holder, patient, s.lease.quorum.Electors()); !won {
+	if won, why := elect(m.c.PodName, position{obs.timeline, obs.lsn}, term, peers, s.lease.holder, patient, s.lease.quorum.Electors()); !won {
 		m.logOnce(why)
 		return me, nil
 	}
@@ -462,7 +462,7 @@ func (m *manager) startFence() {
 	m.stopFence = cancel
 	go func() {
 		for ctx.Err() == nil {
-			if err := witness(ctx, m.c.SocketDir, m.c.Port, m.fence); err != nil && ctx.Err() == nil {
+			if err := witness(ctx, m.c, m.fence); err != nil && ctx.Err() == nil {
 				time.Sleep(witnessWake)
 			}
 		}

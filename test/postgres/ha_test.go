@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -67,6 +69,64 @@ func TestSynchronousReplication(t *testing.T) {
 		ha.inject(t, f, true, results)
 	}
 	results.write(t, "HA_SYNC_RESULTS")
+	t.Run("a WAL stream that is not a member counts for no quorum", func(t *testing.T) { ha.foreignStream(t) })
+}
+
+// foreignStream stops every replica and streams the primary's WAL with
+// pg_receivewal --synchronous (which confirms each flush, as a re-clone's
+// pg_basebackup --wal-method=stream streams): a commit must still wait,
+// and is acknowledged only once a member streams again.
+func (ha haCluster) foreignStream(t *testing.T) {
+	c := ha.c
+	primary := c.labelledPrimary(context.Background(), ha.pods)
+	if primary == nil {
+		t.Fatal("no primary")
+	}
+	superuser := primary.socket("postgres", "postgres")
+	c.query(t, superuser, "", "CREATE TABLE foreign_stream (id int)")
+	replicas := without(ha.pods, primary)
+	for _, p := range replicas {
+		p.stop(t)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	streamed := make(chan string, 1)
+	go func() {
+		out, _ := c.run(ctx, c.baseEnv(), filepath.Join(c.srv.bin, "pg_receivewal"), "--synchronous", "--no-loop",
+			"--directory="+t.TempDir(), "--host="+primary.socketDir(), "--port="+strconv.Itoa(primary.port), "--username=postgres")
+		streamed <- out
+	}()
+	defer func() {
+		cancel()
+		t.Logf("pg_receivewal: %s", <-streamed)
+	}()
+	eventually(t, 30*time.Second, "pg_receivewal streaming", func() (bool, string) {
+		out, err := c.psql(superuser, "", "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'pg_receivewal' AND state = 'streaming'")
+		return err == nil && out == "1", out
+	})
+	committed := make(chan error, 1)
+	go func() {
+		out, err := c.psql(superuser, "", "INSERT INTO foreign_stream VALUES (1)")
+		if err != nil {
+			err = fmt.Errorf("%w: %s", err, out)
+		}
+		committed <- err
+	}()
+	select {
+	case err := <-committed:
+		t.Fatalf("a commit was acknowledged with no member streaming, only pg_receivewal (err %v)", err)
+	case <-time.After(3 * time.Second):
+	}
+	replicas[0].start(t)
+	select {
+	case err := <-committed:
+		if err != nil {
+			t.Fatalf("the commit once a member streams: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the commit still waits a minute after a member started")
+	}
+	replicas[1].start(t)
+	c.healthy(t, ha.pods)
 }
 
 // haFault is one fault injected into a running haCluster.

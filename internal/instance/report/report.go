@@ -141,10 +141,13 @@ func (a *Archive) Failing() bool {
 const PasswordRefused = "refused:"
 
 // Candidacy is an instance's claim in one election: the Lease version it
-// saw expire (the term) and how much WAL it has.
+// saw expire (the term) and how much WAL it has, on which timeline.
 type Candidacy struct {
 	Term string `json:"term"`
 	LSN  string `json:"lsn"`
+	// Timeline is the candidate's; 0 from an instance manager older than
+	// this field, whose candidacy is then compared by LSN alone.
+	Timeline int64 `json:"timeline,omitempty"`
 }
 
 // Parse reads a report from the annotation's value.
