@@ -54,11 +54,24 @@ GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text) TO replicator;
 GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean) TO replicator;
 `
 
-// initialised tells whether PGDATA holds a data directory.
+// initialised tells whether PGDATA holds a data directory that may be
+// started: not one a pg_rewind left half done (rewindMarker).
 func (c Config) initialised() bool {
 	fi, err := os.Stat(c.PGData + "/PG_VERSION")
-	return err == nil && fi.Size() > 0
+	if err != nil || fi.Size() == 0 {
+		return false
+	}
+	_, err = os.Stat(c.rewindMarker())
+	return os.IsNotExist(err)
 }
+
+// rewindMarker exists while pg_rewind changes PGDATA, and stays when it
+// did not finish (the source lost half way, the container killed): such
+// data is neither the old history nor the new one, and PostgreSQL may
+// well start on it. While it exists the data counts as none: the instance
+// never starts a server on it, never stands for election, and clones the
+// primary, which removes it.
+func (c Config) rewindMarker() string { return c.PGData + ".rewinding" }
 
 // standby tells whether the data directory is a standby's.
 func (c Config) standby() bool {
@@ -195,7 +208,7 @@ func (m *manager) cloneReplica(ctx context.Context, address string) error {
 		return err
 	}
 	old := c.PGData + ".replaced"
-	if c.initialised() {
+	if _, err := os.Stat(c.PGData); err == nil {
 		if err := os.RemoveAll(old); err != nil {
 			return err
 		}
@@ -204,6 +217,9 @@ func (m *manager) cloneReplica(ctx context.Context, address string) error {
 		}
 	}
 	if err := os.Rename(scratch, c.PGData); err != nil {
+		return err
+	}
+	if err := os.Remove(c.rewindMarker()); err != nil && !os.IsNotExist(err) {
 		return err
 	}
 	m.log("replica cloned")
@@ -220,17 +236,20 @@ func (m *manager) rewind(ctx context.Context, address string) error {
 	if err != nil {
 		return err
 	}
+	if err := os.WriteFile(m.c.rewindMarker(), nil, 0o600); err != nil {
+		return err
+	}
 	out, err := m.procs.run(ctx, nil, "", "pg_rewind", "--target-pgdata="+m.c.PGData, "--source-server="+conninfo+" dbname=postgres")
 	if err == nil {
 		if strings.Contains(out, "Done!") {
 			m.log("rewound to the primary at %s", address)
 		}
-		return nil
+		return os.Remove(m.c.rewindMarker())
 	}
 	if ctx.Err() != nil {
 		return err
 	}
-	m.log("pg_rewind against %s failed (%v): cloning it again", address, err)
+	m.log("pg_rewind against %s failed (%v): cloning it again; until a clone succeeds this data is never started", address, err)
 	return m.cloneReplica(ctx, address)
 }
 

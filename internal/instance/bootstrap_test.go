@@ -55,3 +55,59 @@ func TestStartPrivateReportsAServerThatExits(t *testing.T) {
 		t.Fatal("the server that never answered was not stopped in time")
 	}
 }
+
+// TestAHalfDoneRewindLeavesNoData: while pg_rewind runs, and after one
+// that failed when the clone that follows failed too (the source lost
+// half way), the data counts as none: never started, never a candidate.
+// A rewind or a clone that succeeds makes it data again.
+func TestAHalfDoneRewindLeavesNoData(t *testing.T) {
+	bin, dir := t.TempDir(), t.TempDir()
+	script := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	c := Config{PGData: filepath.Join(dir, "pgdata"), SocketDir: filepath.Join(dir, "run"), ReplicationTLSDir: filepath.Join(dir, "tls")}
+	for _, d := range []string{c.PGData, c.SocketDir, c.ReplicationTLSDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{c.PGData + "/PG_VERSION", c.ReplicationTLSDir + "/tls.crt", c.ReplicationTLSDir + "/tls.key", c.ReplicationTLSDir + "/ca.crt"} {
+		if err := os.WriteFile(f, []byte("17\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := &manager{c: c, log: func(string, ...any) {}, procs: startReaper()}
+	defer m.procs.stop()
+	ctx := context.Background()
+
+	script("pg_rewind", `touch "$(echo "$1" | sed 's/^--target-pgdata=//')/half-rewound"; exit 1`)
+	script("pg_basebackup", "exit 1")
+	if err := m.rewind(ctx, "10.0.0.2:5432"); err == nil {
+		t.Fatal("a rewind and a clone that both failed: no error")
+	}
+	if c.initialised() {
+		t.Fatal("data a failed pg_rewind changed counts as data")
+	}
+	if a := decide(situation{me: "db-1", hasData: c.initialised(), leaseRead: true, lease: leaseView{holder: "db-0", expired: true}}); a == stand || a == runReplica {
+		t.Fatalf("an instance whose rewind failed would %s", a)
+	}
+
+	// The clone that follows succeeds: data again.
+	script("pg_basebackup", `d="$(echo "$1" | sed 's/^--pgdata=//')"; mkdir -p "$d" && echo 17 > "$d/PG_VERSION"`)
+	if err := m.rewind(ctx, "10.0.0.2:5432"); err != nil {
+		t.Fatal(err)
+	}
+	if !c.initialised() {
+		t.Fatal("a fresh clone does not count as data")
+	}
+	if _, err := os.Stat(c.PGData + "/half-rewound"); !os.IsNotExist(err) {
+		t.Fatal("the clone kept the half-rewound data")
+	}
+	script("pg_rewind", "echo Done!")
+	if err := m.rewind(ctx, "10.0.0.2:5432"); err != nil || !c.initialised() {
+		t.Fatalf("a rewind that succeeds: %v, data %t", err, c.initialised())
+	}
+}

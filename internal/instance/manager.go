@@ -219,6 +219,15 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs observatio
 			// primary wrote on the old one.
 			return nil, m.start(ctx, asReplica, "")
 		case m.role == stopped:
+			// Still the holder after a restart of the container within
+			// the Lease: renew before starting, so that the fence is
+			// open from the start, and the primary resumes in place
+			// rather than being fenced at its first turn and replaced.
+			// The renewal is conditional on the version read, so it fails
+			// if another instance took the Lease meanwhile.
+			if err := m.take(ctx); err != nil {
+				return nil, err
+			}
 			return nil, m.start(ctx, asPrimary, "")
 		}
 	case renew:

@@ -170,6 +170,11 @@ func (ha haCluster) faults() []haFault {
 			time.Sleep(2 * lease) // past the Lease: the primary renews it, no one takes over
 			p.peers.Restore()
 		}, false},
+		{"the primary's container restarted within the Lease: it resumes in place", false, true, func(t *testing.T, p *pod, _ []*pod) {
+			p.killContainer(t)
+			p.start(t)
+			time.Sleep(2 * lease) // long enough for its fence to close and someone to take over, were it not renewed
+		}, false},
 		{"pod lost: instance manager and server killed, back after the failover", true, false, func(t *testing.T, p *pod, others []*pod) {
 			p.killContainer(t)
 			c.waitPrimary(t, others, 3*lease)
