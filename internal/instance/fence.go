@@ -55,6 +55,30 @@ type fence struct {
 	until  time.Time
 	now    func() time.Time
 	quorum specs.Quorum
+	// streaming: the witness streams from the server.
+	streaming bool
+}
+
+// setStreaming records whether the witness streams.
+func (f *fence) setStreaming(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.streaming = on
+}
+
+// awaitStreaming waits up to d for the witness to stream; it tells
+// whether it does.
+func (f *fence) awaitStreaming(ctx context.Context, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		f.mu.Lock()
+		streaming := f.streaming
+		f.mu.Unlock()
+		if streaming || ctx.Err() != nil || time.Now().After(deadline) {
+			return streaming
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // setQuorum sets the quorum that confirmations wait for from now on.
@@ -115,6 +139,8 @@ func witness(ctx context.Context, c Config, f *fence) error {
 	if err := startReplication(ctx, conn, sys.XLogPos, sys.Timeline); err != nil {
 		return err
 	}
+	f.setStreaming(true)
+	defer f.setStreaming(false)
 	replicas := &standbys{c: c}
 	defer replicas.close()
 	received := sys.XLogPos

@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -48,5 +49,22 @@ func TestQuorumCountsMembersOnly(t *testing.T) {
 	}
 	if got := (Config{PodName: "shop-0", BootstrapPod: "shop-0"}).members(1); len(got) != 0 {
 		t.Errorf("members of a single instance: %q, want none", got)
+	}
+}
+
+// TestAwaitStreaming: a promotion reports the primary only once the
+// fence's standby streams; it waits for it, within a bound.
+func TestAwaitStreaming(t *testing.T) {
+	f := newFence()
+	if f.awaitStreaming(context.Background(), 20*time.Millisecond) {
+		t.Fatal("streaming before the witness started")
+	}
+	time.AfterFunc(30*time.Millisecond, func() { f.setStreaming(true) })
+	if !f.awaitStreaming(context.Background(), time.Second) {
+		t.Fatal("the witness streams, but the wait did not see it")
+	}
+	f.setStreaming(false)
+	if f.awaitStreaming(context.Background(), 10*time.Millisecond) {
+		t.Fatal("streaming after the witness ended")
 	}
 }

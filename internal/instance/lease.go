@@ -184,8 +184,16 @@ func (l *leases) view() leaseView {
 // it last read (an election's term): of several candidates, one wins, the
 // others get a conflict. It returns when the request started, for the
 // fence.
+//
+// A take from another holder (an election) drops a switchover request
+// made of that holder: handing over from the new primary would move the
+// primary a second time (the operator withdraws the switchover).
 func (l *leases) take(ctx context.Context, timeline int64) (time.Time, error) {
+	taken := holderOf(l.lease) != l.k.c.PodName
 	lease := l.held(l.k.c.PodName)
+	if taken {
+		delete(lease.Annotations, databasev1alpha1.AnnotationSwitchoverTo)
+	}
 	if known, _ := strconv.ParseInt(lease.Annotations[timelineAnnotation], 10, 64); timeline > known {
 		lease.Annotations[timelineAnnotation] = strconv.FormatInt(timeline, 10)
 	}

@@ -348,6 +348,12 @@ func (m *manager) promote(ctx context.Context) error {
 			m.fence.extend(start, m.t.deadline)
 		}
 	}
+	// The report that follows says primary: only once the fence's standby
+	// streams, without which no commit is confirmed, so that a switchover
+	// is reported done when the new primary takes writes.
+	if !m.fence.awaitStreaming(ctx, m.t.lease) {
+		m.log("the fence's standby does not stream yet: commits wait for it")
+	}
 	return nil
 }
 

@@ -56,11 +56,19 @@ func (r *MyDatabaseReconciler) reconcileSwitchover(ctx context.Context, db *data
 		handedOver := obs.primary == sw.target
 		promoted := false
 		if rep := podReports(obs.pods)[sw.target]; rep != nil {
-			promoted = rep.Role == databasev1alpha1.RolePrimary
+			promoted = rep.Role == databasev1alpha1.RolePrimary && rep.Ready
 		}
 		switch {
 		case handedOver && promoted:
 			r.finishSwitchover(db, obs, databasev1alpha1.SwitchoverSucceeded, fmt.Sprintf("%s is the primary", sw.target))
+		case obs.primary != "" && !handedOver && sw.status != nil && sw.status.From != "" && obs.primary != sw.status.From:
+			// A failover elected another instance meanwhile; its first
+			// take of the Lease dropped the request. Handing over again
+			// would move the primary a second time: the request is
+			// withdrawn, and the person decides.
+			r.finishSwitchover(db, obs, databasev1alpha1.SwitchoverFailed, fmt.Sprintf(
+				"a failover made %s the primary before %s took over from %s: the switchover is withdrawn; request it again "+
+					"(a new spec.switchover.requestedAt) if %s should still be the primary", obs.primary, sw.target, sw.status.From, sw.target))
 		case sw.status == nil || sw.status.StartedAt == nil || now.Sub(sw.status.StartedAt.Time) >= switchoverTimeout(db):
 			message := fmt.Sprintf("%s did not take over within %s, %s stays the primary: the primary hands over only to a replica "+
 				"that streams from it less than 16 MiB behind; its instance manager's log says why it did not",

@@ -151,6 +151,26 @@ func TestRequestedSwitchover(t *testing.T) {
 	})
 	eventually(t, "a SwitchoverFailed event", eventWith(ns, "SwitchoverFailed", "sw-7"))
 	switchoverAsked(t, db, "")
+
+	// A failover elects another instance while a switchover runs: the
+	// switchover is withdrawn, not carried out from the new primary.
+	third := metav1.NewTime(asked.Add(2 * time.Minute))
+	update(t, db, func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Switchover = &databasev1alpha1.SwitchoverSpec{To: "sw-1", RequestedAt: third}
+	})
+	switchoverAsked(t, db, "sw-1")
+	holdLease(t, db, "sw-0") // elected: its take drops the request
+	reportRole(t, db, "sw-2", databasev1alpha1.RoleReplica, "0/5000100")
+	reportRole(t, db, "sw-0", databasev1alpha1.RolePrimary, "0/5000200")
+	waitFor(t, db, "the switchover withdrawn after the failover", func(db *databasev1alpha1.MyDatabase) error {
+		sw := db.Status.Switchover
+		if sw == nil || sw.Phase != databasev1alpha1.SwitchoverFailed || !strings.Contains(sw.Message, "a failover made sw-0 the primary") ||
+			db.Status.TargetPrimary != "" {
+			return fmt.Errorf("targetPrimary %q, switchover %+v", db.Status.TargetPrimary, sw)
+		}
+		return nil
+	})
+	switchoverAsked(t, db, "")
 }
 
 // TestRollingUpdateSwitchesOverOnce: a new template restarts the replicas
