@@ -628,7 +628,7 @@ func TestRestoreShowsInStatus(t *testing.T) {
 		{"replaying", running, false, status.InProgressStatus, databasev1alpha1.ReasonRestoring, "orders-0 restores base backup 20261203T120000Z: replaying the archive: it last fetched WAL file 000000020000000000000005"},
 		{"no progress", stalled, false, status.FailedStatus, databasev1alpha1.ReasonRestoreStalled, "which the archive does not hold"},
 		{"failed", failed, false, status.FailedStatus, databasev1alpha1.ReasonRestoreFailed, "WAL file 000000010000000000000004, which the archive does not hold"},
-		{"a report left over once it served", failed, true, status.InProgressStatus, databasev1alpha1.ReasonServersNotReady, "waiting for the others"},
+		{"a report left over once it served", failed, true, status.InProgressStatus, databasev1alpha1.ReasonUpdating, "rolling out the spec"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := newDB("shop", "orders", func(db *databasev1alpha1.MyDatabase) { db.Spec.Replicas = ptr.To[int32](1) })
