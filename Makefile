@@ -223,8 +223,9 @@ test-e2e: helm ## Run the end-to-end tests (test/e2e) on their own local cluster
 
 REAL_TIMEOUT ?= 30m
 .PHONY: test-real
-test-real: helm ## Run the life cycle on real pods (test/real) on a one-node cluster with a real kubelet, containerd and CNI (hack/real-node.sh), and the operator installed by the Helm chart. Needs Linux and root; builds and caches its parts the first time.
+test-real: helm ## Run the life cycle on real pods (test/real) on a one-node cluster with a real kubelet, containerd and CNI (hack/real-node.sh), and the operator installed by the Helm chart; the backup test's S3 server is hack/s3.sh's. Needs Linux and root; builds and caches its parts the first time.
 	@hack/node-parts.sh >/dev/null
+	@hack/s3.sh >/dev/null
 	@PATH="$$(hack/k8s-binaries.sh --node):$$PATH" HELM="$(HELM)" go test -tags real ./test/real/ -v -count=1 -timeout $(REAL_TIMEOUT)
 	@echo "Measured (bin/real/results.txt):"; cat bin/real/results.txt
 

@@ -1,0 +1,168 @@
+//go:build real
+
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package real
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
+	"example.com/myoperator/internal/testenv"
+)
+
+// nodeIP is the node's bridge address (hack/real-node.sh), which the pods
+// reach: the object store listens there.
+const nodeIP = "10.244.0.1"
+
+// TestDefaultBackupAndRestoreOnRealPods takes the backup a user gets by
+// default and restores it the default way, on real pods: a MyDatabase of
+// two servers archiving to a real S3 server, a MyDatabaseBackup with the
+// default target (taken on the replica, so it holds the replica's
+// standby.signal), more writes under a write loop, the WAL archived; then
+// a new MyDatabase restored with no target (the end of the archive) is
+// Ready and holds every acknowledged row.
+func TestDefaultBackupAndRestoreOnRealPods(t *testing.T) {
+	dir := filepath.Join(env.work, "s3")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	store, err := testenv.StartObjectStoreOn(dir, nodeIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := store.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	objectStore := func(ns string) databasev1alpha1.ObjectStore {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "object-store"},
+			Data: map[string][]byte{specs.ObjectStoreAccessKeyIDKey: []byte(store.AccessKeyID),
+				specs.ObjectStoreSecretAccessKeyKey: []byte(store.SecretAccessKey)}}
+		if err := env.c.Create(t.Context(), secret); err != nil {
+			t.Fatal(err)
+		}
+		return databasev1alpha1.ObjectStore{Endpoint: store.Endpoint, Bucket: store.Bucket, CredentialsSecret: secret.Name}
+	}
+	newDB := func(ns string, replicas int32) *databasev1alpha1.MyDatabase {
+		return &databasev1alpha1.MyDatabase{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: dbName},
+			Spec: databasev1alpha1.MyDatabaseSpec{Version: "17", Replicas: ptr.To(replicas),
+				Storage: databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi")}, DatabaseName: "app", User: "app"},
+		}
+	}
+	restricted := map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}
+
+	src := newNamespace(t, "real-backup", restricted)
+	db := newDB(src, 2)
+	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStore(src)}
+	if err := env.c.Create(t.Context(), db); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, src, 2, 4*time.Minute)
+	uri, _ := credentials(t, src)
+	conn := connect(t, uri)
+	if _, err := conn.Exec(t.Context(), "CREATE TABLE items (id bigserial PRIMARY KEY, note text NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	w := startWriter(t.Context(), uri)
+
+	b := &databasev1alpha1.MyDatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: src, Name: "default-target"},
+		Spec: databasev1alpha1.MyDatabaseBackupSpec{Database: dbName}}
+	if err := env.c.Create(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	primary := getDB(t, src).Status.CurrentPrimary
+	testenv.Eventually(t, 5*time.Minute, "the MyDatabaseBackup Completed", func() error {
+		if err := env.c.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		switch b.Status.Phase {
+		case databasev1alpha1.BackupFailed:
+			t.Fatalf("the backup failed: %s", b.Status.Message)
+		case databasev1alpha1.BackupRunning:
+			// A backup on a replica ends once the primary has archived the
+			// WAL file it ends in: complete that file rather than wait for
+			// archive_timeout.
+			if strings.Contains(b.Status.Message, "to be archived") {
+				if _, err := superuserSQL(src, primary, "SELECT pg_switch_wal()"); err != nil {
+					return err
+				}
+			}
+		case databasev1alpha1.BackupCompleted:
+			return nil
+		}
+		return fmt.Errorf("phase %s: %s", b.Status.Phase, b.Status.Message)
+	})
+	if b.Status.Instance == primary || b.Status.Instance == "" {
+		t.Fatalf("the default target took the backup on %q, the primary is %s: want a replica", b.Status.Instance, primary)
+	}
+	time.Sleep(2 * time.Second) // writes after the backup
+	acked := w.stop()
+	if acked == 0 {
+		t.Fatal("no write was acknowledged")
+	}
+	// The last segment is archived once it is complete.
+	last, err := superuserSQL(src, primary, "SELECT pg_walfile_name(pg_switch_wal())")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, last+" archived", func() error {
+		st := getDB(t, src).Status.Backup
+		if st == nil || st.LastArchivedWAL < last {
+			return fmt.Errorf("status.backup %+v", st)
+		}
+		return nil
+	})
+	t.Logf("backup %s on %s; %d writes acknowledged (%d failed); archive ends at %s", b.Status.BackupID, b.Status.Instance,
+		acked, w.unacknowledged(), last)
+
+	dst := newNamespace(t, "real-restore", restricted)
+	restored := newDB(dst, 1)
+	recovery := objectStore(dst)
+	recovery.Path = specs.BackupPath(db)
+	restored.Spec.Bootstrap = &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: recovery}}
+	if err := env.c.Create(t.Context(), restored); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, dst, 1, 4*time.Minute)
+	restoredURI, _ := credentials(t, dst)
+	// A write may have been committed with its reply lost: never fewer
+	// rows than acknowledged, at most as many more as failed.
+	if got := count(t, restoredURI); got < acked || got > acked+w.unacknowledged() {
+		t.Fatalf("the restore holds %d rows, %d were acknowledged (%d failed)", got, acked, w.unacknowledged())
+	}
+	if logs := podLogs(t, dst, dbName+"-0"); !strings.Contains(logs, "restoring base backup "+b.Status.BackupID) {
+		t.Errorf("the restore did not start from the backup %s:\n%s", b.Status.BackupID, logs)
+	}
+	for _, ns := range []string{dst, src} {
+		deleteAndWait(t, ns)
+	}
+}
