@@ -92,6 +92,11 @@ type Config struct {
 	// serves none. CustomQueries is the custom queries' file, optional.
 	MetricsAddress string // METRICS_ADDRESS
 	CustomQueries  string // CUSTOM_QUERIES
+	// FailsafeAddress is where the other instances reach this one's
+	// failsafe endpoint (failsafe.go); by default the host of
+	// AdvertiseAddress and the port of MetricsAddress. Optional: test
+	// harnesses route it through a proxy they can cut.
+	FailsafeAddress string // FAILSAFE_ADDRESS, optional
 
 	// Backup is the object store the primary archives its WAL to
 	// (BACKUP_*, archive.go); nil without spec.backup.
@@ -155,6 +160,7 @@ func ConfigFromEnv() (Config, error) {
 	c.LeaseDuration = time.Duration(n) * time.Second
 	c.PasswordSecrets = os.Getenv("PASSWORD_SECRETS")
 	c.MetricsAddress, c.CustomQueries = os.Getenv("METRICS_ADDRESS"), os.Getenv("CUSTOM_QUERIES")
+	c.FailsafeAddress = os.Getenv("FAILSAFE_ADDRESS")
 	if w := os.Getenv("BACKUP_RETENTION_WINDOW"); w != "" {
 		if c.Retention.Window, err = backup.ParseWindow(w); err != nil {
 			return c, fmt.Errorf("BACKUP_RETENTION_WINDOW: %w", err)

@@ -38,6 +38,9 @@ type situation struct {
 	// handoffOverdue: the Lease was handed to this instance half a Lease
 	// duration ago or more.
 	handoffOverdue bool
+	// promised: this instance promised the holder not to take the Lease
+	// (failsafe.go), and the promise holds.
+	promised bool
 }
 
 type action int
@@ -115,6 +118,10 @@ func decide(s situation) action {
 		return wait // a replica without data clones a primary, when there is one
 	case s.running == stopped:
 		return runReplica
+	case s.promised:
+		// The holder cannot reach the API server but reaches this
+		// instance, which promised not to take its place.
+		return wait
 	}
 	return stand
 }

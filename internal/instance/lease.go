@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -89,6 +90,9 @@ type leases struct {
 	lease  *coordinationv1.Lease
 	seen   string    // holder and renewTime last seen
 	seenAt time.Time // when they last changed, local clock
+	// written is the leaseDurationSeconds of the Lease last seen, for the
+	// failsafe endpoint (promiseFor).
+	written atomic.Int32
 }
 
 func newLeases(k *kube, t timing) *leases { return &leases{k: k, t: t, now: time.Now} }
@@ -114,6 +118,7 @@ func (l *leases) record(lease *coordinationv1.Lease) bool {
 	}
 	changed := l.lease == nil || holderOf(lease) != holderOf(l.lease)
 	l.lease = lease
+	l.written.Store(ptr.Deref(lease.Spec.LeaseDurationSeconds, 0))
 	var renewed time.Time
 	if lease.Spec.RenewTime != nil {
 		renewed = lease.Spec.RenewTime.Time
@@ -133,6 +138,14 @@ func (l *leases) expiresIn() (time.Duration, bool) {
 	}
 	d := l.duration() - l.now().Sub(l.seenAt)
 	return d, d > 0
+}
+
+// promiseFor is how long a failsafe promise lasts: the Lease duration,
+// the holder's or this instance's own, whichever is longer. It is called
+// from the failsafe endpoint, beside the HA loop: it reads only what the
+// loop publishes for it.
+func (l *leases) promiseFor() time.Duration {
+	return max(time.Duration(l.written.Load())*time.Second, l.t.lease)
 }
 
 // duration is the Lease duration of the Lease last seen: the one its

@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"slices"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,15 @@ type manager struct {
 	kube   *kube
 	leases *leases
 	fence  *fence
+	// failsafe is this instance's promises to a primary that cannot reach
+	// the API server (failsafe.go); failsafeSince is when this primary
+	// last began to hold the Lease on its members' promises (zero while
+	// it renews), and peers their failsafe addresses, read every
+	// peersEvery while the API server answers.
+	failsafe      *failsafe
+	failsafeSince time.Time
+	peers         map[string]string
+	peersReadAt   time.Time
 	// backups is the object store's base backups at the last look
 	// (watchBackups), for the report.
 	backups atomic.Pointer[report.Backups]
@@ -58,7 +68,8 @@ func newManager(c Config, log Logger) (*manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &manager{c: c, log: log, t: t, procs: startReaper(), kube: k, leases: newLeases(k, t), fence: newFence()}, nil
+	return &manager{c: c, log: log, t: t, procs: startReaper(), kube: k, leases: newLeases(k, t), fence: newFence(),
+		failsafe: newFailsafe(c.PodName)}, nil
 }
 
 // loop runs a turn every tick, and at once when the server exits, the
@@ -159,8 +170,15 @@ func (m *manager) turn(ctx context.Context) {
 		}
 		s.lease, s.leaseRead = lease, err == nil
 		s.handoffOverdue = time.Since(m.leases.seenAt) >= m.t.lease/2
-	} else if m.leases.lease != nil {
-		s.lease = m.leases.view()
+		if s.leaseRead {
+			m.failsafe.observe(lease.holder)
+		}
+		s.promised = m.failsafe.promised()
+	} else {
+		m.failsafe.observe(m.c.PodName)
+		if m.leases.lease != nil {
+			s.lease = m.leases.view()
+		}
 	}
 	m.fence.setQuorum(s.lease.quorum)
 	if s.lease.quorumErr != nil {
@@ -231,16 +249,7 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs observatio
 			return nil, m.start(ctx, asPrimary, "")
 		}
 	case renew:
-		start, err := m.leases.renew(ctx, obs.timeline)
-		if err == nil {
-			m.renewed = start
-			m.fence.extend(start, m.t.deadline)
-			return nil, nil
-		}
-		if errors.Is(err, errLostRace) {
-			m.fence.close()
-		}
-		return nil, err
+		return nil, m.keepHold(ctx, s, obs.timeline)
 	case handOver:
 		stopped, err := m.handOver(ctx, s.lease.switchoverTo)
 		if stopped {
@@ -263,6 +272,86 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs observatio
 	}
 	return nil, nil
 }
+
+// keepHold renews the Lease, or, when the API server does not renew it,
+// holds it on the promises of every member (failsafe.go). While the API
+// server is away, the promises are asked first: a renewal that hangs for
+// its timeout must not let the fence close.
+func (m *manager) keepHold(ctx context.Context, s situation, timeline int64) error {
+	if !m.failsafeSince.IsZero() {
+		m.holdByPromises(ctx, s)
+	}
+	start, err := m.leases.renew(ctx, timeline)
+	switch {
+	case err == nil:
+		if !m.failsafeSince.IsZero() {
+			m.log("the API server renewed the Lease again, after %s on the members' promises", time.Since(m.failsafeSince).Round(time.Millisecond))
+			m.failsafeSince = time.Time{}
+		}
+		m.renewed = start
+		m.fence.extend(start, m.t.deadline)
+		m.readPeers(ctx)
+		return nil
+	case errors.Is(err, errLostRace), errors.Is(err, errNotHolder):
+		m.fence.close()
+		return err
+	case m.failsafeSince.IsZero():
+		if m.holdByPromises(ctx, s) {
+			m.log("the API server does not renew the Lease (%v): holding it on the promises of every member (failsafe)", err)
+			m.failsafeSince = time.Now()
+			return nil
+		}
+		return err
+	}
+	m.logOnce(fmt.Errorf("renewing the Lease: %w", err))
+	return nil
+}
+
+// holdByPromises asks every member, and every other instance that streams
+// from this primary, for the promise not to take the Lease; when all
+// grant it, the fence stays open as after a renewal at the round's start.
+func (m *manager) holdByPromises(ctx context.Context, s situation) bool {
+	start := time.Now()
+	members := m.c.members(s.lease.quorum.Instances)
+	streaming, err := m.streamingInstances(ctx)
+	if err != nil {
+		m.logOnce(fmt.Errorf("failsafe: %w", err))
+		return false
+	}
+	for _, name := range streaming {
+		if !slices.Contains(members, name) {
+			members = append(members, name)
+		}
+	}
+	if err := m.askPromises(ctx, members, m.peers, m.t.tick); err != nil {
+		m.logOnce(fmt.Errorf("failsafe: not every member promised: %w", err))
+		return false
+	}
+	m.renewed = start
+	m.fence.extend(start, m.t.deadline)
+	return true
+}
+
+// readPeers reads the members' failsafe addresses from their reports,
+// every peersEvery, while the API server answers.
+func (m *manager) readPeers(ctx context.Context) {
+	if time.Since(m.peersReadAt) < peersEvery {
+		return
+	}
+	peers, err := m.kube.peers(ctx)
+	if err != nil {
+		return
+	}
+	m.peers, m.peersReadAt = map[string]string{}, time.Now()
+	for _, p := range peers {
+		if p.report != nil && p.report.Failsafe != "" {
+			m.peers[p.name] = p.report.Failsafe
+		}
+	}
+}
+
+// peersEvery is how often a primary reads its members' failsafe addresses.
+const peersEvery = 10 * time.Second
 
 // take takes the Lease and opens the fence.
 func (m *manager) take(ctx context.Context) error {
@@ -300,7 +389,14 @@ func (m *manager) stand(ctx context.Context, s situation, obs observation) (*rep
 		return me, nil
 	}
 	m.log("elected in term %s at %s", term, me.LSN)
-	if err := m.take(ctx); err != nil {
+	// Not while a promise to the last holder holds (failsafe.go); no
+	// promise is given while the take runs.
+	if !m.failsafe.beginTake() {
+		return me, nil
+	}
+	err = m.take(ctx)
+	m.failsafe.endTake(err == nil)
+	if err != nil {
 		return me, err
 	}
 	if err := m.reserveTimelines(obs.timeline, s.lease.timeline); err != nil {
@@ -488,7 +584,7 @@ func (m *manager) startFence() {
 // its WAL positions changed and MinInterval has passed. seen is what the
 // running server answered, nil to ask it.
 func (m *manager) report(ctx context.Context, candidate *report.Candidacy, seen *observation) {
-	r := report.Report{Address: m.c.AdvertiseAddress, Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
+	r := report.Report{Address: m.c.AdvertiseAddress, Failsafe: m.c.failsafeAddress(), Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
 		Passwords: m.acceptedPasswords(), Backup: m.backupRun.Load(), Restore: m.restore.Load()}
 	if m.role != stopped && seen == nil {
 		if o, err := m.observe(ctx); err == nil && o.primary == (m.role == asPrimary) {

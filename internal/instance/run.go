@@ -17,6 +17,7 @@ limitations under the License.
 package instance
 
 import (
+	"net/http"
 	"context"
 	"fmt"
 	"os"
@@ -99,12 +100,14 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 	return m.shutdown(), nil
 }
 
-// serveMetrics serves the server's metrics until ctx ends. It never stops
+// serveMetrics serves the server's metrics, and the failsafe endpoint
+// (failsafe.go), until ctx ends. It never stops
 // the instance: a port it cannot listen on is logged, and the database
 // runs without metrics.
 func (m *manager) serveMetrics(ctx context.Context) {
 	collector := pgmetrics.NewCollector(m.connect, m.c.CustomQueries, m.log)
-	if err := pgmetrics.Serve(ctx, m.c.MetricsAddress, collector); err != nil {
+	more := map[string]http.Handler{failsafePath: m.failsafeHandler(m.leases.promiseFor)}
+	if err := pgmetrics.Serve(ctx, m.c.MetricsAddress, collector, more); err != nil {
 		m.log("serving metrics on %s: %v", m.c.MetricsAddress, err)
 	}
 }

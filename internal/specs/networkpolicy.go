@@ -19,7 +19,8 @@ func NetworkPolicyEnabled(db *databasev1alpha1.MyDatabase) bool { return db.Spec
 // NetworkPolicy admits to the database port of the servers only:
 //   - the clients spec.networkPolicy.clients lists;
 //   - the other instances of this MyDatabase (streaming replication,
-//     pg_rewind and the clone of a new replica);
+//     pg_rewind and the clone of a new replica; on the metrics port, the
+//     failsafe promises of internal/instance);
 //
 // and to the metrics port only the peers spec.networkPolicy.metricsClients
 // lists (Prometheus).
@@ -30,7 +31,9 @@ func NetworkPolicyEnabled(db *databasev1alpha1.MyDatabase) bool { return db.Spec
 // a CNI that enforces policies drops every connection no policy admits.
 func NetworkPolicy(db *databasev1alpha1.MyDatabase) *networkingv1ac.NetworkPolicyApplyConfiguration {
 	port := networkingv1ac.NetworkPolicyPort().WithProtocol(corev1.ProtocolTCP).WithPort(intstr.FromInt32(containerPort))
-	instances := networkingv1ac.NetworkPolicyIngressRule().WithPorts(port).
+	// The metrics port serves the instances' failsafe endpoint too.
+	failsafe := networkingv1ac.NetworkPolicyPort().WithProtocol(corev1.ProtocolTCP).WithPort(intstr.FromInt32(MetricsPort))
+	instances := networkingv1ac.NetworkPolicyIngressRule().WithPorts(port, failsafe).
 		WithFrom(networkingv1ac.NetworkPolicyPeer().WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(db))))
 	spec := networkingv1ac.NetworkPolicySpec().
 		WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(db))).

@@ -13,13 +13,16 @@ import (
 
 // Serve serves c at http://address/metrics until ctx ends. A metric that
 // cannot be gathered is left out, never an HTTP error (ContinueOnError).
-func Serve(ctx context.Context, address string, c *Collector) error {
+func Serve(ctx context.Context, address string, c *Collector, more map[string]http.Handler) error {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(c); err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	for path, h := range more {
+		mux.Handle(path, h)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	l, err := net.Listen("tcp", address)
 	if err != nil {

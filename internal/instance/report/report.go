@@ -41,6 +41,10 @@ type Report struct {
 	Replayed string `json:"replayed,omitempty"`
 	// Address is host:port where the other instances reach this server.
 	Address string `json:"address,omitempty"`
+	// Failsafe is host:port of this instance's failsafe endpoint, where a
+	// primary that cannot reach the API server asks for its promise
+	// (internal/instance, failsafe.go).
+	Failsafe string `json:"failsafe,omitempty"`
 	// Candidate is set while the instance stands for election after the
 	// Lease expired (see internal/instance, elect).
 	Candidate *Candidacy `json:"candidate,omitempty"`

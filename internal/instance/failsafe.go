@@ -1,0 +1,298 @@
+package instance
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Failsafe: a primary that cannot reach the API server keeps acknowledging
+// commits for as long as every other member of the MyDatabase promises,
+// over the pod network, not to take the Lease.
+//
+// The Lease alone makes the API server a hard dependency for writes: a
+// primary that cannot renew closes its fence 3L/5 after its last renewal,
+// even when every database pod is healthy and reaches every other. With
+// failsafe, a primary whose renewal fails for any reason but a lost race
+// asks each member (Config.members) for a promise, at t0 on its own
+// clock. A member grants it only while it takes the requester for the
+// Lease's holder and is not itself taking the Lease; it then refuses to
+// stand or take the Lease for L (the holder's Lease duration) from when
+// it granted, on its own clock: until t_m + L, with t_m >= t0. When every
+// member granted, the primary opens its fence until t0 + 3L/5, as a
+// renewal at t0 would: the same argument as the Lease's (timing), with the
+// promises in place of the API server's conditional update. A member the
+// primary cannot reach, or that refuses, ends the round: the fence then
+// closes at its deadline as before. So:
+//   - the API server down for everyone, or for the primary only: writes go
+//     on, no election, no new timeline;
+//   - the primary cut off from the API server and from a member: fenced
+//     within 3L/5 of its last renewal or round, as without failsafe.
+//
+// The channel is HTTP on the metrics port, each message authenticated by
+// an HMAC keyed by the replication client key, which only this
+// MyDatabase's pods mount; a response answers the request's nonce, so an
+// old grant cannot be replayed.
+
+// failsafePath is the endpoint on the metrics server.
+const failsafePath = "/failsafe"
+
+// failsafeHeader carries a message's HMAC.
+const failsafeHeader = "X-Mydatabase-Failsafe"
+
+// promiseRequest is a primary's request for a promise.
+type promiseRequest struct {
+	Holder string `json:"holder"`
+	Nonce  string `json:"nonce"`
+}
+
+// promiseResponse is a member's answer.
+type promiseResponse struct {
+	Member  string `json:"member"`
+	Nonce   string `json:"nonce"`
+	Granted bool   `json:"granted"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// failsafe is a member's side: the promise it gave, if any.
+type failsafe struct {
+	mu     sync.Mutex
+	now    func() time.Time
+	me     string
+	holder string // the Lease's holder as this instance last saw it
+	// until: the promise not to stand or take the Lease ends then.
+	until  time.Time
+	taking bool // this instance is taking the Lease
+}
+
+func newFailsafe(me string) *failsafe { return &failsafe{me: me, now: time.Now} }
+
+// observe records the holder of the Lease this instance last read.
+func (f *failsafe) observe(holder string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holder = holder
+}
+
+// grant gives holder the promise for d, if this instance takes it for the
+// Lease's holder and is not taking the Lease itself.
+func (f *failsafe) grant(holder string, d time.Duration) (bool, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case holder == f.me:
+		return false, "that is this instance"
+	case f.taking:
+		return false, "this instance is taking the Lease"
+	case f.holder != holder:
+		return false, fmt.Sprintf("the Lease's holder is %q here", f.holder)
+	}
+	if until := f.now().Add(d); until.After(f.until) {
+		f.until = until
+	}
+	return true, ""
+}
+
+// promised tells whether a promise holds now.
+func (f *failsafe) promised() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now().Before(f.until)
+}
+
+// beginTake tells whether this instance may take the Lease now (no
+// promise holds), and if so refuses promises until endTake.
+func (f *failsafe) beginTake() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.now().Before(f.until) {
+		return false
+	}
+	f.taking = true
+	return true
+}
+
+// endTake ends a take; took: this instance holds the Lease now.
+func (f *failsafe) endTake(took bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.taking = false
+	if took {
+		f.holder = f.me
+	}
+}
+
+// failsafeKey is the HMAC key: a digest of the replication client key,
+// which every instance of the MyDatabase mounts and nothing else does.
+func (c Config) failsafeKey() ([]byte, error) {
+	pem, err := os.ReadFile(filepath.Join(c.ReplicationTLSDir, "tls.key"))
+	if err != nil {
+		return nil, fmt.Errorf("the failsafe key: %w", err)
+	}
+	sum := sha256.Sum256(append([]byte("mydatabase failsafe\x00"), pem...))
+	return sum[:], nil
+}
+
+func sign(key, body []byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write(body)
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
+func verified(key, body []byte, signature string) bool {
+	want, err := hex.DecodeString(signature)
+	if err != nil {
+		return false
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write(body)
+	return hmac.Equal(mac.Sum(nil), want)
+}
+
+// failsafeHandler answers promise requests with the promise of d, the
+// Lease duration.
+func (m *manager) failsafeHandler(d func() time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		key, err := m.c.failsafeKey()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, 4096))
+		if err != nil || !verified(key, body, r.Header.Get(failsafeHeader)) {
+			http.Error(w, "not signed by a member", http.StatusForbidden)
+			return
+		}
+		var req promiseRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		resp := promiseResponse{Member: m.c.PodName, Nonce: req.Nonce}
+		resp.Granted, resp.Reason = m.failsafe.grant(req.Holder, d())
+		out, _ := json.Marshal(resp) // a promiseResponse always marshals
+		w.Header().Set(failsafeHeader, sign(key, out))
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(out)
+	})
+}
+
+// failsafeAddress is where the other members reach this instance's
+// failsafe endpoint: FAILSAFE_ADDRESS, or the host of ADVERTISE_ADDRESS
+// and the port of METRICS_ADDRESS.
+func (c Config) failsafeAddress() string {
+	if c.FailsafeAddress != "" {
+		return c.FailsafeAddress
+	}
+	host, _, err := net.SplitHostPort(c.AdvertiseAddress)
+	_, port, perr := net.SplitHostPort(c.MetricsAddress)
+	if err != nil || perr != nil || c.MetricsAddress == "" {
+		return ""
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// askPromises asks every member at addresses (by name) for a promise, at
+// once, each within timeout. It returns nil when all granted.
+func (m *manager) askPromises(ctx context.Context, members []string, addresses map[string]string, timeout time.Duration) error {
+	key, err := m.c.failsafeKey()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	errs := make(chan error, len(members))
+	for _, member := range members {
+		go func() { errs <- askPromise(ctx, key, m.c.PodName, member, addresses[member]) }()
+	}
+	var all []error
+	for range members {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
+}
+
+// failsafeClient has no proxy and no idle connections kept: a round is a
+// few small requests every L/5, and a member's address may move.
+var failsafeClient = &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+
+func askPromise(ctx context.Context, key []byte, me, member, address string) error {
+	if address == "" {
+		return fmt.Errorf("%s: its failsafe address is not known (it has not reported one)", member)
+	}
+	nonce := make([]byte, 16)
+	_, _ = rand.Read(nonce)
+	body, _ := json.Marshal(promiseRequest{Holder: me, Nonce: hex.EncodeToString(nonce)}) // always marshals
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+address+failsafePath, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set(failsafeHeader, sign(key, body))
+	resp, err := failsafeClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", member, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return fmt.Errorf("%s: %w", member, err)
+	}
+	if resp.StatusCode != http.StatusOK || !verified(key, out, resp.Header.Get(failsafeHeader)) {
+		return fmt.Errorf("%s: %s: %s", member, resp.Status, bytes.TrimSpace(out))
+	}
+	var answer promiseResponse
+	if err := json.Unmarshal(out, &answer); err != nil {
+		return fmt.Errorf("%s: %w", member, err)
+	}
+	switch {
+	case answer.Nonce != hex.EncodeToString(nonce) || answer.Member != member:
+		return fmt.Errorf("%s: the answer is not to this request", member)
+	case !answer.Granted:
+		return fmt.Errorf("%s refused: %s", member, answer.Reason)
+	}
+	return nil
+}
+
+// streamingInstances are the instances of this MyDatabase that stream
+// from this primary, by the application names they stream under (their
+// pod names): a member the primary's last view of spec.replicas does not
+// count yet (a scale-up it could not read) must promise too.
+func (m *manager) streamingInstances(ctx context.Context) ([]string, error) {
+	var names []string
+	prefix := strings.TrimSuffix(m.c.BootstrapPod, "0")
+	err := m.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, "SELECT application_name FROM pg_stat_replication WHERE application_name LIKE $1 || '%'", prefix)
+		if err != nil {
+			return err
+		}
+		all, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		for _, name := range all {
+			if _, nerr := strconv.Atoi(strings.TrimPrefix(name, prefix)); nerr == nil && name != m.c.PodName {
+				names = append(names, name)
+			}
+		}
+		return err
+	})
+	return names, err
+}
