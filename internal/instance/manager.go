@@ -1,11 +1,11 @@
 package instance
 
 import (
-	"slices"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"

@@ -17,9 +17,9 @@ limitations under the License.
 package instance
 
 import (
-	"net/http"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"

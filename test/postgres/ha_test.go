@@ -59,7 +59,7 @@ func TestSynchronousReplication(t *testing.T) {
 		p.start(t)
 		c.waitPrimary(t, append(without(others, second), p), 6*lease)
 		second.start(t)
-	}, true}}
+	}, true, 0}}
 	for _, f := range ha.faults() {
 		if !strings.HasPrefix(f.name, "two failovers") {
 			faults = append(faults, f)
@@ -136,6 +136,9 @@ type haFault struct {
 	lossless bool // no acknowledged write may be lost, even in asynchronous mode
 	inject   func(t *testing.T, primary *pod, others []*pod)
 	anyEnd   bool // where the primary ends is not checked (inject checks its moves)
+	// maxGap, when set, bounds the longest time without an acknowledged
+	// write.
+	maxGap time.Duration
 }
 
 func (ha haCluster) faults() []haFault {
@@ -144,7 +147,7 @@ func (ha haCluster) faults() []haFault {
 		{"switchover under write load, requested in spec.switchover", true, true, func(t *testing.T, _ *pod, others []*pod) {
 			c.requestSwitchover(t, others[0])
 			c.waitPrimary(t, others[:1], 3*lease)
-		}, false},
+		}, false, 0},
 		{"the operator down during a failover", true, false, func(t *testing.T, p *pod, others []*pod) {
 			c.primaryReported(t, p, false) // so that the operator has a primary to see change
 			c.op.stop()
@@ -153,33 +156,33 @@ func (ha haCluster) faults() []haFault {
 			p.start(t)
 			c.op = c.startOperator(t)
 			c.primaryReported(t, now, true)
-		}, false},
+		}, false, 0},
 		{"postgres killed (restarted by its instance manager)", false, true, func(t *testing.T, p *pod, _ []*pod) {
 			pid := postmasterPID(p.pgdata())
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-		}, false},
+		}, false, 0},
 		{"replica killed", false, true, func(t *testing.T, _ *pod, others []*pod) {
 			others[0].killContainer(t)
 			time.Sleep(lease)
 			others[0].start(t)
-		}, false},
+		}, false, 0},
 		{"primary cut off from its replicas", false, true, func(t *testing.T, p *pod, _ []*pod) {
 			p.peers.Cut()
 			time.Sleep(2 * lease) // past the Lease: the primary renews it, no one takes over
 			p.peers.Restore()
-		}, false},
+		}, false, 0},
 		{"the primary's container restarted within the Lease: it resumes in place", false, true, func(t *testing.T, p *pod, _ []*pod) {
 			p.killContainer(t)
 			p.start(t)
 			time.Sleep(2 * lease) // long enough for its fence to close and someone to take over, were it not renewed
-		}, false},
+		}, false, 0},
 		{"pod lost: instance manager and server killed, back after the failover", true, false, func(t *testing.T, p *pod, others []*pod) {
 			p.killContainer(t)
 			c.waitPrimary(t, others, 3*lease)
 			p.start(t)
-		}, false},
+		}, false, 0},
 		{"primary paused (SIGSTOP) past the Lease, then resumed", true, false, func(t *testing.T, p *pod, others []*pod) {
 			if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
@@ -188,12 +191,28 @@ func (ha haCluster) faults() []haFault {
 			if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
-		}, false},
-		{"primary cut off from the API server", true, false, func(t *testing.T, p *pod, others []*pod) {
+		}, false, 0},
+		{"primary cut off from the API server only: it holds on its members' promises", false, true, func(t *testing.T, p *pod, _ []*pod) {
 			p.api.Cut()
+			time.Sleep(3 * lease) // past the Lease: no one takes over
+			p.api.Restore()
+		}, false, 2 * time.Second},
+		{"the API server unreachable from every pod for 30 s: writes go on", false, true, func(t *testing.T, p *pod, others []*pod) {
+			for _, o := range append(others, p) {
+				o.api.Cut()
+			}
+			time.Sleep(30 * time.Second)
+			for _, o := range append(others, p) {
+				o.api.Restore()
+			}
+		}, false, 2 * time.Second},
+		{"primary cut off from the API server and its peers", true, false, func(t *testing.T, p *pod, others []*pod) {
+			p.api.Cut()
+			p.cutOff(others)
 			c.waitPrimary(t, others, 3*lease)
 			p.api.Restore()
-		}, false},
+			p.reconnect(others)
+		}, false, 0},
 		{"two failovers in a row", true, false, func(t *testing.T, p *pod, others []*pod) {
 			p.killContainer(t)
 			second := c.waitPrimary(t, others, 3*lease)
@@ -201,7 +220,7 @@ func (ha haCluster) faults() []haFault {
 			c.waitPrimary(t, without(others, second), 3*lease)
 			p.start(t)
 			second.start(t)
-		}, false},
+		}, false, 0},
 	}
 }
 
@@ -231,6 +250,9 @@ func (ha haCluster) inject(t *testing.T, f haFault, lossless bool, results *haRe
 		}
 		if lossless && v.lost > 0 {
 			t.Errorf("%d acknowledged writes lost", v.lost)
+		}
+		if f.maxGap > 0 && v.longestGap > f.maxGap {
+			t.Errorf("%s without an acknowledged write, want at most %s", v.longestGap.Round(time.Millisecond), f.maxGap)
 		}
 	})
 }

@@ -418,8 +418,9 @@ type pod struct {
 	env     []string
 	logPath string
 	// peers is the proxy the other instances reach this one through
-	// (ADVERTISE_ADDRESS); api the one it reaches the API server through.
-	peers, api *testenv.Proxy
+	// (ADVERTISE_ADDRESS); failsafe the one to its failsafe endpoint
+	// (FAILSAFE_ADDRESS); api the one it reaches the API server through.
+	peers, failsafe, api *testenv.Proxy
 
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -559,6 +560,13 @@ func (c *cluster) newPod(ordinal, port int) *pod {
 			value = p.metrics
 		}
 		p.env = append(p.env, name+"="+value)
+	}
+	if p.metrics != "" {
+		if p.failsafe, err = testenv.StartProxy(testenv.To(p.metrics)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.failsafe.Close)
+		p.env = append(p.env, "FAILSAFE_ADDRESS="+p.failsafe.Addr())
 	}
 	for _, name := range []string{"PGDATA", "PGHOST", "PGPORT", "POD_NAME"} {
 		if p.getenv(name) == "" {
@@ -1005,4 +1013,24 @@ func waitLogged(t *testing.T, p *pod, off int64, text string) {
 	eventually(t, 10*time.Second, p.name+" logging "+text, func() (bool, string) {
 		return strings.Contains(p.log(off), text), ""
 	})
+}
+
+// cutOff cuts p off from others both ways, as a network partition does:
+// their connections to its server and failsafe endpoint, and its requests
+// to their failsafe endpoints (restore with reconnect).
+func (p *pod) cutOff(others []*pod) {
+	p.peers.Cut()
+	p.failsafe.Cut()
+	for _, o := range others {
+		o.failsafe.Cut()
+	}
+}
+
+// reconnect undoes cutOff.
+func (p *pod) reconnect(others []*pod) {
+	p.peers.Restore()
+	p.failsafe.Restore()
+	for _, o := range others {
+		o.failsafe.Restore()
+	}
 }

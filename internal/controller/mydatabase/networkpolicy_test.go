@@ -36,12 +36,18 @@ func TestNetworkPolicy(t *testing.T) {
 					from = append(from, fmt.Sprintf("namespaces %v", f.NamespaceSelector.MatchLabels))
 				}
 			}
-			out = append(out, fmt.Sprintf("%v to %s/%s", from, *r.Ports[0].Protocol, r.Ports[0].Port))
+			var ports []string
+			for _, p := range r.Ports {
+				ports = append(ports, fmt.Sprintf("%s/%s", *p.Protocol, p.Port))
+			}
+			out = append(out, fmt.Sprintf("%v to %s", from, strings.Join(ports, ",")))
 		}
 		return fmt.Sprintf("pods %v, %v: %s", np.Spec.PodSelector.MatchLabels, np.Spec.PolicyTypes, strings.Join(out, "; "))
 	}
 	selector := fmt.Sprint(specs.SelectorLabels(db))
-	want := fmt.Sprintf("pods %s, [Ingress]: [pods %s] to TCP/5432; [pods map[app:shop]] to TCP/5432", selector, selector)
+	// The instances reach each other's server and failsafe endpoint (the
+	// metrics port).
+	want := fmt.Sprintf("pods %s, [Ingress]: [pods %s] to TCP/5432,TCP/9187; [pods map[app:shop]] to TCP/5432", selector, selector)
 	admits := func(want string) func() error {
 		return func() error {
 			np := &networkingv1.NetworkPolicy{}
@@ -61,7 +67,7 @@ func TestNetworkPolicy(t *testing.T) {
 	update(t, db, func(db *databasev1alpha1.MyDatabase) {
 		db.Spec.NetworkPolicy.Clients = []networkingv1.NetworkPolicyPeer{monitoring}
 	})
-	want = fmt.Sprintf("pods %s, [Ingress]: [pods %s] to TCP/5432; [pods map[app:shop] in namespaces map[team:shop]] to TCP/5432", selector, selector)
+	want = fmt.Sprintf("pods %s, [Ingress]: [pods %s] to TCP/5432,TCP/9187; [pods map[app:shop] in namespaces map[team:shop]] to TCP/5432", selector, selector)
 	eventually(t, "the NetworkPolicy to follow the clients", admits(want))
 
 	prometheus := networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{
