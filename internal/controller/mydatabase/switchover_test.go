@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -29,7 +30,10 @@ func instancePod(t *testing.T, db *databasev1alpha1.MyDatabase, name, revision, 
 			databasev1alpha1.AnnotationInstance: fmt.Sprintf(`{"role":%q,"ready":true,"timeline":1,"lsn":%q,"replayed":%q,"time":"2026-01-02T03:04:05Z"}`, role, lsn, lsn)}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres:17"}}},
 	}
-	if err := k8s.Create(context.Background(), pod); err != nil {
+	// AlreadyExists: client-go retries a create the API server answered
+	// with Retry-After (a loaded machine's timeout), which may have
+	// created the pod the first time.
+	if err := k8s.Create(context.Background(), pod); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	// The operator labels the pod meanwhile: read it again on a conflict.
