@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -214,7 +215,7 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs observatio
 		if err := m.initPrimary(ctx); err != nil {
 			return nil, err
 		}
-		if err := m.take(ctx); err != nil {
+		if err := m.take(ctx, m.lastSeen.timeline); err != nil {
 			return nil, err
 		}
 		return nil, m.start(ctx, asPrimary, "")
@@ -224,7 +225,7 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs observatio
 			// Handed the Lease (or holding it across a restart): renew it
 			// on this instance's own clock first, which opens the fence,
 			// without which the promotion's own commits would wait.
-			if err := m.take(ctx); err != nil {
+			if err := m.take(ctx, nextTimeline(obs.timeline, s.lease.timeline)); err != nil {
 				return nil, err
 			}
 			if err := m.reserveTimelines(obs.timeline, s.lease.timeline); err != nil {
@@ -243,7 +244,7 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs observatio
 			// rather than being fenced at its first turn and replaced.
 			// The renewal is conditional on the version read, so it fails
 			// if another instance took the Lease meanwhile.
-			if err := m.take(ctx); err != nil {
+			if err := m.take(ctx, m.lastSeen.timeline); err != nil {
 				return nil, err
 			}
 			return nil, m.start(ctx, asPrimary, "")
@@ -353,9 +354,13 @@ func (m *manager) readPeers(ctx context.Context) {
 // peersEvery is how often a primary reads its members' failsafe addresses.
 const peersEvery = 10 * time.Second
 
-// take takes the Lease and opens the fence.
-func (m *manager) take(ctx context.Context) error {
-	start, err := m.leases.take(ctx, m.lastSeen.timeline)
+// take takes the Lease and opens the fence. timeline is the newest this
+// instance runs on or, before a promotion, the one the promotion will
+// pick (nextTimeline): written into the Lease before the promotion, it is
+// reserved, so that no one promoted after this instance, even while its
+// promotion still runs, picks the same number.
+func (m *manager) take(ctx context.Context, timeline int64) error {
+	start, err := m.leases.take(ctx, timeline)
 	if err != nil {
 		return err
 	}
@@ -394,7 +399,7 @@ func (m *manager) stand(ctx context.Context, s situation, obs observation) (*rep
 	if !m.failsafe.beginTake() {
 		return me, nil
 	}
-	err = m.take(ctx)
+	err = m.take(ctx, nextTimeline(obs.timeline, s.lease.timeline))
 	m.failsafe.endTake(err == nil)
 	if err != nil {
 		return me, err
@@ -425,10 +430,53 @@ func (m *manager) reserveTimelines(mine, newest int64) error {
 	return nil
 }
 
-// promote makes the running replica the primary.
+// holdWhile runs f, renewing the Lease every tick meanwhile (the loop,
+// which renews it otherwise, waits for f). A renewal lost to another
+// instance stops the renewals; f still runs to its end.
+func (m *manager) holdWhile(ctx context.Context, f func() error) error {
+	done := make(chan struct{})
+	var renewed time.Time
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		ticker := time.NewTicker(m.t.tick)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ticker.C:
+			}
+			start, err := m.leases.renew(ctx, m.lastSeen.timeline)
+			if errors.Is(err, errLostRace) || errors.Is(err, errNotHolder) {
+				m.log("renewing the Lease while promoting: %v", err)
+				return
+			}
+			if err == nil {
+				renewed = start
+				m.fence.extend(start, m.t.deadline)
+			}
+		}
+	})
+	err := f()
+	close(done)
+	wg.Wait()
+	if renewed.After(m.renewed) {
+		m.renewed = renewed
+	}
+	return err
+}
+
+// nextTimeline is the timeline a promotion of data on timeline mine picks
+// once reserveTimelines reserved every number up to newest.
+func nextTimeline(mine, newest int64) int64 { return max(mine, newest) + 1 }
+
+// promote makes the running replica the primary. It holds the Lease while
+// the server promotes: pg_promote waits for the whole replay, and a
+// backlog or a slow checkpoint longer than the Lease would otherwise let
+// the others elect, and promote, a second primary in a new term.
 func (m *manager) promote(ctx context.Context) error {
 	m.log("promoting")
-	if err := m.promoteServer(ctx); err != nil {
+	if err := m.holdWhile(ctx, func() error { return m.promoteServer(ctx) }); err != nil {
 		return err
 	}
 	m.role, m.following = asPrimary, ""
