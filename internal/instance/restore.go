@@ -166,36 +166,47 @@ func (m *manager) watchRestore(ctx context.Context, id, message string) *restore
 	ctx, cancel := context.WithCancel(ctx)
 	w := &restoreWatch{m: m, id: id, cancel: cancel}
 	w.done.Go(func() {
-		var last fetchRecord
-		var fetched string // the last WAL file fetched
-		var progress time.Time
+		progress := restoreProgress{id: id}
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(restoreWatchEvery):
 			}
-			r, ok := m.c.lastFetch()
-			if !ok {
-				continue
+			if r, ok := m.c.lastFetch(); ok {
+				m.restore.Store(progress.see(r, time.Now()))
+				m.report(ctx, nil, nil)
 			}
-			if r.Name != last.Name || r.Found != last.Found {
-				progress = time.Now()
-			}
-			if last = r; r.Found {
-				fetched = r.Name
-			}
-			st := &report.Restore{BackupID: id, Phase: report.RestoreRunning, LastWAL: fetched,
-				Message: "replaying the archive: " + r.describe()}
-			if idle := time.Since(progress); idle >= restoreStallAfter {
-				st.Stalled = true
-				st.Message = fmt.Sprintf("recovery has fetched no new WAL file for %s: %s", idle.Truncate(time.Second), r.describe())
-			}
-			m.restore.Store(st)
-			m.report(ctx, nil, nil)
 		}
 	})
 	return w
+}
+
+// restoreProgress follows wal-fetch's records of one restore.
+type restoreProgress struct {
+	id      string
+	last    fetchRecord
+	fetched string    // the last WAL file fetched
+	since   time.Time // when the record last changed
+}
+
+// see takes the record r, read at now, and says where the restore stands:
+// stalled once the record has not changed for restoreStallAfter (recovery
+// asks again and again for one file, or a fetch hangs).
+func (p *restoreProgress) see(r fetchRecord, now time.Time) *report.Restore {
+	if p.since.IsZero() || r.Name != p.last.Name || r.Found != p.last.Found {
+		p.since = now
+	}
+	if p.last = r; r.Found {
+		p.fetched = r.Name
+	}
+	st := &report.Restore{BackupID: p.id, Phase: report.RestoreRunning, LastWAL: p.fetched,
+		Message: "replaying the archive: " + r.describe()}
+	if idle := now.Sub(p.since); idle >= restoreStallAfter {
+		st.Stalled = true
+		st.Message = fmt.Sprintf("recovery has fetched no new WAL file for %s: %s", idle.Truncate(time.Second), r.describe())
+	}
+	return st
 }
 
 // stop ends the watch; a restore that failed with err is reported Failed
