@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -273,86 +272,6 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs observatio
 	}
 	return nil, nil
 }
-
-// keepHold renews the Lease, or, when the API server does not renew it,
-// holds it on the promises of every member (failsafe.go). While the API
-// server is away, the promises are asked first: a renewal that hangs for
-// its timeout must not let the fence close.
-func (m *manager) keepHold(ctx context.Context, s situation, timeline int64) error {
-	if !m.failsafeSince.IsZero() {
-		m.holdByPromises(ctx, s)
-	}
-	start, err := m.leases.renew(ctx, timeline)
-	switch {
-	case err == nil:
-		if !m.failsafeSince.IsZero() {
-			m.log("the API server renewed the Lease again, after %s on the members' promises", time.Since(m.failsafeSince).Round(time.Millisecond))
-			m.failsafeSince = time.Time{}
-		}
-		m.renewed = start
-		m.fence.extend(start, m.t.deadline)
-		m.readPeers(ctx)
-		return nil
-	case errors.Is(err, errLostRace), errors.Is(err, errNotHolder):
-		m.fence.close()
-		return err
-	case m.failsafeSince.IsZero():
-		if m.holdByPromises(ctx, s) {
-			m.log("the API server does not renew the Lease (%v): holding it on the promises of every member (failsafe)", err)
-			m.failsafeSince = time.Now()
-			return nil
-		}
-		return err
-	}
-	m.logOnce(fmt.Errorf("renewing the Lease: %w", err))
-	return nil
-}
-
-// holdByPromises asks every member, and every other instance that streams
-// from this primary, for the promise not to take the Lease; when all
-// grant it, the fence stays open as after a renewal at the round's start.
-func (m *manager) holdByPromises(ctx context.Context, s situation) bool {
-	start := time.Now()
-	members := m.c.members(s.lease.quorum.Instances)
-	streaming, err := m.streamingInstances(ctx)
-	if err != nil {
-		m.logOnce(fmt.Errorf("failsafe: %w", err))
-		return false
-	}
-	for _, name := range streaming {
-		if !slices.Contains(members, name) {
-			members = append(members, name)
-		}
-	}
-	if err := m.askPromises(ctx, members, m.peers, m.t.tick); err != nil {
-		m.logOnce(fmt.Errorf("failsafe: not every member promised: %w", err))
-		return false
-	}
-	m.renewed = start
-	m.fence.extend(start, m.t.deadline)
-	return true
-}
-
-// readPeers reads the members' failsafe addresses from their reports,
-// every peersEvery, while the API server answers.
-func (m *manager) readPeers(ctx context.Context) {
-	if time.Since(m.peersReadAt) < peersEvery {
-		return
-	}
-	peers, err := m.kube.peers(ctx)
-	if err != nil {
-		return
-	}
-	m.peers, m.peersReadAt = map[string]string{}, time.Now()
-	for _, p := range peers {
-		if p.report != nil && p.report.Failsafe != "" {
-			m.peers[p.name] = p.report.Failsafe
-		}
-	}
-}
-
-// peersEvery is how often a primary reads its members' failsafe addresses.
-const peersEvery = 10 * time.Second
 
 // take takes the Lease and opens the fence. timeline is the newest this
 // instance runs on or, before a promotion, the one the promotion will
