@@ -88,11 +88,18 @@ func (ha haCluster) foreignStream(t *testing.T) {
 	for _, p := range replicas {
 		p.stop(t)
 	}
+	dir := filepath.Join(c.base, "receivewal")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, c.user.uid, c.user.gid); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	streamed := make(chan string, 1)
 	go func() {
 		out, _ := c.run(ctx, c.baseEnv(), filepath.Join(c.srv.bin, "pg_receivewal"), "--synchronous", "--no-loop",
-			"--directory="+t.TempDir(), "--host="+primary.socketDir(), "--port="+strconv.Itoa(primary.port), "--username=postgres")
+			"--directory="+dir, "--host="+primary.socketDir(), "--port="+strconv.Itoa(primary.port), "--username=postgres")
 		streamed <- out
 	}()
 	defer func() {
