@@ -36,6 +36,18 @@ func (c Config) archiveArgs() []string {
 		"-c", fmt.Sprintf("archive_command=%s wal-push --config %s %%p", shellQuote(c.Self), shellQuote(c.backupConfigFile()))}
 }
 
+// fetchArgs let a replica that follows a primary fetch from the archive
+// the WAL the primary no longer keeps (wal_keep_size, 128 MB): a replica
+// restarted under write load, or one that fell behind, catches up without
+// a new clone. Not for a standby of no one (dataPosition), which must
+// replay only what its own data holds.
+func (c Config) fetchArgs() []string {
+	if c.Backup == nil {
+		return nil
+	}
+	return []string{"-c", fmt.Sprintf("restore_command=%s wal-fetch --config %s %%f %%p", shellQuote(c.Self), shellQuote(c.backupConfigFile()))}
+}
+
 // shellQuote quotes s for the shell PostgreSQL runs its commands with.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 

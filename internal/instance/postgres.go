@@ -103,7 +103,8 @@ func (m *manager) standbyArgs(ctx context.Context, address string) ([]string, er
 	if err != nil {
 		return nil, err
 	}
-	return append(args, "-c", fmt.Sprintf("primary_conninfo=%s application_name=%s", conninfo, m.c.PodName)), nil
+	args = append(args, "-c", fmt.Sprintf("primary_conninfo=%s application_name=%s", conninfo, m.c.PodName))
+	return append(args, m.c.fetchArgs()...), nil
 }
 
 // observation is what the server says of itself.

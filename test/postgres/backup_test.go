@@ -230,6 +230,27 @@ func TestBackupAndRestore(t *testing.T) {
 		}
 	}
 
+	// A replica stopped while the primary writes more WAL than it keeps for
+	// replicas (wal_keep_size) catches up from the archive, with no clone.
+	replica.stop(t)
+	c.query(t, app, password, "CREATE TABLE filler (n int)")
+	for range 12 {
+		c.query(t, app, password, "INSERT INTO filler VALUES (1)")
+		c.query(t, superuser(primary), "", "SELECT pg_switch_wal()")
+	}
+	c.query(t, superuser(primary), "", "CHECKPOINT", "CHECKPOINT")
+	archived(primary)
+	needed := c.query(t, superuser(primary), "", fmt.Sprintf("SELECT pg_walfile_name('%s')", lsn1))
+	if oldest := c.query(t, superuser(primary), "", "SELECT min(name) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'"); oldest <= needed {
+		t.Fatalf("the primary still keeps %s (its oldest segment is %s): the replica would not need the archive", needed, oldest)
+	}
+	off := replica.start(t)
+	replica.waitReady(t)
+	waitLogged(t, replica, off, "restored log file")
+	if strings.Contains(replica.log(off), "cloning the primary") {
+		t.Errorf("the replica cloned the primary again instead of fetching the WAL from the archive:\n%s", replica.log(off))
+	}
+
 	// The primary lost: the replica takes over and archives its timeline.
 	waitStreaming(t, c, primary, replica)
 	eventually(t, 30*time.Second, "the replica caught up", func() (bool, string) {
