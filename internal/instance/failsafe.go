@@ -16,8 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -361,15 +359,14 @@ func askPromise(ctx context.Context, key []byte, me, member, address string) err
 // count yet (a scale-up it could not read) must promise too.
 func (m *manager) streamingInstances(ctx context.Context) ([]string, error) {
 	var names []string
-	prefix := strings.TrimSuffix(m.c.BootstrapPod, "0")
 	err := m.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		rows, err := conn.Query(ctx, "SELECT application_name FROM pg_stat_replication WHERE application_name LIKE $1 || '%'", prefix)
+		rows, err := conn.Query(ctx, "SELECT application_name FROM pg_stat_replication")
 		if err != nil {
 			return err
 		}
 		all, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		for _, name := range all {
-			if _, nerr := strconv.Atoi(strings.TrimPrefix(name, prefix)); nerr == nil && name != m.c.PodName {
+			if m.c.isInstance(name) && name != m.c.PodName {
 				names = append(names, name)
 			}
 		}

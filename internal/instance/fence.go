@@ -203,14 +203,25 @@ type standbys struct {
 // pg_basebackup --wal-method=stream of a re-clone, holds nothing a
 // failover could find, and is never counted.
 func (c Config) members(instances int32) []string {
-	prefix := strings.TrimSuffix(c.BootstrapPod, "0")
 	var out []string
 	for i := range instances {
-		if name := prefix + strconv.Itoa(int(i)); name != c.PodName {
+		if name := c.instanceName(int(i)); name != c.PodName {
 			out = append(out, name)
 		}
 	}
 	return out
+}
+
+// instanceName is the pod name of an ordinal: the bootstrap pod's (ordinal
+// 0) with the ordinal in place of its 0.
+func (c Config) instanceName(ordinal int) string {
+	return strings.TrimSuffix(c.BootstrapPod, "0") + strconv.Itoa(ordinal)
+}
+
+// isInstance tells whether name is the pod name of some ordinal.
+func (c Config) isInstance(name string) bool {
+	n, err := strconv.Atoi(strings.TrimPrefix(name, strings.TrimSuffix(c.BootstrapPod, "0")))
+	return err == nil && n >= 0 && c.instanceName(n) == name
 }
 
 // quorumFlushed is how far the fence may confirm WAL received up to

@@ -47,6 +47,12 @@ func TestQuorumCountsMembersOnly(t *testing.T) {
 		"shop-8", "shop-9", "shop-11"}; !slices.Equal(got, want) {
 		t.Errorf("members of 12 seen from shop-10: %q, want %q", got, want)
 	}
+	for name, want := range map[string]bool{"shop-0": true, "shop-11": true, "shop-": false, "shop-x": false, "shop-01": false,
+		"pg_basebackup": false, "pg_receivewal": false, "shop-1-clone": false} {
+		if got := c.isInstance(name); got != want {
+			t.Errorf("isInstance(%q) = %t, want %t", name, got, want)
+		}
+	}
 	if got := (Config{PodName: "shop-0", BootstrapPod: "shop-0"}).members(1); len(got) != 0 {
 		t.Errorf("members of a single instance: %q, want none", got)
 	}

@@ -90,8 +90,8 @@ type leases struct {
 	lease  *coordinationv1.Lease
 	seen   string    // holder and renewTime last seen
 	seenAt time.Time // when they last changed, local clock
-	// written is the leaseDurationSeconds of the Lease last seen, for the
-	// failsafe endpoint (promiseFor).
+	// written is the leaseDurationSeconds of the Lease last seen (0: none),
+	// which the failsafe endpoint reads beside the loop (promiseFor).
 	written atomic.Int32
 }
 
@@ -144,9 +144,7 @@ func (l *leases) expiresIn() (time.Duration, bool) {
 // the holder's or this instance's own, whichever is longer. It is called
 // from the failsafe endpoint, beside the HA loop: it reads only what the
 // loop publishes for it.
-func (l *leases) promiseFor() time.Duration {
-	return max(time.Duration(l.written.Load())*time.Second, l.t.lease)
-}
+func (l *leases) promiseFor() time.Duration { return max(l.duration(), l.t.lease) }
 
 // duration is the Lease duration of the Lease last seen: the one its
 // holder wrote, by which that holder's fence closes (3/5 of it after its
@@ -155,10 +153,8 @@ func (l *leases) promiseFor() time.Duration {
 // first: a replica on a shorter duration must still wait out the longer
 // one the primary fences by. This instance's own when none is written.
 func (l *leases) duration() time.Duration {
-	if l.lease != nil {
-		if s := ptr.Deref(l.lease.Spec.LeaseDurationSeconds, 0); s > 0 {
-			return time.Duration(s) * time.Second
-		}
+	if s := l.written.Load(); s > 0 {
+		return time.Duration(s) * time.Second
 	}
 	return l.t.lease
 }

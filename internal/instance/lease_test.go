@@ -1,11 +1,15 @@
 package instance
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 )
 
 // TestExpiryUsesTheHoldersDuration: while a change of the Lease duration
@@ -43,5 +47,50 @@ func TestExpiryUsesTheHoldersDuration(t *testing.T) {
 				t.Errorf("expiresIn after %s: %s, %t; want it to agree with expired %t", tc.after, d, ok, tc.expired)
 			}
 		})
+	}
+}
+
+// TestATakeDropsTheSwitchoverRequest: an instance that takes the Lease
+// from another holder (an election) drops the switchover request made of
+// that holder, so that it does not hand over at once; its own renewals
+// keep a request made of it.
+func TestATakeDropsTheSwitchoverRequest(t *testing.T) {
+	ctx := context.Background()
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db-primary",
+		Annotations: map[string]string{databasev1alpha1.AnnotationSwitchoverTo: "db-2"}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: new("db-0")}}
+	cs := fake.NewClientset(lease)
+	k := &kube{leases: cs.CoordinationV1().Leases("shop"), c: Config{PodName: "db-1", LeaseName: "db-primary"}, timeout: time.Second}
+	l := newLeases(k, newTiming(4*time.Second))
+	if _, err := l.observe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.take(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	got, err := k.leases.Get(ctx, "db-primary", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if to, ok := got.Annotations[databasev1alpha1.AnnotationSwitchoverTo]; ok || holderOf(got) != "db-1" ||
+		got.Annotations[timelineAnnotation] != "2" {
+		t.Fatalf("after the take: holder %q, switchover-to %q (%t), timeline %q; want db-1, none, 2",
+			holderOf(got), to, ok, got.Annotations[timelineAnnotation])
+	}
+	// A request made of db-1 while it holds the Lease survives its renewal.
+	got.Annotations[databasev1alpha1.AnnotationSwitchoverTo] = "db-2"
+	if _, err := k.leases.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The fake does not refuse a stale update as the API server does (a
+	// conflict, after which renew reads the Lease again): read it here.
+	if _, err := l.observe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.renew(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := k.leases.Get(ctx, "db-primary", metav1.GetOptions{}); got.Annotations[databasev1alpha1.AnnotationSwitchoverTo] != "db-2" {
+		t.Fatalf("a renewal dropped the request made of its holder: %v", got.Annotations)
 	}
 }

@@ -353,15 +353,15 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 // progress explains why a MyDatabase that is not stalled is not ready yet.
 func progress(db *databasev1alpha1.MyDatabase, obs *observation, desired int32) (reason, message string) {
 	sts := obs.sts
+	restore := restoring(obs.pods)
 	switch {
 	case obs.failure != nil:
 		return obs.failure.reason, obs.failure.message
 	case obs.waiting != nil:
 		return obs.waiting.reason, obs.waiting.message
-	case db.Status.CurrentVersion == "" && restoring(obs.pods) != nil:
-		r := restoring(obs.pods)
+	case db.Status.CurrentVersion == "" && restore != nil:
 		return databasev1alpha1.ReasonRestoring, fmt.Sprintf("%d/%d servers ready; %s restores base backup %s: %s",
-			readyReplicas(sts), desired, r.pod, r.BackupID, r.Message)
+			readyReplicas(sts), desired, restore.pod, restore.BackupID, restore.Message)
 	case db.Status.CurrentVersion == "" || sts == nil:
 		return databasev1alpha1.ReasonProvisioning, fmt.Sprintf("%d/%d servers ready", readyReplicas(sts), desired)
 	case sts.Status.Replicas != desired || sts.Spec.Replicas == nil || *sts.Spec.Replicas != desired:
@@ -390,13 +390,9 @@ type podRestore struct {
 // restoring is the restore a pod of a new MyDatabase reports (only the
 // first instance restores), nil when none does.
 func restoring(pods []corev1.Pod) *podRestore {
-	for i := range pods {
-		v, ok := pods[i].Annotations[databasev1alpha1.AnnotationInstance]
-		if !ok {
-			continue
-		}
-		if rep, err := report.Parse(v); err == nil && rep.Restore != nil {
-			return &podRestore{pods[i].Name, rep.Restore}
+	for name, rep := range podReports(pods) {
+		if rep.Restore != nil {
+			return &podRestore{name, rep.Restore}
 		}
 	}
 	return nil
