@@ -45,16 +45,6 @@ const (
 	RolePrimary = "primary"
 	RoleReplica = "replica"
 
-	// AnnotationInstance on a pod is its instance manager's report, JSON
-	// (internal/instance/report): role, readiness, timeline, WAL positions
-	// and the address the other instances reach it at.
-	AnnotationInstance = "database.example.com/instance"
-	// AnnotationSwitchoverTo on the primary Lease names the instance the
-	// primary is to hand the Lease to, in a planned switchover. The
-	// operator writes it (status.targetPrimary); the primary's instance
-	// manager removes it when it hands the Lease over.
-	AnnotationSwitchoverTo = "database.example.com/switchover-to"
-
 	// AnnotationSpecHash is the hash of the applied configuration of a child;
 	// the operator skips the write when it and the live object agree.
 	AnnotationSpecHash = "database.example.com/spec-hash"

@@ -125,11 +125,6 @@ func (s MyDatabaseBackupStatus) Finished() bool {
 // spec.backup.schedule created it.
 const LabelScheduledBy = "database.example.com/scheduled-by"
 
-// AnnotationBackupRequest on a database pod names the MyDatabaseBackup its
-// instance manager is to take (the operator sets it; the instance manager
-// reports the backup in its report).
-const AnnotationBackupRequest = "database.example.com/backup-request"
-
 // MyDatabaseBackup is one base backup of a MyDatabase (docs/backup.md).
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status

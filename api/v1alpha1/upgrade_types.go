@@ -96,12 +96,6 @@ const (
 	// the data is on (Stalled).
 	ReasonVersionBelowData = "VersionBelowData"
 
-	// UpgradeExitOldDataUntouched: pg_upgrade (or a check before it) failed
-	// before the point of no return; the old data is as it was.
-	UpgradeExitOldDataUntouched = 10
-	// UpgradeExitPastPointOfNoReturn: it failed after pg_upgrade --link
-	// began linking the old cluster's files into the new one.
-	UpgradeExitPastPointOfNoReturn = 11
 	// AnnotationUpgradeAttempt on the upgrade Job is the generation of the
 	// attempt it belongs to (status.majorUpgrade.generation at its start),
 	// so that a Job left by an earlier attempt is never taken for the

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/instance"
 )
 
@@ -19,7 +20,7 @@ const terminationLog = "/dev/termination-log"
 // (the old image's init container) and upgrade (the new image's
 // container). The reason of a failure goes to the termination message, for
 // the operator to put in status; the exit code says whether the old data
-// is untouched (api/v1alpha1, UpgradeExit*).
+// is untouched (internal/contract, UpgradeExit*).
 func upgrade(verb string, args []string) int {
 	flags := flag.NewFlagSet(verb, flag.ContinueOnError)
 	major := flags.String("major", "", "stage: the PostgreSQL major of this image")
@@ -30,7 +31,7 @@ func upgrade(verb string, args []string) int {
 	if err := flags.Parse(args); err != nil {
 		return 2
 	}
-	log := instance.NewLogger(os.Getenv("POD_NAME"))
+	log := instance.NewLogger(os.Getenv(contract.EnvPodName))
 	fail := func(err error, code int) int {
 		log("%s: %v", verb, err)
 		instance.WriteTerminationMessage(terminationLog, err.Error())
@@ -50,7 +51,7 @@ func upgrade(verb string, args []string) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
-	err := instance.Upgrade(ctx, instance.UpgradeConfig{PGData: os.Getenv("PGDATA"),
+	err := instance.Upgrade(ctx, instance.UpgradeConfig{PGData: os.Getenv(contract.EnvPGData),
 		OldMajor: *oldMajor, NewMajor: *newMajor, Staged: instance.StagedRoot(*staged, *oldMajor),
 		Scratch: os.TempDir(), Copy: *copyMode}, log)
 	if ue := (*instance.UpgradeError)(nil); errors.As(err, &ue) {

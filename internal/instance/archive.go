@@ -10,9 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"example.com/myoperator/internal/backup"
-	"example.com/myoperator/internal/instance/report"
 	"github.com/jackc/pgx/v5"
+
+	"example.com/myoperator/internal/backup"
+	"example.com/myoperator/internal/contract"
 )
 
 // Continuous archiving. With spec.backup every server runs with
@@ -97,11 +98,11 @@ func RecordArchiveResult(config string, err error) {
 }
 
 // observeArchive reads pg_stat_archiver on a primary with spec.backup.
-func (m *manager) observeArchive(ctx context.Context, conn *pgx.Conn) (*report.Archive, error) {
+func (m *manager) observeArchive(ctx context.Context, conn *pgx.Conn) (*contract.Archive, error) {
 	if m.c.Backup == nil {
 		return nil, nil
 	}
-	a := &report.Archive{}
+	a := &contract.Archive{}
 	var archived, failed *string
 	err := conn.QueryRow(ctx, "SELECT last_archived_wal, last_archived_time, last_failed_wal, last_failed_time FROM pg_stat_archiver").
 		Scan(&archived, &a.LastArchivedTime, &failed, &a.LastFailedTime)
@@ -161,8 +162,8 @@ func (m *manager) watchBackups(ctx context.Context) {
 }
 
 // summarize is the report's view of the backups, oldest first.
-func summarize(list []backup.Manifest) *report.Backups {
-	b := &report.Backups{Count: len(list)}
+func summarize(list []backup.Manifest) *contract.Backups {
+	b := &contract.Backups{Count: len(list)}
 	if len(list) > 0 {
 		first, last := list[0], list[len(list)-1]
 		b.LastID, b.LastTime, b.FirstRecoverableTime = last.ID, &last.FinishedAt, &first.FinishedAt

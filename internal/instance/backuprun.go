@@ -28,12 +28,12 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/backup"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 )
 
 // Base backups a MyDatabaseBackup asks for. The operator names the backup
 // in an annotation of the pod that is to take it
-// (AnnotationBackupRequest); the instance manager watches its own pod,
+// (contract.AnnotationBackupRequest); the instance manager watches its own pod,
 // takes the backup, and reports how it went in its report, from which the
 // operator writes the MyDatabaseBackup's status. The instance manager thus
 // writes nothing but its own pod, and a request is taken once: the run is
@@ -53,7 +53,7 @@ func (m *manager) loadBackupRun() {
 	if err != nil {
 		return
 	}
-	var run report.BackupRun
+	var run contract.BackupRun
 	if json.Unmarshal(b, &run) != nil || run.Name == "" {
 		return
 	}
@@ -68,7 +68,7 @@ func (m *manager) loadBackupRun() {
 }
 
 // saveBackupRun records run for the report and in its file.
-func (m *manager) saveBackupRun(run report.BackupRun) {
+func (m *manager) saveBackupRun(run contract.BackupRun) {
 	m.backupRun.Store(&run)
 	b, _ := json.Marshal(run) // a BackupRun always marshals
 	tmp := filepath.Join(m.c.SocketDir, backupRunFile+".tmp")
@@ -85,7 +85,7 @@ func (m *manager) saveBackupRun(run report.BackupRun) {
 // one at a time, until ctx ends.
 func (m *manager) takeRequestedBackups(ctx context.Context) {
 	requests := make(chan string, 1)
-	go m.kube.watchOwnAnnotation(ctx, databasev1alpha1.AnnotationBackupRequest, requests)
+	go m.kube.watchOwnAnnotation(ctx, contract.AnnotationBackupRequest, requests)
 	for {
 		select {
 		case <-ctx.Done():
@@ -102,7 +102,7 @@ func (m *manager) takeRequestedBackups(ctx context.Context) {
 // takeBackup takes the backup name asks for, into spec.backup's store.
 func (m *manager) takeBackup(ctx context.Context, name string) {
 	start := time.Now().UTC()
-	run := report.BackupRun{Name: name, Phase: string(databasev1alpha1.BackupRunning), Started: &start,
+	run := contract.BackupRun{Name: name, Phase: string(databasev1alpha1.BackupRunning), Started: &start,
 		Message: "pg_basebackup is copying the data"}
 	m.saveBackupRun(run)
 	m.log("taking base backup %s", name)
@@ -126,7 +126,7 @@ func (m *manager) takeBackup(ctx context.Context, name string) {
 // in is archived: until then a restore from it could not become
 // consistent. (A primary's pg_basebackup waits for that itself; a
 // replica's cannot: the primary archives.)
-func (m *manager) backupAndWait(ctx context.Context, run *report.BackupRun) (backup.Manifest, error) {
+func (m *manager) backupAndWait(ctx context.Context, run *contract.BackupRun) (backup.Manifest, error) {
 	store, err := backup.Open(*m.c.Backup)
 	if err != nil {
 		return backup.Manifest{}, err

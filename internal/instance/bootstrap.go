@@ -27,8 +27,9 @@ import (
 	"strings"
 	"time"
 
-	"example.com/myoperator/internal/instance/report"
 	"github.com/jackc/pglogrepl"
+
+	"example.com/myoperator/internal/contract"
 )
 
 // bootstrapSQL creates the application's role and database and the
@@ -321,7 +322,7 @@ func timelineEnd(history string, tli int64) (uint64, bool) {
 		if len(f) < 2 || f[0] != strconv.FormatInt(tli, 10) {
 			continue
 		}
-		end, err := report.LSN(f[1])
+		end, err := contract.LSN(f[1])
 		return end, err == nil
 	}
 	return 0, false

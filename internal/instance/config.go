@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"example.com/myoperator/internal/backup"
+	"example.com/myoperator/internal/contract"
 )
 
 // Config is the instance's part of the pod: its environment, as
@@ -116,7 +117,8 @@ type Config struct {
 // secretVars are the environment variables that hold passwords: read once,
 // then removed from this process's environment, so that no child inherits
 // them unless it is given them.
-var secretVars = []string{"POSTGRES_PASSWORD", "REPLICATION_PASSWORD", "BACKUP_SECRET_ACCESS_KEY", "RESTORE_SECRET_ACCESS_KEY"}
+var secretVars = []string{contract.EnvPassword, contract.EnvReplicationPassword,
+	contract.BackupStore + contract.StoreSecretAccessKey, contract.RestoreStore + contract.StoreSecretAccessKey}
 
 // ConfigFromEnv reads the Config, every variable required, and removes the
 // passwords from the environment.
@@ -128,18 +130,18 @@ func ConfigFromEnv() (Config, error) {
 		name  string
 		field *string
 	}{
-		{"POD_NAME", &c.PodName}, {"PGDATA", &c.PGData}, {"PGHOST", &c.SocketDir}, {"PGPORT", &c.Port},
-		{"CONFIG_DIR", &c.ConfigDir}, {"POSTGRES_USER", &c.User}, {"POSTGRES_DB", &c.Database},
-		{"POSTGRES_PASSWORD", &c.Password}, {"REPLICATION_TLS_DIR", &c.ReplicationTLSDir},
-		{"BOOTSTRAP_POD", &c.BootstrapPod}, {"NAMESPACE", &c.Namespace}, {"LEASE_NAME", &c.LeaseName},
-		{"POD_SELECTOR", &c.PodSelector}, {"ADVERTISE_ADDRESS", &c.AdvertiseAddress}, {"LEASE_DURATION_SECONDS", &leaseSeconds},
+		{contract.EnvPodName, &c.PodName}, {contract.EnvPGData, &c.PGData}, {contract.EnvSocketDir, &c.SocketDir}, {contract.EnvPort, &c.Port},
+		{contract.EnvConfigDir, &c.ConfigDir}, {contract.EnvUser, &c.User}, {contract.EnvDatabase, &c.Database},
+		{contract.EnvPassword, &c.Password}, {contract.EnvReplicationTLSDir, &c.ReplicationTLSDir},
+		{contract.EnvBootstrapPod, &c.BootstrapPod}, {contract.EnvNamespace, &c.Namespace}, {contract.EnvLeaseName, &c.LeaseName},
+		{contract.EnvPodSelector, &c.PodSelector}, {contract.EnvAdvertiseAddress, &c.AdvertiseAddress}, {contract.EnvLeaseDurationSeconds, &leaseSeconds},
 	} {
 		if *v.field = os.Getenv(v.name); *v.field == "" {
 			missing = append(missing, v.name)
 		}
 	}
-	c.Kubeconfig, c.TLSDir, c.ReplicationPassword = os.Getenv("KUBECONFIG"), os.Getenv("TLS_DIR"), os.Getenv("REPLICATION_PASSWORD")
-	c.Backup = storeFromEnv("BACKUP_")
+	c.Kubeconfig, c.TLSDir, c.ReplicationPassword = os.Getenv(contract.EnvKubeconfig), os.Getenv(contract.EnvTLSDir), os.Getenv(contract.EnvReplicationPassword)
+	c.Backup = storeFromEnv(contract.BackupStore)
 	restore, restoreErr := restoreFromEnv()
 	c.Restore = restore
 	for _, v := range secretVars {
@@ -158,15 +160,15 @@ func ConfigFromEnv() (Config, error) {
 		return c, fmt.Errorf("LEASE_DURATION_SECONDS is %q, want a whole number of seconds, at least 2", leaseSeconds)
 	}
 	c.LeaseDuration = time.Duration(n) * time.Second
-	c.PasswordSecrets = os.Getenv("PASSWORD_SECRETS")
-	c.MetricsAddress, c.CustomQueries = os.Getenv("METRICS_ADDRESS"), os.Getenv("CUSTOM_QUERIES")
-	c.FailsafeAddress = os.Getenv("FAILSAFE_ADDRESS")
-	if w := os.Getenv("BACKUP_RETENTION_WINDOW"); w != "" {
+	c.PasswordSecrets = os.Getenv(contract.EnvPasswordSecrets)
+	c.MetricsAddress, c.CustomQueries = os.Getenv(contract.EnvMetricsAddress), os.Getenv(contract.EnvCustomQueries)
+	c.FailsafeAddress = os.Getenv(contract.EnvFailsafeAddress)
+	if w := os.Getenv(contract.EnvBackupRetentionWindow); w != "" {
 		if c.Retention.Window, err = backup.ParseWindow(w); err != nil {
 			return c, fmt.Errorf("BACKUP_RETENTION_WINDOW: %w", err)
 		}
 	}
-	if k := os.Getenv("BACKUP_RETENTION_KEEP"); k != "" {
+	if k := os.Getenv(contract.EnvBackupRetentionKeep); k != "" {
 		if c.Retention.Keep, err = strconv.Atoi(k); err != nil || c.Retention.Keep < 1 {
 			return c, fmt.Errorf("BACKUP_RETENTION_KEEP is %q, want a whole number, at least 1", k)
 		}
@@ -174,21 +176,14 @@ func ConfigFromEnv() (Config, error) {
 	return c, nil
 }
 
-// The files of the operator's ConfigMap, in ConfigDir (internal/specs names
-// them; a test keeps the two in step).
-const (
-	postgresConf = "postgresql.conf"
-	hbaConf      = "pg_hba.conf"
-)
-
 // storeFromEnv reads an object store's variables (prefix ENDPOINT,
 // BUCKET, PATH, REGION, ACCESS_KEY_ID, SECRET_ACCESS_KEY); nil when
 // there is no endpoint.
 func storeFromEnv(prefix string) *backup.Config {
-	if os.Getenv(prefix+"ENDPOINT") == "" {
+	if os.Getenv(prefix+contract.StoreEndpoint) == "" {
 		return nil
 	}
-	return &backup.Config{Endpoint: os.Getenv(prefix + "ENDPOINT"), Bucket: os.Getenv(prefix + "BUCKET"),
-		Path: os.Getenv(prefix + "PATH"), Region: os.Getenv(prefix + "REGION"),
-		AccessKeyID: os.Getenv(prefix + "ACCESS_KEY_ID"), SecretAccessKey: os.Getenv(prefix + "SECRET_ACCESS_KEY")}
+	return &backup.Config{Endpoint: os.Getenv(prefix + contract.StoreEndpoint), Bucket: os.Getenv(prefix + contract.StoreBucket),
+		Path: os.Getenv(prefix + contract.StorePath), Region: os.Getenv(prefix + contract.StoreRegion),
+		AccessKeyID: os.Getenv(prefix + contract.StoreAccessKeyID), SecretAccessKey: os.Getenv(prefix + contract.StoreSecretAccessKey)}
 }

@@ -20,49 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
-
-	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/specs"
 )
-
-// TestConfigFromEnvReadsWhatSpecsSets checks that the instance manager reads
-// every variable internal/specs gives the container, and removes the
-// passwords from its own environment.
-func TestConfigFromEnvReadsWhatSpecsSets(t *testing.T) {
-	db := &databasev1alpha1.MyDatabase{}
-	db.Name, db.Namespace = "orders", "shop"
-	db.Spec.User, db.Spec.DatabaseName = "app", "appdb"
-	for _, e := range specs.Env(db) {
-		switch {
-		case e.Value != nil:
-			t.Setenv(*e.Name, *e.Value)
-		case *e.Name == "POD_NAME":
-			t.Setenv(*e.Name, "orders-1")
-		case *e.Name == "NAMESPACE":
-			t.Setenv(*e.Name, "shop")
-		default: // the Secrets' values
-			t.Setenv(*e.Name, "secret of "+*e.Name)
-		}
-	}
-	c, err := ConfigFromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.BootstrapPod != "orders-0" || c.User != "app" || c.Database != "appdb" || c.PGData != specs.PGDATA ||
-		c.LeaseName != "orders-primary" || c.LeaseDuration != specs.DefaultLeaseDurationSeconds*time.Second ||
-		c.AdvertiseAddress != "$(POD_NAME).orders-headless.shop.svc:5432" || c.TLSDir != specs.TLSDir || c.ReplicationTLSDir != specs.ReplicationTLSDir {
-		t.Errorf("read %+v", c)
-	}
-	if c.Password != "secret of POSTGRES_PASSWORD" || c.ReplicationPassword != "secret of REPLICATION_PASSWORD" {
-		t.Errorf("passwords %q, %q", c.Password, c.ReplicationPassword)
-	}
-	for _, v := range secretVars {
-		if _, set := os.LookupEnv(v); set {
-			t.Errorf("%s is still in the environment", v)
-		}
-	}
-}
 
 func TestConfigFromEnvNamesWhatIsMissing(t *testing.T) {
 	for _, v := range []string{"POD_NAME", "PGDATA", "PGHOST", "PGPORT", "CONFIG_DIR", "POSTGRES_USER", "POSTGRES_DB",
@@ -76,15 +34,6 @@ func TestConfigFromEnvNamesWhatIsMissing(t *testing.T) {
 	_, err := ConfigFromEnv()
 	if err == nil || err.Error() != "the container environment lacks PGDATA, REPLICATION_TLS_DIR" {
 		t.Fatalf("error %v", err)
-	}
-}
-
-// TestConfigFilesAreTheConfigMaps: the server reads the files the operator
-// writes into its ConfigMap.
-func TestConfigFilesAreTheConfigMaps(t *testing.T) {
-	if postgresConf != specs.PostgresConfKey || hbaConf != specs.HBAConfKey {
-		t.Errorf("the instance manager reads %s and %s, the ConfigMap holds %s and %s",
-			postgresConf, hbaConf, specs.PostgresConfKey, specs.HBAConfKey)
 	}
 }
 

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"fmt"
 
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 )
 
 // The HA loop observes, decides, then acts. decide and elect are the
@@ -140,7 +140,7 @@ func decide(s situation) action {
 // holder is never waited for. With a required synchronous quorum, no one
 // wins before electors candidates (this one included) have stood: only
 // then is every acknowledged commit sure to be on one of them
-// (specs.Quorum.Electors). When it does not win, the error says why, if
+// (contract.Quorum.Electors). When it does not win, the error says why, if
 // not simply because another is ahead.
 func elect(me string, mine position, term string, peers []peer, lastHolder string, patient bool, electors int) (bool, error) {
 	stood := 1
@@ -152,7 +152,7 @@ func elect(me string, mine position, term string, peers []peer, lastHolder strin
 			}
 			continue
 		}
-		lsn, err := report.LSN(r.Candidate.LSN)
+		lsn, err := contract.LSN(r.Candidate.LSN)
 		if err != nil {
 			continue
 		}

@@ -3,7 +3,7 @@ package instance
 import (
 	"testing"
 
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 )
 
 func TestDecide(t *testing.T) {
@@ -87,15 +87,15 @@ func TestDecide(t *testing.T) {
 
 func TestElect(t *testing.T) {
 	stood := func(name, term, lsn string) peer {
-		return peer{name: name, report: &report.Report{Ready: true, Candidate: &report.Candidacy{Term: term, LSN: lsn, Timeline: 1}}}
+		return peer{name: name, report: &contract.Report{Ready: true, Candidate: &contract.Candidacy{Term: term, LSN: lsn, Timeline: 1}}}
 	}
 	// onTimeline is a candidacy on timeline tli; 0: an older instance
 	// manager's, which does not say.
 	onTimeline := func(name, lsn string, tli int64) peer {
-		return peer{name: name, report: &report.Report{Ready: true, Candidate: &report.Candidacy{Term: "7", LSN: lsn, Timeline: tli}}}
+		return peer{name: name, report: &contract.Report{Ready: true, Candidate: &contract.Candidacy{Term: "7", LSN: lsn, Timeline: tli}}}
 	}
-	silent := func(name string) peer { return peer{name: name, report: &report.Report{Ready: true}} }
-	stopped := func(name string) peer { return peer{name: name, report: &report.Report{}} }
+	silent := func(name string) peer { return peer{name: name, report: &contract.Report{Ready: true}} }
+	stopped := func(name string) peer { return peer{name: name, report: &contract.Report{}} }
 	for name, tc := range map[string]struct {
 		me       string
 		mine     uint64

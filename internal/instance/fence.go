@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
-	"example.com/myoperator/internal/specs"
+	"example.com/myoperator/internal/contract"
 )
 
 // The fence: a primary acknowledges a commit only while its instance
@@ -54,7 +54,7 @@ type fence struct {
 	mu     sync.Mutex
 	until  time.Time
 	now    func() time.Time
-	quorum specs.Quorum
+	quorum contract.Quorum
 	// streaming: the witness streams from the server.
 	streaming bool
 }
@@ -82,13 +82,13 @@ func (f *fence) awaitStreaming(ctx context.Context, d time.Duration) bool {
 }
 
 // setQuorum sets the quorum that confirmations wait for from now on.
-func (f *fence) setQuorum(q specs.Quorum) {
+func (f *fence) setQuorum(q contract.Quorum) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.quorum = q
 }
 
-func (f *fence) quorumNow() specs.Quorum {
+func (f *fence) quorumNow() contract.Quorum {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.quorum
@@ -228,7 +228,7 @@ func (c Config) isInstance(name string) bool {
 // received: as far as q.Synchronous members have flushed it. With fewer
 // members streaming, a required quorum confirms nothing more; a preferred
 // one waits for those that stream, or for none.
-func (s *standbys) quorumFlushed(ctx context.Context, q specs.Quorum, received pglogrepl.LSN) (pglogrepl.LSN, error) {
+func (s *standbys) quorumFlushed(ctx context.Context, q contract.Quorum, received pglogrepl.LSN) (pglogrepl.LSN, error) {
 	if s.conn == nil {
 		conn, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres application_name=%s",
 			s.c.SocketDir, s.c.Port, fenceName+"_quorum"))

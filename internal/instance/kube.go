@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 )
 
 // kube is what the instance manager asks of the API server: its Lease,
@@ -127,13 +127,13 @@ func watchNamed[T runtime.Object, V any](ctx context.Context, watch func(context
 // publish writes the report on this pod, and its role label, in one
 // patch: primary only while it runs a ready primary, so that a stopped or
 // fenced former primary leaves the read-write Service at once.
-func (k *kube) publish(ctx context.Context, r report.Report) error {
+func (k *kube) publish(ctx context.Context, r contract.Report) error {
 	role := databasev1alpha1.RoleReplica
 	if r.Role == databasev1alpha1.RolePrimary && r.Ready {
 		role = databasev1alpha1.RolePrimary
 	}
 	meta := map[string]any{
-		"annotations": map[string]string{databasev1alpha1.AnnotationInstance: r.String()},
+		"annotations": map[string]string{contract.AnnotationInstance: r.String()},
 		"labels":      map[string]string{databasev1alpha1.LabelRole: role},
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": meta})
@@ -149,7 +149,7 @@ func (k *kube) publish(ctx context.Context, r report.Report) error {
 // peer is another instance of the same MyDatabase.
 type peer struct {
 	name   string
-	report *report.Report // nil when it has not reported or cannot be read
+	report *contract.Report // nil when it has not reported or cannot be read
 }
 
 // peers lists the other instances and their reports.
@@ -172,7 +172,7 @@ func (k *kube) peers(ctx context.Context) ([]peer, error) {
 }
 
 // report reads the report of the named pod.
-func (k *kube) report(ctx context.Context, pod string) (*report.Report, error) {
+func (k *kube) report(ctx context.Context, pod string) (*contract.Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, k.timeout)
 	defer cancel()
 	p, err := k.pods.Get(ctx, pod, metav1.GetOptions{})
@@ -182,12 +182,12 @@ func (k *kube) report(ctx context.Context, pod string) (*report.Report, error) {
 	return podReport(p), nil
 }
 
-func podReport(p *corev1.Pod) *report.Report {
-	v, ok := p.Annotations[databasev1alpha1.AnnotationInstance]
+func podReport(p *corev1.Pod) *contract.Report {
+	v, ok := p.Annotations[contract.AnnotationInstance]
 	if !ok {
 		return nil
 	}
-	r, err := report.Parse(v)
+	r, err := contract.Parse(v)
 	if err != nil {
 		return nil
 	}

@@ -12,9 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/instance/report"
-	"example.com/myoperator/internal/specs"
+	"example.com/myoperator/internal/contract"
 )
 
 // timing holds every delay of the HA loop. They all derive from one
@@ -65,7 +63,7 @@ type leaseView struct {
 	handoff uint64
 	// quorum is what the operator asks of replication and elections;
 	// quorumErr says why it could not be read (it is then asynchronous).
-	quorum    specs.Quorum
+	quorum    contract.Quorum
 	quorumErr error
 }
 
@@ -76,7 +74,7 @@ type leaseView struct {
 const timelineAnnotation = "database.example.com/timeline"
 
 // handoffAnnotation on the Lease is the end of the WAL of the primary that
-// handed the Lease over (databasev1alpha1.AnnotationSwitchoverTo asked it
+// handed the Lease over (contract.AnnotationSwitchoverTo asked it
 // to), which the new holder must have received before it promotes; its
 // first renewal removes it.
 const handoffAnnotation = "database.example.com/handoff-lsn"
@@ -174,15 +172,15 @@ func (l *leases) view() leaseView {
 	spec := l.lease.Spec
 	holder := ptr.Deref(spec.HolderIdentity, "")
 	tli, _ := strconv.ParseInt(l.lease.Annotations[timelineAnnotation], 10, 64)
-	handoff, _ := report.LSN(l.lease.Annotations[handoffAnnotation])
-	quorum, qerr := specs.ParseQuorum(l.lease.Annotations[specs.AnnotationQuorum])
+	handoff, _ := contract.LSN(l.lease.Annotations[handoffAnnotation])
+	quorum, qerr := contract.ParseQuorum(l.lease.Annotations[contract.AnnotationQuorum])
 	return leaseView{
 		holder:       holder,
 		version:      l.lease.ResourceVersion,
 		expired:      holder == "" || l.now().Sub(l.seenAt) >= l.duration(),
 		transitions:  ptr.Deref(spec.LeaseTransitions, 0),
 		timeline:     tli,
-		switchoverTo: l.lease.Annotations[databasev1alpha1.AnnotationSwitchoverTo],
+		switchoverTo: l.lease.Annotations[contract.AnnotationSwitchoverTo],
 		handoff:      handoff,
 		quorum:       quorum,
 		quorumErr:    qerr,
@@ -201,7 +199,7 @@ func (l *leases) take(ctx context.Context, timeline int64) (time.Time, error) {
 	taken := holderOf(l.lease) != l.k.c.PodName
 	lease := l.held(l.k.c.PodName)
 	if taken {
-		delete(lease.Annotations, databasev1alpha1.AnnotationSwitchoverTo)
+		delete(lease.Annotations, contract.AnnotationSwitchoverTo)
 	}
 	if known, _ := strconv.ParseInt(lease.Annotations[timelineAnnotation], 10, 64); timeline > known {
 		lease.Annotations[timelineAnnotation] = strconv.FormatInt(timeline, 10)
@@ -262,8 +260,8 @@ func (l *leases) handOver(ctx context.Context, target string, end uint64) error 
 		return errNotHolder
 	}
 	lease := l.held(target)
-	lease.Annotations[handoffAnnotation] = report.FormatLSN(end)
-	delete(lease.Annotations, databasev1alpha1.AnnotationSwitchoverTo)
+	lease.Annotations[handoffAnnotation] = contract.FormatLSN(end)
+	delete(lease.Annotations, contract.AnnotationSwitchoverTo)
 	_, err := l.update(ctx, lease)
 	return err
 }

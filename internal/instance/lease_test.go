@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 )
 
 // TestExpiryUsesTheHoldersDuration: while a change of the Lease duration
@@ -57,7 +57,7 @@ func TestExpiryUsesTheHoldersDuration(t *testing.T) {
 func TestATakeDropsTheSwitchoverRequest(t *testing.T) {
 	ctx := context.Background()
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db-primary",
-		Annotations: map[string]string{databasev1alpha1.AnnotationSwitchoverTo: "db-2"}},
+		Annotations: map[string]string{contract.AnnotationSwitchoverTo: "db-2"}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: new("db-0")}}
 	cs := fake.NewClientset(lease)
 	k := &kube{leases: cs.CoordinationV1().Leases("shop"), c: Config{PodName: "db-1", LeaseName: "db-primary"}, timeout: time.Second}
@@ -72,13 +72,13 @@ func TestATakeDropsTheSwitchoverRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if to, ok := got.Annotations[databasev1alpha1.AnnotationSwitchoverTo]; ok || holderOf(got) != "db-1" ||
+	if to, ok := got.Annotations[contract.AnnotationSwitchoverTo]; ok || holderOf(got) != "db-1" ||
 		got.Annotations[timelineAnnotation] != "2" {
 		t.Fatalf("after the take: holder %q, switchover-to %q (%t), timeline %q; want db-1, none, 2",
 			holderOf(got), to, ok, got.Annotations[timelineAnnotation])
 	}
 	// A request made of db-1 while it holds the Lease survives its renewal.
-	got.Annotations[databasev1alpha1.AnnotationSwitchoverTo] = "db-2"
+	got.Annotations[contract.AnnotationSwitchoverTo] = "db-2"
 	if _, err := k.leases.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestATakeDropsTheSwitchoverRequest(t *testing.T) {
 	if _, err := l.renew(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := k.leases.Get(ctx, "db-primary", metav1.GetOptions{}); got.Annotations[databasev1alpha1.AnnotationSwitchoverTo] != "db-2" {
+	if got, _ := k.leases.Get(ctx, "db-primary", metav1.GetOptions{}); got.Annotations[contract.AnnotationSwitchoverTo] != "db-2" {
 		t.Fatalf("a renewal dropped the request made of its holder: %v", got.Annotations)
 	}
 }

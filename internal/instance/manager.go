@@ -13,7 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 )
 
 // manager runs one instance: the HA loop, the server, the fence.
@@ -36,14 +36,14 @@ type manager struct {
 	peersReadAt   time.Time
 	// backups is the object store's base backups at the last look
 	// (watchBackups), for the report.
-	backups atomic.Pointer[report.Backups]
+	backups atomic.Pointer[contract.Backups]
 	// backupRun is the last base backup asked of this instance
 	// (backuprun.go), for the report.
-	backupRun atomic.Pointer[report.BackupRun]
+	backupRun atomic.Pointer[contract.BackupRun]
 	// restore is the restore of this instance's data while it runs or
 	// after it failed (restore.go), for the report; restoreRetryAt is when
 	// a failed one is tried again.
-	restore        atomic.Pointer[report.Restore]
+	restore        atomic.Pointer[contract.Restore]
 	restoreRetryAt time.Time
 
 	server    *server
@@ -53,9 +53,9 @@ type manager struct {
 	renewed   time.Time // start of the last successful renewal or take
 	stopFence context.CancelFunc
 
-	pw       *passwords    // password rotation (rotate.go)
-	sent     report.Report // the last report published
-	logged   string        // the last message of logOnce
+	pw       *passwords      // password rotation (rotate.go)
+	sent     contract.Report // the last report published
+	logged   string          // the last message of logOnce
 	standing struct {
 		term  string
 		since time.Time
@@ -205,7 +205,7 @@ func (m *manager) turn(ctx context.Context) {
 
 // act carries out an action. It returns the candidacy to report when it
 // stood for election.
-func (m *manager) act(ctx context.Context, a action, s situation, obs observation) (*report.Candidacy, error) {
+func (m *manager) act(ctx context.Context, a action, s situation, obs observation) (*contract.Candidacy, error) {
 	switch a {
 	case initialise:
 		if time.Now().Before(m.restoreRetryAt) {
@@ -258,7 +258,7 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs observatio
 		m.logOnce(err)
 		return m.act(ctx, renew, s, obs)
 	case release:
-		m.log("the WAL here ends before %s, where the Lease's last holder stopped: giving the Lease up", report.FormatLSN(s.lease.handoff))
+		m.log("the WAL here ends before %s, where the Lease's last holder stopped: giving the Lease up", contract.FormatLSN(s.lease.handoff))
 		return nil, m.leases.release(ctx)
 	case fenceOff:
 		m.fence.close()
@@ -291,7 +291,7 @@ func (m *manager) take(ctx context.Context, timeline int64) error {
 // stand publishes this instance's candidacy in the election of the
 // expired Lease's version, and takes the Lease and promotes if elect says
 // it has won.
-func (m *manager) stand(ctx context.Context, s situation, obs observation) (*report.Candidacy, error) {
+func (m *manager) stand(ctx context.Context, s situation, obs observation) (*contract.Candidacy, error) {
 	if !s.ready {
 		return nil, nil
 	}
@@ -299,7 +299,7 @@ func (m *manager) stand(ctx context.Context, s situation, obs observation) (*rep
 	if m.standing.term != term {
 		m.standing.term, m.standing.since = term, time.Now()
 	}
-	me := &report.Candidacy{Term: term, LSN: report.FormatLSN(obs.lsn), Timeline: obs.timeline}
+	me := &contract.Candidacy{Term: term, LSN: contract.FormatLSN(obs.lsn), Timeline: obs.timeline}
 	// Stand publicly before looking at the others: two candidates never
 	// both see only themselves.
 	m.report(ctx, me, &obs)
@@ -550,8 +550,8 @@ func (m *manager) startFence() {
 // report publishes this instance's report when it changed materially, or
 // its WAL positions changed and MinInterval has passed. seen is what the
 // running server answered, nil to ask it.
-func (m *manager) report(ctx context.Context, candidate *report.Candidacy, seen *observation) {
-	r := report.Report{Address: m.c.AdvertiseAddress, Failsafe: m.c.failsafeAddress(), Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
+func (m *manager) report(ctx context.Context, candidate *contract.Candidacy, seen *observation) {
+	r := contract.Report{Address: m.c.AdvertiseAddress, Failsafe: m.c.failsafeAddress(), Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
 		Passwords: m.acceptedPasswords(), Backup: m.backupRun.Load(), Restore: m.restore.Load()}
 	if m.role != stopped && seen == nil {
 		if o, err := m.observe(ctx); err == nil && o.primary == (m.role == asPrimary) {
@@ -560,15 +560,15 @@ func (m *manager) report(ctx context.Context, candidate *report.Candidacy, seen 
 	}
 	if o := seen; o != nil && m.role != stopped {
 		r.Ready, r.SystemID, r.Timeline = true, o.systemID, o.timeline
-		r.LSN = report.FormatLSN(o.lsn)
+		r.LSN = contract.FormatLSN(o.lsn)
 		r.Role = databasev1alpha1.RoleReplica
 		if o.primary {
 			r.Role, r.Archive = databasev1alpha1.RolePrimary, o.archive
 		} else {
-			r.Replayed = report.FormatLSN(o.replayed)
+			r.Replayed = contract.FormatLSN(o.replayed)
 		}
 	}
-	if !m.sent.Material(r) && (r.LSN == m.sent.LSN || r.Time.Sub(m.sent.Time) < report.MinInterval) {
+	if !m.sent.Material(r) && (r.LSN == m.sent.LSN || r.Time.Sub(m.sent.Time) < contract.MinInterval) {
 		return
 	}
 	if err := m.kube.publish(ctx, r); err != nil {

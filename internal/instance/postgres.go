@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 )
 
 // server is a running postgres, this process's child.
@@ -79,7 +79,7 @@ func (s *server) stop(patience time.Duration) {
 // it is promoted.
 func (c Config) serverArgs() []string {
 	return append([]string{"-D", c.PGData,
-		"-c", "config_file=" + c.ConfigDir + "/" + postgresConf, "-c", "hba_file=" + c.ConfigDir + "/" + hbaConf,
+		"-c", "config_file=" + c.ConfigDir + "/" + contract.PostgresConfFile, "-c", "hba_file=" + c.ConfigDir + "/" + contract.HBAConfFile,
 		"-c", "unix_socket_directories=" + c.SocketDir, "-c", "port=" + c.Port,
 		"-c", "synchronous_standby_names=" + fenceName}, append(c.tlsArgs(), c.archiveArgs()...)...)
 }
@@ -114,7 +114,7 @@ type observation struct {
 	timeline int64
 	lsn      uint64 // primary: current; replica: received, or replayed if more
 	replayed uint64
-	archive  *report.Archive // primary, with spec.backup
+	archive  *contract.Archive // primary, with spec.backup
 }
 
 // observe asks the local server, through its socket, as the postgres OS
@@ -154,16 +154,16 @@ func (m *manager) observeAt(ctx context.Context, dir string) (observation, error
 				o.timeline = t
 			}
 		}
-		if o.lsn, err = report.LSN(deref(current)); err != nil {
+		if o.lsn, err = contract.LSN(deref(current)); err != nil {
 			return o, err
 		}
 		o.archive, err = m.observeArchive(ctx, conn)
 		return o, err
 	}
-	if o.replayed, err = report.LSN(deref(replayed)); err != nil {
+	if o.replayed, err = contract.LSN(deref(replayed)); err != nil {
 		return o, err
 	}
-	if o.lsn, err = report.LSN(deref(received)); err != nil {
+	if o.lsn, err = contract.LSN(deref(received)); err != nil {
 		return o, err
 	}
 	o.lsn = max(o.lsn, o.replayed)
@@ -233,14 +233,14 @@ func (m *manager) afterPromotion(ctx context.Context) error {
 			return err
 		}
 		var hasPassword bool
-		if err := conn.QueryRow(ctx, "SELECT rolpassword IS NOT NULL FROM pg_catalog.pg_authid WHERE rolname = $1", replicationRole).Scan(&hasPassword); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT rolpassword IS NOT NULL FROM pg_catalog.pg_authid WHERE rolname = $1", contract.ReplicationRole).Scan(&hasPassword); err != nil {
 			return err
 		}
 		if hasPassword {
-			if _, err := conn.Exec(ctx, "ALTER ROLE "+replicationRole+" PASSWORD NULL"); err != nil {
+			if _, err := conn.Exec(ctx, "ALTER ROLE "+contract.ReplicationRole+" PASSWORD NULL"); err != nil {
 				return err
 			}
-			m.log("removed the password of role %s: replicas authenticate by certificate", replicationRole)
+			m.log("removed the password of role %s: replicas authenticate by certificate", contract.ReplicationRole)
 		}
 		return nil
 	})

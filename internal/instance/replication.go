@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"example.com/myoperator/internal/contract"
 )
 
 // A replica connects to the primary (streaming, pg_basebackup, pg_rewind,
@@ -29,9 +31,6 @@ import (
 // removes the role's password (afterPromotion), and its pg_hba.conf
 // accepts only the certificate.
 
-// replicationRole is the role the replicas connect as (specs.ReplicationRole).
-const replicationRole = "replicator"
-
 // replicationConninfo are the libpq keywords of a connection to the
 // primary at address, and how it authenticates: the certificate, or the
 // legacy password when the primary refuses the certificate and this
@@ -46,7 +45,7 @@ func (m *manager) replicationConninfo(ctx context.Context, address string) (stri
 	if _, err := m.c.copyTLS(); err != nil {
 		return "", err
 	}
-	base := fmt.Sprintf("host=%s port=%s user=%s connect_timeout=5", host, port, replicationRole)
+	base := fmt.Sprintf("host=%s port=%s user=%s connect_timeout=5", host, port, contract.ReplicationRole)
 	byCert := base + fmt.Sprintf(" sslmode=verify-ca sslrootcert=%s sslcert=%s sslkey=%s",
 		m.c.tlsCopy(serverCA), m.c.tlsCopy(clientCert), m.c.tlsCopy(clientKey))
 	if m.c.ReplicationPassword == "" {
@@ -82,7 +81,7 @@ func (m *manager) dialReplication(ctx context.Context, conninfo string) (*pgconn
 func (c Config) writePassfile() error {
 	p := strings.NewReplacer(`\`, `\\`, `:`, `\:`).Replace(c.ReplicationPassword)
 	tmp := c.passfile() + ".tmp"
-	if err := os.WriteFile(tmp, []byte("*:*:*:"+replicationRole+":"+p+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte("*:*:*:"+contract.ReplicationRole+":"+p+"\n"), 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, c.passfile())

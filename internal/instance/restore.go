@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"example.com/myoperator/internal/backup"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 )
 
 // Restore is where a new primary's data comes from instead of initdb
@@ -36,20 +36,20 @@ type RecoveryTarget struct {
 
 // restoreFromEnv reads RESTORE_*; nil when there is no store.
 func restoreFromEnv() (*Restore, error) {
-	store := storeFromEnv("RESTORE_")
+	store := storeFromEnv(contract.RestoreStore)
 	if store == nil {
 		return nil, nil
 	}
-	r := &Restore{Store: *store, BackupID: os.Getenv("RESTORE_BACKUP_ID")}
-	if t := os.Getenv("RESTORE_TARGET_TIME"); t != "" {
+	r := &Restore{Store: *store, BackupID: os.Getenv(contract.EnvRestoreBackupID)}
+	if t := os.Getenv(contract.EnvRestoreTargetTime); t != "" {
 		at, err := time.Parse(time.RFC3339Nano, t)
 		if err != nil {
 			return nil, fmt.Errorf("RESTORE_TARGET_TIME %q is not an RFC 3339 time: %w", t, err)
 		}
 		r.Target.Time = at
 	}
-	r.Target.LSN, r.Target.Name = os.Getenv("RESTORE_TARGET_LSN"), os.Getenv("RESTORE_TARGET_NAME")
-	r.Target.Immediate = os.Getenv("RESTORE_TARGET_IMMEDIATE") == "true"
+	r.Target.LSN, r.Target.Name = os.Getenv(contract.EnvRestoreTargetLSN), os.Getenv(contract.EnvRestoreTargetName)
+	r.Target.Immediate = os.Getenv(contract.EnvRestoreTargetImmediate) == "true"
 	return r, nil
 }
 
@@ -161,7 +161,7 @@ type restoreWatch struct {
 // from then on follows recovery's fetches until stop.
 func (m *manager) watchRestore(ctx context.Context, id, message string) *restoreWatch {
 	_ = os.Remove(filepath.Join(m.c.SocketDir, walFetchRecordFile))
-	m.restore.Store(&report.Restore{BackupID: id, Phase: report.RestoreRunning, Message: message})
+	m.restore.Store(&contract.Restore{BackupID: id, Phase: contract.RestoreRunning, Message: message})
 	m.report(ctx, nil, nil)
 	ctx, cancel := context.WithCancel(ctx)
 	w := &restoreWatch{m: m, id: id, cancel: cancel}
@@ -193,14 +193,14 @@ type restoreProgress struct {
 // see takes the record r, read at now, and says where the restore stands:
 // stalled once the record has not changed for restoreStallAfter (recovery
 // asks again and again for one file, or a fetch hangs).
-func (p *restoreProgress) see(r fetchRecord, now time.Time) *report.Restore {
+func (p *restoreProgress) see(r fetchRecord, now time.Time) *contract.Restore {
 	if p.since.IsZero() || r.Name != p.last.Name || r.Found != p.last.Found {
 		p.since = now
 	}
 	if p.last = r; r.Found {
 		p.fetched = r.Name
 	}
-	st := &report.Restore{BackupID: p.id, Phase: report.RestoreRunning, LastWAL: p.fetched,
+	st := &contract.Restore{BackupID: p.id, Phase: contract.RestoreRunning, LastWAL: p.fetched,
 		Message: "replaying the archive: " + r.describe()}
 	if idle := now.Sub(p.since); idle >= restoreStallAfter {
 		st.Stalled = true
@@ -219,7 +219,7 @@ func (w *restoreWatch) stop(err error) {
 		return
 	}
 	w.m.restoreRetryAt = time.Now().Add(restoreRetryAfter)
-	w.m.restore.Store(&report.Restore{BackupID: w.id, Phase: report.RestoreFailed,
+	w.m.restore.Store(&contract.Restore{BackupID: w.id, Phase: contract.RestoreFailed,
 		Message: fmt.Sprintf("%v; tried again every %s", err, restoreRetryAfter)})
 }
 

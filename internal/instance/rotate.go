@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/instance/scram"
 )
 
@@ -124,7 +124,7 @@ func (m *manager) keepPassword(ctx context.Context, src passwordSource) error {
 			m.pw.accepted[src.secret] = secret.ResourceVersion
 			return nil
 		}
-		m.pw.accepted[src.secret] = report.PasswordRefused + secret.ResourceVersion
+		m.pw.accepted[src.secret] = contract.PasswordRefused + secret.ResourceVersion
 		return fmt.Errorf("the password in Secret %s: %w", src.secret, scram.ErrUnsupported)
 	}
 	ok, err := m.accepts(ctx, src.role, password)

@@ -25,8 +25,9 @@ import (
 	"syscall"
 	"time"
 
-	"example.com/myoperator/internal/backup"
 	"golang.org/x/sys/unix"
+
+	"example.com/myoperator/internal/backup"
 
 	"example.com/myoperator/internal/instance/pgmetrics"
 )

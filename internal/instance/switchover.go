@@ -7,13 +7,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 )
 
 // A switchover is a planned change of primary, with no commit lost:
 //
 //  1. The operator names the target in the Lease
-//     (databasev1alpha1.AnnotationSwitchoverTo).
+//     (contract.AnnotationSwitchoverTo).
 //  2. The primary waits until the target streams from it and is less than
 //     maxHandOverLag behind, renewing the Lease meanwhile.
 //  3. It stops its server: a fast shutdown, which ends every session,
@@ -57,7 +57,7 @@ func (m *manager) handOver(ctx context.Context, target string) (bool, error) {
 	if err := m.leases.handOver(ctx, target, end); err != nil {
 		return true, fmt.Errorf("switchover to %s: handing over the Lease: %w", target, err)
 	}
-	m.log("handed the Lease to %s, WAL ends at %s", target, report.FormatLSN(end))
+	m.log("handed the Lease to %s, WAL ends at %s", target, contract.FormatLSN(end))
 	return true, nil
 }
 
@@ -92,5 +92,5 @@ func (m *manager) walEnd(ctx context.Context) (uint64, error) {
 	if state := control["Database cluster state"]; state != "shut down" {
 		return 0, fmt.Errorf("the server did not shut down cleanly (%q)", state)
 	}
-	return report.LSN(control["Latest checkpoint location"])
+	return contract.LSN(control["Latest checkpoint location"])
 }

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"syscall"
 
-	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 )
 
 // A major version upgrade of a stopped primary's data directory with
@@ -72,9 +72,9 @@ func (e *UpgradeError) Error() string { return e.Reason }
 // ExitCode is the contract with the operator (api/v1alpha1).
 func (e *UpgradeError) ExitCode() int {
 	if e.Untouched {
-		return databasev1alpha1.UpgradeExitOldDataUntouched
+		return contract.UpgradeExitOldDataUntouched
 	}
-	return databasev1alpha1.UpgradeExitPastPointOfNoReturn
+	return contract.UpgradeExitPastPointOfNoReturn
 }
 
 func untouched(format string, args ...any) error {

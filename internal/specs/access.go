@@ -1,14 +1,12 @@
 package specs
 
 import (
-	"encoding/json"
-	"fmt"
-
 	coordinationv1ac "k8s.io/client-go/applyconfigurations/coordination/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 )
 
 // ComponentInstance labels what the instance managers use: their
@@ -19,70 +17,23 @@ const ComponentInstance = "instance"
 // managers take, renew and release it (internal/instance). The operator
 // creates it, so that it carries an owner reference and goes with the
 // MyDatabase, reads its holder, and keeps on it the quorum the instance
-// managers replicate and elect by (AnnotationQuorum): there a change needs
+// managers replicate and elect by (contract.AnnotationQuorum): there a change needs
 // no pod restart.
 func Lease(db *databasev1alpha1.MyDatabase) *coordinationv1ac.LeaseApplyConfiguration {
 	return coordinationv1ac.Lease(LeaseName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentInstance)).
-		WithAnnotations(map[string]string{AnnotationQuorum: QuorumOf(db).String()}).
+		WithAnnotations(map[string]string{contract.AnnotationQuorum: QuorumOf(db).String()}).
 		WithOwnerReferences(ownerReferenceApply(db))
 }
 
-// AnnotationQuorum on the primary Lease is the MyDatabase's Quorum.
-const AnnotationQuorum = "database.example.com/quorum"
-
-// Quorum is what synchronous replication asks of the instance managers.
-type Quorum struct {
-	// Instances is spec.replicas: the primary and its replicas.
-	Instances int32 `json:"instances"`
-	// Synchronous is how many replicas must have flushed a commit before
-	// it is acknowledged; 0 for asynchronous replication.
-	Synchronous int32 `json:"synchronous,omitempty"`
-	// Required: a commit waits for Synchronous replicas even when fewer
-	// stream, and a failover needs the candidacies of enough replicas to
-	// be sure of every acknowledged commit (Electors).
-	Required bool `json:"required,omitempty"`
-}
-
 // QuorumOf is the quorum spec.replication asks for.
-func QuorumOf(db *databasev1alpha1.MyDatabase) Quorum {
-	q := Quorum{Instances: Replicas(db)}
+func QuorumOf(db *databasev1alpha1.MyDatabase) contract.Quorum {
+	q := contract.Quorum{Instances: Replicas(db)}
 	if sync := db.Spec.Replication.Synchronous; sync != nil {
 		q.Synchronous = sync.Number
 		q.Required = sync.Durability != databasev1alpha1.DurabilityPreferred
 	}
 	return q
-}
-
-// Electors is how many replicas' positions an election must know to be
-// sure to find every acknowledged commit: each one is on at least
-// Synchronous of the Instances-1 replicas, so any Instances-Synchronous of
-// them include one that holds it (R + W > N, with W = Synchronous+1
-// counting the primary). 1 (the candidate itself) unless the quorum is
-// required.
-func (q Quorum) Electors() int {
-	if !q.Required || q.Synchronous == 0 {
-		return 1
-	}
-	return int(q.Instances - q.Synchronous)
-}
-
-func (q Quorum) String() string {
-	b, _ := json.Marshal(q) // a Quorum always marshals
-	return string(b)
-}
-
-// ParseQuorum reads a Quorum from the annotation; an empty value is
-// asynchronous replication.
-func ParseQuorum(s string) (Quorum, error) {
-	var q Quorum
-	if s == "" {
-		return q, nil
-	}
-	if err := json.Unmarshal([]byte(s), &q); err != nil {
-		return q, fmt.Errorf("annotation %s: %w", AnnotationQuorum, err)
-	}
-	return q, nil
 }
 
 // InstanceServiceAccount is the identity of the database pods.

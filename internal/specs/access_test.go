@@ -8,6 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 )
 
 // TestInstanceRoleIsNarrow: an instance manager may change its Lease and
@@ -55,20 +56,20 @@ func TestQuorumOnTheLease(t *testing.T) {
 	for name, tc := range map[string]struct {
 		replicas int32
 		sync     *databasev1alpha1.SynchronousReplication
-		want     Quorum
+		want     contract.Quorum
 		electors int
 	}{
-		"asynchronous":           {3, nil, Quorum{Instances: 3}, 1},
-		"one of two replicas":    {3, &databasev1alpha1.SynchronousReplication{Number: 1, Durability: databasev1alpha1.DurabilityRequired}, Quorum{3, 1, true}, 2},
-		"two of two replicas":    {3, &databasev1alpha1.SynchronousReplication{Number: 2}, Quorum{3, 2, true}, 1},
-		"two of four, preferred": {5, &databasev1alpha1.SynchronousReplication{Number: 2, Durability: databasev1alpha1.DurabilityPreferred}, Quorum{5, 2, false}, 1},
-		"two of four, required":  {5, &databasev1alpha1.SynchronousReplication{Number: 2, Durability: databasev1alpha1.DurabilityRequired}, Quorum{5, 2, true}, 3},
+		"asynchronous":           {3, nil, contract.Quorum{Instances: 3}, 1},
+		"one of two replicas":    {3, &databasev1alpha1.SynchronousReplication{Number: 1, Durability: databasev1alpha1.DurabilityRequired}, contract.Quorum{Instances: 3, Synchronous: 1, Required: true}, 2},
+		"two of two replicas":    {3, &databasev1alpha1.SynchronousReplication{Number: 2}, contract.Quorum{Instances: 3, Synchronous: 2, Required: true}, 1},
+		"two of four, preferred": {5, &databasev1alpha1.SynchronousReplication{Number: 2, Durability: databasev1alpha1.DurabilityPreferred}, contract.Quorum{Instances: 5, Synchronous: 2, Required: false}, 1},
+		"two of four, required":  {5, &databasev1alpha1.SynchronousReplication{Number: 2, Durability: databasev1alpha1.DurabilityRequired}, contract.Quorum{Instances: 5, Synchronous: 2, Required: true}, 3},
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := db(func(d *databasev1alpha1.MyDatabase) {
 				d.Spec.Replicas, d.Spec.Replication.Synchronous = new(tc.replicas), tc.sync
 			})
-			got, err := ParseQuorum(Lease(d).Annotations[AnnotationQuorum])
+			got, err := contract.ParseQuorum(Lease(d).Annotations[contract.AnnotationQuorum])
 			if err != nil || got != tc.want {
 				t.Fatalf("quorum on the Lease %+v (%v), want %+v", got, err, tc.want)
 			}

@@ -7,6 +7,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 )
 
 // Keys of an object store's credentials Secret.
@@ -47,21 +48,21 @@ func backupEnv(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfigura
 			return corev1ac.EnvVarSource().WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(s.CredentialsSecret).WithKey(key))
 		}
 		env = append(env,
-			corev1ac.EnvVar().WithName(prefix+"ENDPOINT").WithValue(s.Endpoint),
-			corev1ac.EnvVar().WithName(prefix+"BUCKET").WithValue(s.Bucket),
-			corev1ac.EnvVar().WithName(prefix+"PATH").WithValue(path),
-			corev1ac.EnvVar().WithName(prefix+"REGION").WithValue(s.Region),
-			corev1ac.EnvVar().WithName(prefix+"ACCESS_KEY_ID").WithValueFrom(secret(ObjectStoreAccessKeyIDKey)),
-			corev1ac.EnvVar().WithName(prefix+"SECRET_ACCESS_KEY").WithValueFrom(secret(ObjectStoreSecretAccessKeyKey)))
+			corev1ac.EnvVar().WithName(prefix+contract.StoreEndpoint).WithValue(s.Endpoint),
+			corev1ac.EnvVar().WithName(prefix+contract.StoreBucket).WithValue(s.Bucket),
+			corev1ac.EnvVar().WithName(prefix+contract.StorePath).WithValue(path),
+			corev1ac.EnvVar().WithName(prefix+contract.StoreRegion).WithValue(s.Region),
+			corev1ac.EnvVar().WithName(prefix+contract.StoreAccessKeyID).WithValueFrom(secret(ObjectStoreAccessKeyIDKey)),
+			corev1ac.EnvVar().WithName(prefix+contract.StoreSecretAccessKey).WithValueFrom(secret(ObjectStoreSecretAccessKeyKey)))
 	}
 	if b := db.Spec.Backup; b != nil {
-		store("BACKUP_", b.ObjectStore, BackupPath(db))
+		store(contract.BackupStore, b.ObjectStore, BackupPath(db))
 		if r := b.Retention; r != nil {
 			if r.RecoveryWindow != "" {
-				env = append(env, corev1ac.EnvVar().WithName("BACKUP_RETENTION_WINDOW").WithValue(r.RecoveryWindow))
+				env = append(env, corev1ac.EnvVar().WithName(contract.EnvBackupRetentionWindow).WithValue(r.RecoveryWindow))
 			}
 			if r.Keep != nil {
-				env = append(env, corev1ac.EnvVar().WithName("BACKUP_RETENTION_KEEP").WithValue(strconv.Itoa(int(*r.Keep))))
+				env = append(env, corev1ac.EnvVar().WithName(contract.EnvBackupRetentionKeep).WithValue(strconv.Itoa(int(*r.Keep))))
 			}
 		}
 	}
@@ -69,21 +70,21 @@ func backupEnv(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfigura
 	if r == nil {
 		return env
 	}
-	store("RESTORE_", r.ObjectStore, r.ObjectStore.Path)
+	store(contract.RestoreStore, r.ObjectStore, r.ObjectStore.Path)
 	value := func(name, v string) {
 		if v != "" {
 			env = append(env, corev1ac.EnvVar().WithName(name).WithValue(v))
 		}
 	}
-	value("RESTORE_BACKUP_ID", r.BackupID)
+	value(contract.EnvRestoreBackupID, r.BackupID)
 	if t := r.Target; t != nil {
 		if t.Time != nil {
-			value("RESTORE_TARGET_TIME", t.Time.UTC().Format(time.RFC3339))
+			value(contract.EnvRestoreTargetTime, t.Time.UTC().Format(time.RFC3339))
 		}
-		value("RESTORE_TARGET_LSN", t.LSN)
-		value("RESTORE_TARGET_NAME", t.Name)
+		value(contract.EnvRestoreTargetLSN, t.LSN)
+		value(contract.EnvRestoreTargetName, t.Name)
 		if t.Immediate {
-			value("RESTORE_TARGET_IMMEDIATE", "true")
+			value(contract.EnvRestoreTargetImmediate, "true")
 		}
 	}
 	return env

@@ -12,14 +12,14 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 )
 
-// Files in the ConfigMap, mounted at ConfigDir in every pod.
+// ConfigDir is where every pod mounts the ConfigMap's files
+// (contract.PostgresConfFile, contract.HBAConfFile).
 const (
-	PostgresConfKey = "postgresql.conf"
-	HBAConfKey      = "pg_hba.conf"
-	ConfigDir       = "/etc/mydatabase"
-	containerPort   = 5432
+	ConfigDir     = "/etc/mydatabase"
+	containerPort = 5432
 )
 
 //go:embed files/pg_hba.conf
@@ -77,8 +77,8 @@ var settingEscaper = strings.NewReplacer(`\`, `\\`, `'`, `''`, "\n", `\n`, "\r",
 // ConfigData is the content of the ConfigMap.
 func ConfigData(db *databasev1alpha1.MyDatabase) map[string]string {
 	return map[string]string{
-		PostgresConfKey: PostgresConf(db),
-		HBAConfKey:      HBAConf(db),
+		contract.PostgresConfFile: PostgresConf(db),
+		contract.HBAConfFile:      HBAConf(db),
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 )
 
 // The metrics endpoint every instance manager serves (internal/instance/pgmetrics).
@@ -34,9 +35,9 @@ func metricsPort() *corev1ac.ContainerPortApplyConfiguration {
 // metricsEnv tells the instance manager where to serve metrics, and where
 // the custom queries are, if any.
 func metricsEnv(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
-	env := []*corev1ac.EnvVarApplyConfiguration{corev1ac.EnvVar().WithName("METRICS_ADDRESS").WithValue(fmt.Sprintf(":%d", MetricsPort))}
+	env := []*corev1ac.EnvVarApplyConfiguration{corev1ac.EnvVar().WithName(contract.EnvMetricsAddress).WithValue(fmt.Sprintf(":%d", MetricsPort))}
 	if db.Spec.Monitoring.CustomQueriesConfigMap != "" {
-		env = append(env, corev1ac.EnvVar().WithName("CUSTOM_QUERIES").WithValue(CustomQueriesDir+"/"+CustomQueriesKey))
+		env = append(env, corev1ac.EnvVar().WithName(contract.EnvCustomQueries).WithValue(CustomQueriesDir+"/"+CustomQueriesKey))
 	}
 	return env
 }

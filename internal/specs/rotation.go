@@ -11,11 +11,6 @@ import (
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 )
 
-// ReplicationRole is the PostgreSQL role the replicas stream as. It has
-// no password: the replicas present a client certificate for it
-// (ReplicationCertSecret).
-const ReplicationRole = "replicator"
-
 // StagingSecretName is the Secret that carries a new password of a
 // generated Secret until PostgreSQL accepts it (docs/password-rotation.md).
 func StagingSecretName(secret string) string { return secret + "-rotation" }

@@ -13,6 +13,7 @@ import (
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 )
 
 // Paths inside the container.
@@ -294,34 +295,34 @@ func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 		return corev1ac.EnvVar().WithName(name).WithValue(value)
 	}
 	return append([]*corev1ac.EnvVarApplyConfiguration{
-		corev1ac.EnvVar().WithName("POD_NAME").WithValueFrom(corev1ac.EnvVarSource().
+		corev1ac.EnvVar().WithName(contract.EnvPodName).WithValueFrom(corev1ac.EnvVarSource().
 			WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.name"))),
-		env("PGDATA", PGDATA),
-		env("PGHOST", SocketDir),
-		env("PGPORT", fmt.Sprint(containerPort)),
-		env("CONFIG_DIR", ConfigDir),
-		env("TLS_DIR", TLSDir),
-		env("REPLICATION_TLS_DIR", ReplicationTLSDir),
-		env("POSTGRES_USER", db.Spec.User),
-		env("POSTGRES_DB", db.Spec.DatabaseName),
-		corev1ac.EnvVar().WithName("POSTGRES_PASSWORD").
+		env(contract.EnvPGData, PGDATA),
+		env(contract.EnvSocketDir, SocketDir),
+		env(contract.EnvPort, fmt.Sprint(containerPort)),
+		env(contract.EnvConfigDir, ConfigDir),
+		env(contract.EnvTLSDir, TLSDir),
+		env(contract.EnvReplicationTLSDir, ReplicationTLSDir),
+		env(contract.EnvUser, db.Spec.User),
+		env(contract.EnvDatabase, db.Spec.DatabaseName),
+		corev1ac.EnvVar().WithName(contract.EnvPassword).
 			WithValueFrom(secretRef(CredentialsSecretName(db), SecretPasswordKey)),
 		// Only while a MyDatabase made before replication by certificate
 		// still has the Secret: a replica falls back to it against a
 		// primary that does not check certificates yet (optional: no pod
 		// needs the Secret to start).
-		corev1ac.EnvVar().WithName("REPLICATION_PASSWORD").
+		corev1ac.EnvVar().WithName(contract.EnvReplicationPassword).
 			WithValueFrom(corev1ac.EnvVarSource().WithSecretKeyRef(corev1ac.SecretKeySelector().
 				WithName(LegacyReplicationSecretName(db)).WithKey(SecretPasswordKey).WithOptional(true))),
-		env("BOOTSTRAP_POD", BootstrapPod(db)),
-		corev1ac.EnvVar().WithName("NAMESPACE").WithValueFrom(corev1ac.EnvVarSource().
+		env(contract.EnvBootstrapPod, BootstrapPod(db)),
+		corev1ac.EnvVar().WithName(contract.EnvNamespace).WithValueFrom(corev1ac.EnvVarSource().
 			WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.namespace"))),
-		env("LEASE_NAME", LeaseName(db)),
-		env("POD_SELECTOR", Selector(db)),
+		env(contract.EnvLeaseName, LeaseName(db)),
+		env(contract.EnvPodSelector, Selector(db)),
 		// The kubelet expands $(POD_NAME), defined above.
-		env("ADVERTISE_ADDRESS", fmt.Sprintf("$(POD_NAME).%s.%s.svc:%d", HeadlessServiceName(db), db.Namespace, containerPort)),
-		env("LEASE_DURATION_SECONDS", fmt.Sprint(LeaseDurationSeconds(db))),
-		env("PASSWORD_SECRETS", PasswordSources(db)),
+		env(contract.EnvAdvertiseAddress, fmt.Sprintf("$(POD_NAME).%s.%s.svc:%d", HeadlessServiceName(db), db.Namespace, containerPort)),
+		env(contract.EnvLeaseDurationSeconds, fmt.Sprint(LeaseDurationSeconds(db))),
+		env(contract.EnvPasswordSecrets, PasswordSources(db)),
 	}, append(metricsEnv(db), backupEnv(db)...)...)
 }
 

@@ -117,7 +117,7 @@ func ReplicationCertSecretName(db *databasev1alpha1.MyDatabase) string {
 }
 
 // ReplicationCertSecret holds the replicas' client certificate, for the
-// role ReplicationRole, and the CA that issued it: the servers verify
+// role contract.ReplicationRole, and the CA that issued it: the servers verify
 // client certificates with that ca.crt (ssl_ca_file). The CA's key never
 // leaves its own Secret. It follows the deletion policy with the CA.
 func ReplicationCertSecret(db *databasev1alpha1.MyDatabase, client pki.KeyPair, caCert []byte) *corev1.Secret {

@@ -10,6 +10,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 )
 
 // Major is the major of a version such as "17" or "17.6"; 0 when it has
@@ -60,8 +61,8 @@ func UpgradeJob(db *databasev1alpha1.MyDatabase, up *databasev1alpha1.MajorUpgra
 		WithName(UpgradeContainerName).
 		WithImage(up.ToImage).
 		WithCommand(InstanceManagerPath, "upgrade", "--old-major", from, "--new-major", to, "--staged", stagedOldDir).
-		WithEnv(corev1ac.EnvVar().WithName("PGDATA").WithValue(PGDATA),
-			corev1ac.EnvVar().WithName("POD_NAME").WithValueFrom(corev1ac.EnvVarSource().
+		WithEnv(corev1ac.EnvVar().WithName(contract.EnvPGData).WithValue(PGDATA),
+			corev1ac.EnvVar().WithName(contract.EnvPodName).WithValueFrom(corev1ac.EnvVarSource().
 				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.name")))).
 		WithVolumeMounts(mounts(corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(DataMountPath))...).
 		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
@@ -123,7 +124,7 @@ func UpgradeJob(db *databasev1alpha1.MyDatabase, up *databasev1alpha1.MajorUpgra
 					WithOnExitCodes(batchv1ac.PodFailurePolicyOnExitCodesRequirement().
 						WithContainerName(UpgradeContainerName).
 						WithOperator(batchv1.PodFailurePolicyOnExitCodesOpIn).
-						WithValues(databasev1alpha1.UpgradeExitOldDataUntouched, databasev1alpha1.UpgradeExitPastPointOfNoReturn)))).
+						WithValues(contract.UpgradeExitOldDataUntouched, contract.UpgradeExitPastPointOfNoReturn)))).
 			WithTemplate(corev1ac.PodTemplateSpec().
 				WithLabels(labels).
 				WithSpec(spec)))

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 )
 
 func TestMajor(t *testing.T) {
@@ -80,7 +81,7 @@ func TestUpgradeJob(t *testing.T) {
 	}
 	rules := job.Spec.PodFailurePolicy.Rules
 	if len(rules) != 1 || rules[0].Action != batchv1.PodFailurePolicyActionFailJob ||
-		!slices.Equal(rules[0].OnExitCodes.Values, []int32{databasev1alpha1.UpgradeExitOldDataUntouched, databasev1alpha1.UpgradeExitPastPointOfNoReturn}) ||
+		!slices.Equal(rules[0].OnExitCodes.Values, []int32{contract.UpgradeExitOldDataUntouched, contract.UpgradeExitPastPointOfNoReturn}) ||
 		ptr.Deref(rules[0].OnExitCodes.ContainerName, "") != UpgradeContainerName {
 		t.Errorf("pod failure policy %+v", job.Spec.PodFailurePolicy)
 	}

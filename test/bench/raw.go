@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/controller/mydatabase"
 	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
@@ -105,7 +106,7 @@ func rawChildren(ctx context.Context, c client.Client, db *databasev1alpha1.MyDa
 	if err != nil {
 		return err
 	}
-	replication, err := pki.NewClient(ca, specs.ReplicationRole, time.Now())
+	replication, err := pki.NewClient(ca, contract.ReplicationRole, time.Now())
 	if err != nil {
 		return err
 	}

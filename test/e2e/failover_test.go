@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 )
 
 // The Kubernetes side of a failover. KWOK pods run no process, so no
@@ -102,7 +103,7 @@ func standIn(t *testing.T, ns, pod, report, role string) {
 	if p.Annotations == nil {
 		p.Annotations = map[string]string{}
 	}
-	p.Annotations[databasev1alpha1.AnnotationInstance] = report
+	p.Annotations[contract.AnnotationInstance] = report
 	p.Labels[labelRole] = role
 	if err := env.c.Patch(ctx, p, patch); err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/testenv"
 )
 
@@ -244,8 +245,8 @@ func handOver(ns, from, to string, timeout time.Duration) error {
 		if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "x-primary"}, lease); err != nil {
 			return err
 		}
-		if lease.Annotations[databasev1alpha1.AnnotationSwitchoverTo] == to {
-			delete(lease.Annotations, databasev1alpha1.AnnotationSwitchoverTo)
+		if lease.Annotations[contract.AnnotationSwitchoverTo] == to {
+			delete(lease.Annotations, contract.AnnotationSwitchoverTo)
 			lease.Spec.HolderIdentity = new(to)
 			if err := env.c.Update(ctx, lease); apierrors.IsConflict(err) {
 				continue // the operator wrote it meanwhile: read it again
@@ -283,7 +284,7 @@ func setReport(ns, pod, report, role string) error {
 	if p.Annotations == nil {
 		p.Annotations = map[string]string{}
 	}
-	p.Annotations[databasev1alpha1.AnnotationInstance] = report
+	p.Annotations[contract.AnnotationInstance] = report
 	p.Labels[labelRole] = role
 	return env.c.Patch(ctx, p, patch)
 }

@@ -22,7 +22,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/backup"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
@@ -358,7 +358,7 @@ func with[M ~map[string]V, V any](r M, phase string, n V) M {
 // operator running: the MyDatabase is Stalled within a minute, its message
 // naming the missing file, and the first instance never serves.
 func testMissingWAL(t *testing.T, srv server, source *cluster, store *testenv.ObjectStore, recovery databasev1alpha1.ObjectStore, from backup.Manifest) {
-	begin, err := report.LSN(from.BeginLSN)
+	begin, err := contract.LSN(from.BeginLSN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +406,7 @@ func testMissingWAL(t *testing.T, srv server, source *cluster, store *testenv.Ob
 
 // reportedArchive is what p's instance manager last reported of archiving
 // (nil before its first report).
-func reportedArchive(t *testing.T, c *cluster, p *pod) *report.Archive {
+func reportedArchive(t *testing.T, c *cluster, p *pod) *contract.Archive {
 	t.Helper()
 	r, err := c.reportOf(p)
 	if err != nil {

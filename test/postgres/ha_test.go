@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
@@ -376,12 +376,12 @@ func (c *cluster) front(t *testing.T, pods []*pod) *testenv.Proxy {
 }
 
 // reportOf is what p's instance manager last published on its pod.
-func (c *cluster) reportOf(p *pod) (report.Report, error) {
+func (c *cluster) reportOf(p *pod) (contract.Report, error) {
 	obj := &corev1.Pod{}
 	if err := c.api.Client.Get(context.Background(), client.ObjectKey{Namespace: c.db.Namespace, Name: p.name}, obj); err != nil {
-		return report.Report{}, err
+		return contract.Report{}, err
 	}
-	return report.Parse(obj.Annotations[databasev1alpha1.AnnotationInstance])
+	return contract.Parse(obj.Annotations[contract.AnnotationInstance])
 }
 
 // labelledPrimary is the pod the read-write Service would route to: the
@@ -394,7 +394,7 @@ func (c *cluster) labelledPrimary(ctx context.Context, pods []*pod) *pod {
 		return nil
 	}
 	for i := range list.Items {
-		r, err := report.Parse(list.Items[i].Annotations[databasev1alpha1.AnnotationInstance])
+		r, err := contract.Parse(list.Items[i].Annotations[contract.AnnotationInstance])
 		if err != nil || !r.Ready || r.Role != databasev1alpha1.RolePrimary {
 			continue
 		}

@@ -76,6 +76,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
@@ -213,7 +214,7 @@ func newClusterOn(t *testing.T, api *testenv.Env, srv server, db *databasev1alph
 		if !specs.UserSuppliedServerCert(db) {
 			c.secrets[specs.IssuedServerCertSecretName(db)] = specs.ServerCertSecret(db, server, ca.Cert)
 		}
-		replication, err := pki.NewClient(ca, specs.ReplicationRole, time.Now())
+		replication, err := pki.NewClient(ca, contract.ReplicationRole, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -729,7 +730,7 @@ func issueCertificates(t *testing.T, db *databasev1alpha1.MyDatabase) (ca, serve
 func (p *pod) updateConfig(t *testing.T, data map[string]string) {
 	t.Helper()
 	dir := p.hostPath(t, specs.ConfigDir)
-	fi, err := os.Stat(filepath.Join(dir, specs.PostgresConfKey))
+	fi, err := os.Stat(filepath.Join(dir, contract.PostgresConfFile))
 	if err != nil {
 		t.Fatal(err)
 	}

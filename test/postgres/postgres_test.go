@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
 )
@@ -156,13 +157,13 @@ func testCluster(t *testing.T, srv server) {
 		}
 
 		// The server loaded the generated pg_hba.conf, rule for rule, with no error.
-		hbaFile := filepath.Join(primary.hostPath(t, specs.ConfigDir), specs.HBAConfKey)
+		hbaFile := filepath.Join(primary.hostPath(t, specs.ConfigDir), contract.HBAConfFile)
 		if got := c.query(t, superuser(primary), "", "SHOW hba_file"); got != hbaFile {
 			t.Errorf("hba_file = %q, want %q", got, hbaFile)
 		}
 		got := c.query(t, superuser(primary), "", `SELECT concat_ws(' ', type, array_to_string(database, ','),
 			array_to_string(user_name, ','), address, auth_method, error) FROM pg_hba_file_rules ORDER BY line_number`)
-		if want := strings.Join(hbaRules(t, specs.ConfigData(db)[specs.HBAConfKey]), "\n"); got != want {
+		if want := strings.Join(hbaRules(t, specs.ConfigData(db)[contract.HBAConfFile]), "\n"); got != want {
 			t.Errorf("pg_hba_file_rules:\n%s\nwant the generated rules:\n%s", got, want)
 		}
 
@@ -199,7 +200,7 @@ func testCluster(t *testing.T, srv server) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		forged, err := pki.NewClient(otherCA, specs.ReplicationRole, time.Now())
+		forged, err := pki.NewClient(otherCA, contract.ReplicationRole, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -412,7 +413,7 @@ func hbaRules(t *testing.T, conf string) []string {
 func checkParameters(t *testing.T, c *cluster, p *pod, db *databasev1alpha1.MyDatabase) {
 	t.Helper()
 	su := p.socket("postgres", "postgres")
-	confFile := filepath.Join(p.hostPath(t, specs.ConfigDir), specs.PostgresConfKey)
+	confFile := filepath.Join(p.hostPath(t, specs.ConfigDir), contract.PostgresConfFile)
 	if got := c.query(t, su, "", "SHOW config_file"); got != confFile {
 		t.Errorf("%s: config_file = %q, want %q", p.name, got, confFile)
 	}

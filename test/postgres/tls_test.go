@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
@@ -137,7 +138,7 @@ func TestTLS(t *testing.T) {
 
 	t.Run("the replica reconnects with a renewed client certificate", func(t *testing.T) {
 		ca := pki.KeyPair{Cert: caSecret.Data[specs.CACertKey], Key: caSecret.Data[specs.CAKeyKey]}
-		renewed, err := pki.NewClient(ca, specs.ReplicationRole, time.Now())
+		renewed, err := pki.NewClient(ca, contract.ReplicationRole, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -203,11 +204,11 @@ func TestLegacyReplicationPassword(t *testing.T) {
 	config := specs.ConfigData(db)
 	oldHBA := strings.NewReplacer(
 		"hostssl replication  replicator  all      cert", "host    replication  replicator  all      scram-sha-256",
-		"hostssl postgres     replicator  all      cert", "host    postgres     replicator  all      scram-sha-256").Replace(config[specs.HBAConfKey])
-	if oldHBA == config[specs.HBAConfKey] {
+		"hostssl postgres     replicator  all      cert", "host    postgres     replicator  all      scram-sha-256").Replace(config[contract.HBAConfFile])
+	if oldHBA == config[contract.HBAConfFile] {
 		t.Fatal("the generated pg_hba.conf has no cert rules to undo")
 	}
-	primary.updateConfig(t, map[string]string{specs.PostgresConfKey: config[specs.PostgresConfKey], specs.HBAConfKey: oldHBA})
+	primary.updateConfig(t, map[string]string{contract.PostgresConfFile: config[contract.PostgresConfFile], contract.HBAConfFile: oldHBA})
 	c.query(t, superuser(primary), "", "ALTER ROLE replicator PASSWORD '"+legacyPassword+"'", "SELECT pg_reload_conf()")
 
 	off := replica.start(t)

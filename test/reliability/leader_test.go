@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
@@ -217,7 +218,7 @@ func waitConverged(t *testing.T, c client.Client, key client.ObjectKey, replicas
 		if err := c.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: specs.ConfigMapName(db)}, cm); err != nil {
 			return err
 		}
-		if want := "work_mem = '" + workMem + "'"; !strings.Contains(cm.Data[specs.PostgresConfKey], want) {
+		if want := "work_mem = '" + workMem + "'"; !strings.Contains(cm.Data[contract.PostgresConfFile], want) {
 			return fmt.Errorf("the ConfigMap lacks %s", want)
 		}
 		return nil

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -42,11 +42,11 @@ func (p *playedInstances) turn(t *testing.T) {
 		obj := &corev1.Pod{}
 		mustSucceed(t, env.Client.Get(ctx, client.ObjectKey{Namespace: p.ns, Name: pod}, obj))
 		patch := client.MergeFrom(obj.DeepCopy())
-		r := report.Report{Role: role, Ready: true, Passwords: accepted, Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+		r := contract.Report{Role: role, Ready: true, Passwords: accepted, Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 		if obj.Annotations == nil {
 			obj.Annotations = map[string]string{}
 		}
-		obj.Annotations[databasev1alpha1.AnnotationInstance] = r.String()
+		obj.Annotations[contract.AnnotationInstance] = r.String()
 		mustSucceed(t, env.Client.Patch(ctx, obj, patch))
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -158,7 +159,7 @@ func (w *upgradeWorld) failJob(t *testing.T, job *batchv1.Job, now metav1.Time) 
 	mustSucceed(t, env.Client.Create(ctx, pod))
 	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: specs.UpgradeContainerName,
 		Image: "postgres:17", ImageID: "x", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-			ExitCode: databasev1alpha1.UpgradeExitOldDataUntouched, Reason: "Error", Message: "pg_upgrade --check failed: reg*",
+			ExitCode: contract.UpgradeExitOldDataUntouched, Reason: "Error", Message: "pg_upgrade --check failed: reg*",
 			StartedAt: now, FinishedAt: now}}}}}
 	mustSucceed(t, env.Client.Status().Update(ctx, pod))
 	job.Status = batchv1.JobStatus{StartTime: &now, Failed: 1, Conditions: []batchv1.JobCondition{

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -81,12 +81,12 @@ func setArchivingStatus(db *databasev1alpha1.MyDatabase, pods []corev1.Pod, prim
 	if schedule != nil {
 		last, next = schedule.last, schedule.next
 	}
-	var primary *report.Report
+	var primary *contract.Report
 	for i := range pods {
 		if pods[i].Name != primaryPod {
 			continue
 		}
-		if r, err := report.Parse(pods[i].Annotations[databasev1alpha1.AnnotationInstance]); err == nil {
+		if r, err := contract.Parse(pods[i].Annotations[contract.AnnotationInstance]); err == nil {
 			primary = &r
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -45,8 +45,8 @@ func TestArchivingCondition(t *testing.T) {
 	})
 	at := time.Date(2026, 12, 1, 4, 0, 0, 0, time.UTC)
 	later := at.Add(time.Minute)
-	publishReport(t, ns, "wal-0", report.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Time: time.Now().UTC(),
-		Archive: &report.Archive{LastArchivedWAL: "000000010000000000000004", LastArchivedTime: &at,
+	publishReport(t, ns, "wal-0", contract.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Time: time.Now().UTC(),
+		Archive: &contract.Archive{LastArchivedWAL: "000000010000000000000004", LastArchivedTime: &at,
 			LastFailedWAL: "000000010000000000000005", LastFailedTime: &later, Error: "dial tcp 10.0.0.9:443: connect: connection refused"}})
 	waitFor(t, db, "ArchivingFailing with the cause", func(db *databasev1alpha1.MyDatabase) error {
 		if err := archived(condition(db, databasev1alpha1.ConditionContinuousArchiving), metav1.ConditionFalse,
@@ -65,10 +65,10 @@ func TestArchivingCondition(t *testing.T) {
 		t.Errorf("a failing archive changed Ready: %+v", c)
 	}
 	latest := later.Add(time.Minute)
-	publishReport(t, ns, "wal-0", report.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Time: time.Now().UTC(),
-		Archive: &report.Archive{LastArchivedWAL: "000000010000000000000005", LastArchivedTime: &latest,
+	publishReport(t, ns, "wal-0", contract.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Time: time.Now().UTC(),
+		Archive: &contract.Archive{LastArchivedWAL: "000000010000000000000005", LastArchivedTime: &latest,
 			LastFailedWAL: "000000010000000000000005", LastFailedTime: &later,
-			Backups: &report.Backups{Count: 2, LastID: "20261201T040000Z", LastTime: &later, FirstRecoverableTime: &at}}})
+			Backups: &contract.Backups{Count: 2, LastID: "20261201T040000Z", LastTime: &later, FirstRecoverableTime: &at}}})
 	waitFor(t, db, "Archiving again, with the backups", func(db *databasev1alpha1.MyDatabase) error {
 		if err := archived(condition(db, databasev1alpha1.ConditionContinuousArchiving), metav1.ConditionTrue,
 			databasev1alpha1.ReasonArchiving, "000000010000000000000005"); err != nil {

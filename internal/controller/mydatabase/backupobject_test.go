@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -92,7 +92,7 @@ func askedOf(t *testing.T, b *databasev1alpha1.MyDatabaseBackup, pod string) {
 		if err := get(b.Namespace, pod, p); err != nil {
 			return err
 		}
-		if got := p.Annotations[databasev1alpha1.AnnotationBackupRequest]; got != b.Name {
+		if got := p.Annotations[contract.AnnotationBackupRequest]; got != b.Name {
 			return fmt.Errorf("the pod asks for %q", got)
 		}
 		return nil
@@ -119,11 +119,11 @@ func TestMyDatabaseBackup(t *testing.T) {
 		t.Errorf("the default target is %q", b1.Spec.Target)
 	}
 	askedOf(t, b1, "bk-1")
-	replica := func(run *report.BackupRun) report.Report {
-		return report.Report{Role: databasev1alpha1.RoleReplica, Ready: true, Replayed: "0/5000100", Time: time.Now().UTC(), Backup: run}
+	replica := func(run *contract.BackupRun) contract.Report {
+		return contract.Report{Role: databasev1alpha1.RoleReplica, Ready: true, Replayed: "0/5000100", Time: time.Now().UTC(), Backup: run}
 	}
 	started := time.Date(2026, 1, 2, 3, 5, 0, 0, time.UTC)
-	publishReport(t, ns, "bk-1", replica(&report.BackupRun{Name: "b1", Phase: "Running", Started: &started, Message: "pg_basebackup is copying the data"}))
+	publishReport(t, ns, "bk-1", replica(&contract.BackupRun{Name: "b1", Phase: "Running", Started: &started, Message: "pg_basebackup is copying the data"}))
 	waitBackup(t, b1, "Running", func(st databasev1alpha1.MyDatabaseBackupStatus) error {
 		if st.Phase != databasev1alpha1.BackupRunning || st.StartedAt == nil || !st.StartedAt.Time.Equal(started) {
 			return fmt.Errorf("status %+v", st)
@@ -131,7 +131,7 @@ func TestMyDatabaseBackup(t *testing.T) {
 		return nil
 	})
 	stopped := started.Add(time.Minute)
-	publishReport(t, ns, "bk-1", replica(&report.BackupRun{Name: "b1", Phase: "Completed", Started: &started, Stopped: &stopped,
+	publishReport(t, ns, "bk-1", replica(&contract.BackupRun{Name: "b1", Phase: "Completed", Started: &started, Stopped: &stopped,
 		ID: "20260102T030500Z", Size: 1234567, Timeline: 1, BeginLSN: "0/6000028", EndLSN: "0/6000138",
 		BeginWAL: "000000010000000000000006", EndWAL: "000000010000000000000006"}))
 	waitBackup(t, b1, "Completed", func(st databasev1alpha1.MyDatabaseBackupStatus) error {
@@ -143,7 +143,7 @@ func TestMyDatabaseBackup(t *testing.T) {
 		return nil
 	})
 	// A finished backup stays as it is, whatever the pod says next.
-	publishReport(t, ns, "bk-1", replica(&report.BackupRun{Name: "b1", Phase: "Failed", Message: "not this"}))
+	publishReport(t, ns, "bk-1", replica(&contract.BackupRun{Name: "b1", Phase: "Failed", Message: "not this"}))
 
 	// On the primary when asked; and the instance that waits for another
 	// backup of its own is not asked meanwhile.

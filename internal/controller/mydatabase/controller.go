@@ -36,6 +36,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/apply"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
@@ -341,8 +342,8 @@ var roleOrReportChanged = predicate.Funcs{
 	},
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		role, was := e.ObjectNew.GetLabels()[databasev1alpha1.LabelRole], e.ObjectOld.GetLabels()[databasev1alpha1.LabelRole]
-		reported := e.ObjectNew.GetAnnotations()[databasev1alpha1.AnnotationInstance] !=
-			e.ObjectOld.GetAnnotations()[databasev1alpha1.AnnotationInstance]
+		reported := e.ObjectNew.GetAnnotations()[contract.AnnotationInstance] !=
+			e.ObjectOld.GetAnnotations()[contract.AnnotationInstance]
 		return !specs.KnownRole(role) || (specs.KnownRole(was) && role != was) || reported
 	},
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },

@@ -33,6 +33,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/apply"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -313,8 +314,8 @@ func TestSpecChangesReachChildren(t *testing.T) {
 		if err := get(ns, "grow-config", cm); err != nil {
 			return err
 		}
-		if !strings.Contains(cm.Data[specs.PostgresConfKey], "max_connections = '250'") {
-			return fmt.Errorf("postgresql.conf:\n%s", cm.Data[specs.PostgresConfKey])
+		if !strings.Contains(cm.Data[contract.PostgresConfFile], "max_connections = '250'") {
+			return fmt.Errorf("postgresql.conf:\n%s", cm.Data[contract.PostgresConfFile])
 		}
 		return nil
 	})
@@ -620,7 +621,7 @@ func TestRoleOrReportChangedPredicate(t *testing.T) {
 	}
 	// A new instance report passes, with the role unchanged.
 	old, reported := pod(replica), pod(replica)
-	reported.Annotations = map[string]string{databasev1alpha1.AnnotationInstance: `{"role":"replica","ready":true}`}
+	reported.Annotations = map[string]string{contract.AnnotationInstance: `{"role":"replica","ready":true}`}
 	if !roleOrReportChanged.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: reported}) {
 		t.Error("a changed instance report does not pass: status.instances would go stale")
 	}
@@ -788,9 +789,9 @@ func TestInvisibleRepairKeepsReady(t *testing.T) {
 	if err := get(ns, "steady-config", cm); err != nil {
 		t.Fatal(err)
 	}
-	want := cm.Data[specs.PostgresConfKey]
+	want := cm.Data[contract.PostgresConfFile]
 	patch := client.MergeFrom(cm.DeepCopy())
-	cm.Data[specs.PostgresConfKey] = "# edited by hand\n"
+	cm.Data[contract.PostgresConfFile] = "# edited by hand\n"
 	if err := k8s.Patch(context.Background(), cm, patch); err != nil {
 		t.Fatal(err)
 	}
@@ -798,8 +799,8 @@ func TestInvisibleRepairKeepsReady(t *testing.T) {
 		if err := get(ns, "steady-config", cm); err != nil {
 			return err
 		}
-		if cm.Data[specs.PostgresConfKey] != want {
-			return fmt.Errorf("postgresql.conf still %q", cm.Data[specs.PostgresConfKey])
+		if cm.Data[contract.PostgresConfFile] != want {
+			return fmt.Errorf("postgresql.conf still %q", cm.Data[contract.PostgresConfFile])
 		}
 		return nil
 	})

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -73,19 +73,19 @@ func (r *MyDatabaseReconciler) followPrimary(ctx context.Context, db *databasev1
 func instanceStatuses(pods []corev1.Pod, primary string) []databasev1alpha1.InstanceStatus {
 	var out []databasev1alpha1.InstanceStatus
 	var primaryLSN uint64
-	reports := map[string]*report.Report{}
+	reports := map[string]*contract.Report{}
 	for i := range pods {
-		v, ok := pods[i].Annotations[databasev1alpha1.AnnotationInstance]
+		v, ok := pods[i].Annotations[contract.AnnotationInstance]
 		if !ok {
 			continue
 		}
-		rep, err := report.Parse(v)
+		rep, err := contract.Parse(v)
 		if err != nil {
 			continue
 		}
 		reports[pods[i].Name] = &rep
 		if pods[i].Name == primary && rep.Role == databasev1alpha1.RolePrimary {
-			primaryLSN, _ = report.LSN(rep.LSN)
+			primaryLSN, _ = contract.LSN(rep.LSN)
 		}
 	}
 	for i := range pods {
@@ -97,7 +97,7 @@ func instanceStatuses(pods []corev1.Pod, primary string) []databasev1alpha1.Inst
 			Timeline: rep.Timeline, LSN: rep.LSN, ReportedAt: new(metav1.NewTime(rep.Time))}
 		if rep.Role == databasev1alpha1.RoleReplica && primaryLSN > 0 {
 			st.LSN = rep.Replayed
-			replayed, err := report.LSN(rep.Replayed)
+			replayed, err := contract.LSN(rep.Replayed)
 			if err == nil {
 				st.LagBytes = new(int64(primaryLSN) - int64(min(replayed, primaryLSN)))
 			}

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -84,7 +84,7 @@ func (r *MyDatabaseReconciler) reconcileRotation(ctx context.Context, db *databa
 
 // rotate carries a generated Secret's rotation one step further.
 func (r *MyDatabaseReconciler) rotate(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
-	t passwordTarget, reports map[string]*report.Report, primary string) (databasev1alpha1.PasswordStatus, error) {
+	t passwordTarget, reports map[string]*contract.Report, primary string) (databasev1alpha1.PasswordStatus, error) {
 	st := databasev1alpha1.PasswordStatus{Role: t.role, Secret: t.secret}
 	final := &corev1.Secret{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: t.secret}, final); err != nil {
@@ -176,7 +176,7 @@ func (r *MyDatabaseReconciler) receive(ctx context.Context, db *databasev1alpha1
 // user-supplied Secret as it is now. The instance managers read it
 // themselves; the operator writes nothing.
 func (r *MyDatabaseReconciler) followUserSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, t passwordTarget,
-	primaryReport *report.Report, primary string) (databasev1alpha1.PasswordStatus, error) {
+	primaryReport *contract.Report, primary string) (databasev1alpha1.PasswordStatus, error) {
 	st := databasev1alpha1.PasswordStatus{Role: t.role, Secret: t.secret}
 	// An instance manager that reports no password at all predates
 	// rotation, or has not looked yet: nothing can be said.
@@ -189,7 +189,7 @@ func (r *MyDatabaseReconciler) followUserSecret(ctx context.Context, db *databas
 	}
 	switch primaryReport.Passwords[t.secret] {
 	case secret.ResourceVersion:
-	case report.PasswordRefused + secret.ResourceVersion:
+	case contract.PasswordRefused + secret.ResourceVersion:
 		obs.stalled = refusedPassword(t)
 	default:
 		st.Rotating = fmt.Sprintf("Secret %s changed; waiting for the instance manager of %s to set its password in PostgreSQL", t.secret, primary)
@@ -209,7 +209,7 @@ func refusedPassword(t passwordTarget) *blocker {
 // primary, and every replica whose last report says it is ready. A
 // replica that is down is not waited for: it reads the password file it
 // needs when it comes back (docs/password-rotation.md).
-func unconfirmed(pods []corev1.Pod, reports map[string]*report.Report, primary, name, rv string) []string {
+func unconfirmed(pods []corev1.Pod, reports map[string]*contract.Report, primary, name, rv string) []string {
 	var out []string
 	if rep := reports[primary]; rep == nil || rep.Passwords[name] != rv {
 		out = append(out, primary)
@@ -228,11 +228,11 @@ func unconfirmed(pods []corev1.Pod, reports map[string]*report.Report, primary, 
 }
 
 // podReports parses the pods' instance reports, by pod name.
-func podReports(pods []corev1.Pod) map[string]*report.Report {
-	out := map[string]*report.Report{}
+func podReports(pods []corev1.Pod) map[string]*contract.Report {
+	out := map[string]*contract.Report{}
 	for i := range pods {
-		if v, ok := pods[i].Annotations[databasev1alpha1.AnnotationInstance]; ok {
-			if rep, err := report.Parse(v); err == nil {
+		if v, ok := pods[i].Annotations[contract.AnnotationInstance]; ok {
+			if rep, err := contract.Parse(v); err == nil {
 				out[pods[i].Name] = &rep
 			}
 		}

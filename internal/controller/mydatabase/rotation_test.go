@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -43,11 +43,11 @@ func rotationPods(t *testing.T, db *databasev1alpha1.MyDatabase, n int) {
 // role with the passwords its server accepts.
 func reportPasswords(t *testing.T, ns, pod, role string, passwords map[string]string) {
 	t.Helper()
-	publishReport(t, ns, pod, report.Report{Role: role, Ready: true, Passwords: passwords, Time: time.Now().UTC()})
+	publishReport(t, ns, pod, contract.Report{Role: role, Ready: true, Passwords: passwords, Time: time.Now().UTC()})
 }
 
 // publishReport plays a pod's instance manager: it publishes r.
-func publishReport(t *testing.T, ns, pod string, r report.Report) {
+func publishReport(t *testing.T, ns, pod string, r contract.Report) {
 	t.Helper()
 	eventually(t, "the report of "+pod, func() error {
 		p := &corev1.Pod{}
@@ -58,7 +58,7 @@ func publishReport(t *testing.T, ns, pod string, r report.Report) {
 		if p.Annotations == nil {
 			p.Annotations = map[string]string{}
 		}
-		p.Annotations[databasev1alpha1.AnnotationInstance] = r.String()
+		p.Annotations[contract.AnnotationInstance] = r.String()
 		return k8s.Patch(context.Background(), p, patch)
 	})
 }
@@ -221,7 +221,7 @@ func TestUserSecretChangeIsFollowed(t *testing.T) {
 	if err := k8s.Update(context.Background(), user); err != nil {
 		t.Fatal(err)
 	}
-	reportPasswords(t, ns, "usr-0", databasev1alpha1.RolePrimary, map[string]string{"mine": report.PasswordRefused + user.ResourceVersion})
+	reportPasswords(t, ns, "usr-0", databasev1alpha1.RolePrimary, map[string]string{"mine": contract.PasswordRefused + user.ResourceVersion})
 	waitFor(t, db, "Stalled PasswordNotApplied", stalledWith(databasev1alpha1.ReasonPasswordNotApplied, "printable ASCII"))
 }
 
@@ -241,20 +241,20 @@ func TestUnconfirmed(t *testing.T) {
 	pods := []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "db-0"}}, {ObjectMeta: metav1.ObjectMeta{Name: "db-1"}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "db-2"}}}
 	ok := map[string]string{"s": "7"}
-	replica := func(ready bool, pw map[string]string) *report.Report {
-		return &report.Report{Role: databasev1alpha1.RoleReplica, Ready: ready, Passwords: pw}
+	replica := func(ready bool, pw map[string]string) *contract.Report {
+		return &contract.Report{Role: databasev1alpha1.RoleReplica, Ready: ready, Passwords: pw}
 	}
-	primary := &report.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Passwords: ok}
+	primary := &contract.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Passwords: ok}
 	for name, tc := range map[string]struct {
-		reports map[string]*report.Report
+		reports map[string]*contract.Report
 		want    []string
 	}{
-		"no reports: the primary":            {map[string]*report.Report{}, []string{"db-0"}},
-		"all accept":                         {map[string]*report.Report{"db-0": primary, "db-1": replica(true, ok), "db-2": replica(true, ok)}, nil},
-		"a ready replica behind":             {map[string]*report.Report{"db-0": primary, "db-1": replica(true, nil), "db-2": replica(true, ok)}, []string{"db-1"}},
-		"an unready replica is not awaited":  {map[string]*report.Report{"db-0": primary, "db-1": replica(false, nil)}, nil},
-		"an older resourceVersion":           {map[string]*report.Report{"db-0": {Passwords: map[string]string{"s": "6"}}}, []string{"db-0"}},
-		"a replica without report is absent": {map[string]*report.Report{"db-0": primary}, nil},
+		"no reports: the primary":            {map[string]*contract.Report{}, []string{"db-0"}},
+		"all accept":                         {map[string]*contract.Report{"db-0": primary, "db-1": replica(true, ok), "db-2": replica(true, ok)}, nil},
+		"a ready replica behind":             {map[string]*contract.Report{"db-0": primary, "db-1": replica(true, nil), "db-2": replica(true, ok)}, []string{"db-1"}},
+		"an unready replica is not awaited":  {map[string]*contract.Report{"db-0": primary, "db-1": replica(false, nil)}, nil},
+		"an older resourceVersion":           {map[string]*contract.Report{"db-0": {Passwords: map[string]string{"s": "6"}}}, []string{"db-0"}},
+		"a replica without report is absent": {map[string]*contract.Report{"db-0": primary}, nil},
 	} {
 		if got := unconfirmed(pods, tc.reports, "db-0", "s", "7"); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: %v, want %v", name, got, tc.want)

@@ -16,7 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -384,7 +384,7 @@ func readyReplicas(sts *appsv1.StatefulSet) int32 {
 // podRestore is the restore one pod reports.
 type podRestore struct {
 	pod string
-	*report.Restore
+	*contract.Restore
 }
 
 // restoring is the restore a pod of a new MyDatabase reports (only the
@@ -403,11 +403,11 @@ func restoring(pods []corev1.Pod) *podRestore {
 // lacks, or choose another target.
 func restoreStalled(db *databasev1alpha1.MyDatabase, pods []corev1.Pod) *blocker {
 	r := restoring(pods)
-	if db.Status.CurrentVersion != "" || r == nil || (r.Phase != report.RestoreFailed && !r.Stalled) {
+	if db.Status.CurrentVersion != "" || r == nil || (r.Phase != contract.RestoreFailed && !r.Stalled) {
 		return nil
 	}
 	reason, what := databasev1alpha1.ReasonRestoreFailed, "failed"
-	if r.Phase != report.RestoreFailed {
+	if r.Phase != contract.RestoreFailed {
 		reason, what = databasev1alpha1.ReasonRestoreStalled, "makes no progress"
 	}
 	return &blocker{reason, fmt.Sprintf("the restore of base backup %s on %s %s: %s. Make the object store of "+

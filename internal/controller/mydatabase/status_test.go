@@ -32,7 +32,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/apply"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/testenv"
 )
@@ -605,21 +605,21 @@ func TestMissingPodsAreLookedAtAgain(t *testing.T) {
 // replays, Stalled with what to do when it failed or makes no progress,
 // and nothing once the MyDatabase has served.
 func TestRestoreShowsInStatus(t *testing.T) {
-	pod := func(r *report.Restore) []corev1.Pod {
-		rep := report.Report{Restore: r}
+	pod := func(r *contract.Restore) []corev1.Pod {
+		rep := contract.Report{Restore: r}
 		return []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "orders-0",
-			Annotations: map[string]string{databasev1alpha1.AnnotationInstance: rep.String()}}}}
+			Annotations: map[string]string{contract.AnnotationInstance: rep.String()}}}}
 	}
 	sts := &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: new(int32(1))}, Status: appsv1.StatefulSetStatus{Replicas: 1}}
-	running := &report.Restore{BackupID: "20261203T120000Z", Phase: report.RestoreRunning, LastWAL: "000000020000000000000005",
+	running := &contract.Restore{BackupID: "20261203T120000Z", Phase: contract.RestoreRunning, LastWAL: "000000020000000000000005",
 		Message: "replaying the archive: it last fetched WAL file 000000020000000000000005"}
-	stalled := &report.Restore{BackupID: "20261203T120000Z", Phase: report.RestoreRunning, Stalled: true,
+	stalled := &contract.Restore{BackupID: "20261203T120000Z", Phase: contract.RestoreRunning, Stalled: true,
 		Message: "recovery has fetched no new WAL file for 1m5s: it last asked the archive for WAL file 000000020000000000000006, which the archive does not hold"}
-	failed := &report.Restore{BackupID: "20261203T120000Z", Phase: report.RestoreFailed,
+	failed := &contract.Restore{BackupID: "20261203T120000Z", Phase: contract.RestoreFailed,
 		Message: "the recovery of base backup 20261203T120000Z stopped before it reached its target: it last asked the archive for WAL file 000000010000000000000004, which the archive does not hold"}
 	for _, tc := range []struct {
 		name    string
-		restore *report.Restore
+		restore *contract.Restore
 		served  bool
 		kstatus status.Status
 		reason  string

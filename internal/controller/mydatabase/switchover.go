@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -150,7 +150,7 @@ func (r *MyDatabaseReconciler) finishSwitchover(db *databasev1alpha1.MyDatabase,
 // the holder's next renewal takes in its stride.
 func (r *MyDatabaseReconciler) askSwitchover(ctx context.Context, obs *observation, target string) error {
 	lease := obs.lease
-	if lease == nil || lease.Annotations[databasev1alpha1.AnnotationSwitchoverTo] == target {
+	if lease == nil || lease.Annotations[contract.AnnotationSwitchoverTo] == target {
 		return nil
 	}
 	var value any
@@ -158,7 +158,7 @@ func (r *MyDatabaseReconciler) askSwitchover(ctx context.Context, obs *observati
 		value = target
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations": map[string]any{databasev1alpha1.AnnotationSwitchoverTo: value}}})
+		"annotations": map[string]any{contract.AnnotationSwitchoverTo: value}}})
 	if err != nil {
 		return err
 	}
@@ -185,7 +185,7 @@ func pickTarget(db *databasev1alpha1.MyDatabase, obs *observation, named string)
 		if named == primary && in.Name == primary {
 			return primary, ""
 		}
-		lsn, err := report.LSN(in.LSN)
+		lsn, err := contract.LSN(in.LSN)
 		if !in.Ready || in.Role != databasev1alpha1.RoleReplica || err != nil {
 			if named != "" {
 				return "", fmt.Sprintf("%s is not a ready replica (role %q, ready %t): only a streaming replica can take over", named, in.Role, in.Ready)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -27,7 +28,7 @@ func instancePod(t *testing.T, db *databasev1alpha1.MyDatabase, name, revision, 
 	labels[appsv1.ControllerRevisionHashLabelKey] = revision
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name, Labels: labels, Annotations: map[string]string{
-			databasev1alpha1.AnnotationInstance: fmt.Sprintf(`{"role":%q,"ready":true,"timeline":1,"lsn":%q,"replayed":%q,"time":"2026-01-02T03:04:05Z"}`, role, lsn, lsn)}},
+			contract.AnnotationInstance: fmt.Sprintf(`{"role":%q,"ready":true,"timeline":1,"lsn":%q,"replayed":%q,"time":"2026-01-02T03:04:05Z"}`, role, lsn, lsn)}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres:17"}}},
 	}
 	// AlreadyExists: client-go retries a create the API server answered
@@ -55,7 +56,7 @@ func reportRole(t *testing.T, db *databasev1alpha1.MyDatabase, name, role, lsn s
 		if err := get(db.Namespace, name, pod); err != nil {
 			return err
 		}
-		pod.Annotations[databasev1alpha1.AnnotationInstance] = fmt.Sprintf(
+		pod.Annotations[contract.AnnotationInstance] = fmt.Sprintf(
 			`{"role":%q,"ready":true,"timeline":2,"lsn":%q,"replayed":%q,"time":"2026-01-02T03:04:06Z"}`, role, lsn, lsn)
 		return k8s.Update(context.Background(), pod)
 	})
@@ -71,7 +72,7 @@ func holdLease(t *testing.T, db *databasev1alpha1.MyDatabase, holder string) {
 			return err
 		}
 		lease.Spec.HolderIdentity = new(holder)
-		delete(lease.Annotations, databasev1alpha1.AnnotationSwitchoverTo)
+		delete(lease.Annotations, contract.AnnotationSwitchoverTo)
 		return k8s.Update(context.Background(), lease)
 	})
 }
@@ -84,7 +85,7 @@ func switchoverAsked(t *testing.T, db *databasev1alpha1.MyDatabase, target strin
 		if err := get(db.Namespace, specs.LeaseName(db), lease); err != nil {
 			return err
 		}
-		if got := lease.Annotations[databasev1alpha1.AnnotationSwitchoverTo]; got != target {
+		if got := lease.Annotations[contract.AnnotationSwitchoverTo]; got != target {
 			return fmt.Errorf("the Lease asks for %q", got)
 		}
 		return nil

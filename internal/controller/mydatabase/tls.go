@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
 )
@@ -56,10 +57,10 @@ func (r *MyDatabaseReconciler) reconcileTLS(ctx context.Context, db *databasev1a
 	}
 	now := r.Clock.Now()
 	_, err = r.keepIssued(ctx, db, obs, specs.ReplicationCertSecretName(db), ca, nil, func() (*corev1.Secret, error) {
-		client, err := pki.NewClient(ca, specs.ReplicationRole, now)
+		client, err := pki.NewClient(ca, contract.ReplicationRole, now)
 		return specs.ReplicationCertSecret(db, client, ca.Cert), err
 	}, func(data map[string][]byte, seal pki.Seal) pki.Check {
-		return r.certs.Client(data[specs.TLSCertKey], data[specs.TLSKeyKey], ca.Cert, specs.ReplicationRole, now, seal)
+		return r.certs.Client(data[specs.TLSCertKey], data[specs.TLSKeyKey], ca.Cert, contract.ReplicationRole, now, seal)
 	})
 	if err != nil || obs.blocked() {
 		return err

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
 )
@@ -139,7 +140,7 @@ func TestCertificateSeals(t *testing.T) {
 		if name == "seal-server-tls" {
 			c = (&pki.Checker{}).Server(d[specs.TLSCertKey], d[specs.TLSKeyKey], ca[specs.CACertKey], specs.ServerDNSNames(db), reconciler.Clock.Now(), pki.Seal{Key: key})
 		} else {
-			c = (&pki.Checker{}).Client(d[specs.TLSCertKey], d[specs.TLSKeyKey], ca[specs.CACertKey], specs.ReplicationRole, reconciler.Clock.Now(), pki.Seal{Key: key})
+			c = (&pki.Checker{}).Client(d[specs.TLSCertKey], d[specs.TLSKeyKey], ca[specs.CACertKey], contract.ReplicationRole, reconciler.Clock.Now(), pki.Seal{Key: key})
 		}
 		if got := s.Annotations[databasev1alpha1.AnnotationCertificateSeal]; c.Seal == "" || got != c.Seal {
 			return fmt.Errorf("Secret %s: seal %q, want %q", name, got, c.Seal)
@@ -207,7 +208,7 @@ func TestUserCertificate(t *testing.T) {
 	// The replicas' client certificate comes from the operator's CA
 	// whatever the server's certificate.
 	opCA, repl := secretData(t, ns, "byo-ca"), secretData(t, ns, "byo-replication-tls")
-	if check := pki.CheckClient(repl[specs.TLSCertKey], repl[specs.TLSKeyKey], opCA[specs.CACertKey], specs.ReplicationRole, now); len(check.Problems) > 0 {
+	if check := pki.CheckClient(repl[specs.TLSCertKey], repl[specs.TLSKeyKey], opCA[specs.CACertKey], contract.ReplicationRole, now); len(check.Problems) > 0 {
 		t.Errorf("the replication certificate: %v", check.Problems)
 	}
 	if s := secretData(t, ns, "byo-cert"); !bytes.Equal(s[specs.TLSCertKey], expired.Cert) {

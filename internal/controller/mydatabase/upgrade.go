@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -359,7 +360,7 @@ func (r *MyDatabaseReconciler) jobOutcome(ctx context.Context, db *databasev1alp
 		}
 	}
 	switch {
-	case newest != nil && newest.ExitCode == databasev1alpha1.UpgradeExitOldDataUntouched:
+	case newest != nil && newest.ExitCode == contract.UpgradeExitOldDataUntouched:
 		return true, strings.TrimSpace(newest.Message), nil
 	case newest != nil:
 		return false, fmt.Sprintf("the upgrade container exited with %d (%s): %s", newest.ExitCode, newest.Reason, strings.TrimSpace(newest.Message)), nil

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -195,7 +196,7 @@ func TestMajorUpgradeFailure(t *testing.T) {
 	statefulSetIs(t, db, 0, "postgres:15")
 	stopPods(t, db)
 	reason := "pg_upgrade --check failed: Checking for reg* data types in user tables"
-	finishJob(t, db, databasev1alpha1.UpgradeExitOldDataUntouched, reason)
+	finishJob(t, db, contract.UpgradeExitOldDataUntouched, reason)
 	waitFor(t, db, "Stalled MajorUpgradeFailed", func(db *databasev1alpha1.MyDatabase) error {
 		st := condition(db, databasev1alpha1.ConditionStalled)
 		if st == nil || st.Reason != databasev1alpha1.ReasonMajorUpgradeFailed || !strings.Contains(st.Message, reason) ||
@@ -231,7 +232,7 @@ func TestMajorUpgradeFailure(t *testing.T) {
 	// Retried, and this time it fails past the point of no return.
 	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Version = "17" })
 	waitFor(t, db, "Upgrading again", upgradePhase(databasev1alpha1.MajorUpgradeUpgrading))
-	finishJob(t, db, databasev1alpha1.UpgradeExitPastPointOfNoReturn, "pg_upgrade was interrupted after it began linking")
+	finishJob(t, db, contract.UpgradeExitPastPointOfNoReturn, "pg_upgrade was interrupted after it began linking")
 	waitFor(t, db, "Stalled, stopped", func(db *databasev1alpha1.MyDatabase) error {
 		st := condition(db, databasev1alpha1.ConditionStalled)
 		if st == nil || !strings.Contains(st.Message, "the servers stay stopped") {

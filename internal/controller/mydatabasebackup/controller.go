@@ -39,7 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/instance/report"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -135,15 +135,15 @@ func (r *Reconciler) step(ctx context.Context, b *databasev1alpha1.MyDatabaseBac
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
-	var run *report.BackupRun
-	if rep, err := report.Parse(pod.Annotations[databasev1alpha1.AnnotationInstance]); err == nil {
+	var run *contract.BackupRun
+	if rep, err := contract.Parse(pod.Annotations[contract.AnnotationInstance]); err == nil {
 		run = rep.Backup
 	}
 	if run != nil && run.Name == b.Name {
 		copyRun(st, run)
 		return ctrl.Result{}, nil
 	}
-	asked := pod.Annotations[databasev1alpha1.AnnotationBackupRequest]
+	asked := pod.Annotations[contract.AnnotationBackupRequest]
 	if asked == b.Name {
 		return ctrl.Result{}, nil // the instance's report brings the rest
 	}
@@ -152,7 +152,7 @@ func (r *Reconciler) step(ctx context.Context, b *databasev1alpha1.MyDatabaseBac
 		return ctrl.Result{RequeueAfter: retry}, nil
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{ // a map always marshals
-		"annotations": map[string]string{databasev1alpha1.AnnotationBackupRequest: b.Name}}})
+		"annotations": map[string]string{contract.AnnotationBackupRequest: b.Name}}})
 	if err := r.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -167,7 +167,7 @@ func choose(pods []corev1.Pod, target databasev1alpha1.BackupTarget, now time.Ti
 	var replayed uint64
 	for i := range pods {
 		p := &pods[i]
-		rep, err := report.Parse(p.Annotations[databasev1alpha1.AnnotationInstance])
+		rep, err := contract.Parse(p.Annotations[contract.AnnotationInstance])
 		if err != nil || !rep.Ready || !p.DeletionTimestamp.IsZero() {
 			continue
 		}
@@ -177,7 +177,7 @@ func choose(pods []corev1.Pod, target databasev1alpha1.BackupTarget, now time.Ti
 				primary = p
 			}
 		case databasev1alpha1.RoleReplica:
-			pos, err := report.LSN(rep.Replayed)
+			pos, err := contract.LSN(rep.Replayed)
 			if err == nil && now.Sub(rep.Time) < reportFresh && (replica == nil || pos > replayed) {
 				replica, replayed = p, pos
 			}
@@ -198,7 +198,7 @@ func choose(pods []corev1.Pod, target databasev1alpha1.BackupTarget, now time.Ti
 }
 
 // copyRun writes what the instance reported into the status.
-func copyRun(st *databasev1alpha1.MyDatabaseBackupStatus, run *report.BackupRun) {
+func copyRun(st *databasev1alpha1.MyDatabaseBackupStatus, run *contract.BackupRun) {
 	st.Phase, st.Message = databasev1alpha1.BackupPhase(run.Phase), run.Message
 	st.BackupID, st.Size, st.Timeline, st.BeginLSN, st.EndLSN = run.ID, run.Size, run.Timeline, run.BeginLSN, run.EndLSN
 	st.StartedAt, st.StoppedAt = metaTime(run.Started), metaTime(run.Stopped)

@@ -1,16 +1,4 @@
-// Package report is the instance manager's report of its instance, the
-// channel from every database pod to the operator and to the other
-// instances: JSON in the pod annotation database.example.com/instance,
-// which the instance manager patches on its own pod.
-//
-// A pod annotation rather than an HTTP endpoint the operator polls: the
-// operator never connects into the pod network (a NetworkPolicy may forbid
-// it, and test harnesses need not route to pods), it reads the reports from
-// the pod cache it already has, a watch wakes it on a change, and the
-// instance manager needs only RBAC on its own pods. The cost is an API
-// write per report, so reports are sent on a change of role, readiness or
-// timeline, and at most every MinInterval for WAL positions alone.
-package report
+package contract
 
 import (
 	"encoding/json"

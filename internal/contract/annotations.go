@@ -1,0 +1,45 @@
+package contract
+
+const (
+	// AnnotationInstance on a pod is its instance manager's report, JSON
+	// (Report): role, readiness, timeline, WAL positions and the address
+	// the other instances reach it at.
+	AnnotationInstance = "database.example.com/instance"
+	// AnnotationSwitchoverTo on the primary Lease names the instance the
+	// primary is to hand the Lease to, in a planned switchover. The
+	// operator writes it (status.targetPrimary); the primary's instance
+	// manager removes it when it hands the Lease over.
+	AnnotationSwitchoverTo = "database.example.com/switchover-to"
+	// AnnotationQuorum on the primary Lease is the MyDatabase's Quorum,
+	// JSON: there a change reaches the instance managers without a pod
+	// restart.
+	AnnotationQuorum = "database.example.com/quorum"
+	// AnnotationBackupRequest on a pod asks its instance manager to take a
+	// base backup: the value is the MyDatabaseBackup's name. The instance
+	// manager reports the run in Report.Backup.
+	AnnotationBackupRequest = "database.example.com/backup-request"
+)
+
+// The exit codes of the major upgrade Job's instance manager
+// (internal/instance, upgrade.go), which the operator reads from the Job's
+// pod.
+const (
+	// UpgradeExitOldDataUntouched: pg_upgrade (or a check before it) failed
+	// before the point of no return; the old data is as it was.
+	UpgradeExitOldDataUntouched = 10
+	// UpgradeExitPastPointOfNoReturn: it failed after pg_upgrade --link
+	// began linking the old cluster's files into the new one.
+	UpgradeExitPastPointOfNoReturn = 11
+)
+
+// The files of the operator's ConfigMap, mounted in the directory
+// EnvConfigDir names.
+const (
+	PostgresConfFile = "postgresql.conf"
+	HBAConfFile      = "pg_hba.conf"
+)
+
+// ReplicationRole is the PostgreSQL role the replicas stream as. It has no
+// password: the replicas present a client certificate for it, which the
+// operator issues.
+const ReplicationRole = "replicator"

@@ -1,0 +1,27 @@
+// Package contract is everything the operator and the instance manager
+// say to each other, in one place that both import:
+//
+//   - the pod's environment, which the operator writes (internal/specs.Env)
+//     and the instance manager reads (internal/instance.ConfigFromEnv):
+//     env.go;
+//   - the annotations each side writes for the other: the report of an
+//     instance on its pod, the switchover request and the quorum on the
+//     primary Lease, the backup request on a pod: annotations.go;
+//   - the report itself: report.go;
+//   - what synchronous replication asks of the instances: quorum.go;
+//   - the exit codes of the major upgrade Job: annotations.go.
+//
+// The report is JSON in the pod annotation AnnotationInstance, which the
+// instance manager patches on its own pod, rather than an HTTP endpoint
+// the operator polls: the operator never connects into the pod network (a
+// NetworkPolicy may forbid it, and test harnesses need not route to pods),
+// it reads the reports from the pod cache it already has, a watch wakes it
+// on a change, and the instance manager needs only RBAC on its own pods.
+// The cost is an API write per report, so reports are sent on a change of
+// role, readiness or timeline, and at most every MinInterval for WAL
+// positions alone.
+//
+// The package imports only the API (api/v1alpha1); a test in
+// internal/layers_test.go keeps it so, and contract_test.go ties both sides
+// to it.
+package contract
