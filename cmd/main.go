@@ -50,7 +50,7 @@ import (
 	"example.com/myoperator/internal/controller/mydatabase"
 	"example.com/myoperator/internal/controller/mydatabasebackup"
 	"example.com/myoperator/internal/leader"
-	"example.com/myoperator/internal/manager"
+	"example.com/myoperator/internal/memlimit"
 	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/specs"
 	// +kubebuilder:scaffold:imports
@@ -175,7 +175,7 @@ func main() {
 	}
 
 	namespaces := splitNamespaces(watchNamespace)
-	if soft := manager.SoftMemoryLimit(manager.CgroupMemoryFiles); soft > 0 {
+	if soft := memlimit.SoftMemoryLimit(memlimit.CgroupMemoryFiles); soft > 0 {
 		setupLog.Info("Go soft memory limit at 90% of the container's", "bytes", soft)
 	}
 	setupLog.Info("Watching", "namespaces", cmp.Or(strings.Join(namespaces, ","), "all"))
@@ -224,7 +224,7 @@ func main() {
 		// The process exits as soon as the manager stops, so releasing the
 		// lease on the way out is safe and lets a successor start at once.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         manager.CacheOptions(cfg, namespaces...),
+		Cache:                         mydatabase.CacheOptions(cfg, namespaces...),
 	})
 	if err != nil {
 		setupLog.Error(err, "Failed to start manager")

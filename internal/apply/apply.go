@@ -20,8 +20,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-
-	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 )
 
 // Engine applies desired objects under one field owner.
@@ -30,6 +28,9 @@ type Engine struct {
 	Client client.Client
 	// FieldOwner is the server-side apply field manager of every write.
 	FieldOwner string
+	// HashAnnotation is the annotation that carries the hash of the
+	// desired state a child was last applied with.
+	HashAnnotation string
 	// Marks, when set, finds the cache's own copy of a child, on which a
 	// check that found no drift is remembered until the child changes: a
 	// later pass over the same version and the same desired state skips
@@ -80,7 +81,7 @@ func (e *Engine) Apply(ctx context.Context, desired Configuration, live client.O
 		return Unchanged, nil
 	}
 
-	body, err := withAnnotation(raw, databasev1alpha1.AnnotationSpecHash, hash)
+	body, err := withAnnotation(raw, e.HashAnnotation, hash)
 	if err != nil {
 		return Unchanged, fmt.Errorf("encoding desired %T: %w", desired, err)
 	}
@@ -102,11 +103,14 @@ func (e *Engine) Apply(ctx context.Context, desired Configuration, live client.O
 // since (the drift walk, skipped for a version found agreeing with
 // desiredHash before; Marks).
 func (e *Engine) agrees(ctx context.Context, desired Configuration, live client.Object, key client.ObjectKey, hash string, desiredHash uint64) bool {
-	if live.GetAnnotations()[databasev1alpha1.AnnotationSpecHash] != hash {
+	if live.GetAnnotations()[e.HashAnnotation] != hash {
 		logf.FromContext(ctx).V(1).Info("Spec changed", "kind", KindOf(live), "name", key.Name)
 		return false
 	}
-	mark := e.Marks.of(live, key)
+	var mark Agreement
+	if e.Marks != nil {
+		mark = e.Marks.Of(live)
+	}
 	if mark != nil && mark.Agrees(desiredHash) {
 		return true
 	}

@@ -27,7 +27,6 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/controller/mydatabase"
-	"example.com/myoperator/internal/manager"
 	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
@@ -139,7 +138,7 @@ func startOperator(env *controlPlane, s Settings, syncPeriod time.Duration) (*op
 	op := &operator{settings: s, http: newHTTPCounter(), recs: newReconcileLog(), done: make(chan error, 1)}
 	cfg.WrapTransport = op.http.wrap
 
-	cacheOpts := manager.CacheOptions(cfg)
+	cacheOpts := mydatabase.CacheOptions(cfg)
 	if syncPeriod > 0 {
 		cacheOpts.SyncPeriod = &syncPeriod
 	}

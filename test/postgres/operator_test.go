@@ -22,7 +22,6 @@ import (
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/controller/mydatabase"
 	"example.com/myoperator/internal/controller/mydatabasebackup"
-	"example.com/myoperator/internal/manager"
 	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/specs"
 )
@@ -53,7 +52,7 @@ func (c *cluster) startOperator(t *testing.T) *operator {
 	mgr, err := ctrl.NewManager(c.api.Config, ctrl.Options{
 		Scheme: c.api.Scheme,
 		// Its own namespace only: clusters may share an API server.
-		Cache:                  manager.CacheOptions(c.api.Config, c.db.Namespace),
+		Cache:                  mydatabase.CacheOptions(c.api.Config, c.db.Namespace),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		// The same controller name is registered again on every start.

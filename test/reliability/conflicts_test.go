@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/manager"
+	"example.com/myoperator/internal/controller/mydatabase"
 )
 
 // conflicts answers every third write of the clients it wraps with 409
@@ -165,7 +165,7 @@ func TestConcurrentWriterEvery100ms(t *testing.T) {
 	ns := namespace(t)
 	errs := &errorLog{}
 	injected := &conflicts{}
-	startManager(t, env.Config, manager.CacheOptions(env.Config), managerSetup{
+	startManager(t, env.Config, mydatabase.CacheOptions(env.Config), managerSetup{
 		logger:     logr.New(errs),
 		wrapClient: injected.wrap,
 	})

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/manager"
+	"example.com/myoperator/internal/controller/mydatabase"
 	"example.com/myoperator/internal/testenv"
 )
 
@@ -42,7 +42,7 @@ func TestUnreachableAndSlowServer(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Host = "https://" + proxy.Addr()
 	ns := namespace(t)
-	startManager(t, cfg, manager.CacheOptions(cfg), managerSetup{})
+	startManager(t, cfg, mydatabase.CacheOptions(cfg), managerSetup{})
 
 	db := newDB(ns)
 	key := client.ObjectKeyFromObject(db)

@@ -30,7 +30,6 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/controller/mydatabase"
-	"example.com/myoperator/internal/manager"
 	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
@@ -142,7 +141,7 @@ func startManager(t *testing.T, cfg *rest.Config, cacheOpts cache.Options, setup
 func runLifecycle(t *testing.T, ns string, cfg *rest.Config, namespaces ...string) {
 	t.Helper()
 	ctx := context.Background()
-	startManager(t, cfg, manager.CacheOptions(cfg, namespaces...), managerSetup{})
+	startManager(t, cfg, mydatabase.CacheOptions(cfg, namespaces...), managerSetup{})
 
 	db := newDB(ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete })
 	key := client.ObjectKeyFromObject(db)

@@ -77,7 +77,7 @@ func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databa
 
 func (r *MyDatabaseReconciler) applyChild(ctx context.Context, obs *observation,
 	desired apply.Configuration, live client.Object) error {
-	outcome, err := (&apply.Engine{Client: r.Client, FieldOwner: FieldOwner, Marks: r.marks}).Apply(ctx, desired, live)
+	outcome, err := (&apply.Engine{Client: r.Client, FieldOwner: FieldOwner, HashAnnotation: databasev1alpha1.AnnotationSpecHash, Marks: r.marks}).Apply(ctx, desired, live)
 	if owned := (*apply.OwnedElsewhereError)(nil); errors.As(err, &owned) {
 		obs.waiting = &blocker{databasev1alpha1.ReasonWaitingForOldInstance, owned.Error()}
 		return nil

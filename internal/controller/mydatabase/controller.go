@@ -2,7 +2,6 @@ package mydatabase
 
 import (
 	"context"
-	"reflect"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -18,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -37,6 +35,7 @@ import (
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/apply"
 	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/leancache"
 	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
@@ -75,8 +74,8 @@ type MyDatabaseReconciler struct {
 	// certs remembers the certificates found good, by content: a pass
 	// over an unchanged Secret does not verify it again.
 	certs pki.Checker
-	// marks are the cache's stores of the children the apply engine can
-	// mark as found agreeing (SetupWithManager).
+	// marks finds the cached copies of the children the apply engine can
+	// mark as found agreeing (SetupWithManager); nil on a plain client.
 	marks apply.Marks
 	// indexed is set once SetupWithManager has indexed the cache's pods
 	// and claims byDatabase; a reconciler on a plain client has no index.
@@ -235,8 +234,8 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 // the retained Secrets, PVCs and the pods (owned by the StatefulSet) map
 // back through the instance label; pods only when their role label is missing or changed,
 // claims only while they are being expanded. Every MyDatabase update also
-// tells ownWrites what the cache now shows (caughtUp), and the stores
-// of the children the apply engine writes are kept for its marks (markIn).
+// tells ownWrites what the cache now shows (caughtUp), and the cache's
+// marks are kept for the apply engine (apply.Marks).
 func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}} {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), obj, byDatabase, func(o client.Object) []string {
@@ -264,14 +263,15 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&databasev1alpha1.MyDatabase{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&databasev1alpha1.MyDatabase{}, caughtUp)
-	r.marks = apply.Marks{}
 	for _, obj := range []client.Object{&appsv1.StatefulSet{}, &batchv1.Job{}, &corev1.Service{}, &corev1.ConfigMap{},
 		&policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{}, &corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}} {
 		b = b.Watches(obj, byController)
-		if err := r.markIn(mgr, obj); err != nil {
-			return err
-		}
 	}
+	marks, err := leancache.NewMarks(context.Background(), mgr.GetCache())
+	if err != nil {
+		return err
+	}
+	r.marks = marks
 	return b.
 		Watches(&coordinationv1.Lease{}, byController, builder.WithPredicates(holderChanged)).
 		Watches(&corev1.Secret{}, byInstance).
@@ -280,20 +280,6 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Named("mydatabase").
 		Complete(r)
-}
-
-// markIn lets the apply engine mark the cached copies of obj's kind
-// (apply.Marks) when its informer has a store of its own: not in a cache
-// over several namespaces, whose informer spans one per namespace.
-func (r *MyDatabaseReconciler) markIn(mgr ctrl.Manager, obj client.Object) error {
-	informer, err := mgr.GetCache().GetInformer(context.Background(), obj)
-	if err != nil {
-		return err
-	}
-	if s, ok := informer.(interface{ GetStore() toolscache.Store }); ok {
-		r.marks[reflect.TypeOf(obj)] = s.GetStore()
-	}
-	return nil
 }
 
 // requestForController maps a child to the MyDatabase its controller

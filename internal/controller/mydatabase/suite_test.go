@@ -29,7 +29,6 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/controller/mydatabasebackup"
-	"example.com/myoperator/internal/manager"
 	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/testenv"
 )
@@ -70,7 +69,7 @@ func run(m *testing.M) int {
 
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:     env.Scheme,
-		Cache:      manager.CacheOptions(env.Config),
+		Cache:      CacheOptions(env.Config),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: new(true)},
 	})

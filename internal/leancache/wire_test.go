@@ -1,4 +1,4 @@
-package manager
+package leancache
 
 import (
 	"bytes"
@@ -105,7 +105,7 @@ func TestWireInformer(t *testing.T) {
 		t.Error("the informer used controller-runtime's lister and watcher")
 		return errors.New("not this one")
 	}
-	informer := CacheOptions(env.Config).NewInformer(&toolscache.ListWatch{
+	informer := CacheOptions(env.Config, Settings{Managed: managed}).NewInformer(&toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return nil, unused(ctx, o)
 		},
@@ -177,7 +177,7 @@ func TestWireInformer(t *testing.T) {
 // object's size), until the cache holds it: decoded whole and encoded again
 // (encodedAs, a namespace-scoped cache), or cut out of the wire (fromWire).
 func BenchmarkChildFromTheWire(b *testing.B) {
-	js, err := json.Marshal(specs.StatefulSet(sampleDatabase("orders"), specs.Platform{}))
+	js, err := json.Marshal(specs.StatefulSet(specs.SampleDatabase("orders"), specs.Platform{}))
 	if err != nil {
 		b.Fatal(err)
 	}

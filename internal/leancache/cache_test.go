@@ -1,4 +1,4 @@
-package manager
+package leancache
 
 import (
 	"encoding/json"
@@ -28,7 +28,7 @@ func TestCanonicalStringsShareOneCopy(t *testing.T) {
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: strings.Clone("apps/v1"), Kind: strings.Clone("StatefulSet"), Name: "orders"}},
 		}}
 	}
-	transform := canonicalStrings(func(obj any) (any, error) { return obj, nil })
+	transform := operatorCanon.transform(func(obj any) (any, error) { return obj, nil })
 	objs := make([]*corev1.Pod, 0, 2)
 	for range 2 {
 		out, err := transform(decoded())
@@ -64,7 +64,7 @@ func TestCanonicalStringsShareOneCopy(t *testing.T) {
 // template's, and those the API server defaults) share one copy too, in
 // place; nothing else changes.
 func TestCanonicalStringsSharePodSpecs(t *testing.T) {
-	db := sampleDatabase("orders")
+	db := specs.SampleDatabase("orders")
 	db.Spec.Replicas = ptr.To[int32](3)
 	// decoded is a pod of the StatefulSet as a decoder makes it: every
 	// string its own, and a default the API server fills in.
@@ -77,7 +77,7 @@ func TestCanonicalStringsSharePodSpecs(t *testing.T) {
 		pod.Spec.Containers[0].TerminationMessagePath = strings.Clone(corev1.TerminationMessagePathDefault)
 		return pod
 	}
-	transform := canonicalStrings(func(obj any) (any, error) { return obj, nil })
+	transform := operatorCanon.transform(func(obj any) (any, error) { return obj, nil })
 	pod := decoded()
 	if _, err := transform(pod); err != nil {
 		t.Fatal(err)
@@ -87,7 +87,7 @@ func TestCanonicalStringsSharePodSpecs(t *testing.T) {
 	}
 	shared, private := 0, []string{}
 	rewriteStrings(reflect.ValueOf(&pod.Spec).Elem(), func(s string) (string, bool) {
-		switch c, ok := canonical[s]; {
+		switch c, ok := operatorCanon[s]; {
 		case ok && unsafe.StringData(c) == unsafe.StringData(s):
 			shared++
 		case ok:
@@ -102,12 +102,12 @@ func TestCanonicalStringsSharePodSpecs(t *testing.T) {
 		t.Errorf("only %d strings share the canonical copy", shared)
 	}
 	for _, s := range []string{corev1.TerminationMessagePathDefault, specs.Image(db), specs.DataVolumeName} {
-		if _, ok := canonical[s]; !ok {
+		if _, ok := operatorCanon[s]; !ok {
 			t.Errorf("%q has no canonical copy", s)
 		}
 	}
 	for _, s := range []string{db.Name, specs.HeadlessServiceName(db)} {
-		if _, ok := canonical[s]; ok {
+		if _, ok := operatorCanon[s]; ok {
 			t.Errorf("%q, which names one MyDatabase, has a canonical copy", s)
 		}
 	}
@@ -127,10 +127,10 @@ func podJSON(tb testing.TB, db *databasev1alpha1.MyDatabase) []byte {
 // decodes one.
 func BenchmarkCanonicalPod(b *testing.B) {
 	pod := &corev1.Pod{}
-	if err := json.Unmarshal(podJSON(b, sampleDatabase("orders")), pod); err != nil {
+	if err := json.Unmarshal(podJSON(b, specs.SampleDatabase("orders")), pod); err != nil {
 		b.Fatal(err)
 	}
-	transform := canonicalStrings(func(obj any) (any, error) { return obj, nil })
+	transform := operatorCanon.transform(func(obj any) (any, error) { return obj, nil })
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := transform(pod); err != nil {
@@ -138,3 +138,7 @@ func BenchmarkCanonicalPod(b *testing.B) {
 		}
 	}
 }
+
+// operatorCanon is the canon of the operator's own cache
+// (internal/controller/mydatabase.CacheOptions).
+var operatorCanon = newCanon(Settings{Shared: specs.SharedStrings(), PodSamples: specs.SamplePodSpecs()})
