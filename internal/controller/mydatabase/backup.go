@@ -17,12 +17,19 @@ import (
 	"example.com/myoperator/internal/specs"
 )
 
-// checkObjectStores stalls a MyDatabase whose spec.backup or
+// objectStores is the component of the check of the object stores' credentials.
+type objectStores struct {
+	*kit
+	*scope
+}
+
+// reconcile stalls a MyDatabase whose spec.backup or
 // spec.bootstrap.recovery names a credentials Secret that does not exist
 // or lacks a key, before any pod is made: the kubelet would otherwise
 // leave the pods in CreateContainerConfigError. The Secret is the user's
 // (read around the cache, never written).
-func (r *MyDatabaseReconciler) checkObjectStores(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *objectStores) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
 	stores := map[string]databasev1alpha1.ObjectStore{}
 	if db.Spec.Backup != nil {
 		stores["spec.backup.objectStore"] = db.Spec.Backup.ObjectStore

@@ -1,7 +1,6 @@
 package mydatabase
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,61 +20,7 @@ import (
 	"example.com/myoperator/internal/specs"
 )
 
-// reconcileChildren aligns every child with the spec, in dependency order,
-// and returns what it observed. A paused MyDatabase is only observed.
-func (r *MyDatabaseReconciler) reconcileChildren(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
-	defer r.recordCreated(db, obs)
-	sts := &appsv1.StatefulSet{}
-	switch err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.StatefulSetName(db)}, sts); {
-	case err == nil && metav1.IsControlledBy(sts, db):
-		obs.sts = sts
-	case err != nil && !apierrors.IsNotFound(err):
-		return objectError("get", sts, specs.StatefulSetName(db), err)
-	}
-	if db.Spec.Paused {
-		return nil
-	}
-	// A blocked preflight writes no child at all: pods must never start
-	// against a password the data does not know, nor claim volumes no class
-	// can provision.
-	for _, check := range []func(context.Context, *databasev1alpha1.MyDatabase, *observation) error{
-		r.checkStorageClass,
-		r.checkObjectStores,
-		r.reconcileTLS,
-		r.reconcileCredentials,
-	} {
-		if err := check(ctx, db, obs); err != nil || obs.blocked() {
-			return err
-		}
-	}
-	steps := []func(context.Context, *databasev1alpha1.MyDatabase, *observation) error{
-		r.reconcileConfig,
-		r.reconcileServices,
-		r.reconcileInstanceAccess,
-		r.followPrimary,
-		r.reconcileMajorUpgrade,
-		r.reconcileStatefulSet,
-		r.reconcileDisruptionBudget,
-		r.reconcileNetworkPolicy,
-		r.reconcilePodMonitor,
-		r.reconcilePodRoles,
-		r.checkPodCreation,
-		r.reconcileSwitchover,
-		r.reconcileRollout,
-		r.retireReplicationPassword,
-		r.adoptRetainedVolumes,
-		r.reconcileRotation,
-		r.reconcileSchedule,
-	}
-	for _, step := range steps {
-		if err := step(ctx, db, obs); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (r *MyDatabaseReconciler) applyChild(ctx context.Context, obs *observation,
+func (r *kit) applyChild(ctx context.Context, obs *observation,
 	desired apply.Configuration, live client.Object) error {
 	outcome, err := (&apply.Engine{Client: r.Client, FieldOwner: FieldOwner, HashAnnotation: databasev1alpha1.AnnotationSpecHash, Marks: r.marks}).Apply(ctx, desired, live)
 	if owned := (*apply.OwnedElsewhereError)(nil); errors.As(err, &owned) {
@@ -88,13 +33,27 @@ func (r *MyDatabaseReconciler) applyChild(ctx context.Context, obs *observation,
 	return err
 }
 
-func (r *MyDatabaseReconciler) reconcileConfig(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+// serverConfig is the component of the PostgreSQL configuration ConfigMap.
+type serverConfig struct {
+	*kit
+	*scope
+}
+
+func (r *serverConfig) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
 	return r.applyChild(ctx, obs, specs.ConfigMap(db), &corev1.ConfigMap{})
 }
 
-// reconcileServices keeps the headless and read-write Services, and the
+// services is the component of the Services.
+type services struct {
+	*kit
+	*scope
+}
+
+// reconcile keeps the headless and read-write Services, and the
 // read-only one while there are replicas to read from.
-func (r *MyDatabaseReconciler) reconcileServices(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *services) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
 	if err := r.applyChild(ctx, obs, specs.HeadlessService(db), &corev1.Service{}); err != nil {
 		return err
 	}
@@ -107,23 +66,37 @@ func (r *MyDatabaseReconciler) reconcileServices(ctx context.Context, db *databa
 	return r.deleteChild(ctx, db, &corev1.Service{}, specs.ReadOnlyServiceName(db))
 }
 
-func (r *MyDatabaseReconciler) reconcileDisruptionBudget(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+// disruptionBudget is the component of the PodDisruptionBudget.
+type disruptionBudget struct {
+	*kit
+	*scope
+}
+
+func (r *disruptionBudget) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
 	if specs.Replicas(db) > 1 {
 		return r.applyChild(ctx, obs, specs.PodDisruptionBudget(db), &policyv1.PodDisruptionBudget{})
 	}
 	return r.deleteChild(ctx, db, &policyv1.PodDisruptionBudget{}, specs.PodDisruptionBudgetName(db))
 }
 
-// reconcileNetworkPolicy keeps the NetworkPolicy while spec.networkPolicy
+// networkPolicy is the component of the NetworkPolicy.
+type networkPolicy struct {
+	*kit
+	*scope
+}
+
+// reconcile keeps the NetworkPolicy while spec.networkPolicy
 // asks for one.
-func (r *MyDatabaseReconciler) reconcileNetworkPolicy(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *networkPolicy) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
 	if specs.NetworkPolicyEnabled(db) {
 		return r.applyChild(ctx, obs, specs.NetworkPolicy(db), &networkingv1.NetworkPolicy{})
 	}
 	return r.deleteChild(ctx, db, &networkingv1.NetworkPolicy{}, specs.NetworkPolicyName(db))
 }
 
-func (r *MyDatabaseReconciler) deleteChild(ctx context.Context, db *databasev1alpha1.MyDatabase, obj client.Object, name string) error {
+func (r *kit) deleteChild(ctx context.Context, db *databasev1alpha1.MyDatabase, obj client.Object, name string) error {
 	deleted, err := r.deleteOwned(ctx, db, obj, name)
 	if deleted {
 		r.event(db, corev1.EventTypeNormal, "Deleted", "Deleted %s %s", apply.KindOf(obj), name)
@@ -131,58 +104,64 @@ func (r *MyDatabaseReconciler) deleteChild(ctx context.Context, db *databasev1al
 	return err
 }
 
-// reconcileStatefulSet applies the StatefulSet. Its volumeClaimTemplates are
+// servers is the component of the StatefulSet and the size of its volumes.
+type servers struct {
+	*kit
+	*scope
+	upgrade *majorUpgrade // the MyDatabase the StatefulSet is built from, during an upgrade
+	// applied is the StatefulSet as this pass left it: the live one, or
+	// the server's answer to the apply.
+	applied *appsv1.StatefulSet
+}
+
+// reconcile applies the StatefulSet. Its volumeClaimTemplates are
 // immutable: a larger spec.storage.size first grows the volumes and
 // replaces the StatefulSet (alignVolumes, resize.go).
-func (r *MyDatabaseReconciler) reconcileStatefulSet(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *servers) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
 	want, err := r.alignVolumes(ctx, db, obs)
 	if err != nil || want == nil {
 		return err
 	}
-	if view := obs.statefulSetView(db); view != db { // a major upgrade (upgrade.go)
+	if view := r.upgrade.view(); view != db { // a major upgrade (upgrade.go)
 		view.Spec.Storage = want.Spec.Storage
 		want = view
 	}
 	var before int32
-	if obs.sts != nil && obs.sts.Spec.Replicas != nil {
-		before = *obs.sts.Spec.Replicas
+	if r.sts != nil && r.sts.Spec.Replicas != nil {
+		before = *r.sts.Spec.Replicas
 	}
 	sts := &appsv1.StatefulSet{}
 	if err := r.applyChild(ctx, obs, specs.StatefulSet(want, r.Platform), sts); err != nil || !metav1.IsControlledBy(sts, db) {
 		return err
 	}
-	if obs.sts != nil && before != specs.Replicas(db) {
+	if r.sts != nil && before != specs.Replicas(db) {
 		r.event(db, corev1.EventTypeNormal, "Scaled", "Scaled StatefulSet %s from %d to %d servers", sts.Name, before, specs.Replicas(db))
 	}
-	obs.sts = sts
+	r.applied, obs.sts = sts, sts
 	return nil
 }
 
-// reconcilePodRoles labels each pod primary or replica (the primary is the
-// Lease's holder), which is how the Services find them, and keeps the pods
-// for status.instances.
-func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
-	pods := &corev1.PodList{}
-	if err := r.listOwn(ctx, pods, db, specs.InstanceSelector(db)); err != nil {
-		return objectError("list", &corev1.Pod{}, "", err)
-	}
-	// A list comes in no particular order; the rollout and the status go
-	// by ordinal. The names share their prefix, so the shorter is the
-	// lower ("db-9" before "db-10").
-	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int {
-		return cmp.Or(cmp.Compare(len(a.Name), len(b.Name)), cmp.Compare(a.Name, b.Name))
-	})
-	obs.pods = pods.Items
+// podRoles is the component of the role labels of the pods.
+type podRoles struct {
+	*kit
+	*scope
+}
+
+// reconcile labels each pod primary or replica (the primary is the
+// Lease's holder), which is how the Services find them, and stalls a
+// restore that failed or makes no progress.
+func (r *podRoles) reconcile(ctx context.Context, obs *observation) error {
 	if obs.stalled == nil {
-		obs.stalled = restoreStalled(db, obs.pods)
+		obs.stalled = restoreStalled(r.db, r.pods)
 	}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
+	for i := range r.pods {
+		pod := &r.pods[i]
 		if !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
 		role := databasev1alpha1.RoleReplica
-		if pod.Name == obs.primaryPod(db) {
+		if pod.Name == r.primaryPod() {
 			role = databasev1alpha1.RolePrimary
 		}
 		if pod.Labels[databasev1alpha1.LabelRole] == role {
@@ -197,12 +176,19 @@ func (r *MyDatabaseReconciler) reconcilePodRoles(ctx context.Context, db *databa
 	return nil
 }
 
-// adoptRetainedVolumes takes over the data volumes that a deleted
+// retainedVolumes is the component of the adoption of retained volumes.
+type retainedVolumes struct {
+	*kit
+	*scope
+}
+
+// reconcile takes over the data volumes that a deleted
 // MyDatabase of the same name retained: the new StatefulSet mounts them by
 // name, and relabelling them with the new owner's UID puts them under the
 // new deletion policy. Volumes that still have an owner (a StatefulSet
 // being collected) are left to it.
-func (r *MyDatabaseReconciler) adoptRetainedVolumes(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *retainedVolumes) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
 	pvcs := &corev1.PersistentVolumeClaimList{}
 	if err := r.listOwn(ctx, pvcs, db, specs.InstanceLabels(db)); err != nil {
 		return objectError("list", &corev1.PersistentVolumeClaim{}, "", err)
@@ -224,7 +210,7 @@ func (r *MyDatabaseReconciler) adoptRetainedVolumes(ctx context.Context, db *dat
 // deleteOwned deletes the named child if it exists and belongs to this
 // MyDatabase (by owner UID label), with a UID precondition so that an object
 // re-created under the same name in the meantime is never touched.
-func (r *MyDatabaseReconciler) deleteOwned(ctx context.Context, db *databasev1alpha1.MyDatabase, obj client.Object, name string) (bool, error) {
+func (r *kit) deleteOwned(ctx context.Context, db *databasev1alpha1.MyDatabase, obj client.Object, name string) (bool, error) {
 	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, obj); err != nil {
 		return false, objectError("get", obj, name, client.IgnoreNotFound(err))
 	}
@@ -235,7 +221,7 @@ func (r *MyDatabaseReconciler) deleteOwned(ctx context.Context, db *databasev1al
 }
 
 // deleteExact deletes obj only if it is still the object with obj's UID.
-func (r *MyDatabaseReconciler) deleteExact(ctx context.Context, obj client.Object) error {
+func (r *kit) deleteExact(ctx context.Context, obj client.Object) error {
 	uid := obj.GetUID()
 	err := r.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
@@ -246,7 +232,15 @@ func (r *MyDatabaseReconciler) deleteExact(ctx context.Context, obj client.Objec
 
 // +kubebuilder:rbac:groups=core,resources=events,verbs=list
 
-// checkPodCreation reports why the StatefulSet controller cannot create a
+// podCreation is the component of the check of why the StatefulSet controller cannot
+// create a pod.
+type podCreation struct {
+	*kit
+	*scope
+	servers *servers
+}
+
+// reconcile reports why the StatefulSet controller cannot create a
 // server's pod or volume claim: it does not write that into the
 // StatefulSet's status, only into its events (FailedCreate), so a quota
 // on claims or a policy that denies the pods would otherwise leave the
@@ -258,10 +252,11 @@ func (r *MyDatabaseReconciler) deleteExact(ctx context.Context, obj client.Objec
 // become Ready lists none: with many MyDatabases starting together in one
 // namespace, looking on every pass made each pass slower the more there
 // were (docs/benchmarks.md, B9).
-func (r *MyDatabaseReconciler) checkPodCreation(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
-	sts := obs.sts
+func (r *podCreation) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
+	sts := r.servers.applied
 	if sts == nil || sts.Spec.Replicas == nil || sts.Status.ObservedGeneration < sts.Generation ||
-		sts.Status.Replicas >= *sts.Spec.Replicas || !creating(sts, obs.pods) || obs.blocked() {
+		sts.Status.Replicas >= *sts.Spec.Replicas || !creating(sts, r.pods) || obs.blocked() {
 		return nil
 	}
 	events := &corev1.EventList{}

@@ -47,14 +47,14 @@ const (
 )
 
 // MyDatabaseReconciler aligns the children of each MyDatabase with its spec
-// and reports what it finds in status.
+// and reports what it finds in status. Each feature is a component
+// (component.go); the reconciler runs them, writes the status once, and
+// runs the deletion.
 type MyDatabaseReconciler struct {
 	// Client reads from the informer cache, which holds only objects
 	// labelled app.kubernetes.io/managed-by=myoperator (see cmd/main.go).
 	client.Client
-	// APIReader reads around the cache: user-supplied Secrets carry none of
-	// our labels, and "does the data still exist" must never be answered
-	// from a stale cache.
+	// APIReader reads around the cache (kit.APIReader).
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// NewPassword generates passwords (crypto/rand in production).
@@ -71,15 +71,18 @@ type MyDatabaseReconciler struct {
 	// written remembers the writes to MyDatabases the cache does not show
 	// yet.
 	written ownWrites
-	// certs remembers the certificates found good, by content: a pass
-	// over an unchanged Secret does not verify it again.
+	// certs remembers the certificates found good, by content.
 	certs pki.Checker
-	// marks finds the cached copies of the children the apply engine can
-	// mark as found agreeing (SetupWithManager); nil on a plain client.
-	marks apply.Marks
-	// indexed is set once SetupWithManager has indexed the cache's pods
-	// and claims byDatabase; a reconciler on a plain client has no index.
+	// marks and indexed are what SetupWithManager found of the cache
+	// (kit).
+	marks   apply.Marks
 	indexed bool
+}
+
+// kit is what the components of a pass work with.
+func (r *MyDatabaseReconciler) kit() *kit {
+	return &kit{Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder, NewPassword: r.NewPassword, Clock: r.Clock,
+		Metrics: r.Metrics, Platform: r.Platform, StallRetry: r.stallRetry(), certs: &r.certs, marks: r.marks, indexed: r.indexed}
 }
 
 // +kubebuilder:rbac:groups=database.example.com,resources=mydatabases,verbs=get;list;watch;patch
@@ -113,11 +116,12 @@ func (r *MyDatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	cached := db.ResourceVersion
 	db = r.written.baseline(req.NamespacedName, db)
 	obs := &observation{}
+	k := r.kit()
 	var err error
 	if db.DeletionTimestamp.IsZero() {
-		err = r.reconcileSpec(ctx, db, cached, obs)
+		err = r.reconcileSpec(ctx, k, db, cached, obs)
 	} else {
-		err = r.reconcileDelete(ctx, db, obs)
+		err = k.reconcileDelete(ctx, db, obs)
 	}
 	if apierrors.IsConflict(err) {
 		return conflict(ctx, err)
@@ -146,7 +150,7 @@ func (r *MyDatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		// retry at most.
 		return ctrl.Result{}, err
 	}
-	return obs.result(r.stallRetry()), nil
+	return obs.result(k.StallRetry), nil
 }
 
 // conflict retries a pass that lost a race with another writer (or read a
@@ -157,13 +161,13 @@ func conflict(ctx context.Context, err error) (ctrl.Result, error) {
 	return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // the rate-limited requeue without an error log
 }
 
-// reconcileSpec makes sure the MyDatabase has its finalizer, then aligns the
-// children. cached is the resourceVersion the cache showed.
-func (r *MyDatabaseReconciler) reconcileSpec(ctx context.Context, db *databasev1alpha1.MyDatabase, cached string, obs *observation) error {
+// reconcileSpec makes sure the MyDatabase has its finalizer, then runs its
+// components. cached is the resourceVersion the cache showed.
+func (r *MyDatabaseReconciler) reconcileSpec(ctx context.Context, k *kit, db *databasev1alpha1.MyDatabase, cached string, obs *observation) error {
 	if err := r.ensureFinalizer(ctx, db, cached); err != nil {
 		return err
 	}
-	return r.reconcileChildren(ctx, db, obs)
+	return k.align(ctx, db, obs)
 }
 
 // ensureFinalizer adds the finalizer when the MyDatabase lacks it. db is
@@ -225,7 +229,7 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 		return err
 	}
 	r.rememberWrite(ctx, cached, base.ResourceVersion, db)
-	r.recordTransitions(ctx, base, db)
+	r.kit().recordTransitions(ctx, base, db)
 	return nil
 }
 
@@ -295,24 +299,6 @@ func requestForController(_ context.Context, o client.Object) []reconcile.Reques
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}}
-}
-
-// byDatabase indexes the cached pods and volume claims by the MyDatabase
-// they belong to (their instance label).
-const byDatabase = "mydatabase"
-
-// listOwn lists the pods or volume claims of db that carry every label of
-// selector; from the cache, through the byDatabase index: a pass costs
-// what its MyDatabase has, not what its namespace holds. A label selector
-// alone made the cache test every pod of the namespace, so that with many
-// MyDatabases in one namespace every pass got slower the more there were
-// (docs/benchmarks.md, B9).
-func (r *MyDatabaseReconciler) listOwn(ctx context.Context, list client.ObjectList, db *databasev1alpha1.MyDatabase, selector map[string]string) error {
-	opts := []client.ListOption{client.InNamespace(db.Namespace), client.MatchingLabels(selector)}
-	if r.indexed {
-		opts = append(opts, client.MatchingFields{byDatabase: db.Name})
-	}
-	return r.List(ctx, list, opts...)
 }
 
 // roleOrReportChanged passes the pod events the operator acts on: a pod

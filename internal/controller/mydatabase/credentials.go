@@ -18,38 +18,56 @@ import (
 	"example.com/myoperator/internal/specs"
 )
 
-// reconcileCredentials makes sure the application's password Secret
+// credentials is the component of the application's password Secret and the connection
+// Secret.
+type credentials struct {
+	*kit
+	*scope
+	tls *tlsCerts // the CA the connection Secret carries
+}
+
+// reconcile makes sure the application's password Secret
 // exists and is usable; the generated credentials Secret carries the CA of
-// reconcileTLS, which runs first. A password is generated only when no
+// tlsCerts, which runs first. A password is generated only when no
 // data exists yet; once a Secret exists it is never rewritten, and if it
 // vanishes while the data remains, the MyDatabase stalls instead of
 // minting a password the data does not know.
-func (r *MyDatabaseReconciler) reconcileCredentials(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *credentials) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
 	if specs.UserSuppliedCredentials(db) {
 		obs.stalled = r.checkUserSecret(ctx, db)
 		return nil
 	}
 	withCA := func(db *databasev1alpha1.MyDatabase, password string) *corev1.Secret {
 		s := specs.CredentialsSecret(db, password)
-		s.Data[specs.CACertKey] = obs.caCert
+		s.Data[specs.CACertKey] = r.tls.caCert
 		return s
 	}
 	if err := r.ensureGeneratedSecret(ctx, db, obs, specs.GeneratedCredentialsSecretName(db), withCA); err != nil || obs.blocked() {
 		return err
 	}
-	return r.alignConnectionSecret(ctx, db, obs.caCert)
+	return r.alignConnectionSecret(ctx, db, r.tls.caCert)
 }
 
 func (o *observation) blocked() bool { return o.stalled != nil || o.waiting != nil }
 
-// retireReplicationPassword deletes the replication password Secret of a
+// replicationPassword is the component of the retirement of the replication password
+// Secret.
+type replicationPassword struct {
+	*kit
+	*scope
+	servers *servers
+}
+
+// reconcile deletes the replication password Secret of a
 // MyDatabase made before replicas authenticated by certificate (and its
 // rotation's staging Secret), once no pod can need it: every pod runs a
 // template that mounts the client certificate. Until then a replica of
 // the new template falls back to the password against a primary of the
 // old one (internal/instance, replication.go).
-func (r *MyDatabaseReconciler) retireReplicationPassword(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
-	if !everyPodMountsReplicationCert(db, obs) {
+func (r *replicationPassword) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
+	if !everyPodMountsReplicationCert(db, r.servers.applied, r.pods) {
 		return nil
 	}
 	legacy := specs.LegacyReplicationSecretName(db)
@@ -73,18 +91,17 @@ func (r *MyDatabaseReconciler) retireReplicationPassword(ctx context.Context, db
 // everyPodMountsReplicationCert: the StatefulSet's template, as its
 // controller last observed it, gives the pods the replication client
 // certificate, and every pod runs that template.
-func everyPodMountsReplicationCert(db *databasev1alpha1.MyDatabase, obs *observation) bool {
-	sts := obs.sts
+func everyPodMountsReplicationCert(db *databasev1alpha1.MyDatabase, sts *appsv1.StatefulSet, pods []corev1.Pod) bool {
 	if sts == nil || sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision == "" ||
-		int32(len(obs.pods)) != specs.Replicas(db) {
+		int32(len(pods)) != specs.Replicas(db) {
 		return false
 	}
 	mounted := false
 	for _, v := range sts.Spec.Template.Spec.Volumes {
 		mounted = mounted || v.Secret != nil && v.Secret.SecretName == specs.ReplicationCertSecretName(db)
 	}
-	for i := range obs.pods {
-		if obs.pods[i].Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision {
+	for i := range pods {
+		if pods[i].Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision {
 			return false
 		}
 	}
@@ -93,7 +110,7 @@ func everyPodMountsReplicationCert(db *databasev1alpha1.MyDatabase, obs *observa
 
 // checkUserSecret validates the Secret named in spec.credentials. It is read
 // around the cache (it carries none of our labels) and never written.
-func (r *MyDatabaseReconciler) checkUserSecret(ctx context.Context, db *databasev1alpha1.MyDatabase) *blocker {
+func (r *credentials) checkUserSecret(ctx context.Context, db *databasev1alpha1.MyDatabase) *blocker {
 	name := db.Spec.Credentials.SecretName
 	secret := &corev1.Secret{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
@@ -120,7 +137,7 @@ func (r *MyDatabaseReconciler) checkUserSecret(ctx context.Context, db *database
 // MyDatabase of the same name left it behind, and keeps its labels and
 // owner references in line with the deletion policy. Its data is never
 // touched after creation.
-func (r *MyDatabaseReconciler) ensureGeneratedSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
+func (r *credentials) ensureGeneratedSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
 	name string, build func(*databasev1alpha1.MyDatabase, string) *corev1.Secret) error {
 	secret := &corev1.Secret{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
@@ -155,9 +172,9 @@ func (r *MyDatabaseReconciler) ensureGeneratedSecret(ctx context.Context, db *da
 	return r.alignMetadata(ctx, secret, specs.Labels(db, specs.ComponentCredentials), annotations, specs.SecretOwnerReferences(db), db)
 }
 
-func (r *MyDatabaseReconciler) createSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
+func (r *credentials) createSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
 	name string, build func(*databasev1alpha1.MyDatabase, string) *corev1.Secret) error {
-	if pvc, err := r.dataExists(ctx, db, obs); err != nil || pvc != "" {
+	if pvc, err := r.dataExists(ctx, db); err != nil || pvc != "" {
 		if err == nil {
 			obs.stalled = &blocker{databasev1alpha1.ReasonCredentialsLost, fmt.Sprintf(
 				"Secret %q is gone but the data volume %q still exists, and the data only accepts the password it was created with; "+
@@ -186,7 +203,7 @@ func (r *MyDatabaseReconciler) createSecret(ctx context.Context, db *databasev1a
 // although the cache (which holds only our labelled Secrets) did not show
 // it: either the cache lags behind our own earlier create (retry), or it is
 // someone else's Secret, which is reported and never overwritten.
-func (r *MyDatabaseReconciler) explainExistingSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, name string) error {
+func (r *kit) explainExistingSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, name string) error {
 	existing := &corev1.Secret{}
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, existing); err != nil {
 		return objectError("get", existing, name, err)
@@ -220,9 +237,9 @@ func explainSecret(db *databasev1alpha1.MyDatabase, obs *observation, existing *
 // read from the API server itself: a stale cache must never be the reason a
 // new password is minted for old data. It asks once per pass, for both
 // Secrets.
-func (r *MyDatabaseReconciler) dataExists(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (string, error) {
-	if obs.dataVolume != nil {
-		return *obs.dataVolume, nil
+func (r *credentials) dataExists(ctx context.Context, db *databasev1alpha1.MyDatabase) (string, error) {
+	if r.dataVolume != nil {
+		return *r.dataVolume, nil
 	}
 	name := fmt.Sprintf("%s-%s-0", specs.DataVolumeName, specs.StatefulSetName(db))
 	pvc := &corev1.PersistentVolumeClaim{}
@@ -233,7 +250,7 @@ func (r *MyDatabaseReconciler) dataExists(ctx context.Context, db *databasev1alp
 	case err != nil:
 		return "", objectError("get", pvc, name, err)
 	}
-	obs.dataVolume = &name
+	r.dataVolume = &name
 	return name, nil
 }
 
@@ -241,7 +258,7 @@ func (r *MyDatabaseReconciler) dataExists(ctx context.Context, db *databasev1alp
 // a child we create once and never re-apply (Secrets, PVCs), keeping every
 // label and owner reference of others. It adopts what a deleted MyDatabase of
 // the same name retained, and follows changes of the deletion policy.
-func (r *MyDatabaseReconciler) alignMetadata(ctx context.Context, obj client.Object, labels, annotations map[string]string,
+func (r *kit) alignMetadata(ctx context.Context, obj client.Object, labels, annotations map[string]string,
 	owners []metav1.OwnerReference, db *databasev1alpha1.MyDatabase) error {
 	wantLabels := withEntries(obj.GetLabels(), labels)
 	wantAnnotations := withEntries(obj.GetAnnotations(), annotations)

@@ -30,7 +30,7 @@ import (
 //
 // The pass reports Deleting in status only when something keeps the
 // MyDatabase: an error here, or finalizers of others after ours.
-func (r *MyDatabaseReconciler) reconcileDelete(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *kit) reconcileDelete(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	obs.deleting = true
 	if !controllerutil.ContainsFinalizer(db, databasev1alpha1.Finalizer) {
 		obs.gone = true // ours has run; what others wait for is theirs to report
@@ -77,7 +77,7 @@ func (r *MyDatabaseReconciler) reconcileDelete(ctx context.Context, db *database
 // release removes the owner references through which the garbage collector
 // would delete obj with the MyDatabase: ours, and the StatefulSet's (set on
 // PVCs while the policy was Delete).
-func (r *MyDatabaseReconciler) release(ctx context.Context, db *databasev1alpha1.MyDatabase, obj client.Object) error {
+func (r *kit) release(ctx context.Context, db *databasev1alpha1.MyDatabase, obj client.Object) error {
 	refs := slices.DeleteFunc(slices.Clone(obj.GetOwnerReferences()), func(ref metav1.OwnerReference) bool {
 		return ref.UID == db.UID || (ref.Kind == "StatefulSet" && ref.Name == specs.StatefulSetName(db))
 	})

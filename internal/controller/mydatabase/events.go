@@ -15,14 +15,14 @@ import (
 
 // event records an event on the MyDatabase. Messages never carry a secret
 // value: only names of objects and of keys.
-func (r *MyDatabaseReconciler) event(db *databasev1alpha1.MyDatabase, eventType, reason, format string, args ...any) {
+func (r *kit) event(db *databasev1alpha1.MyDatabase, eventType, reason, format string, args ...any) {
 	r.Recorder.Eventf(db, nil, eventType, reason, "Reconcile", format, args...)
 }
 
 // recordCreated emits one event for every child a pass created: a new
 // MyDatabase gets one "Created" event naming all of them, rather than one
 // per child, which the event API would fold into a series and lose.
-func (r *MyDatabaseReconciler) recordCreated(db *databasev1alpha1.MyDatabase, obs *observation) {
+func (r *kit) recordCreated(db *databasev1alpha1.MyDatabase, obs *observation) {
 	if len(obs.created) > 0 {
 		r.event(db, corev1.EventTypeNormal, "Created", "Created %s", strings.Join(obs.created, ", "))
 	}
@@ -33,7 +33,7 @@ func (r *MyDatabaseReconciler) recordCreated(db *databasev1alpha1.MyDatabase, ob
 // condition did not already carry): a failure retried a hundred times is
 // one event, not a hundred.
 // A new failure is also logged once, at Info; its retries only at V(1).
-func (r *MyDatabaseReconciler) recordTransitions(ctx context.Context, before, after *databasev1alpha1.MyDatabase) {
+func (r *kit) recordTransitions(ctx context.Context, before, after *databasev1alpha1.MyDatabase) {
 	if was, is := before.Status.CurrentPrimary, after.Status.CurrentPrimary; was != "" && is != was {
 		r.event(after, corev1.EventTypeNormal, "PrimaryChanged", "The primary is now %s (was %s): it holds the primary Lease", is, was)
 		r.Metrics.PrimaryChanged(client.ObjectKeyFromObject(after), primaryChangeKind(before, after))

@@ -24,7 +24,7 @@ import (
 // controller: the tests below play each of them, by writing what it would
 // write, where the expansion needs it.
 
-func storageClass(t *testing.T, name string, expandable bool) string {
+func newStorageClass(t *testing.T, name string, expandable bool) string {
 	t.Helper()
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: "example.com/test",
 		AllowVolumeExpansion: new(expandable)}
@@ -212,7 +212,7 @@ func readyDatabase(t *testing.T, ns, name string, class *string) (*databasev1alp
 // Ready; converged, it writes nothing.
 func TestStorageGrowthExpandsVolumesInPlace(t *testing.T) {
 	ns := namespace(t)
-	class := storageClass(t, "expandable-"+ns, true)
+	class := newStorageClass(t, "expandable-"+ns, true)
 	db, old, pods := readyDatabase(t, ns, "grow", &class)
 
 	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Storage.Size = resource.MustParse("2Gi") })
@@ -304,7 +304,7 @@ func TestStorageGrowthStallsWhenVolumesCannotGrow(t *testing.T) {
 		lift   func(t *testing.T, class *string)
 	}{
 		"the class does not allow expansion": {
-			class:  func(t *testing.T, ns string) *string { return new(storageClass(t, "fixed-"+ns, false)) },
+			class:  func(t *testing.T, ns string) *string { return new(newStorageClass(t, "fixed-"+ns, false)) },
 			reason: databasev1alpha1.ReasonStorageClassNotExpandable,
 			words:  []string{`StorageClass "fixed-`, "does not allow volume expansion", "from 1Gi to 5Gi", "allowVolumeExpansion", "set spec.storage.size back to 1Gi"},
 			lift: func(t *testing.T, class *string) {
@@ -324,7 +324,7 @@ func TestStorageGrowthStallsWhenVolumesCannotGrow(t *testing.T) {
 			words:  []string{"PVC data-still-0 has no StorageClass", "expand the volume by hand"},
 		},
 		"the class is gone": {
-			class: func(t *testing.T, ns string) *string { return new(storageClass(t, "gone-"+ns, true)) },
+			class: func(t *testing.T, ns string) *string { return new(newStorageClass(t, "gone-"+ns, true)) },
 			before: func(t *testing.T, class *string) {
 				if err := k8s.Delete(context.Background(), &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: *class}}); err != nil {
 					t.Fatal(err)

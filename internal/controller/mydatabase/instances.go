@@ -8,10 +8,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/contract"
@@ -28,11 +25,19 @@ import (
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
-// reconcileInstanceAccess keeps the instance managers' ServiceAccount,
+// instanceAccess is the component of the instance managers' identity, Role and primary
+// Lease.
+type instanceAccess struct {
+	*kit
+	*scope
+}
+
+// reconcile keeps the instance managers' ServiceAccount,
 // Role and RoleBinding, and the primary Lease. The operator may grant the
 // Role only what it holds itself (RBAC refuses an escalation): get, list
 // and patch on pods, get, watch and update on Leases.
-func (r *MyDatabaseReconciler) reconcileInstanceAccess(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *instanceAccess) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
 	if err := r.applyChild(ctx, obs, specs.InstanceServiceAccount(db), &corev1.ServiceAccount{}); err != nil {
 		return err
 	}
@@ -43,29 +48,6 @@ func (r *MyDatabaseReconciler) reconcileInstanceAccess(ctx context.Context, db *
 		return err
 	}
 	return r.applyChild(ctx, obs, specs.Lease(db), &coordinationv1.Lease{})
-}
-
-// followPrimary reads the primary from the Lease: its holder, which the
-// pods are labelled from and status.currentPrimary reports. Without a
-// holder (a new MyDatabase, pods that run no instance manager, or a Lease
-// between holders) the last known primary stays.
-func (r *MyDatabaseReconciler) followPrimary(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
-	lease := &coordinationv1.Lease{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.LeaseName(db)}, lease)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
-		return objectError("get", lease, specs.LeaseName(db), err)
-	}
-	if !metav1.IsControlledBy(lease, db) {
-		return nil
-	}
-	obs.lease = lease
-	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "" {
-		obs.primary = holder
-	}
-	return nil
 }
 
 // instanceStatuses turns the pods' reports into status.instances, in name

@@ -14,7 +14,13 @@ import (
 
 // +kubebuilder:rbac:groups=monitoring.coreos.com,resources=podmonitors,verbs=get;create;patch;delete
 
-// reconcilePodMonitor keeps the PodMonitor while spec.monitoring.podMonitor
+// podMonitor is the component of the PodMonitor.
+type podMonitor struct {
+	*kit
+	*scope
+}
+
+// reconcile keeps the PodMonitor while spec.monitoring.podMonitor
 // asks for one, and reports it in the MonitoringReady condition. The
 // PodMonitor's CRD is the Prometheus Operator's and may be absent: then
 // the condition says so and the pass goes on; the pass looks again after
@@ -22,7 +28,8 @@ import (
 // read from the API server, not the cache (an informer on a kind that may
 // not exist would keep the operator from starting), so only a spec change
 // or another child's event brings back a PodMonitor edited by hand.
-func (r *MyDatabaseReconciler) reconcilePodMonitor(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *podMonitor) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
 	live := &unstructured.Unstructured{}
 	live.SetGroupVersionKind(specs.PodMonitorGVK)
 	if !db.Spec.Monitoring.PodMonitor {
@@ -43,7 +50,7 @@ func (r *MyDatabaseReconciler) reconcilePodMonitor(ctx context.Context, db *data
 		obs.monitoring = &blocker{databasev1alpha1.ReasonPodMonitorCRDMissing, "spec.monitoring.podMonitor asks for a PodMonitor, " +
 			"but the cluster has no PodMonitor CRD (monitoring.coreos.com/v1): install the Prometheus Operator, " +
 			"or set spec.monitoring.podMonitor to false; the servers' metrics are served on port metrics (9187) either way"}
-		obs.recheck(r.stallRetry())
+		obs.recheck(r.StallRetry)
 		return nil
 	case err != nil:
 		return err

@@ -47,14 +47,14 @@ import (
 // template's size when the volumes cannot grow (Stalled; every other change
 // is still applied), or nil while the StatefulSet is being replaced and must
 // not be applied.
-func (r *MyDatabaseReconciler) alignVolumes(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (*databasev1alpha1.MyDatabase, error) {
+func (r *servers) alignVolumes(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (*databasev1alpha1.MyDatabase, error) {
 	want := specs.StorageSize(db)
 	claims, err := r.dataClaims(ctx, db)
 	if err != nil {
 		return nil, err
 	}
 	plan := planVolumes(claims, want)
-	template := claimSize(obs.sts)
+	template := claimSize(r.sts)
 	if len(plan.grow) > 0 {
 		if b, err := r.growClaims(ctx, db, plan.grow, want); err != nil || b != nil {
 			obs.stalled = b
@@ -70,8 +70,8 @@ func (r *MyDatabaseReconciler) alignVolumes(ctx context.Context, db *databasev1a
 	progress := plan.progress(want)
 	if template != nil && template.Cmp(want) != 0 {
 		setWaiting(obs, fmt.Sprintf("re-creating StatefulSet %s so that its volumeClaimTemplates ask for %s; "+
-			"its pods keep running%s", obs.sts.Name, want.String(), progress))
-		return nil, r.replaceStatefulSet(ctx, db, obs.sts, want)
+			"its pods keep running%s", r.sts.Name, want.String(), progress))
+		return nil, r.replaceStatefulSet(ctx, db, r.sts, want)
 	}
 	if progress != "" {
 		setWaiting(obs, "expanding the data volumes"+progress)
@@ -91,8 +91,8 @@ func setWaiting(obs *observation, message string) {
 // ordinal, from the cache. Retained claims of higher ordinals (scaled away
 // under Retain) are left as they are until a scale-up mounts them again;
 // claims of an older MyDatabase of the same name are this one's once
-// adoptRetainedVolumes has relabelled them.
-func (r *MyDatabaseReconciler) dataClaims(ctx context.Context, db *databasev1alpha1.MyDatabase) ([]corev1.PersistentVolumeClaim, error) {
+// retainedVolumes has relabelled them.
+func (r *servers) dataClaims(ctx context.Context, db *databasev1alpha1.MyDatabase) ([]corev1.PersistentVolumeClaim, error) {
 	list := &corev1.PersistentVolumeClaimList{}
 	selector := specs.InstanceLabels(db)
 	selector[databasev1alpha1.LabelOwnerUID] = string(db.UID)
@@ -180,7 +180,7 @@ func fileSystemResizePending(pvc *corev1.PersistentVolumeClaim) bool {
 // so that the servers never end up with volumes of different sizes. The
 // patch carries the resourceVersion read: a claim someone changed since is
 // read again (a conflict) rather than overwritten.
-func (r *MyDatabaseReconciler) growClaims(ctx context.Context, db *databasev1alpha1.MyDatabase,
+func (r *servers) growClaims(ctx context.Context, db *databasev1alpha1.MyDatabase,
 	claims []*corev1.PersistentVolumeClaim, want resource.Quantity) (*blocker, error) {
 	if b, err := r.checkExpandable(ctx, claims, want); err != nil || b != nil {
 		return b, err
@@ -218,7 +218,7 @@ func expansionRefused(err error) bool {
 // claims of a class with allowVolumeExpansion: true. Where the operator may
 // not read StorageClasses (a namespace-scoped install), the API server's
 // answer to the patch decides instead.
-func (r *MyDatabaseReconciler) checkExpandable(ctx context.Context, claims []*corev1.PersistentVolumeClaim, want resource.Quantity) (*blocker, error) {
+func (r *servers) checkExpandable(ctx context.Context, claims []*corev1.PersistentVolumeClaim, want resource.Quantity) (*blocker, error) {
 	checked := map[string]bool{}
 	for _, pvc := range claims {
 		name, from := ptr.Deref(pvc.Spec.StorageClassName, ""), pvc.Spec.Resources.Requests[corev1.ResourceStorage]
@@ -260,7 +260,7 @@ func (r *MyDatabaseReconciler) checkExpandable(ctx context.Context, claims []*co
 // precondition never deletes a newer StatefulSet of the same name. While the
 // garbage collector orphans the pods, the StatefulSet carries a deletion
 // timestamp and nothing is done; its deletion wakes the next pass.
-func (r *MyDatabaseReconciler) replaceStatefulSet(ctx context.Context, db *databasev1alpha1.MyDatabase,
+func (r *servers) replaceStatefulSet(ctx context.Context, db *databasev1alpha1.MyDatabase,
 	sts *appsv1.StatefulSet, want resource.Quantity) error {
 	if !sts.DeletionTimestamp.IsZero() {
 		return nil

@@ -30,17 +30,26 @@ import (
 
 // +kubebuilder:rbac:groups=core,resources=pods,verbs=delete
 
-// reconcileRollout takes the next step of a rolling update.
-func (r *MyDatabaseReconciler) reconcileRollout(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
-	sts := obs.sts
+// rollout is the component of the rolling update of the servers, primary last.
+type rollout struct {
+	*kit
+	*scope
+	servers    *servers
+	switchover *switchover // a rollout waits for a switchover, and asks for one
+}
+
+// reconcile takes the next step of a rolling update.
+func (r *rollout) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
+	sts := r.servers.applied
 	if sts == nil || sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision == "" ||
-		obs.switchover == nil || obs.switchover.target != "" {
+		r.switchover.state == nil || r.switchover.state.target != "" {
 		return nil
 	}
 	revision := sts.Status.UpdateRevision
 	var outdated []*corev1.Pod
-	for i := range obs.pods {
-		pod := &obs.pods[i]
+	for i := range r.pods {
+		pod := &r.pods[i]
 		if !pod.DeletionTimestamp.IsZero() || !podReady(pod) {
 			return nil // one at a time, and never while a server is down
 		}
@@ -48,10 +57,10 @@ func (r *MyDatabaseReconciler) reconcileRollout(ctx context.Context, db *databas
 			outdated = append(outdated, pod)
 		}
 	}
-	if len(outdated) == 0 || int32(len(obs.pods)) != specs.Replicas(db) {
+	if len(outdated) == 0 || int32(len(r.pods)) != specs.Replicas(db) {
 		return nil
 	}
-	primary := obs.primaryPod(db)
+	primary := r.primaryPod()
 	// Replicas first, the highest ordinal first (the StatefulSet's order).
 	slices.Reverse(outdated)
 	for _, pod := range outdated {
@@ -60,8 +69,8 @@ func (r *MyDatabaseReconciler) reconcileRollout(ctx context.Context, db *databas
 			return r.deleteExact(ctx, pod)
 		}
 	}
-	if target, why := pickTarget(db, obs, ""); why == "" {
-		return r.startSwitchover(ctx, db, obs, target, databasev1alpha1.SwitchoverRollingUpdate)
+	if target, why := pickTarget(r.scope, ""); why == "" {
+		return r.switchover.startSwitchover(ctx, db, obs, target, databasev1alpha1.SwitchoverRollingUpdate)
 	}
 	r.event(db, corev1.EventTypeNormal, "RollingUpdate", "Restarting the primary %s with the new spec: no replica is ready to take over", primary)
 	return r.deleteExact(ctx, outdated[0])

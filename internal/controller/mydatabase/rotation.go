@@ -53,12 +53,19 @@ func passwordTargets(db *databasev1alpha1.MyDatabase) []passwordTarget {
 	return []passwordTarget{user}
 }
 
-// reconcileRotation runs the rotation of each password and reports where
+// rotation is the component of password rotation.
+type rotation struct {
+	*kit
+	*scope
+}
+
+// reconcile runs the rotation of each password and reports where
 // it stands in status.passwords; a rotation under way keeps the MyDatabase
 // Reconciling (RotatingPassword).
-func (r *MyDatabaseReconciler) reconcileRotation(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
-	reports := podReports(obs.pods)
-	primary := obs.primaryPod(db)
+func (r *rotation) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
+	reports := podReports(r.pods)
+	primary := r.primaryPod()
 	var rotating []string
 	for _, t := range passwordTargets(db) {
 		var st databasev1alpha1.PasswordStatus
@@ -83,7 +90,7 @@ func (r *MyDatabaseReconciler) reconcileRotation(ctx context.Context, db *databa
 }
 
 // rotate carries a generated Secret's rotation one step further.
-func (r *MyDatabaseReconciler) rotate(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
+func (r *rotation) rotate(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
 	t passwordTarget, reports map[string]*contract.Report, primary string) (databasev1alpha1.PasswordStatus, error) {
 	st := databasev1alpha1.PasswordStatus{Role: t.role, Secret: t.secret}
 	final := &corev1.Secret{}
@@ -108,7 +115,7 @@ func (r *MyDatabaseReconciler) rotate(ctx context.Context, db *databasev1alpha1.
 		st.Rotating = fmt.Sprintf("Secret %s belongs to a deleted MyDatabase of the same name; waiting for the garbage collector", name)
 		return st, nil
 	}
-	if waiting := unconfirmed(obs.pods, reports, primary, name, staging.ResourceVersion); len(waiting) > 0 {
+	if waiting := unconfirmed(r.pods, reports, primary, name, staging.ResourceVersion); len(waiting) > 0 {
 		st.Rotating = fmt.Sprintf("the new password (Secret %s) is not accepted yet by %s; the primary's instance manager sets it in PostgreSQL",
 			name, strings.Join(waiting, ", "))
 		return st, nil
@@ -125,7 +132,7 @@ func (r *MyDatabaseReconciler) rotate(ctx context.Context, db *databasev1alpha1.
 }
 
 // stage creates the staging Secret with a new password.
-func (r *MyDatabaseReconciler) stage(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
+func (r *rotation) stage(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation,
 	t passwordTarget, st *databasev1alpha1.PasswordStatus) error {
 	password, err := r.NewPassword()
 	if err != nil {
@@ -150,7 +157,7 @@ func (r *MyDatabaseReconciler) stage(ctx context.Context, db *databasev1alpha1.M
 // fulfils, the time and the digest, in one write; a Secret that has them
 // already (a pass that stopped before deleting the staging Secret) is not
 // written again.
-func (r *MyDatabaseReconciler) receive(ctx context.Context, db *databasev1alpha1.MyDatabase, final, staging *corev1.Secret) error {
+func (r *rotation) receive(ctx context.Context, db *databasev1alpha1.MyDatabase, final, staging *corev1.Secret) error {
 	password := string(staging.Data[specs.SecretPasswordKey])
 	request := staging.Annotations[databasev1alpha1.AnnotationRotationRequest]
 	if string(final.Data[specs.SecretPasswordKey]) == password && final.Annotations[databasev1alpha1.AnnotationRotationRequest] == request {
@@ -175,7 +182,7 @@ func (r *MyDatabaseReconciler) receive(ctx context.Context, db *databasev1alpha1
 // followUserSecret reports whether the primary accepts the password of a
 // user-supplied Secret as it is now. The instance managers read it
 // themselves; the operator writes nothing.
-func (r *MyDatabaseReconciler) followUserSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, t passwordTarget,
+func (r *rotation) followUserSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, t passwordTarget,
 	primaryReport *contract.Report, primary string) (databasev1alpha1.PasswordStatus, error) {
 	st := databasev1alpha1.PasswordStatus{Role: t.role, Secret: t.secret}
 	// An instance manager that reports no password at all predates

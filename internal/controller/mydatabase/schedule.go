@@ -47,12 +47,19 @@ type scheduleState struct {
 	last, next *metav1.Time
 }
 
-// reconcileSchedule creates the MyDatabaseBackup of the latest time
+// schedule is the component of scheduled backups.
+type schedule struct {
+	*kit
+	*scope
+}
+
+// reconcile creates the MyDatabaseBackup of the latest time
 // spec.backup.schedule was due since the last one it created, once: the
 // name is derived from the time, so a pass that repeats itself (a lagging
 // cache, a crash after the create) creates nothing twice. The backups
 // are owned by the MyDatabase. A new schedule's first backup is at once.
-func (r *MyDatabaseReconciler) reconcileSchedule(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *schedule) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
 	if db.Spec.Backup == nil || db.Spec.Backup.Schedule == nil {
 		return nil
 	}

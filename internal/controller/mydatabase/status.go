@@ -8,7 +8,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,24 +19,25 @@ import (
 	"example.com/myoperator/internal/specs"
 )
 
-// observation is what one reconcile pass found and did; the status is a
-// plain function of it.
+// observation is what one reconcile pass found and did, merged from the
+// outcomes of its components; the status is a plain function of it. Each
+// field says who sets it.
 type observation struct {
-	// sts is the live StatefulSet, nil when there is none yet.
+	// sts is the StatefulSet as the pass left it (the scope's, or the
+	// servers component's answer to its apply), nil when there is none.
 	sts *appsv1.StatefulSet
-	// pods are the MyDatabase's pods, with their instance reports.
+	// pods are the MyDatabase's pods, with their instance reports (the
+	// scope's); nil when the pass did not look (paused).
 	pods []corev1.Pod
-	// primary is the holder of the primary Lease, "" when it has none (or
-	// was not read): status.currentPrimary then stays as it was.
+	// primary is the holder of the primary Lease (the scope's), "" when it
+	// has none or the pass did not look: status.currentPrimary then stays
+	// as it was.
 	primary string
 	// created names the children this pass created ("Service pg-rw"),
 	// reported in one event.
 	created []string
-	// dataVolume is the primary's data volume as this pass read it from
-	// the API server ("" when there is none), nil before it looked.
-	dataVolume *string
-	// passwords is status.passwords as the rotation step saw it, nil when
-	// it did not run (rotation.go).
+	// passwords is status.passwords as the rotation component saw it, nil
+	// when it did not run.
 	passwords []databasev1alpha1.PasswordStatus
 	// stalled is set when only the user can unblock the MyDatabase.
 	stalled *blocker
@@ -52,23 +52,22 @@ type observation struct {
 	// yet. Its controller reports a refused pod or claim only in an event,
 	// which no watch brings: the pass looks again soon.
 	podsMissing bool
-	// lease is the primary Lease, nil when there is none.
-	lease *coordinationv1.Lease
-	// switchover is the switchover part of the status, nil when the pass
-	// did not get to it (the status keeps what it had).
+	// switchover is the switchover part of the status (the switchover
+	// component), nil when the pass did not get to it (the status keeps
+	// what it had).
 	switchover *switchoverState
-	// tls is the TLS part of the status, nil when the pass did not get to
-	// it (tls.go); caCert is the CA clients verify the servers with.
-	tls    *tlsState
-	caCert []byte
-	// upgrade is the major upgrade part of the status, nil when the pass
-	// did not get to it (upgrade.go).
+	// tls is the TLS part of the status (tlsCerts), nil when the pass did
+	// not get to it.
+	tls *tlsState
+	// upgrade is the major upgrade part of the status (majorUpgrade), nil
+	// when the pass did not get to it.
 	upgrade *upgradeState
-	// monitoring is the MonitoringReady condition's reason and message, nil
-	// when the pass did not get to it; an empty reason removes it.
+	// monitoring is the MonitoringReady condition's reason and message
+	// (podMonitor), nil when the pass did not get to it; an empty reason
+	// removes it.
 	monitoring *blocker
-	// schedule is spec.backup.schedule's last and next times, nil when the
-	// pass did not get to it (the status keeps what it had).
+	// schedule is spec.backup.schedule's last and next times (schedule),
+	// nil when the pass did not get to it (the status keeps what it had).
 	schedule *scheduleState
 	// requeue, when positive, is how soon the pass wants to look again at
 	// something no watch brings (a switchover's deadline).

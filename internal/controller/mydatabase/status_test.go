@@ -472,7 +472,7 @@ func TestTransitionEvents(t *testing.T) {
 	} {
 		after := before.DeepCopy()
 		computeStatus(after, &obs, time.Now())
-		r.recordTransitions(context.Background(), before, after)
+		r.kit().recordTransitions(context.Background(), before, after)
 		before = after
 	}
 	close(rec.Events)
@@ -557,12 +557,12 @@ func TestMissingPodsAreLookedAtAgain(t *testing.T) {
 					"involvedObject.uid": string(ref.UID)}[f]}
 			})
 		}
-		r := &MyDatabaseReconciler{APIReader: b.Build()}
 		live := sts.DeepCopy()
 		live.Spec.PodManagementPolicy = policy
 		live.Status.Replicas = int32(len(pods))
-		obs := &observation{sts: live, pods: pods}
-		if err := r.checkPodCreation(context.Background(), db, obs); err != nil {
+		c := &podCreation{kit: &kit{APIReader: b.Build()}, scope: &scope{db: db, pods: pods}, servers: &servers{applied: live}}
+		obs := &observation{}
+		if err := c.reconcile(context.Background(), obs); err != nil {
 			t.Fatal(err)
 		}
 		return obs, obs.result(30 * time.Second), lists

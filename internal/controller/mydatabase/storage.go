@@ -13,7 +13,13 @@ import (
 
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get
 
-// checkStorageClass stalls a MyDatabase whose spec.storage.storageClassName
+// storageClass is the component of the check of the storage class.
+type storageClass struct {
+	*kit
+	*scope
+}
+
+// reconcile stalls a MyDatabase whose spec.storage.storageClassName
 // names a class the cluster does not have, before anything is created: its
 // claims would stay Pending forever with the reason visible only on the
 // PVCs. It is checked only until the StatefulSet exists (the class is
@@ -21,9 +27,10 @@ import (
 // since classes are few and cluster-scoped. Where the operator may not read
 // StorageClasses (a namespace-scoped install without that grant), the check
 // is skipped rather than blocking every database.
-func (r *MyDatabaseReconciler) checkStorageClass(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *storageClass) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
 	name := db.Spec.Storage.StorageClassName
-	if name == nil || *name == "" || obs.sts != nil {
+	if name == nil || *name == "" || r.sts != nil {
 		return nil
 	}
 	class := &storagev1.StorageClass{}

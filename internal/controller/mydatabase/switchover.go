@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,38 +42,49 @@ type switchoverState struct {
 	status *databasev1alpha1.SwitchoverStatus
 }
 
-// reconcileSwitchover follows a switchover in progress to its end, or
+// switchover is the component of planned switchovers.
+type switchover struct {
+	*kit
+	*scope
+	upgrade *majorUpgrade // a switchover waits for an upgrade
+	// state is the switchover part of the status this pass found.
+	state *switchoverState
+}
+
+// reconcile follows a switchover in progress to its end, or
 // starts the one spec.switchover asks for.
-func (r *MyDatabaseReconciler) reconcileSwitchover(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
-	if obs.upgrading() {
+func (r *switchover) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
+	if r.upgrade.active() {
 		return nil // a major upgrade moves the primary itself (upgrade.go)
 	}
 	obs.switchover = &switchoverState{target: db.Status.TargetPrimary, status: db.Status.Switchover.DeepCopy()}
+	r.state = obs.switchover
 	sw := obs.switchover
 	now := r.Clock.Now()
 	if sw.target != "" {
 		// The target holds the Lease first, then promotes and says so in
 		// its report: only then is it the primary.
-		handedOver := obs.primary == sw.target
+		handedOver := r.holder() == sw.target
 		promoted := false
-		if rep := podReports(obs.pods)[sw.target]; rep != nil {
+		if rep := podReports(r.pods)[sw.target]; rep != nil {
 			promoted = rep.Role == databasev1alpha1.RolePrimary && rep.Ready
 		}
 		switch {
 		case handedOver && promoted:
 			r.finishSwitchover(db, obs, databasev1alpha1.SwitchoverSucceeded, fmt.Sprintf("%s is the primary", sw.target))
-		case obs.primary != "" && !handedOver && sw.status != nil && sw.status.From != "" && obs.primary != sw.status.From:
+		case r.holder() != "" && !handedOver && sw.status != nil && sw.status.From != "" && r.holder() != sw.status.From:
 			// A failover elected another instance meanwhile; its first
 			// take of the Lease dropped the request. Handing over again
 			// would move the primary a second time: the request is
 			// withdrawn, and the person decides.
 			r.finishSwitchover(db, obs, databasev1alpha1.SwitchoverFailed, fmt.Sprintf(
 				"a failover made %s the primary before %s took over from %s: the switchover is withdrawn; request it again "+
-					"(a new spec.switchover.requestedAt) if %s should still be the primary", obs.primary, sw.target, sw.status.From, sw.target))
+					"(a new spec.switchover.requestedAt) if %s should still be the primary", r.holder(), sw.target, sw.status.From, sw.target))
 		case sw.status == nil || sw.status.StartedAt == nil || now.Sub(sw.status.StartedAt.Time) >= switchoverTimeout(db):
 			message := fmt.Sprintf("%s did not take over within %s, %s stays the primary: the primary hands over only to a replica "+
 				"that streams from it less than 16 MiB behind; its instance manager's log says why it did not",
-				sw.target, switchoverTimeout(db), obs.primaryPod(db))
+				sw.target, switchoverTimeout(db), r.primaryPod())
 			if handedOver {
 				message = fmt.Sprintf("%s holds the primary Lease but has not reported as the primary within %s: "+
 					"its instance manager's log says why", sw.target, switchoverTimeout(db))
@@ -85,18 +97,18 @@ func (r *MyDatabaseReconciler) reconcileSwitchover(ctx context.Context, db *data
 			return nil
 		default:
 			obs.recheck(sw.status.StartedAt.Add(switchoverTimeout(db)).Sub(now))
-			return r.askSwitchover(ctx, obs, sw.target)
+			return r.askSwitchover(ctx, r.lease, sw.target)
 		}
-		return r.askSwitchover(ctx, obs, "")
+		return r.askSwitchover(ctx, r.lease, "")
 	}
 	req := db.Spec.Switchover
 	if req == nil || (sw.status != nil && sw.status.RequestedAt != nil && sw.status.RequestedAt.Equal(&req.RequestedAt)) {
-		return r.askSwitchover(ctx, obs, "") // nothing asked: withdraw what a lost pass may have left
+		return r.askSwitchover(ctx, r.lease, "") // nothing asked: withdraw what a lost pass may have left
 	}
-	target, why := pickTarget(db, obs, req.To)
+	target, why := pickTarget(r.scope, req.To)
 	if why != "" {
 		sw.status = &databasev1alpha1.SwitchoverStatus{RequestedAt: req.RequestedAt.DeepCopy(), Reason: databasev1alpha1.SwitchoverRequested,
-			From: obs.primaryPod(db), To: req.To, Phase: databasev1alpha1.SwitchoverFailed, Message: why,
+			From: r.primaryPod(), To: req.To, Phase: databasev1alpha1.SwitchoverFailed, Message: why,
 			StartedAt: new(metav1.NewTime(now)), FinishedAt: new(metav1.NewTime(now))}
 		r.event(db, corev1.EventTypeWarning, "SwitchoverFailed", "Switchover refused: %s", why)
 		return nil
@@ -105,10 +117,10 @@ func (r *MyDatabaseReconciler) reconcileSwitchover(ctx context.Context, db *data
 }
 
 // startSwitchover asks the primary to hand over to target.
-func (r *MyDatabaseReconciler) startSwitchover(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, target, reason string) error {
+func (r *switchover) startSwitchover(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, target, reason string) error {
 	sw := obs.switchover
 	now := metav1.NewTime(r.Clock.Now())
-	st := &databasev1alpha1.SwitchoverStatus{Reason: reason, From: obs.primaryPod(db), To: target, StartedAt: &now}
+	st := &databasev1alpha1.SwitchoverStatus{Reason: reason, From: r.primaryPod(), To: target, StartedAt: &now}
 	if sw.status != nil {
 		st.RequestedAt = sw.status.RequestedAt
 	}
@@ -116,11 +128,11 @@ func (r *MyDatabaseReconciler) startSwitchover(ctx context.Context, db *database
 		st.RequestedAt = db.Spec.Switchover.RequestedAt.DeepCopy()
 	}
 	sw.status = st
-	if target == obs.primaryPod(db) {
+	if target == r.primaryPod() {
 		st.Phase, st.Message, st.FinishedAt = databasev1alpha1.SwitchoverSucceeded, target+" is the primary already", &now
 		return nil
 	}
-	if err := r.askSwitchover(ctx, obs, target); err != nil {
+	if err := r.askSwitchover(ctx, r.lease, target); err != nil {
 		return err
 	}
 	st.Phase, st.Message = databasev1alpha1.SwitchoverRunning, fmt.Sprintf("asked %s to hand over to %s", st.From, target)
@@ -131,7 +143,7 @@ func (r *MyDatabaseReconciler) startSwitchover(ctx context.Context, db *database
 }
 
 // finishSwitchover ends the switchover in progress.
-func (r *MyDatabaseReconciler) finishSwitchover(db *databasev1alpha1.MyDatabase, obs *observation, phase databasev1alpha1.SwitchoverPhase, message string) {
+func (r *switchover) finishSwitchover(db *databasev1alpha1.MyDatabase, obs *observation, phase databasev1alpha1.SwitchoverPhase, message string) {
 	sw := obs.switchover
 	if sw.status == nil {
 		sw.status = &databasev1alpha1.SwitchoverStatus{To: sw.target}
@@ -148,8 +160,7 @@ func (r *MyDatabaseReconciler) finishSwitchover(db *databasev1alpha1.MyDatabase,
 // askSwitchover makes the Lease name target (none when empty), the
 // instance managers' channel: a merge patch of the one annotation, which
 // the holder's next renewal takes in its stride.
-func (r *MyDatabaseReconciler) askSwitchover(ctx context.Context, obs *observation, target string) error {
-	lease := obs.lease
+func (r *kit) askSwitchover(ctx context.Context, lease *coordinationv1.Lease, target string) error {
 	if lease == nil || lease.Annotations[contract.AnnotationSwitchoverTo] == target {
 		return nil
 	}
@@ -172,9 +183,9 @@ func (r *MyDatabaseReconciler) askSwitchover(ctx context.Context, obs *observati
 // pickTarget chooses the instance a switchover makes the primary: the one
 // named, if it is a ready replica, else the ready replica with the most
 // WAL. It returns why there is none.
-func pickTarget(db *databasev1alpha1.MyDatabase, obs *observation, named string) (string, string) {
-	primary := obs.primaryPod(db)
-	instances := instanceStatuses(obs.pods, primary)
+func pickTarget(s *scope, named string) (string, string) {
+	primary := s.primaryPod()
+	instances := instanceStatuses(s.pods, primary)
 	var names []string
 	best, bestLSN := "", uint64(0)
 	for _, in := range instances {

@@ -48,9 +48,20 @@ type tlsState struct {
 	message string
 }
 
-// reconcileTLS keeps the certificates, and leaves in obs.caCert the CA
+// tlsCerts is the component of the CA, the server certificate and the replication client
+// certificate: issued, or the user's, checked.
+type tlsCerts struct {
+	*kit
+	*scope
+	// caCert is the CA clients verify the servers with, for the
+	// credentials.
+	caCert []byte
+}
+
+// reconcile keeps the certificates, and leaves in r.caCert the CA
 // clients verify the servers with, for the credentials Secret.
-func (r *MyDatabaseReconciler) reconcileTLS(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *tlsCerts) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
 	ca, err := r.ensureCA(ctx, db, obs)
 	if err != nil || obs.blocked() {
 		return err
@@ -66,7 +77,7 @@ func (r *MyDatabaseReconciler) reconcileTLS(ctx context.Context, db *databasev1a
 		return err
 	}
 	if specs.UserSuppliedServerCert(db) {
-		obs.caCert = r.checkUserCertificate(ctx, db, obs)
+		r.caCert = r.checkUserCertificate(ctx, db, obs)
 		return nil
 	}
 	name, names := specs.IssuedServerCertSecretName(db), specs.ServerDNSNames(db)
@@ -80,14 +91,14 @@ func (r *MyDatabaseReconciler) reconcileTLS(ctx context.Context, db *databasev1a
 		return err
 	}
 	r.observeCertificate(db, obs, name, specs.CASecretName(db), data, true)
-	obs.caCert = ca.Cert
+	r.caCert = ca.Cert
 	return nil
 }
 
 // checkUserCertificate reads the Secret spec.tls names (around the cache:
 // it carries none of our labels) and reports on its certificate. It
 // returns the CA clients verify with, nil when the Secret is unusable.
-func (r *MyDatabaseReconciler) checkUserCertificate(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) []byte {
+func (r *tlsCerts) checkUserCertificate(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) []byte {
 	name := db.Spec.TLS.ServerCertSecret
 	secret := &corev1.Secret{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
@@ -124,7 +135,7 @@ func (r *MyDatabaseReconciler) checkUserCertificate(ctx context.Context, db *dat
 // certificate issued, so that a restarted operator does not verify the
 // certificate again (pki.Seal). It returns the Secret's data, nil when
 // blocked.
-func (r *MyDatabaseReconciler) keepIssued(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, name string,
+func (r *tlsCerts) keepIssued(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, name string,
 	ca pki.KeyPair, names []string, issue func() (*corev1.Secret, error),
 	check func(data map[string][]byte, seal pki.Seal) pki.Check) (map[string][]byte, error) {
 	issueSealed := func() (*corev1.Secret, pki.Check, error) {
@@ -209,7 +220,7 @@ func renewal(check pki.Check, data map[string][]byte, caCert []byte, names []str
 
 // ensureCA creates the CA once and returns it. A CA Secret that vanished
 // while the server certificate it issued remains stalls the MyDatabase.
-func (r *MyDatabaseReconciler) ensureCA(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (pki.KeyPair, error) {
+func (r *tlsCerts) ensureCA(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (pki.KeyPair, error) {
 	name := specs.CASecretName(db)
 	secret := &corev1.Secret{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
@@ -251,7 +262,7 @@ func ownedByAnother(secret *corev1.Secret, db *databasev1alpha1.MyDatabase, obs 
 // server certificate exists, and, when it does, whether the CA is really
 // gone. A new MyDatabase costs one read; the create itself never replaces
 // a CA the cache does not show (explainExistingSecret).
-func (r *MyDatabaseReconciler) createCA(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (pki.KeyPair, error) {
+func (r *tlsCerts) createCA(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (pki.KeyPair, error) {
 	name, server := specs.CASecretName(db), specs.IssuedServerCertSecretName(db)
 	existing := &corev1.Secret{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: server}, existing)
@@ -290,7 +301,7 @@ func (r *MyDatabaseReconciler) createCA(ctx context.Context, db *databasev1alpha
 // and the CertificateValid condition with what a verifying client would
 // trip over. The pass looks again when the certificate is due for
 // renewal, or expires.
-func (r *MyDatabaseReconciler) observeCertificate(db *databasev1alpha1.MyDatabase, obs *observation, secret, caSecret string, data map[string][]byte, issued bool) {
+func (r *tlsCerts) observeCertificate(db *databasev1alpha1.MyDatabase, obs *observation, secret, caSecret string, data map[string][]byte, issued bool) {
 	now := r.Clock.Now()
 	names := specs.ServerDNSNames(db)
 	check := r.certs.Server(data[specs.TLSCertKey], data[specs.TLSKeyKey], data[specs.CACertKey], names, now, pki.Seal{})
@@ -333,7 +344,7 @@ const userCertRecheck = 10 * time.Minute
 // a Secret made before TLS, or since a change of CA. The password is never
 // touched here. A Secret the cache does not show yet was just made, with
 // both.
-func (r *MyDatabaseReconciler) alignConnectionSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, caCert []byte) error {
+func (r *credentials) alignConnectionSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, caCert []byte) error {
 	secret := &corev1.Secret{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.GeneratedCredentialsSecretName(db)}, secret); err != nil {
 		return objectError("get", secret, specs.GeneratedCredentialsSecretName(db), client.IgnoreNotFound(err))

@@ -84,22 +84,32 @@ func failedAndHeld(up *databasev1alpha1.MajorUpgradeStatus, db *databasev1alpha1
 	return up.Generation == db.Generation || want <= data
 }
 
-// upgrading tells the other steps to keep out of the way (switchovers and
-// rolling updates).
-func (o *observation) upgrading() bool { return o.upgrade != nil && upgradeActive(o.upgrade.status) }
+// active tells the other components to keep out of the way (switchovers
+// and rolling updates).
+func (r *majorUpgrade) active() bool { return r.state != nil && upgradeActive(r.state.status) }
 
-// statefulSetView is the MyDatabase the StatefulSet is built from.
-func (o *observation) statefulSetView(db *databasev1alpha1.MyDatabase) *databasev1alpha1.MyDatabase {
-	if o.upgrade != nil && o.upgrade.view != nil {
-		return o.upgrade.view
+// view is the MyDatabase the StatefulSet is built from.
+func (r *majorUpgrade) view() *databasev1alpha1.MyDatabase {
+	if r.state != nil && r.state.view != nil {
+		return r.state.view
 	}
-	return db
+	return r.db
 }
 
-// reconcileMajorUpgrade starts, advances or reports a major upgrade.
-func (r *MyDatabaseReconciler) reconcileMajorUpgrade(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+// majorUpgrade is the component of major version upgrades.
+type majorUpgrade struct {
+	*kit
+	*scope
+	// state is the major upgrade part of the status this pass found.
+	state *upgradeState
+}
+
+// reconcile starts, advances or reports a major upgrade.
+func (r *majorUpgrade) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
 	up := db.Status.MajorUpgrade.DeepCopy()
 	obs.upgrade = &upgradeState{status: up}
+	r.state = obs.upgrade
 	data, want := specs.Major(db.Status.CurrentVersion), specs.Major(db.Spec.Version)
 	switch {
 	case upgradeActive(up):
@@ -117,7 +127,7 @@ func (r *MyDatabaseReconciler) reconcileMajorUpgrade(ctx context.Context, db *da
 	case want < data:
 		view := db.DeepCopy()
 		// What runs now keeps running: the image of the data's major.
-		view.Spec.Version, view.Spec.Image = db.Status.CurrentVersion, containerImage(obs.sts)
+		view.Spec.Version, view.Spec.Image = db.Status.CurrentVersion, containerImage(r.sts)
 		if up != nil && specs.Major(up.To) == data {
 			view.Spec.Image = up.ToImage
 		}
@@ -131,11 +141,11 @@ func (r *MyDatabaseReconciler) reconcileMajorUpgrade(ctx context.Context, db *da
 }
 
 // startUpgrade records a new upgrade.
-func (r *MyDatabaseReconciler) startUpgrade(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *majorUpgrade) startUpgrade(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	from := db.DeepCopy()
 	from.Spec.Version = db.Status.CurrentVersion
 	fromImage := specs.Image(from)
-	if img := containerImage(obs.sts); img != "" {
+	if img := containerImage(r.sts); img != "" {
 		fromImage = img
 	}
 	obs.upgrade.status = &databasev1alpha1.MajorUpgradeStatus{
@@ -148,7 +158,7 @@ func (r *MyDatabaseReconciler) startUpgrade(ctx context.Context, db *databasev1a
 }
 
 // advanceUpgrade takes the next step of the upgrade in progress.
-func (r *MyDatabaseReconciler) advanceUpgrade(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *majorUpgrade) advanceUpgrade(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	up := obs.upgrade.status
 	stopped := upgradeView(db, up.From, up.FromImage, ptr.To[int32](0))
 	switch up.Phase {
@@ -195,7 +205,7 @@ func containerImage(sts *appsv1.StatefulSet) string {
 	return ""
 }
 
-func (r *MyDatabaseReconciler) upgradeWaits(obs *observation, format string, args ...any) {
+func (r *majorUpgrade) upgradeWaits(obs *observation, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	st := obs.upgrade.status
 	st.Message = msg
@@ -205,11 +215,11 @@ func (r *MyDatabaseReconciler) upgradeWaits(obs *observation, format string, arg
 
 // prepareUpgrade makes ordinal 0 the primary, through the Lease as a
 // switchover does, unless it is already.
-func (r *MyDatabaseReconciler) prepareUpgrade(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *majorUpgrade) prepareUpgrade(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	up := obs.upgrade.status
-	primary := obs.primaryPod(db)
+	primary := r.primaryPod()
 	if primary == up.Primary {
-		if err := r.askSwitchover(ctx, obs, ""); err != nil {
+		if err := r.askSwitchover(ctx, r.lease, ""); err != nil {
 			return err
 		}
 		up.Phase = databasev1alpha1.MajorUpgradeStopping
@@ -223,11 +233,11 @@ func (r *MyDatabaseReconciler) prepareUpgrade(ctx context.Context, db *databasev
 	}
 	r.upgradeWaits(obs, "switching over from %s to %s, which the StatefulSet stops last", primary, up.Primary)
 	obs.recheck(switchoverTimeout(db))
-	return r.askSwitchover(ctx, obs, up.Primary)
+	return r.askSwitchover(ctx, r.lease, up.Primary)
 }
 
 // stopForUpgrade waits until every server has stopped.
-func (r *MyDatabaseReconciler) stopForUpgrade(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *majorUpgrade) stopForUpgrade(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	up := obs.upgrade.status
 	pods := &corev1.PodList{}
 	if err := r.listOwn(ctx, pods, db, specs.InstanceSelector(db)); err != nil {
@@ -241,7 +251,7 @@ func (r *MyDatabaseReconciler) stopForUpgrade(ctx context.Context, db *databasev
 	return r.runUpgradeJob(ctx, db, obs)
 }
 
-func (r *MyDatabaseReconciler) upgradeJob(ctx context.Context, db *databasev1alpha1.MyDatabase) (*batchv1.Job, error) {
+func (r *majorUpgrade) upgradeJob(ctx context.Context, db *databasev1alpha1.MyDatabase) (*batchv1.Job, error) {
 	job := &batchv1.Job{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.UpgradeJobName(db)}, job)
 	switch {
@@ -258,7 +268,7 @@ func (r *MyDatabaseReconciler) upgradeJob(ctx context.Context, db *databasev1alp
 // runUpgradeJob creates the upgrade Job and follows it. A Job of an
 // earlier attempt (another generation) is deleted first: it may hold a
 // failure of then, and its pod template the images of then.
-func (r *MyDatabaseReconciler) runUpgradeJob(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *majorUpgrade) runUpgradeJob(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	up := obs.upgrade.status
 	job, err := r.upgradeJob(ctx, db)
 	if err != nil {
@@ -308,7 +318,7 @@ func jobCondition(job *batchv1.Job, typ batchv1.JobConditionType) bool {
 	return false
 }
 
-func (r *MyDatabaseReconciler) jobPods(ctx context.Context, db *databasev1alpha1.MyDatabase, job *batchv1.Job) ([]corev1.Pod, error) {
+func (r *majorUpgrade) jobPods(ctx context.Context, db *databasev1alpha1.MyDatabase, job *batchv1.Job) ([]corev1.Pod, error) {
 	pods := &corev1.PodList{}
 	labels := specs.Labels(db, databasev1alpha1.ComponentUpgrade)
 	labels[batchv1.JobNameLabel], labels[batchv1.ControllerUidLabel] = job.Name, string(job.UID)
@@ -319,7 +329,7 @@ func (r *MyDatabaseReconciler) jobPods(ctx context.Context, db *databasev1alpha1
 }
 
 // jobPodWaiting says why the Job's pod does not run yet, if it says.
-func (r *MyDatabaseReconciler) jobPodWaiting(ctx context.Context, db *databasev1alpha1.MyDatabase, job *batchv1.Job) string {
+func (r *majorUpgrade) jobPodWaiting(ctx context.Context, db *databasev1alpha1.MyDatabase, job *batchv1.Job) string {
 	pods, err := r.jobPods(ctx, db, job)
 	if err != nil {
 		return ""
@@ -339,7 +349,7 @@ func (r *MyDatabaseReconciler) jobPodWaiting(ctx context.Context, db *databasev1
 // untouched, its termination message why. A pod whose upgrade container
 // never ran (its old image's init container failed) touched nothing; one
 // that was killed may have been anywhere, so the data counts as touched.
-func (r *MyDatabaseReconciler) jobOutcome(ctx context.Context, db *databasev1alpha1.MyDatabase, job *batchv1.Job) (bool, string, error) {
+func (r *majorUpgrade) jobOutcome(ctx context.Context, db *databasev1alpha1.MyDatabase, job *batchv1.Job) (bool, string, error) {
 	pods, err := r.jobPods(ctx, db, job)
 	if err != nil {
 		return false, "", err
@@ -377,7 +387,7 @@ func (r *MyDatabaseReconciler) jobOutcome(ctx context.Context, db *databasev1alp
 
 // failUpgrade ends the upgrade in failure. With the old data untouched the
 // servers run the old image again; otherwise they stay stopped.
-func (r *MyDatabaseReconciler) failUpgrade(db *databasev1alpha1.MyDatabase, obs *observation, untouched bool, reason string) {
+func (r *majorUpgrade) failUpgrade(db *databasev1alpha1.MyDatabase, obs *observation, untouched bool, reason string) {
 	up := obs.upgrade.status
 	up.Phase, up.OldDataUntouched, up.Message = databasev1alpha1.MajorUpgradeFailed, untouched, quote(reason)
 	up.FinishedAt = new(metav1.NewTime(r.Clock.Now()))
@@ -387,7 +397,7 @@ func (r *MyDatabaseReconciler) failUpgrade(db *databasev1alpha1.MyDatabase, obs 
 }
 
 // stayFailed reports a failed upgrade until a new generation retries it.
-func (r *MyDatabaseReconciler) stayFailed(db *databasev1alpha1.MyDatabase, obs *observation) {
+func (r *majorUpgrade) stayFailed(db *databasev1alpha1.MyDatabase, obs *observation) {
 	up := obs.upgrade.status
 	if up.OldDataUntouched {
 		obs.upgrade.view = upgradeView(db, up.From, up.FromImage, nil)
@@ -408,7 +418,7 @@ func (r *MyDatabaseReconciler) stayFailed(db *databasev1alpha1.MyDatabase, obs *
 // recloneReplicas deletes the claims of every server but the upgraded
 // primary (their data is on the old major; each replica clones the
 // primary afresh), then lets the StatefulSet run the new image.
-func (r *MyDatabaseReconciler) recloneReplicas(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+func (r *majorUpgrade) recloneReplicas(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	up := obs.upgrade.status
 	obs.upgrade.view = upgradeView(db, up.To, up.ToImage, ptr.To[int32](0))
 	claims := &corev1.PersistentVolumeClaimList{}

@@ -1,0 +1,211 @@
+package mydatabase
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/apply"
+	"example.com/myoperator/internal/metrics"
+	"example.com/myoperator/internal/pki"
+	"example.com/myoperator/internal/specs"
+)
+
+// A component aligns one feature of a MyDatabase with its spec: the
+// children that feature owns, and its own part of the observation the
+// status is computed from (its fields of observation say which component
+// sets them). It reads the pass's scope and never changes it; what it
+// needs from another component it is given when the pass makes it
+// (components), never through a field another one happened to set.
+//
+// Adding a feature is adding a component: a type with its builders in
+// internal/specs, its reconcile, its part of the observation, and its
+// place in components (docs/architecture.md walks through one).
+type component interface {
+	// reconcile aligns the feature, recording in out what the status must
+	// say (a blocker, its part of the status, a wish to look again soon).
+	// An error ends the pass; classify turns it into the status.
+	reconcile(ctx context.Context, out *observation) error
+}
+
+// scope is what every component of a pass reads: the MyDatabase, and what
+// the pass found of its servers before any component ran.
+type scope struct {
+	db *databasev1alpha1.MyDatabase
+	// sts is the live StatefulSet, nil when there is none yet.
+	sts *appsv1.StatefulSet
+	// lease is the primary Lease, nil when there is none.
+	lease *coordinationv1.Lease
+	// pods are the MyDatabase's pods, with their instance reports, in
+	// ordinal order.
+	pods []corev1.Pod
+	// dataVolume is the primary's data volume as read from the API server
+	// ("" when there is none), nil until a component asks (dataExists).
+	dataVolume *string
+}
+
+// holder is the holder of the primary Lease, "" when it has none.
+func (s *scope) holder() string {
+	if s.lease == nil {
+		return ""
+	}
+	return ptr.Deref(s.lease.Spec.HolderIdentity, "")
+}
+
+// primaryPod is the pod that runs the primary: the Lease's holder, else
+// the last one reported (specs.PrimaryPod). Without a holder (a new
+// MyDatabase, pods that run no instance manager, or a Lease between
+// holders) the last known primary stays.
+func (s *scope) primaryPod() string {
+	return cmp.Or(s.holder(), specs.PrimaryPod(s.db))
+}
+
+// components are the features of a MyDatabase, in the order a pass aligns
+// them. The prerequisites come first: when one of them is blocked (a
+// Secret the data needs is gone, a class or a store's credentials are
+// missing) the pass writes no other child: pods must never start against a
+// password the data does not know, nor claim volumes no class can
+// provision.
+func (k *kit) components(s *scope) (prerequisites, features []component) {
+	tls := &tlsCerts{kit: k, scope: s}
+	upgrade := &majorUpgrade{kit: k, scope: s}
+	servers := &servers{kit: k, scope: s, upgrade: upgrade, applied: s.sts}
+	switchover := &switchover{kit: k, scope: s, upgrade: upgrade}
+	return []component{
+			&storageClass{kit: k, scope: s},
+			&objectStores{kit: k, scope: s},
+			tls,
+			&credentials{kit: k, scope: s, tls: tls},
+		}, []component{
+			&serverConfig{kit: k, scope: s},
+			&services{kit: k, scope: s},
+			&instanceAccess{kit: k, scope: s},
+			upgrade,
+			servers,
+			&disruptionBudget{kit: k, scope: s},
+			&networkPolicy{kit: k, scope: s},
+			&podMonitor{kit: k, scope: s},
+			&podRoles{kit: k, scope: s},
+			&podCreation{kit: k, scope: s, servers: servers},
+			switchover,
+			&rollout{kit: k, scope: s, servers: servers, switchover: switchover},
+			&replicationPassword{kit: k, scope: s, servers: servers},
+			&retainedVolumes{kit: k, scope: s},
+			&rotation{kit: k, scope: s},
+			&schedule{kit: k, scope: s},
+		}
+}
+
+// kit is what every component works with: the clients, the apply engine,
+// events and the clock. One per reconciler.
+type kit struct {
+	// Client reads from the informer cache, which holds only objects
+	// labelled app.kubernetes.io/managed-by=myoperator (see cmd/main.go).
+	client.Client
+	// APIReader reads around the cache: user-supplied Secrets carry none of
+	// our labels, and "does the data still exist" must never be answered
+	// from a stale cache.
+	APIReader   client.Reader
+	Recorder    events.EventRecorder
+	NewPassword func() (string, error)
+	Clock       clock.PassiveClock
+	Metrics     *metrics.Metrics
+	Platform    specs.Platform
+	// StallRetry is how often a Stalled MyDatabase is looked at again.
+	StallRetry time.Duration
+	// certs remembers the certificates found good, by content: a pass
+	// over an unchanged Secret does not verify it again.
+	certs *pki.Checker
+	// marks finds the cached copies of the children the apply engine can
+	// mark as found agreeing; nil on a plain client.
+	marks apply.Marks
+	// indexed is set once the cache's pods and claims are indexed
+	// byDatabase; a reconciler on a plain client has no index.
+	indexed bool
+}
+
+// observe reads the scope of a pass: the StatefulSet, the primary Lease
+// and the pods, from the cache.
+func (k *kit) observe(ctx context.Context, db *databasev1alpha1.MyDatabase) (*scope, error) {
+	s := &scope{db: db}
+	sts := &appsv1.StatefulSet{}
+	switch err := k.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.StatefulSetName(db)}, sts); {
+	case err == nil && metav1.IsControlledBy(sts, db):
+		s.sts = sts
+	case err != nil && !apierrors.IsNotFound(err):
+		return s, objectError("get", sts, specs.StatefulSetName(db), err)
+	}
+	lease := &coordinationv1.Lease{}
+	switch err := k.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.LeaseName(db)}, lease); {
+	case err == nil && metav1.IsControlledBy(lease, db):
+		s.lease = lease
+	case err != nil && !apierrors.IsNotFound(err):
+		return s, objectError("get", lease, specs.LeaseName(db), err)
+	}
+	pods := &corev1.PodList{}
+	if err := k.listOwn(ctx, pods, db, specs.InstanceSelector(db)); err != nil {
+		return s, objectError("list", &corev1.Pod{}, "", err)
+	}
+	// A list comes in no particular order; the rollout and the status go
+	// by ordinal. The names share their prefix, so the shorter is the
+	// lower ("db-9" before "db-10").
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int {
+		return cmp.Or(cmp.Compare(len(a.Name), len(b.Name)), cmp.Compare(a.Name, b.Name))
+	})
+	s.pods = pods.Items
+	return s, nil
+}
+
+// align observes db, then runs its components in their order, and fills
+// obs with what the pass found and did. A paused MyDatabase is only
+// observed.
+func (k *kit) align(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
+	defer k.recordCreated(db, obs)
+	s, err := k.observe(ctx, db)
+	obs.sts = s.sts
+	if err != nil || db.Spec.Paused {
+		return err
+	}
+	obs.pods, obs.primary = s.pods, s.holder()
+	prerequisites, features := k.components(s)
+	for _, c := range prerequisites {
+		if err := c.reconcile(ctx, obs); err != nil || obs.blocked() {
+			return err
+		}
+	}
+	for _, c := range features {
+		if err := c.reconcile(ctx, obs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listOwn lists the pods or volume claims of db that carry every label of
+// selector; from the cache, through the byDatabase index: a pass costs
+// what its MyDatabase has, not what its namespace holds. A label selector
+// alone made the cache test every pod of the namespace, so that with many
+// MyDatabases in one namespace every pass got slower the more there were.
+func (k *kit) listOwn(ctx context.Context, list client.ObjectList, db *databasev1alpha1.MyDatabase, selector map[string]string) error {
+	opts := []client.ListOption{client.InNamespace(db.Namespace), client.MatchingLabels(selector)}
+	if k.indexed {
+		opts = append(opts, client.MatchingFields{byDatabase: db.Name})
+	}
+	return k.List(ctx, list, opts...)
+}
+
+// byDatabase indexes the cached pods and volume claims by the MyDatabase
+// they belong to (their instance label).
+const byDatabase = "mydatabase"
