@@ -67,9 +67,29 @@ const (
 	BackupFailed BackupPhase = "Failed"
 )
 
+// Reasons of a MyDatabaseBackup's conditions (ConditionReady,
+// ConditionReconciling, ConditionStalled), one per phase.
+const (
+	// ReasonBackupPending (Reconciling): waiting for an instance to take
+	// it; the message says for what.
+	ReasonBackupPending = "BackupPending"
+	// ReasonBackupRunning (Reconciling): an instance is taking it.
+	ReasonBackupRunning = "BackupRunning"
+	// ReasonBackupCompleted (Ready True): it is in the object store.
+	ReasonBackupCompleted = "BackupCompleted"
+	// ReasonBackupFailed (Stalled): it was not taken and will not be:
+	// only a new MyDatabaseBackup takes another.
+	ReasonBackupFailed = "BackupFailed"
+)
+
 // MyDatabaseBackupStatus is what the instance that took the backup
 // reported.
 type MyDatabaseBackupStatus struct {
+	// observedGeneration is the metadata.generation of the object the
+	// operator last wrote this status from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
 	// phase is Pending, Running, Completed or Failed.
 	// +optional
 	Phase BackupPhase `json:"phase,omitempty"`
@@ -113,10 +133,20 @@ type MyDatabaseBackupStatus struct {
 	BeginWAL string `json:"beginWAL,omitempty"`
 	// +optional
 	EndWAL string `json:"endWAL,omitempty"`
+
+	// conditions, in the kstatus convention, follow the phase: Ready is
+	// True once Completed and False before or after failing; Reconciling
+	// is True while Pending or Running; Stalled is True once Failed (a
+	// failed backup is not retried). Reconciling and Stalled are present
+	// only while True.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// Finished is true once the backup is Completed or Failed: nothing about
-// it changes after.
+// Finished is true once the backup is Completed or Failed: the operator
+// moves it on no further.
 func (s MyDatabaseBackupStatus) Finished() bool {
 	return s.Phase == BackupCompleted || s.Phase == BackupFailed
 }

@@ -4,22 +4,16 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/apply"
-	"example.com/myoperator/internal/metrics"
-	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -108,34 +102,6 @@ func (k *kit) components(s *scope) (prerequisites, features []component) {
 		}
 }
 
-// kit is what every component works with: the clients, the apply engine,
-// events and the clock. One per reconciler.
-type kit struct {
-	// Client reads from the informer cache, which holds only objects
-	// labelled app.kubernetes.io/managed-by=myoperator (see cmd/main.go).
-	client.Client
-	// APIReader reads around the cache: user-supplied Secrets carry none of
-	// our labels, and "does the data still exist" must never be answered
-	// from a stale cache.
-	APIReader   client.Reader
-	Recorder    events.EventRecorder
-	NewPassword func() (string, error)
-	Clock       clock.PassiveClock
-	Metrics     *metrics.Metrics
-	Platform    specs.Platform
-	// StallRetry is how often a Stalled MyDatabase is looked at again.
-	StallRetry time.Duration
-	// certs remembers the certificates found good, by content: a pass
-	// over an unchanged Secret does not verify it again.
-	certs *pki.Checker
-	// marks finds the cached copies of the children the apply engine can
-	// mark as found agreeing; nil on a plain client.
-	marks apply.Marks
-	// indexed is set once the cache's pods and claims are indexed
-	// byDatabase; a reconciler on a plain client has no index.
-	indexed bool
-}
-
 // observe reads the scope of a pass: the StatefulSet, the primary Lease
 // and the pods, from the cache.
 func (k *kit) observe(ctx context.Context, db *databasev1alpha1.MyDatabase) (*scope, error) {
@@ -192,20 +158,3 @@ func (k *kit) align(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *o
 	}
 	return nil
 }
-
-// listOwn lists the pods or volume claims of db that carry every label of
-// selector; from the cache, through the byDatabase index: a pass costs
-// what its MyDatabase has, not what its namespace holds. A label selector
-// alone made the cache test every pod of the namespace, so that with many
-// MyDatabases in one namespace every pass got slower the more there were.
-func (k *kit) listOwn(ctx context.Context, list client.ObjectList, db *databasev1alpha1.MyDatabase, selector map[string]string) error {
-	opts := []client.ListOption{client.InNamespace(db.Namespace), client.MatchingLabels(selector)}
-	if k.indexed {
-		opts = append(opts, client.MatchingFields{byDatabase: db.Name})
-	}
-	return k.List(ctx, list, opts...)
-}
-
-// byDatabase indexes the cached pods and volume claims by the MyDatabase
-// they belong to (their instance label).
-const byDatabase = "mydatabase"

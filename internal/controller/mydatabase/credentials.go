@@ -2,19 +2,14 @@ package mydatabase
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
-	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/apply"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -199,40 +194,6 @@ func (r *credentials) createSecret(ctx context.Context, db *databasev1alpha1.MyD
 	return nil
 }
 
-// explainExistingSecret handles a Create refused because the Secret exists
-// although the cache (which holds only our labelled Secrets) did not show
-// it: either the cache lags behind our own earlier create (retry), or it is
-// someone else's Secret, which is reported and never overwritten.
-func (r *kit) explainExistingSecret(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, name string) error {
-	existing := &corev1.Secret{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, existing); err != nil {
-		return objectError("get", existing, name, err)
-	}
-	return explainSecret(db, obs, existing)
-}
-
-// explainSecret tells, of a Secret read from the API server that the
-// cache does not show, our own create the cache lags behind (a conflict,
-// retried quietly: the watch brings it) from someone else's Secret
-// (Stalled).
-func explainSecret(db *databasev1alpha1.MyDatabase, obs *observation, existing *corev1.Secret) error {
-	if existing.Labels[databasev1alpha1.LabelManagedBy] == databasev1alpha1.ManagedBy {
-		return apierrors.NewConflict(corev1.Resource("secrets"), existing.Name,
-			errors.New("it exists but is not in the cache yet"))
-	}
-	remedy := "rename or delete it"
-	switch existing.Name {
-	case specs.GeneratedCredentialsSecretName(db):
-		remedy += ", or name it in spec.credentials.secretName"
-	case specs.CASecretName(db):
-		remedy += ", or name a certificate of yours in spec.tls.serverCertSecret (the operator then issues none)"
-	}
-	obs.stalled = &blocker{databasev1alpha1.ReasonSecretConflict, fmt.Sprintf(
-		"Secret %q exists but was not created by this operator (it lacks the label %s=%s): %s",
-		existing.Name, databasev1alpha1.LabelManagedBy, databasev1alpha1.ManagedBy, remedy)}
-	return nil
-}
-
 // dataExists returns the name of the primary's data volume if it exists,
 // read from the API server itself: a stale cache must never be the reason a
 // new password is minted for old data. It asks once per pass, for both
@@ -253,54 +214,3 @@ func (r *credentials) dataExists(ctx context.Context, db *databasev1alpha1.MyDat
 	r.dataVolume = &name
 	return name, nil
 }
-
-// alignMetadata sets our labels and exactly the owner references we want on
-// a child we create once and never re-apply (Secrets, PVCs), keeping every
-// label and owner reference of others. It adopts what a deleted MyDatabase of
-// the same name retained, and follows changes of the deletion policy.
-func (r *kit) alignMetadata(ctx context.Context, obj client.Object, labels, annotations map[string]string,
-	owners []metav1.OwnerReference, db *databasev1alpha1.MyDatabase) error {
-	wantLabels := withEntries(obj.GetLabels(), labels)
-	wantAnnotations := withEntries(obj.GetAnnotations(), annotations)
-	var wantOwners []metav1.OwnerReference
-	for _, ref := range obj.GetOwnerReferences() {
-		if ref.Kind != "MyDatabase" || ref.APIVersion != databasev1alpha1.GroupVersion.String() {
-			wantOwners = append(wantOwners, ref)
-		}
-	}
-	wantOwners = append(wantOwners, owners...)
-	if maps.Equal(wantLabels, obj.GetLabels()) && maps.Equal(wantAnnotations, obj.GetAnnotations()) &&
-		slices.EqualFunc(wantOwners, obj.GetOwnerReferences(), sameOwner) {
-		return nil
-	}
-	before := obj.DeepCopyObject().(client.Object)
-	adopted := obj.GetLabels()[databasev1alpha1.LabelOwnerUID] != string(db.UID)
-	obj.SetLabels(wantLabels)
-	obj.SetAnnotations(wantAnnotations)
-	obj.SetOwnerReferences(wantOwners)
-	if err := r.Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return objectError("patch", obj, obj.GetName(), err)
-	}
-	if adopted {
-		r.event(db, corev1.EventTypeNormal, "Adopted", "Adopted %s %s left by a previous MyDatabase of the same name",
-			apply.KindOf(obj), obj.GetName())
-	}
-	return nil
-}
-
-// withEntries returns a copy of m with the entries of add set.
-func withEntries(m, add map[string]string) map[string]string {
-	out := maps.Clone(m)
-	if out == nil {
-		out = map[string]string{}
-	}
-	maps.Copy(out, add)
-	return out
-}
-
-func sameOwner(a, b metav1.OwnerReference) bool {
-	return a.UID == b.UID && a.Kind == b.Kind && a.APIVersion == b.APIVersion && a.Name == b.Name &&
-		ptrEqual(a.Controller, b.Controller) && ptrEqual(a.BlockOwnerDeletion, b.BlockOwnerDeletion)
-}
-
-func ptrEqual(a, b *bool) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }

@@ -2,7 +2,6 @@ package mydatabase
 
 import (
 	"context"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -12,21 +11,6 @@ import (
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/metrics"
 )
-
-// event records an event on the MyDatabase. Messages never carry a secret
-// value: only names of objects and of keys.
-func (r *kit) event(db *databasev1alpha1.MyDatabase, eventType, reason, format string, args ...any) {
-	r.Recorder.Eventf(db, nil, eventType, reason, "Reconcile", format, args...)
-}
-
-// recordCreated emits one event for every child a pass created: a new
-// MyDatabase gets one "Created" event naming all of them, rather than one
-// per child, which the event API would fold into a series and lose.
-func (r *kit) recordCreated(db *databasev1alpha1.MyDatabase, obs *observation) {
-	if len(obs.created) > 0 {
-		r.event(db, corev1.EventTypeNormal, "Created", "Created %s", strings.Join(obs.created, ", "))
-	}
-}
 
 // recordTransitions emits an event when the MyDatabase becomes Ready, and
 // a Warning for each distinct failure (a reason or message the Ready

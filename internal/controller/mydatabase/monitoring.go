@@ -61,7 +61,7 @@ func (r *podMonitor) reconcile(ctx context.Context, obs *observation) error {
 	return nil
 }
 
-// setMonitoringCondition writes what reconcilePodMonitor found into the
+// setMonitoringCondition writes what the podMonitor component found into the
 // MonitoringReady condition; nil leaves it as it was.
 func setMonitoringCondition(db *databasev1alpha1.MyDatabase, found *blocker, now time.Time) {
 	switch {

@@ -95,7 +95,7 @@ func (r *rotation) rotate(ctx context.Context, db *databasev1alpha1.MyDatabase, 
 	st := databasev1alpha1.PasswordStatus{Role: t.role, Secret: t.secret}
 	final := &corev1.Secret{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: t.secret}, final); err != nil {
-		// reconcileCredentials creates it, or stalls: nothing to rotate.
+		// the credentials component creates it, or stalls: nothing to rotate.
 		return st, client.IgnoreNotFound(err)
 	}
 	st.LastRotationTime = rotatedAt(final)

@@ -3,12 +3,15 @@ package mydatabase
 import (
 	"context"
 	"fmt"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
 )
 
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get
@@ -47,4 +50,35 @@ func (r *storageClass) reconcile(ctx context.Context, obs *observation) error {
 		return nil
 	}
 	return objectError("get", class, *name, err)
+}
+
+// retainedVolumes is the component of the adoption of retained volumes.
+type retainedVolumes struct {
+	*kit
+	*scope
+}
+
+// reconcile takes over the data volumes that a deleted
+// MyDatabase of the same name retained: the new StatefulSet mounts them by
+// name, and relabelling them with the new owner's UID puts them under the
+// new deletion policy. Volumes that still have an owner (a StatefulSet
+// being collected) are left to it.
+func (r *retainedVolumes) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
+	pvcs := &corev1.PersistentVolumeClaimList{}
+	if err := r.listOwn(ctx, pvcs, db, specs.InstanceLabels(db)); err != nil {
+		return objectError("list", &corev1.PersistentVolumeClaim{}, "", err)
+	}
+	prefix := specs.DataVolumeName + "-" + specs.StatefulSetName(db) + "-"
+	for i := range pvcs.Items {
+		pvc := &pvcs.Items[i]
+		if pvc.Labels[databasev1alpha1.LabelOwnerUID] == string(db.UID) || len(pvc.OwnerReferences) > 0 ||
+			!strings.HasPrefix(pvc.Name, prefix) || !pvc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.alignMetadata(ctx, pvc, map[string]string{databasev1alpha1.LabelOwnerUID: string(db.UID)}, nil, nil, db); err != nil {
+			return err
+		}
+	}
+	return nil
 }

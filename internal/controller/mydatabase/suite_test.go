@@ -28,7 +28,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/controller/mydatabasebackup"
 	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/testenv"
 )
@@ -90,11 +89,6 @@ func run(m *testing.M) int {
 		StallRetry: 2 * time.Second,
 	}
 	if err := reconciler.SetupWithManager(mgr, 2); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := (&mydatabasebackup.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("mydatabasebackup-controller"),
-		Clock: reconciler.Clock}).SetupWithManager(mgr); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -29,6 +29,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -66,27 +67,34 @@ const reportFresh = time.Minute
 
 // Reconcile moves a backup on by one step: fail it when it cannot be
 // taken, choose the instance that takes it, ask that instance, and copy
-// its report. A finished backup is never touched again.
+// its report; then it sets the conditions from the phase, so that one
+// status write carries both, the one that finishes the backup included.
+// A finished backup is never moved on again: one finished by an operator
+// that wrote no conditions gets them, once, and nothing else.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	b := &databasev1alpha1.MyDatabaseBackup{}
 	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if b.Status.Finished() {
+	if b.Status.Finished() && meta.FindStatusCondition(b.Status.Conditions, databasev1alpha1.ConditionReady) != nil {
 		return ctrl.Result{}, nil
 	}
 	before := b.DeepCopy()
-	res, err := r.step(ctx, b)
-	if err != nil {
-		return ctrl.Result{}, err
+	var res ctrl.Result
+	if !b.Status.Finished() {
+		var err error
+		if res, err = r.step(ctx, b); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
+	setConditions(b, r.Clock.Now())
 	if !equality.Semantic.DeepEqual(b.Status, before.Status) {
 		// Optimistic: a pass that read a stale backup must not choose a
 		// second instance.
 		if err := r.Status().Patch(ctx, b, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, err
 		}
-		if b.Status.Finished() {
+		if b.Status.Finished() && !before.Status.Finished() {
 			r.recordFinished(b)
 		}
 	}

@@ -22,6 +22,44 @@ import (
 	"example.com/myoperator/internal/specs"
 )
 
+// servers is the component of the StatefulSet and the size of its volumes.
+type servers struct {
+	*kit
+	*scope
+	upgrade *majorUpgrade // the MyDatabase the StatefulSet is built from, during an upgrade
+	// applied is the StatefulSet as this pass left it: the live one, or
+	// the server's answer to the apply.
+	applied *appsv1.StatefulSet
+}
+
+// reconcile applies the StatefulSet. Its volumeClaimTemplates are
+// immutable: a larger spec.storage.size first grows the volumes and
+// replaces the StatefulSet (alignVolumes).
+func (r *servers) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
+	want, err := r.alignVolumes(ctx, db, obs)
+	if err != nil || want == nil {
+		return err
+	}
+	if view := r.upgrade.view(); view != db { // a major upgrade (upgrade.go)
+		view.Spec.Storage = want.Spec.Storage
+		want = view
+	}
+	var before int32
+	if r.sts != nil && r.sts.Spec.Replicas != nil {
+		before = *r.sts.Spec.Replicas
+	}
+	sts := &appsv1.StatefulSet{}
+	if err := r.applyChild(ctx, obs, specs.StatefulSet(want, r.Platform), sts); err != nil || !metav1.IsControlledBy(sts, db) {
+		return err
+	}
+	if r.sts != nil && before != specs.Replicas(db) {
+		r.event(db, corev1.EventTypeNormal, "Scaled", "Scaled StatefulSet %s from %d to %d servers", sts.Name, before, specs.Replicas(db))
+	}
+	r.applied, obs.sts = sts, sts
+	return nil
+}
+
 // Online volume expansion. A StatefulSet's volumeClaimTemplates are
 // immutable and its controller never resizes the claims it made, so a larger
 // spec.storage.size is carried out in three steps, each decided afresh on

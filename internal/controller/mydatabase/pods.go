@@ -1,0 +1,160 @@
+package mydatabase
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+)
+
+// podRoles is the component of the role labels of the pods.
+type podRoles struct {
+	*kit
+	*scope
+}
+
+// reconcile labels each pod primary or replica (the primary is the
+// Lease's holder), which is how the Services find them, and stalls a
+// restore that failed or makes no progress.
+func (r *podRoles) reconcile(ctx context.Context, obs *observation) error {
+	if obs.stalled == nil {
+		obs.stalled = restoreStalled(r.db, r.pods)
+	}
+	for i := range r.pods {
+		pod := &r.pods[i]
+		if !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		role := databasev1alpha1.RoleReplica
+		if pod.Name == r.primaryPod() {
+			role = databasev1alpha1.RolePrimary
+		}
+		if pod.Labels[databasev1alpha1.LabelRole] == role {
+			continue
+		}
+		patch := client.MergeFrom(pod.DeepCopy())
+		pod.Labels[databasev1alpha1.LabelRole] = role
+		if err := r.Patch(ctx, pod, patch); err != nil && !apierrors.IsNotFound(err) {
+			return objectError("label", pod, pod.Name, err)
+		}
+	}
+	return nil
+}
+
+// podCreation is the component of the check of why the StatefulSet controller cannot
+// create a pod.
+type podCreation struct {
+	*kit
+	*scope
+	servers *servers
+}
+
+// reconcile reports why the StatefulSet controller cannot create a
+// server's pod or volume claim: it does not write that into the
+// StatefulSet's status, only into its events (FailedCreate), so a quota
+// on claims or a policy that denies the pods would otherwise leave the
+// MyDatabase Provisioning forever without a word. It looks only while the
+// StatefulSet controller has seen the current spec and has a pod to create
+// (creating); the newest of FailedCreate and SuccessfulCreate tells whether
+// the failure still holds. Listing events is a scan of the namespace's
+// events on the API server, so a rollout that only waits for a pod to
+// become Ready lists none: with many MyDatabases starting together in one
+// namespace, looking on every pass made each pass slower the more there
+// were (docs/benchmarks.md, B9).
+func (r *podCreation) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
+	sts := r.servers.applied
+	if sts == nil || sts.Spec.Replicas == nil || sts.Status.ObservedGeneration < sts.Generation ||
+		sts.Status.Replicas >= *sts.Spec.Replicas || !creating(sts, r.pods) || obs.blocked() {
+		return nil
+	}
+	events := &corev1.EventList{}
+	err := r.APIReader.List(ctx, events, client.InNamespace(db.Namespace), client.MatchingFields{
+		"involvedObject.kind": "StatefulSet", "involvedObject.name": sts.Name, "involvedObject.uid": string(sts.UID)})
+	if apierrors.IsForbidden(err) {
+		log(ctx).V(1).Info("Not allowed to list events, not checking pod creation", "statefulSet", sts.Name)
+		return nil
+	}
+	if err != nil {
+		return objectError("list", &corev1.Event{}, "", err)
+	}
+	var latest *corev1.Event
+	for i := range events.Items {
+		e := &events.Items[i]
+		if (e.Reason == "FailedCreate" || e.Reason == "SuccessfulCreate") &&
+			(latest == nil || latest.LastTimestamp.Before(&e.LastTimestamp) ||
+				(latest.LastTimestamp.Equal(&e.LastTimestamp) && e.Reason == "SuccessfulCreate")) {
+			latest = e
+		}
+	}
+	if latest != nil && latest.Reason == "FailedCreate" {
+		if obs.stalled = createFailure(db, sts.Name, latest.Message); obs.stalled == nil {
+			log(ctx).V(1).Info("The StatefulSet controller cannot create a server yet", "event", latest.Message)
+		}
+	}
+	obs.podsMissing = obs.stalled == nil
+	return nil
+}
+
+// creating reports whether the StatefulSet controller has a pod to create
+// now, rather than one to wait for. With OrderedReady pod management it
+// creates the lowest missing ordinal once every pod below it is Ready (and
+// not being deleted), and until then waits without a word; with Parallel,
+// every missing pod is created at once. pods are the StatefulSet's, as the
+// cache shows them: one it does not show yet only makes this look once
+// more.
+func creating(sts *appsv1.StatefulSet, pods []corev1.Pod) bool {
+	if sts.Spec.PodManagementPolicy == appsv1.ParallelPodManagement {
+		return true
+	}
+	for ordinal := range *sts.Spec.Replicas {
+		name := fmt.Sprintf("%s-%d", sts.Name, ordinal)
+		i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == name })
+		switch {
+		case i < 0:
+			return true
+		case !podReady(&pods[i]) || !pods[i].DeletionTimestamp.IsZero():
+			return false
+		}
+	}
+	return false
+}
+
+// passing tells the refusals of a pod or claim that resolve without anyone
+// acting: a namespace whose default service account is not made yet, a
+// quota whose usage is not computed yet, a namespace being deleted.
+func passing(words string) bool {
+	for _, w := range []string{"error looking up service account", "status unknown for quota", "being terminated"} {
+		if strings.Contains(words, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// createFailure stalls on the refusals of a pod or claim that a person must
+// lift; anything else (see passing) resolves with the StatefulSet
+// controller's own retries, and gives nil.
+func createFailure(db *databasev1alpha1.MyDatabase, sts, words string) *blocker {
+	var reason string
+	switch {
+	case strings.Contains(words, "exceeded quota"):
+		reason = databasev1alpha1.ReasonQuotaExceeded
+	case admissionDenial(words) || (strings.Contains(words, " is forbidden: ") && !passing(words)):
+		reason = databasev1alpha1.ReasonAdmissionDenied
+	case strings.Contains(words, " is invalid"):
+		reason = databasev1alpha1.ReasonInvalidChild
+	default:
+		return nil
+	}
+	return &blocker{reason, fmt.Sprintf("the StatefulSet controller cannot create the servers of StatefulSet %s: %s. %s; "+
+		"it retries on its own", sts, quote(words), whatToDo(db, reason))}
+}

@@ -1,0 +1,229 @@
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package mydatabasebackup
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/controller/mydatabase"
+	"example.com/myoperator/internal/specs"
+	"example.com/myoperator/internal/testenv"
+)
+
+// The reconciler runs in a real manager against a real kube-apiserver
+// (envtest), alone: no MyDatabase controller labels the pods or reports
+// anything, so the tests play it and the instance managers, writing the
+// pods' role label and reports themselves.
+
+// testNow is the reconciler's clock: a report is fresh when it is no older
+// than reportFresh at this time.
+var testNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+var (
+	testConfig *rest.Config
+	k8s        client.Client // the test's own client, uncached
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	env, err := testenv.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	testConfig, k8s = env.Config, env.Client
+
+	// The operator's own cache, which holds only the pods it manages: the
+	// backup reconciler shares it with the MyDatabase controller.
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:     env.Scheme,
+		Cache:      mydatabase.CacheOptions(env.Config),
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: new(true)},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := (&Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("mydatabasebackup-controller"),
+		Clock: clocktesting.NewFakePassiveClock(testNow)}).SetupWithManager(mgr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() { cancel(); <-done }()
+	return m.Run()
+}
+
+// namespace creates a fresh namespace for one test.
+func namespace(t testing.TB) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// newDB returns a MyDatabase as the API server would default it.
+func newDB(ns, name string, mutate ...func(*databasev1alpha1.MyDatabase)) *databasev1alpha1.MyDatabase {
+	db := &databasev1alpha1.MyDatabase{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       databasev1alpha1.MyDatabaseSpec{Version: "17"},
+	}
+	for _, m := range mutate {
+		m(db)
+	}
+	return db
+}
+
+func create(t testing.TB, db *databasev1alpha1.MyDatabase) *databasev1alpha1.MyDatabase {
+	t.Helper()
+	if err := k8s.Create(context.Background(), db); err != nil {
+		t.Fatalf("creating MyDatabase: %v", err)
+	}
+	return db
+}
+
+// withBackup gives a MyDatabase spec.backup. Its credentials Secret is
+// not made: only the MyDatabase controller reads it.
+func withBackup(db *databasev1alpha1.MyDatabase) {
+	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: databasev1alpha1.ObjectStore{
+		Endpoint: "https://s3.example.com", Bucket: "backups", CredentialsSecret: "s3-key"}}
+}
+
+// eventually polls check until it returns nil, failing the test after 30s.
+func eventually(t testing.TB, what string, check func() error) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, what, check)
+}
+
+// get reads obj by namespace and name into obj.
+func get(ns, name string, obj client.Object) error {
+	return k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, obj)
+}
+
+// instancePod plays the StatefulSet controller, the MyDatabase controller
+// (the role label it gives the Lease's holder) and the instance manager
+// (a ready server's report in role, at lsn, at testNow).
+func instancePod(t *testing.T, db *databasev1alpha1.MyDatabase, name, role, lsn string) {
+	t.Helper()
+	labels := specs.Labels(db, specs.ComponentDatabase)
+	labels[databasev1alpha1.LabelRole] = role
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name, Labels: labels, Annotations: map[string]string{
+			contract.AnnotationInstance: contract.Report{Role: role, Ready: true, Timeline: 1, LSN: lsn, Replayed: lsn, Time: testNow}.String()}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres:17"}}},
+	}
+	// AlreadyExists: client-go retries a create the API server answered
+	// with Retry-After (a loaded machine's timeout), which may have
+	// created the pod the first time.
+	if err := k8s.Create(context.Background(), pod); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// publishReport plays a pod's instance manager: it publishes r.
+func publishReport(t *testing.T, ns, pod string, r contract.Report) {
+	t.Helper()
+	eventually(t, "the report of "+pod, func() error {
+		p := &corev1.Pod{}
+		if err := get(ns, pod, p); err != nil {
+			return err
+		}
+		patch := client.MergeFrom(p.DeepCopy())
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[contract.AnnotationInstance] = r.String()
+		return k8s.Patch(context.Background(), p, patch)
+	})
+}
+
+func backupObject(t *testing.T, ns, name, database string, target databasev1alpha1.BackupTarget) *databasev1alpha1.MyDatabaseBackup {
+	t.Helper()
+	b := &databasev1alpha1.MyDatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: databasev1alpha1.MyDatabaseBackupSpec{Database: database, Target: target}}
+	if err := k8s.Create(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func waitBackup(t *testing.T, b *databasev1alpha1.MyDatabaseBackup, what string, check func(databasev1alpha1.MyDatabaseBackupStatus) error) {
+	t.Helper()
+	eventually(t, b.Name+": "+what, func() error {
+		if err := get(b.Namespace, b.Name, b); err != nil {
+			return err
+		}
+		return check(b.Status)
+	})
+}
+
+func failedWith(text string) func(databasev1alpha1.MyDatabaseBackupStatus) error {
+	return func(st databasev1alpha1.MyDatabaseBackupStatus) error {
+		if st.Phase != databasev1alpha1.BackupFailed || !strings.Contains(st.Message, text) || st.StoppedAt == nil {
+			return fmt.Errorf("status %+v, want Failed mentioning %q", st, text)
+		}
+		return nil
+	}
+}
+
+// askedOf waits until the backup is assigned to pod, and the pod asked.
+func askedOf(t *testing.T, b *databasev1alpha1.MyDatabaseBackup, pod string) {
+	t.Helper()
+	waitBackup(t, b, "assigned to "+pod, func(st databasev1alpha1.MyDatabaseBackupStatus) error {
+		if st.Phase != databasev1alpha1.BackupPending || st.Instance != pod || st.InstanceUID == "" {
+			return fmt.Errorf("status %+v, want Pending on %s", st, pod)
+		}
+		return nil
+	})
+	eventually(t, pod+" asked for "+b.Name, func() error {
+		p := &corev1.Pod{}
+		if err := get(b.Namespace, pod, p); err != nil {
+			return err
+		}
+		if got := p.Annotations[contract.AnnotationBackupRequest]; got != b.Name {
+			return fmt.Errorf("the pod asks for %q", got)
+		}
+		return nil
+	})
+}
