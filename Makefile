@@ -241,7 +241,7 @@ plugin: ## Build the kubectl plugin, bin/kubectl-mydb: put it on PATH for `kubec
 
 .PHONY: run
 run: manifests generate fmt vet ## Run a controller from your host.
-	go run ./cmd/main.go
+	go run ./cmd/main.go --zap-devel
 
 # If you wish to build the manager image targeting other platforms you can use the --platform flag.
 # (i.e. docker build --platform linux/arm64). However, you must enable docker buildKit for it.

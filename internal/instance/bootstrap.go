@@ -1,19 +1,3 @@
-/*
-Copyright 2026.
-
-Licensed under the Apache License, Version 2.0 (the "License");
-you may not use this file except in compliance with the License.
-You may obtain a copy of the License at
-
-    http://www.apache.org/licenses/LICENSE-2.0
-
-Unless required by applicable law or agreed to in writing, software
-distributed under the License is distributed on an "AS IS" BASIS,
-WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-See the License for the specific language governing permissions and
-limitations under the License.
-*/
-
 package instance
 
 import (
@@ -172,18 +156,18 @@ func (m *manager) startPrivate(ctx context.Context, args []string, dir string, e
 // data) on a private server, and answers. Nobody reads from it meanwhile:
 // data that a former primary wrote past the new primary's fork must not
 // be served, and the pod is not ready until its server follows.
-func (m *manager) dataPosition(ctx context.Context) (observation, error) {
+func (m *manager) dataPosition(ctx context.Context) (serverState, error) {
 	if _, err := m.c.copyTLS(); err != nil {
-		return observation{}, err
+		return serverState{}, err
 	}
 	args, err := m.standbyArgs(ctx, "")
 	if err != nil {
-		return observation{}, err
+		return serverState{}, err
 	}
 	dir := m.c.PGData
 	server, err := m.startPrivate(ctx, args, dir, fmt.Errorf("the data in %s does not start as a standby", dir))
 	if err != nil {
-		return observation{}, err
+		return serverState{}, err
 	}
 	defer server.stop(m.t.lease)
 	return m.observeAt(ctx, dir)
@@ -272,7 +256,7 @@ const (
 // without hearing of each other's timeline can pick the same number:
 // their history files differ, and pg_rewind, which compares numbers,
 // would see nothing to do.
-func (m *manager) diverged(ctx context.Context, address string, seen observation) (history, error) {
+func (m *manager) diverged(ctx context.Context, address string, seen serverState) (history, error) {
 	conninfo, err := m.replicationConninfo(ctx, address)
 	if err != nil {
 		return 0, err

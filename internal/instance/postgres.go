@@ -107,8 +107,8 @@ func (m *manager) standbyArgs(ctx context.Context, address string) ([]string, er
 	return append(args, m.c.fetchArgs()...), nil
 }
 
-// observation is what the server says of itself.
-type observation struct {
+// serverState is what the server says of itself (observe).
+type serverState struct {
 	primary  bool
 	systemID string
 	timeline int64
@@ -119,20 +119,20 @@ type observation struct {
 
 // observe asks the local server, through its socket, as the postgres OS
 // user (peer authentication, no password).
-func (m *manager) observe(ctx context.Context) (observation, error) {
+func (m *manager) observe(ctx context.Context) (serverState, error) {
 	return m.observeAt(ctx, m.c.SocketDir)
 }
 
 // observeAt asks the local server whose socket is in dir.
-func (m *manager) observeAt(ctx context.Context, dir string) (observation, error) {
+func (m *manager) observeAt(ctx context.Context, dir string) (serverState, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.t.tick)
 	defer cancel()
 	conn, err := m.connectAt(ctx, dir)
 	if err != nil {
-		return observation{}, err
+		return serverState{}, err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	var o observation
+	var o serverState
 	var recovery bool
 	var walfile, current, received, replayed *string
 	var tli int64

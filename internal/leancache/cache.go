@@ -170,8 +170,8 @@ func common(samples [2]*corev1ac.PodSpecApplyConfiguration) []string {
 // transform runs next, then points the label and annotation keys,
 // the shared label values, owner reference kinds and the strings of pod
 // specs of each cached object at the canonical copy: a decoded object
-// otherwise owns a private copy of each, which made up about a fifth of the
-// heap per MyDatabase (docs/benchmarks.md, B4). Maps are changed in place.
+// otherwise owns a private copy of each, a large part of the heap per
+// MyDatabase (docs/benchmarks.md, B4). Maps are changed in place.
 func (c canon) transform(next toolscache.TransformFunc) toolscache.TransformFunc {
 	return func(obj any) (any, error) {
 		obj, err := next(obj)

@@ -25,16 +25,14 @@ type protoObject interface {
 // with Get, and whose events it maps to a MyDatabase by owner reference or
 // by label: the whole object in its protobuf encoding, and the metadata
 // the informer and the owner-reference handler read on every event (name,
-// namespace, resource version, owner references). Decoded, a StatefulSet
-// takes five times the memory of its encoding, and the label and
-// annotation maps of every child were a third of the heap per MyDatabase
-// (docs/benchmarks.md, B4).
+// namespace, resource version, owner references). Decoded, a child takes
+// several times the memory of its encoding (docs/benchmarks.md, B4).
 //
 // The cache copies an object on every read (DeepCopyObject, so that a
 // caller may change what it got); an encoded child decodes a fresh whole
 // object there instead, of the child's own type, so that readers see
-// exactly what they would without it. Decoding costs about twice a deep
-// copy: 28 µs against 13 µs for a StatefulSet. The rest of the metadata
+// exactly what they would without it, at the cost of a decode instead of
+// a deep copy (docs/benchmarks.md). The rest of the metadata
 // is decoded when asked for: the labels on the events of the Secrets,
 // which map by label.
 //

@@ -28,11 +28,9 @@ import (
 // A wire informer skips both: its objects are cut out of the protobuf the
 // API server sent (list items and watch events alike), managedFields
 // dropped, and only the metadata the cache reads on every event (name,
-// namespace, resource version, owner references) is parsed: 3.5 µs for a
-// StatefulSet, against 44 µs (BenchmarkChildFromTheWire). A restarted
-// operator receives every child it manages at once; at 10,000 MyDatabases
-// this took its CPU in the cache sync from about 12 to 8.3 s
-// (docs/benchmarks.md, B8's restart).
+// namespace, resource version, owner references) is parsed. That matters
+// most to a restarted operator, which receives every child it manages at
+// once (BenchmarkChildFromTheWire; docs/benchmarks.md, B8's restart).
 
 // protoMagic starts every protobuf body of the API server (k8s.io's
 // runtime/serializer/protobuf): a runtime.Unknown follows.

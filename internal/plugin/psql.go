@@ -149,8 +149,8 @@ func (e *Env) pickPod(ctx context.Context, db *databasev1alpha1.MyDatabase, repl
 	var seen []string
 	for i := range pods {
 		p := &pods[i]
-		seen = append(seen, fmt.Sprintf("%s (role %s, ready %t)", p.Name, orDash(p.Labels[databasev1alpha1.LabelRole]), podReady(p)))
-		if p.Labels[databasev1alpha1.LabelRole] == want && podReady(p) && p.DeletionTimestamp == nil {
+		seen = append(seen, fmt.Sprintf("%s (role %s, ready %t)", p.Name, orDash(p.Labels[databasev1alpha1.LabelRole]), specs.PodReady(p)))
+		if p.Labels[databasev1alpha1.LabelRole] == want && specs.PodReady(p) && p.DeletionTimestamp == nil {
 			return p, nil
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"example.com/myoperator/internal/specs"
+
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -108,7 +110,7 @@ func (e *Env) restartDone(ctx context.Context, name string, generation int64, st
 	updated := 0
 	for i := range pods {
 		p := &pods[i]
-		if p.Labels[appsv1.ControllerRevisionHashLabelKey] == sts.Status.UpdateRevision && podReady(p) && p.DeletionTimestamp == nil {
+		if p.Labels[appsv1.ControllerRevisionHashLabelKey] == sts.Status.UpdateRevision && specs.PodReady(p) && p.DeletionTimestamp == nil {
 			updated++
 		}
 	}

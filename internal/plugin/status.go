@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"example.com/myoperator/internal/specs"
+
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -162,7 +164,7 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 		fmt.Fprintln(w, "  NAME\tROLE LABEL\tPHASE\tREADY\tNODE\tAGE")
 		for _, p := range v.Pods {
 			fmt.Fprintf(w, "  %s\t%s\t%s\t%t\t%s\t%s\n", p.Name, orDash(p.Labels[databasev1alpha1.LabelRole]),
-				p.Status.Phase, podReady(&p), orDash(p.Spec.NodeName), age(&p.CreationTimestamp))
+				p.Status.Phase, specs.PodReady(&p), orDash(p.Spec.NodeName), age(&p.CreationTimestamp))
 		}
 	}
 
@@ -237,15 +239,6 @@ func switchoverLine(sw *databasev1alpha1.SwitchoverStatus, age func(*metav1.Time
 		line += ": " + sw.Message
 	}
 	return line
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // tlsLine says whether clients must use TLS and where the certificate

@@ -70,7 +70,7 @@ func quoteSetting(v string) string {
 }
 
 // settingEscaper is built once: a Replacer builds its tables on first use,
-// and building one per setting was a fifth of a reconcile pass's
+// and building one per setting was a large part of a reconcile pass's
 // allocations (docs/benchmarks.md).
 var settingEscaper = strings.NewReplacer(`\`, `\\`, `'`, `''`, "\n", `\n`, "\r", `\r`)
 

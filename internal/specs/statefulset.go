@@ -252,14 +252,7 @@ func container(db *databasev1alpha1.MyDatabase) *corev1ac.ContainerApplyConfigur
 		WithLivenessProbe(execProbe(LivenessCommand, 10, 6)).
 		WithSecurityContext(restrictedContainer()).
 		WithVolumeMounts(customQueriesMount(db)...)
-	if len(db.Spec.Resources.Limits) > 0 || len(db.Spec.Resources.Requests) > 0 {
-		r := corev1ac.ResourceRequirements()
-		if len(db.Spec.Resources.Limits) > 0 {
-			r.WithLimits(db.Spec.Resources.Limits)
-		}
-		if len(db.Spec.Resources.Requests) > 0 {
-			r.WithRequests(db.Spec.Resources.Requests)
-		}
+	if r := resources(db); r != nil {
 		c.WithResources(r)
 	}
 	return c
@@ -358,4 +351,20 @@ func convert[T any](in any) *T {
 		panic(fmt.Sprintf("unmarshal into %T: %v", out, err))
 	}
 	return out
+}
+
+// resources is spec.resources for a container that runs PostgreSQL (the
+// server, and the major upgrade's pg_upgrade); nil when it sets none.
+func resources(db *databasev1alpha1.MyDatabase) *corev1ac.ResourceRequirementsApplyConfiguration {
+	if len(db.Spec.Resources.Limits) == 0 && len(db.Spec.Resources.Requests) == 0 {
+		return nil
+	}
+	r := corev1ac.ResourceRequirements()
+	if len(db.Spec.Resources.Limits) > 0 {
+		r.WithLimits(db.Spec.Resources.Limits)
+	}
+	if len(db.Spec.Resources.Requests) > 0 {
+		r.WithRequests(db.Spec.Resources.Requests)
+	}
+	return r
 }

@@ -67,14 +67,7 @@ func UpgradeJob(db *databasev1alpha1.MyDatabase, up *databasev1alpha1.MajorUpgra
 		WithVolumeMounts(mounts(corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(DataMountPath))...).
 		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
 		WithSecurityContext(restrictedContainer())
-	if len(db.Spec.Resources.Limits) > 0 || len(db.Spec.Resources.Requests) > 0 {
-		r := corev1ac.ResourceRequirements()
-		if len(db.Spec.Resources.Limits) > 0 {
-			r.WithLimits(db.Spec.Resources.Limits)
-		}
-		if len(db.Spec.Resources.Requests) > 0 {
-			r.WithRequests(db.Spec.Resources.Requests)
-		}
+	if r := resources(db); r != nil {
 		upgrade.WithResources(r)
 	}
 	stage := corev1ac.Container().

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"example.com/myoperator/internal/specs"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -377,7 +379,7 @@ func (r *readiness) observe(obj any) {
 	case *corev1.Pod:
 		name = o.Name
 		set[milestonePodScheduled] = o.Spec.NodeName != ""
-		set[milestonePodReady] = o.Status.Phase == corev1.PodRunning && podReady(o)
+		set[milestonePodReady] = o.Status.Phase == corev1.PodRunning && specs.PodReady(o)
 	case *corev1.PersistentVolumeClaim:
 		name = o.Name
 		set[milestonePVCBound] = o.Status.Phase == corev1.ClaimBound
@@ -399,15 +401,6 @@ func (r *readiness) observe(obj any) {
 	case r.changed <- struct{}{}:
 	default:
 	}
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // wait waits until n objects have reached milestone m, or the timeout,

@@ -159,7 +159,7 @@ func startOperator(env *controlPlane, s Settings, syncPeriod time.Duration) (*op
 	if s.CachedReads {
 		apiReader = mgr.GetClient()
 	}
-	r := &mydatabase.MyDatabaseReconciler{
+	r := &mydatabase.Reconciler{
 		Client:      &probeClient{CountingClient: op.writes, recs: op.recs},
 		APIReader:   apiReader,
 		Recorder:    mgr.GetEventRecorder("mydatabase-controller"),

@@ -1,21 +1,5 @@
 //go:build e2e
 
-/*
-Copyright 2026.
-
-Licensed under the Apache License, Version 2.0 (the "License");
-you may not use this file except in compliance with the License.
-You may obtain a copy of the License at
-
-    http://www.apache.org/licenses/LICENSE-2.0
-
-Unless required by applicable law or agreed to in writing, software
-distributed under the License is distributed on an "AS IS" BASIS,
-WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-See the License for the specific language governing permissions and
-limitations under the License.
-*/
-
 package e2e
 
 import (
@@ -27,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"example.com/myoperator/internal/specs"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -198,8 +184,8 @@ func waitReady(t *testing.T, ns string, replicas int32, timeout time.Duration) *
 		}
 		var got []string
 		for _, p := range pods {
-			if p.Status.Phase != corev1.PodRunning || !podReady(&p) || p.DeletionTimestamp != nil {
-				return false, fmt.Sprintf("%s; pod %s is %s, ready=%v", state, p.Name, p.Status.Phase, podReady(&p))
+			if p.Status.Phase != corev1.PodRunning || !specs.PodReady(&p) || p.DeletionTimestamp != nil {
+				return false, fmt.Sprintf("%s; pod %s is %s, ready=%v", state, p.Name, p.Status.Phase, specs.PodReady(&p))
 			}
 			got = append(got, p.Name)
 		}
@@ -228,15 +214,6 @@ func podsOf(t *testing.T, ns, name string) []corev1.Pod {
 	}
 	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	return pods.Items
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // exists reports whether the object exists; obj is filled when it does.

@@ -61,7 +61,7 @@ func (c *cluster) startOperator(t *testing.T) *operator {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &mydatabase.MyDatabaseReconciler{
+	r := &mydatabase.Reconciler{
 		Client:      mgr.GetClient(),
 		APIReader:   mgr.GetAPIReader(),
 		Recorder:    mgr.GetEventRecorder("mydatabase-controller"),

@@ -72,7 +72,7 @@ func (r *recorder) all() string {
 
 // operator is one incarnation of the operator.
 type operator struct {
-	*mydatabase.MyDatabaseReconciler
+	*mydatabase.Reconciler
 	events *recorder
 	errs   []string
 }
@@ -80,7 +80,7 @@ type operator struct {
 func newOperator(c client.Client, reader client.Reader) *operator {
 	rec := &recorder{}
 	return &operator{
-		MyDatabaseReconciler: &mydatabase.MyDatabaseReconciler{
+		Reconciler: &mydatabase.Reconciler{
 			Client:      c,
 			APIReader:   reader,
 			Recorder:    rec,

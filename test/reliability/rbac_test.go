@@ -117,7 +117,7 @@ func startManager(t *testing.T, cfg *rest.Config, cacheOpts cache.Options, setup
 	if setup.wrapClient != nil {
 		c = setup.wrapClient(c)
 	}
-	r := &mydatabase.MyDatabaseReconciler{
+	r := &mydatabase.Reconciler{
 		Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("mydatabase-controller"),
 		NewPassword: specs.RandomPassword, Clock: clock.RealClock{}, Metrics: metrics.New(prometheus.NewRegistry()),
 	}

@@ -46,11 +46,11 @@ const (
 	FieldOwner = "myoperator"
 )
 
-// MyDatabaseReconciler aligns the children of each MyDatabase with its spec
+// Reconciler aligns the children of each MyDatabase with its spec
 // and reports what it finds in status. Each feature is a component
 // (component.go); the reconciler runs them, writes the status once, and
 // runs the deletion.
-type MyDatabaseReconciler struct {
+type Reconciler struct {
 	// Client reads from the informer cache, which holds only objects
 	// labelled app.kubernetes.io/managed-by=myoperator (see cmd/main.go).
 	client.Client
@@ -80,7 +80,7 @@ type MyDatabaseReconciler struct {
 }
 
 // kit is what the components of a pass work with.
-func (r *MyDatabaseReconciler) kit() *kit {
+func (r *Reconciler) kit() *kit {
 	return &kit{Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder, NewPassword: r.NewPassword, Clock: r.Clock,
 		Metrics: r.Metrics, Platform: r.Platform, StallRetry: r.stallRetry(), certs: &r.certs, marks: r.marks, indexed: r.indexed}
 }
@@ -101,7 +101,7 @@ func (r *MyDatabaseReconciler) kit() *kit {
 // and then, whatever happened, writes the status that pass observed: a
 // failed step shows in status (Ready False, with the reason and the
 // server's words), never only in the log.
-func (r *MyDatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	db := &databasev1alpha1.MyDatabase{}
 	if err := r.Get(ctx, req.NamespacedName, db); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -163,7 +163,7 @@ func conflict(ctx context.Context, err error) (ctrl.Result, error) {
 
 // reconcileSpec makes sure the MyDatabase has its finalizer, then runs its
 // components. cached is the resourceVersion the cache showed.
-func (r *MyDatabaseReconciler) reconcileSpec(ctx context.Context, k *kit, db *databasev1alpha1.MyDatabase, cached string, obs *observation) error {
+func (r *Reconciler) reconcileSpec(ctx context.Context, k *kit, db *databasev1alpha1.MyDatabase, cached string, obs *observation) error {
 	if err := r.ensureFinalizer(ctx, db, cached); err != nil {
 		return err
 	}
@@ -177,7 +177,7 @@ func (r *MyDatabaseReconciler) reconcileSpec(ctx context.Context, k *kit, db *da
 // never adds it twice. The patch carries db's resourceVersion: if anyone
 // wrote since (a deletion included), it conflicts and the pass is retried
 // on the newer object.
-func (r *MyDatabaseReconciler) ensureFinalizer(ctx context.Context, db *databasev1alpha1.MyDatabase, cached string) error {
+func (r *Reconciler) ensureFinalizer(ctx context.Context, db *databasev1alpha1.MyDatabase, cached string) error {
 	if controllerutil.ContainsFinalizer(db, databasev1alpha1.Finalizer) {
 		return nil
 	}
@@ -192,7 +192,7 @@ func (r *MyDatabaseReconciler) ensureFinalizer(ctx context.Context, db *database
 
 // rememberWrite records db as this process wrote it over resourceVersion
 // base, in a pass that read resourceVersion cached (ownWrites).
-func (r *MyDatabaseReconciler) rememberWrite(ctx context.Context, cached, base string, db *databasev1alpha1.MyDatabase) {
+func (r *Reconciler) rememberWrite(ctx context.Context, cached, base string, db *databasev1alpha1.MyDatabase) {
 	key := client.ObjectKeyFromObject(db)
 	r.written.remember(key, cached, base, db)
 	// The cache may have shown the write already, before it was
@@ -212,7 +212,7 @@ func (r *MyDatabaseReconciler) rememberWrite(ctx context.Context, cached, base s
 // with the last write alone would repeat it. The patch carries the
 // resourceVersion it was computed against: if anyone wrote since, it
 // conflicts and the pass is retried on the newer object.
-func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1alpha1.MyDatabase, cached string, obs *observation) error {
+func (r *Reconciler) writeStatus(ctx context.Context, db *databasev1alpha1.MyDatabase, cached string, obs *observation) error {
 	key := types.NamespacedName{Namespace: db.Namespace, Name: db.Name}
 	base := db.DeepCopy()
 	computeStatus(db, obs, r.Clock.Now())
@@ -240,7 +240,7 @@ func (r *MyDatabaseReconciler) writeStatus(ctx context.Context, db *databasev1al
 // claims only while they are being expanded. Every MyDatabase update also
 // tells ownWrites what the cache now shows (caughtUp), and the cache's
 // marks are kept for the apply engine (apply.Marks).
-func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}} {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), obj, byDatabase, func(o client.Object) []string {
 			if name, ok := o.GetLabels()[databasev1alpha1.LabelInstance]; ok {
@@ -287,9 +287,10 @@ func (r *MyDatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) e
 }
 
 // requestForController maps a child to the MyDatabase its controller
-// reference names: what Owns does, without the RESTMapper lookup Owns makes on every
-// event to learn that a MyDatabase is namespaced (12% of a restarted
-// operator's CPU at 10,000 MyDatabases, as it receives every child).
+// reference names: what Owns does, without the RESTMapper lookup Owns
+// makes on every event to learn that a MyDatabase is namespaced, which a
+// restarted operator, receiving every child at once, paid for visibly
+// (docs/benchmarks.md, B8).
 func requestForController(_ context.Context, o client.Object) []reconcile.Request {
 	ref := metav1.GetControllerOf(o)
 	if ref == nil || ref.Kind != "MyDatabase" {
@@ -342,7 +343,7 @@ var holderChanged = predicate.Funcs{
 // a role being changed wakes nothing.
 const defaultStallRetry = 30 * time.Second
 
-func (r *MyDatabaseReconciler) stallRetry() time.Duration {
+func (r *Reconciler) stallRetry() time.Duration {
 	if r.StallRetry > 0 {
 		return r.StallRetry
 	}

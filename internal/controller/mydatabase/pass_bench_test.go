@@ -15,22 +15,22 @@ import (
 //
 //	go test ./internal/controller/mydatabase -run '^$' -bench ConvergedPass -cpuprofile pass.prof
 func BenchmarkConvergedPass(b *testing.B) {
-	benchmarkPass(b, "bench", func() *MyDatabaseReconciler { return reconciler })
+	benchmarkPass(b, "bench", func() *Reconciler { return reconciler })
 }
 
 // BenchmarkFirstPass is the same pass by a reconciler that has just
 // started and remembers nothing (certificate checks, status writes): what
 // each MyDatabase costs a restarted operator.
 func BenchmarkFirstPass(b *testing.B) {
-	benchmarkPass(b, "first", func() *MyDatabaseReconciler {
-		return &MyDatabaseReconciler{Client: reconciler.Client, APIReader: reconciler.APIReader, Recorder: reconciler.Recorder,
+	benchmarkPass(b, "first", func() *Reconciler {
+		return &Reconciler{Client: reconciler.Client, APIReader: reconciler.APIReader, Recorder: reconciler.Recorder,
 			NewPassword: reconciler.NewPassword, Clock: reconciler.Clock, Metrics: reconciler.Metrics, StallRetry: reconciler.StallRetry}
 	})
 }
 
 // benchmarkPass times passes over a converged MyDatabase, each by the
 // reconciler next returns (made outside the timing).
-func benchmarkPass(b *testing.B, name string, next func() *MyDatabaseReconciler) {
+func benchmarkPass(b *testing.B, name string, next func() *Reconciler) {
 	ns := namespace(b)
 	db := convergedDB(b, ns, name)
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"example.com/myoperator/internal/specs"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -121,7 +123,7 @@ func creating(sts *appsv1.StatefulSet, pods []corev1.Pod) bool {
 		switch {
 		case i < 0:
 			return true
-		case !podReady(&pods[i]) || !pods[i].DeletionTimestamp.IsZero():
+		case !specs.PodReady(&pods[i]) || !pods[i].DeletionTimestamp.IsZero():
 			return false
 		}
 	}

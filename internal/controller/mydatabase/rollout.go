@@ -50,7 +50,7 @@ func (r *rollout) reconcile(ctx context.Context, obs *observation) error {
 	var outdated []*corev1.Pod
 	for i := range r.pods {
 		pod := &r.pods[i]
-		if !pod.DeletionTimestamp.IsZero() || !podReady(pod) {
+		if !pod.DeletionTimestamp.IsZero() || !specs.PodReady(pod) {
 			return nil // one at a time, and never while a server is down
 		}
 		if pod.Labels[appsv1.ControllerRevisionHashLabelKey] != revision {
@@ -74,13 +74,4 @@ func (r *rollout) reconcile(ctx context.Context, obs *observation) error {
 	}
 	r.event(db, corev1.EventTypeNormal, "RollingUpdate", "Restarting the primary %s with the new spec: no replica is ready to take over", primary)
 	return r.deleteExact(ctx, outdated[0])
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

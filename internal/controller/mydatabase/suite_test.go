@@ -41,7 +41,7 @@ import (
 var (
 	env        *testenv.Env
 	writes     *testenv.CountingClient
-	reconciler *MyDatabaseReconciler
+	reconciler *Reconciler
 	k8s        client.Client // the test's own client, uncached
 )
 
@@ -77,7 +77,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	writes = testenv.NewCountingClient(mgr.GetClient())
-	reconciler = &MyDatabaseReconciler{
+	reconciler = &Reconciler{
 		Client:      writes,
 		APIReader:   mgr.GetAPIReader(),
 		Recorder:    mgr.GetEventRecorder("mydatabase-controller"),

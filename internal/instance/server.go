@@ -1,0 +1,98 @@
+package instance
+
+import (
+	"context"
+	"os"
+	"time"
+)
+
+// The server process as the loop sees it: started in a role, stopped,
+// and the fence that goes with a primary.
+
+// start starts the server in a role; a replica streams from address.
+func (m *manager) start(ctx context.Context, role serverRole, address string) error {
+	if _, err := m.c.copyTLS(); err != nil {
+		return err
+	}
+	args := m.c.serverArgs()
+	if role == asReplica {
+		var err error
+		if args, err = m.standbyArgs(ctx, address); err != nil {
+			return err
+		}
+	} else {
+		if err := os.Remove(m.c.PGData + "/standby.signal"); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	srv, err := m.startServer(args)
+	if err != nil {
+		return err
+	}
+	m.server, m.role, m.following = srv, role, ""
+	m.log("postgres started as %v", role)
+	if role == asPrimary {
+		m.startFence()
+	}
+	return nil
+}
+
+// stop stops the server, if it runs: a fast shutdown, immediate if that
+// takes longer than a Lease. The fence's standby goes first: it confirms
+// nothing more, and a fast shutdown would wait for its confirmation.
+func (m *manager) stop() {
+	m.closeFence()
+	if m.server != nil {
+		m.server.stop(m.t.lease)
+	}
+	m.serverGone()
+}
+
+func (m *manager) serverGone() {
+	m.server, m.role, m.following = nil, stopped, ""
+	m.closeFence()
+}
+
+func (m *manager) closeFence() {
+	if m.stopFence != nil {
+		m.stopFence()
+		m.stopFence = nil
+	}
+}
+
+// startFence runs the fence's standby while the server is the primary.
+func (m *manager) startFence() {
+	if m.stopFence != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.stopFence = cancel
+	go func() {
+		for ctx.Err() == nil {
+			if err := witness(ctx, m.c, m.fence); err != nil && ctx.Err() == nil {
+				time.Sleep(witnessWake)
+			}
+		}
+	}()
+}
+
+// shutdown stops the server and, when it was the primary, gives up the
+// Lease: only once the server no longer accepts writes. It returns the
+// exit code.
+func (m *manager) shutdown() int {
+	wasPrimary := m.role == asPrimary
+	m.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*m.t.tick)
+	defer cancel()
+	if wasPrimary {
+		if err := m.leases.release(ctx); err != nil {
+			m.log("giving up the Lease: %v", err)
+		} else {
+			m.log("gave up the Lease")
+		}
+	}
+	m.report(ctx, nil, nil)
+	return 0
+}
+
+func (r serverRole) String() string { return [...]string{"stopped", "primary", "replica"}[r] }

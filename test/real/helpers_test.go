@@ -1,0 +1,401 @@
+//go:build real
+
+package real
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
+	"example.com/myoperator/internal/testenv"
+)
+
+func newNamespace(t *testing.T, name string, labels map[string]string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if err := env.c.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		// Nothing of the test may keep the namespace: drop every finalizer
+		// the operator would otherwise need to see through.
+		var dbs databasev1alpha1.MyDatabaseList
+		if err := env.c.List(ctx, &dbs, client.InNamespace(name)); err == nil {
+			for i := range dbs.Items {
+				_ = env.c.Delete(ctx, &dbs.Items[i])
+			}
+		}
+		_ = env.c.Delete(ctx, ns)
+	})
+	return name
+}
+
+func getDB(t *testing.T, ns string) *databasev1alpha1.MyDatabase {
+	t.Helper()
+	db := &databasev1alpha1.MyDatabase{}
+	if err := env.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: dbName}, db); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// patch changes the spec with a merge patch of the whole object.
+func patch(t *testing.T, ns string, change func(*databasev1alpha1.MyDatabase)) {
+	t.Helper()
+	db := getDB(t, ns)
+	orig := db.DeepCopy()
+	change(db)
+	if err := env.c.Patch(t.Context(), db, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitReady waits until the MyDatabase reports Ready for its current
+// generation with every server ready, and every pod runs the StatefulSet's
+// current revision.
+func waitReady(t *testing.T, ns string, replicas int32, timeout time.Duration) {
+	t.Helper()
+	testenv.Eventually(t, timeout, fmt.Sprintf("MyDatabase %s Ready with %d servers", dbName, replicas), func() error {
+		db := &databasev1alpha1.MyDatabase{}
+		if err := env.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: dbName}, db); err != nil {
+			return err
+		}
+		st := db.Status
+		if st.ObservedGeneration != db.Generation || !meta.IsStatusConditionTrue(st.Conditions, databasev1alpha1.ConditionReady) ||
+			st.ReadyReplicas != replicas || st.Replicas != replicas {
+			return fmt.Errorf("generation %d, observed %d, phase %s, ready %s", db.Generation, st.ObservedGeneration, st.Phase, st.Ready)
+		}
+		if pods := podsOf(t, ns); len(pods) != int(replicas) {
+			return fmt.Errorf("%d pods, want %d", len(pods), replicas)
+		}
+		return nil
+	})
+}
+
+// waitRolled waits until every pod was replaced (none of the UIDs in
+// before is left) and the MyDatabase is Ready again.
+func waitRolled(t *testing.T, ns string, before map[string]string, timeout time.Duration) {
+	t.Helper()
+	testenv.Eventually(t, timeout, "every pod replaced", func() error {
+		for name, uid := range podUIDs(t, ns) {
+			if before[name] == uid {
+				return fmt.Errorf("pod %s is still the one from before the change", name)
+			}
+		}
+		return nil
+	})
+	waitReady(t, ns, int32(len(before)), timeout)
+}
+
+func podsOf(t *testing.T, ns string) []corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	if err := env.c.List(t.Context(), &pods, client.InNamespace(ns),
+		client.MatchingLabels{databasev1alpha1.LabelInstance: dbName}); err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+func podUIDs(t *testing.T, ns string) map[string]string {
+	t.Helper()
+	uids := map[string]string{}
+	for _, p := range podsOf(t, ns) {
+		uids[p.Name] = string(p.UID)
+	}
+	return uids
+}
+
+// credentials returns the URI and the password of the connection Secret.
+func credentials(t *testing.T, ns string) (uri, password string) {
+	t.Helper()
+	var s corev1.Secret
+	name := specs.CredentialsSecretName(getDB(t, ns))
+	if err := env.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Data["uri"]) == 0 || len(s.Data["password"]) == 0 || len(s.Data[specs.CACertKey]) == 0 {
+		t.Fatalf("Secret %s has no uri, password or %s", name, specs.CACertKey)
+	}
+	// The uri asks for sslmode=verify-full: the client verifies the server
+	// with the Secret's ca.crt only, as an application would.
+	ca := filepath.Join(env.work, ns+"-"+specs.CACertKey)
+	if err := os.WriteFile(ca, s.Data[specs.CACertKey], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return string(s.Data["uri"]) + "&sslrootcert=" + url.QueryEscape(ca), string(s.Data["password"])
+}
+
+func deleteAndWait(t *testing.T, ns string) {
+	t.Helper()
+	if err := env.c.Delete(t.Context(), getDB(t, ns)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 3*time.Minute, "the MyDatabase gone", func() error {
+		err := env.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: dbName}, &databasev1alpha1.MyDatabase{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err == nil {
+			return fmt.Errorf("still there")
+		}
+		return err
+	})
+}
+
+// podExec runs a command in the postgres container of a database pod,
+// through `kubectl exec` (the API server, then the kubelet), and returns its
+// combined output.
+func podExec(ns, pod string, argv ...string) (string, error) {
+	args := append([]string{"exec", "--namespace", ns, pod, "--container", "postgres", "--"}, argv...)
+	out, err := exec.Command("kubectl", args...).CombinedOutput()
+	if err != nil {
+		return strings.TrimSpace(string(out)), fmt.Errorf("kubectl exec %s %s: %w", pod, argv[0], err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// superuserSQL runs a query as postgres in a database pod, over its socket.
+func superuserSQL(ns, pod, query string) (string, error) {
+	out, err := podExec(ns, pod, "psql", "--no-psqlrc", "--tuples-only", "--no-align", "--username", "postgres", "--command", query)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s", err, out)
+	}
+	return out, nil
+}
+
+// psqlPod runs psql in a pod of the namespace, with the URI from the
+// connection Secret (never seen by the test), and returns its output.
+func psqlPod(t *testing.T, ns, name, query string) string {
+	t.Helper()
+	secret := specs.CredentialsSecretName(getDB(t, ns))
+	uri := corev1.EnvVar{Name: "DATABASE_URI", ValueFrom: &corev1.EnvVarSource{
+		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "uri"},
+	}}
+	// The CA as the README tells an application to mount it: only the
+	// Secret's ca.crt, and PGSSLROOTCERT naming it (the uri asks for
+	// sslmode=verify-full).
+	rootCert := corev1.EnvVar{Name: "PGSSLROOTCERT", Value: "/etc/db/" + specs.CACertKey}
+	return runPod(t, ns, name, []corev1.EnvVar{uri, rootCert}, func(spec *corev1.PodSpec) {
+		spec.Volumes = []corev1.Volume{{Name: "ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: secret, Items: []corev1.KeyToPath{{Key: specs.CACertKey, Path: specs.CACertKey}}}}}}
+		spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "ca", MountPath: "/etc/db", ReadOnly: true}}
+	}, "psql", "--no-psqlrc", "--tuples-only", "--no-align", "--command", query, "$(DATABASE_URI)")
+}
+
+// runPod runs a command to completion in a pod of the namespace (the
+// postgres image, Pod Security restricted) and returns its output.
+func runPod(t *testing.T, ns, name string, vars []corev1.EnvVar, mutate func(*corev1.PodSpec), command ...string) string {
+	t.Helper()
+	ctx := t.Context()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: new(false),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: new(true), RunAsUser: new(int64(specs.PostgresUID)),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            "psql",
+				Image:           "postgres:17",
+				ImagePullPolicy: corev1.PullNever,
+				Command:         command,
+				Env:             vars,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: new(false), ReadOnlyRootFilesystem: new(true),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+	if mutate != nil {
+		mutate(&pod.Spec)
+	}
+	if err := env.c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, "pod "+name+" to finish", func() error {
+		if err := env.c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return err
+		}
+		switch pod.Status.Phase {
+		case corev1.PodSucceeded:
+			return nil
+		case corev1.PodFailed:
+			t.Fatalf("pod %s failed: %s", name, podLogs(t, ns, name))
+		}
+		return fmt.Errorf("phase %s", pod.Status.Phase)
+	})
+	return strings.TrimSpace(podLogs(t, ns, name))
+}
+
+func podLogs(t *testing.T, ns, name string) string {
+	t.Helper()
+	b, err := env.cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(t.Context())
+	if err != nil {
+		return fmt.Sprintf("(no logs: %v)", err)
+	}
+	return string(b)
+}
+
+// dumpNamespace logs what a failed step leaves, to read the failure.
+func dumpNamespace(t *testing.T, ns string) {
+	ctx := context.Background()
+	var dbs databasev1alpha1.MyDatabaseList
+	if err := env.c.List(ctx, &dbs, client.InNamespace(ns)); err == nil {
+		for _, db := range dbs.Items {
+			t.Logf("MyDatabase %s: phase %s, ready %s, conditions %+v", db.Name, db.Status.Phase, db.Status.Ready, db.Status.Conditions)
+		}
+	}
+	var pods corev1.PodList
+	if err := env.c.List(ctx, &pods, client.InNamespace(ns)); err == nil {
+		for _, p := range pods.Items {
+			t.Logf("pod %s: %s, conditions %+v", p.Name, p.Status.Phase, p.Status.Conditions)
+			for _, previous := range []bool{true, false} {
+				opts := &corev1.PodLogOptions{TailLines: ptr.To[int64](20), Previous: previous}
+				if b, err := env.cs.CoreV1().Pods(ns).GetLogs(p.Name, opts).DoRaw(ctx); err == nil {
+					t.Logf("pod %s log (previous container: %v):\n%s", p.Name, previous, b)
+				}
+			}
+		}
+	}
+	var events corev1.EventList
+	if err := env.c.List(ctx, &events, client.InNamespace(ns)); err == nil {
+		for _, e := range events.Items {
+			if e.Type != corev1.EventTypeNormal {
+				t.Logf("event %s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
+			}
+		}
+	}
+	t.Logf("operator log (last 40 lines of %s):\n%s", env.operator.Log, testenv.Tail(env.operator.Log, 40))
+}
+
+// writeResult records a measured figure in bin/real/results.txt, which
+// `make test-real` prints at the end.
+func writeResult(t *testing.T, name string, d time.Duration) {
+	f, err := os.OpenFile(filepath.Join(env.work, "results.txt"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	defer func() { _ = f.Close() }()
+	_, _ = fmt.Fprintf(f, "%s %s\n", name, d.Round(10*time.Millisecond))
+}
+
+// writer inserts one row at a time through the rw Service, each on a new
+// connection, and records when each insert was acknowledged.
+type writer struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	ok     []time.Time
+	failed []time.Time
+}
+
+func startWriter(ctx context.Context, uri string) *writer {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &writer{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for ctx.Err() == nil {
+			err := func() error {
+				actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+				defer acancel()
+				conn, err := dial(actx, uri)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = conn.Close(context.Background()) }()
+				_, err = conn.Exec(actx, "INSERT INTO items (note) VALUES ('written while the primary changes')")
+				return err
+			}()
+			w.mu.Lock()
+			if err == nil {
+				w.ok = append(w.ok, time.Now())
+			} else if ctx.Err() == nil {
+				w.failed = append(w.failed, time.Now())
+			}
+			w.mu.Unlock()
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	return w
+}
+
+func (w *writer) acked() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.ok)
+}
+
+// gapAfter returns the time from the last acknowledged write before the
+// first failure after t to the first acknowledged write after that failure;
+// ok is false while no write has succeeded after a failure.
+func (w *writer) gapAfter(t time.Time) (gap time.Duration, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i := slices.IndexFunc(w.failed, func(f time.Time) bool { return f.After(t) })
+	if i < 0 {
+		// No failure yet: report progress only if writes go on.
+		return 0, slices.ContainsFunc(w.ok, func(o time.Time) bool { return o.After(t) })
+	}
+	firstFail := w.failed[i]
+	var last, next time.Time
+	for _, o := range w.ok {
+		if o.Before(firstFail) {
+			last = o
+		} else if next.IsZero() {
+			next = o
+		}
+	}
+	if next.IsZero() {
+		return 0, false
+	}
+	return next.Sub(last), true
+}
+
+// longestGap is the longest time between two acknowledged writes.
+func (w *writer) longestGap() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var longest time.Duration
+	for i := 1; i < len(w.ok); i++ {
+		longest = max(longest, w.ok[i].Sub(w.ok[i-1]))
+	}
+	return longest
+}
+
+// stop ends the writer and returns how many writes were acknowledged.
+// unacknowledged is the number of writes that failed.
+func (w *writer) unacknowledged() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.failed)
+}
+
+func (w *writer) stop() int {
+	w.cancel()
+	<-w.done
+	return w.acked()
+}
