@@ -45,9 +45,6 @@ type scope struct {
 	// pods are the MyDatabase's pods, with their instance reports, in
 	// ordinal order.
 	pods []corev1.Pod
-	// dataVolume is the primary's data volume as read from the API server
-	// ("" when there is none), nil until a component asks (dataExists).
-	dataVolume *string
 }
 
 // holder is the holder of the primary Lease, "" when it has none.

@@ -19,6 +19,9 @@ type credentials struct {
 	*kit
 	*scope
 	tls *tlsCerts // the CA the connection Secret carries
+	// dataVolume is the primary's data volume as read from the API server
+	// ("" when there is none), nil until dataExists asks.
+	dataVolume *string
 }
 
 // reconcile makes sure the application's password Secret
@@ -196,8 +199,7 @@ func (r *credentials) createSecret(ctx context.Context, db *databasev1alpha1.MyD
 
 // dataExists returns the name of the primary's data volume if it exists,
 // read from the API server itself: a stale cache must never be the reason a
-// new password is minted for old data. It asks once per pass, for both
-// Secrets.
+// new password is minted for old data. It asks once per pass.
 func (r *credentials) dataExists(ctx context.Context, db *databasev1alpha1.MyDatabase) (string, error) {
 	if r.dataVolume != nil {
 		return *r.dataVolume, nil

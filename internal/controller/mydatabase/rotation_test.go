@@ -18,6 +18,7 @@ import (
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
+	"example.com/myoperator/internal/testenv"
 )
 
 // rotationPods makes the pods of a ready MyDatabase of n servers, as the
@@ -49,18 +50,7 @@ func reportPasswords(t *testing.T, ns, pod, role string, passwords map[string]st
 // publishReport plays a pod's instance manager: it publishes r.
 func publishReport(t *testing.T, ns, pod string, r contract.Report) {
 	t.Helper()
-	eventually(t, "the report of "+pod, func() error {
-		p := &corev1.Pod{}
-		if err := get(ns, pod, p); err != nil {
-			return err
-		}
-		patch := client.MergeFrom(p.DeepCopy())
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
-		}
-		p.Annotations[contract.AnnotationInstance] = r.String()
-		return k8s.Patch(context.Background(), p, patch)
-	})
+	testenv.PublishReport(t, k8s, ns, pod, r)
 }
 
 func secretOf(t *testing.T, ns, name string) *corev1.Secret {

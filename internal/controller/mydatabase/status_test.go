@@ -13,8 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/events"
@@ -24,6 +22,7 @@ import (
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/apply"
 	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/testenv"
 )
 
 // Every branch of the status, read as kubectl wait, Flux and Argo CD read
@@ -101,17 +100,9 @@ func TestStatusBranchesThroughKstatus(t *testing.T) {
 	}
 }
 
+// kstatusOf is how kubectl wait, Flux and Argo CD read it.
 func kstatusOf(t *testing.T, db *databasev1alpha1.MyDatabase) status.Status {
-	t.Helper()
-	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := status.Compute(&unstructured.Unstructured{Object: raw})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.Status
+	return testenv.Kstatus(t, db)
 }
 
 // conditionRules checks the status against the rules of Flux's condition

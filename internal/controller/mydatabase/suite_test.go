@@ -16,9 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zapcore"
-	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -170,26 +168,10 @@ func sequentialPasswords() func() (string, error) {
 }
 
 // namespace creates a fresh namespace for one test.
-func namespace(t testing.TB) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"}}
-	if err := k8s.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
-}
+func namespace(t testing.TB) string { return testenv.Namespace(t, k8s) }
 
 // newDB returns a MyDatabase as the API server would default it.
-func newDB(ns, name string, mutate ...func(*databasev1alpha1.MyDatabase)) *databasev1alpha1.MyDatabase {
-	db := &databasev1alpha1.MyDatabase{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       databasev1alpha1.MyDatabaseSpec{Version: "17"},
-	}
-	for _, m := range mutate {
-		m(db)
-	}
-	return db
-}
+var newDB = testenv.NewDatabase
 
 func create(t testing.TB, db *databasev1alpha1.MyDatabase) *databasev1alpha1.MyDatabase {
 	t.Helper()

@@ -9,25 +9,15 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/testenv"
 )
 
-// kstatusOf is how kubectl wait, Flux and Argo CD read the backup.
+// kstatusOf is how kubectl wait, Flux and Argo CD read it.
 func kstatusOf(t *testing.T, b *databasev1alpha1.MyDatabaseBackup) status.Status {
-	t.Helper()
-	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := status.Compute(&unstructured.Unstructured{Object: raw})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.Status
+	return testenv.Kstatus(t, b)
 }
 
 // conditionsOf is "Type=Status/Reason" for each condition, sorted.

@@ -78,26 +78,10 @@ func run(m *testing.M) int {
 }
 
 // namespace creates a fresh namespace for one test.
-func namespace(t testing.TB) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"}}
-	if err := k8s.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
-}
+func namespace(t testing.TB) string { return testenv.Namespace(t, k8s) }
 
 // newDB returns a MyDatabase as the API server would default it.
-func newDB(ns, name string, mutate ...func(*databasev1alpha1.MyDatabase)) *databasev1alpha1.MyDatabase {
-	db := &databasev1alpha1.MyDatabase{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       databasev1alpha1.MyDatabaseSpec{Version: "17"},
-	}
-	for _, m := range mutate {
-		m(db)
-	}
-	return db
-}
+var newDB = testenv.NewDatabase
 
 func create(t testing.TB, db *databasev1alpha1.MyDatabase) *databasev1alpha1.MyDatabase {
 	t.Helper()
@@ -148,18 +132,7 @@ func instancePod(t *testing.T, db *databasev1alpha1.MyDatabase, name, role, lsn 
 // publishReport plays a pod's instance manager: it publishes r.
 func publishReport(t *testing.T, ns, pod string, r contract.Report) {
 	t.Helper()
-	eventually(t, "the report of "+pod, func() error {
-		p := &corev1.Pod{}
-		if err := get(ns, pod, p); err != nil {
-			return err
-		}
-		patch := client.MergeFrom(p.DeepCopy())
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
-		}
-		p.Annotations[contract.AnnotationInstance] = r.String()
-		return k8s.Patch(context.Background(), p, patch)
-	})
+	testenv.PublishReport(t, k8s, ns, pod, r)
 }
 
 func backupObject(t *testing.T, ns, name, database string, target databasev1alpha1.BackupTarget) *databasev1alpha1.MyDatabaseBackup {
