@@ -71,3 +71,12 @@ func Kstatus(t testing.TB, obj runtime.Object) status.Status {
 	}
 	return res.Status
 }
+
+// CreateDatabase creates db, failing the test if the API server refuses it.
+func CreateDatabase(t testing.TB, c client.Client, db *databasev1alpha1.MyDatabase) *databasev1alpha1.MyDatabase {
+	t.Helper()
+	if err := c.Create(context.Background(), db); err != nil {
+		t.Fatalf("creating MyDatabase: %v", err)
+	}
+	return db
+}

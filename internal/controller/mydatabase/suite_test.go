@@ -173,12 +173,10 @@ func namespace(t testing.TB) string { return testenv.Namespace(t, k8s) }
 // newDB returns a MyDatabase as the API server would default it.
 var newDB = testenv.NewDatabase
 
+// create creates db, failing the test if the API server refuses it.
 func create(t testing.TB, db *databasev1alpha1.MyDatabase) *databasev1alpha1.MyDatabase {
 	t.Helper()
-	if err := k8s.Create(context.Background(), db); err != nil {
-		t.Fatalf("creating MyDatabase: %v", err)
-	}
-	return db
+	return testenv.CreateDatabase(t, k8s, db)
 }
 
 // eventually polls check until it returns nil, failing the test after 30s.
