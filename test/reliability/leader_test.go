@@ -456,7 +456,7 @@ func (p *operatorProcess) logText(t *testing.T) string {
 	return string(raw)
 }
 
-var identityInLog = regexp.MustCompile(`Leader election.*"identity": "([^"]+)"`)
+var identityInLog = regexp.MustCompile(`Leader election.*"identity": ?"([^"]+)"`)
 
 // identity is the holder identity the process logged at start.
 func (p *operatorProcess) identity(t *testing.T) string {
