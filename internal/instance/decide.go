@@ -41,6 +41,10 @@ type situation struct {
 	// promised: this instance promised the holder not to take the Lease
 	// (failsafe.go), and the promise holds.
 	promised bool
+	// stranded: this replica does not stream, its replay has stood still
+	// for a Lease duration, and the primary it follows answered that it
+	// no longer has the WAL it needs (stranded.go).
+	stranded bool
 }
 
 type action int
@@ -56,10 +60,11 @@ const (
 	stand             // stand for election
 	handOver          // a switchover: stop, and hand the Lease to the target
 	release           // give the Lease up
+	reclone           // clone the primary again: it no longer has the WAL this replica needs
 )
 
 func (a action) String() string {
-	return [...]string{"wait", "initialise", "run as primary", "renew", "fence", "follow", "run as replica", "stand", "hand over", "release"}[a]
+	return [...]string{"wait", "initialise", "run as primary", "renew", "fence", "follow", "run as replica", "stand", "hand over", "release", "clone again"}[a]
 }
 
 // decide is the decision table of one turn.
@@ -108,6 +113,9 @@ func decide(s situation) action {
 		return wait
 	case !free:
 		if s.running == asReplica && s.following == l.holder {
+			if s.stranded {
+				return reclone
+			}
 			return wait
 		}
 		return follow

@@ -49,6 +49,8 @@ func TestDecide(t *testing.T) {
 			situation{me: "db-1", hasData: true, running: asReplica, following: "db-0", leaseRead: true, lease: held("db-0")}, wait},
 		"a replica of a former holder follows the new one": {
 			situation{me: "db-2", hasData: true, running: asReplica, following: "db-0", leaseRead: true, lease: held("db-1")}, follow},
+		"a replica whose primary no longer has the WAL it needs clones it again": {
+			situation{me: "db-2", hasData: true, running: asReplica, following: "db-0", ready: true, leaseRead: true, lease: held("db-0"), stranded: true}, reclone},
 		"an empty replica clones the holder": {
 			situation{me: "db-1", leaseRead: true, lease: held("db-0")}, follow},
 		"the Lease expired: a running replica stands": {

@@ -46,10 +46,17 @@ type manager struct {
 	lastSeen  serverState // the server's last answer, kept after it stops
 	role      serverRole
 	following string
+	upstream  string    // the address a replica streams from, "" for none
+	stranded  stranding // a replica that neither streams nor replays (stranded.go)
 	renewed   time.Time // start of the last successful renewal or take
 	stopFence context.CancelFunc
 
-	pw       *passwords      // password rotation (rotate.go)
+	pw    *passwords // password rotation (rotate.go)
+	slots struct {   // the replication slots (slots.go)
+		keptAs serverRole // the role they were last made right for
+		keptAt time.Time
+		logged string
+	}
 	sent     contract.Report // the last report published
 	logged   string          // the last message of logOnce
 	standing struct {
@@ -176,6 +183,7 @@ func (m *manager) turn(ctx context.Context) {
 			s.lease = m.leases.view()
 		}
 	}
+	s.stranded = m.strandedNow(ctx, s, obs)
 	m.fence.setQuorum(s.lease.quorum)
 	if s.lease.quorumErr != nil {
 		m.logOnce(s.lease.quorumErr)
@@ -189,6 +197,9 @@ func (m *manager) turn(ctx context.Context) {
 		m.log("%s: %v", a, err)
 	}
 	m.keepPasswords(ctx, s.ready && (a == wait || a == renew || a == follow))
+	if s.ready && (a == wait || a == renew) {
+		m.keepSlots(ctx, s.lease.quorum)
+	}
 	m.keepCertificate()
 	// What the server said at the start of the turn still holds unless the
 	// action changed the server.
@@ -265,6 +276,8 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs serverStat
 		return nil, m.start(ctx, asReplica, "")
 	case stand:
 		return m.stand(ctx, s, obs)
+	case reclone:
+		return nil, m.reclone(ctx)
 	}
 	return nil, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -81,7 +82,7 @@ func (c Config) serverArgs() []string {
 	return append([]string{"-D", c.PGData,
 		"-c", "config_file=" + c.ConfigDir + "/" + contract.PostgresConfFile, "-c", "hba_file=" + c.ConfigDir + "/" + contract.HBAConfFile,
 		"-c", "unix_socket_directories=" + c.SocketDir, "-c", "port=" + c.Port,
-		"-c", "synchronous_standby_names=" + fenceName}, append(c.tlsArgs(), c.archiveArgs()...)...)
+		"-c", "synchronous_standby_names=" + fenceName}, slices.Concat(c.tlsArgs(), c.archiveArgs(), c.slotBoundArgs())...)
 }
 
 // standbyArgs make the server a standby of the primary at address, or of
@@ -104,6 +105,14 @@ func (m *manager) standbyArgs(ctx context.Context, address string) ([]string, er
 		return nil, err
 	}
 	args = append(args, "-c", fmt.Sprintf("primary_conninfo=%s application_name=%s", conninfo, m.c.PodName))
+	if err := m.ownSlot(ctx, conninfo); err != nil {
+		// Streaming without a slot, as before slots: the primary keeps
+		// wal_keep_size for it, and makes the slot (keepSlots) for the
+		// next start.
+		m.log("streaming without a replication slot: %v", err)
+	} else {
+		args = append(args, "-c", "primary_slot_name="+slotName(m.c.PodName))
+	}
 	return append(args, m.c.fetchArgs()...), nil
 }
 
@@ -114,7 +123,9 @@ type serverState struct {
 	timeline int64
 	lsn      uint64 // primary: current; replica: received, or replayed if more
 	replayed uint64
-	archive  *contract.Archive // primary, with spec.backup
+	// streaming: a replica's WAL receiver streams from its primary.
+	streaming bool
+	archive   *contract.Archive // primary, with spec.backup
 }
 
 // observe asks the local server, through its socket, as the postgres OS
@@ -140,8 +151,9 @@ func (m *manager) observeAt(ctx context.Context, dir string) (serverState, error
 		CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_walfile_name(pg_current_wal_lsn()) END,
 		CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn()::text END,
 		pg_last_wal_receive_lsn()::text, pg_last_wal_replay_lsn()::text,
-		COALESCE((SELECT received_tli::bigint FROM pg_stat_wal_receiver), (SELECT timeline_id::bigint FROM pg_control_checkpoint()))`).
-		Scan(&recovery, &o.systemID, &walfile, &current, &received, &replayed, &tli)
+		COALESCE((SELECT received_tli::bigint FROM pg_stat_wal_receiver), (SELECT timeline_id::bigint FROM pg_control_checkpoint())),
+		EXISTS (SELECT FROM pg_stat_wal_receiver WHERE status = 'streaming')`).
+		Scan(&recovery, &o.systemID, &walfile, &current, &received, &replayed, &tli, &o.streaming)
 	if err != nil {
 		return o, err
 	}

@@ -29,7 +29,7 @@ func (m *manager) start(ctx context.Context, role serverRole, address string) er
 	if err != nil {
 		return err
 	}
-	m.server, m.role, m.following = srv, role, ""
+	m.server, m.role, m.following, m.upstream = srv, role, "", address
 	m.log("postgres started as %v", role)
 	if role == asPrimary {
 		m.startFence()
@@ -49,7 +49,7 @@ func (m *manager) stop() {
 }
 
 func (m *manager) serverGone() {
-	m.server, m.role, m.following = nil, stopped, ""
+	m.server, m.role, m.following, m.upstream = nil, stopped, "", ""
 	m.closeFence()
 }
 

@@ -59,7 +59,9 @@ func TestBackupAndRestore(t *testing.T) {
 
 	objectStore := objectStoreOf(store)
 
-	db := newDatabase(srv.major, nil)
+	// The replica's slot may hold back two segments: past them it is lost,
+	// and the replica stopped below must catch up from the archive.
+	db := newDatabase(srv.major, map[string]string{"max_slot_wal_keep_size": "32MB"})
 	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStore}
 	password := "password-of-the-source"
 	c := newCluster(t, srv, db, specs.CredentialsSecret(db, password), storeSecret(store, db.Namespace))
@@ -231,7 +233,9 @@ func TestBackupAndRestore(t *testing.T) {
 	}
 
 	// A replica stopped while the primary writes more WAL than it keeps for
-	// replicas (wal_keep_size) catches up from the archive, with no clone.
+	// replicas (wal_keep_size, and the slot's max_slot_wal_keep_size)
+	// catches up from the archive, with no clone, then streams through its
+	// slot, which the primary made anew.
 	replica.stop(t)
 	c.query(t, app, password, "CREATE TABLE filler (n int)")
 	for range 12 {
@@ -253,6 +257,7 @@ func TestBackupAndRestore(t *testing.T) {
 
 	// The primary lost: the replica takes over and archives its timeline.
 	waitStreaming(t, c, primary, replica)
+	waitSlotStreaming(t, c, primary, replica)
 	eventually(t, 30*time.Second, "the replica caught up", func() (bool, string) {
 		got := c.query(t, superuser(replica), "", fmt.Sprintf("SELECT pg_last_wal_replay_lsn() >= '%s'", lsn1))
 		return got == "t", got

@@ -173,6 +173,21 @@ func waitStreaming(t *testing.T, c *cluster, primary, replica *pod) {
 	})
 }
 
+// memberSlot is the replication slot the instance of p streams through
+// (internal/instance, slots.go).
+func memberSlot(p *pod) string { return "mydb_" + strings.ReplaceAll(p.name, "-", "_") }
+
+// waitSlotStreaming waits until replica streams from primary through its
+// slot, which holds WAL for it (not lost).
+func waitSlotStreaming(t *testing.T, c *cluster, primary, replica *pod) {
+	t.Helper()
+	eventually(t, 30*time.Second, replica.name+" streaming through its slot", func() (bool, string) {
+		out, err := c.psql(primary.socket("postgres", "postgres"), "", fmt.Sprintf(
+			"SELECT active_pid IS NOT NULL AND wal_status <> 'lost' FROM pg_replication_slots WHERE slot_name = '%s'", memberSlot(replica)))
+		return err == nil && out == "t", out
+	})
+}
+
 func waitRow(t *testing.T, c *cluster, conninfo, password string, id int, note string) {
 	t.Helper()
 	eventually(t, 30*time.Second, fmt.Sprintf("row %d in %q", id, conninfo), func() (bool, string) {

@@ -36,6 +36,94 @@ func TestHighAvailability(t *testing.T) {
 		ha.inject(t, f, f.lossless, results)
 	}
 	results.write(t, "HA_RESULTS")
+	t.Run("a replica stopped under write load catches up through its slot, with no clone", func(t *testing.T) { ha.slotRetention(t) })
+	t.Run("a replica whose WAL the primary no longer has clones it again", func(t *testing.T) { ha.stranded(t) })
+}
+
+// slotRetention runs after the faults and their failovers: the primary,
+// whichever it is by now, keeps a slot for each member and the replicas
+// keep none; a replica stopped while the primary writes more WAL than
+// wal_keep_size and checkpoints catches up by streaming, with no clone.
+// There is no spec.backup here, so no archive to fall back on.
+func (ha haCluster) slotRetention(t *testing.T) {
+	c := ha.c
+	primary := c.waitPrimary(t, ha.pods, 30*time.Second)
+	others := without(ha.pods, primary)
+	su := func(p *pod) string { return p.socket("postgres", "postgres") }
+	slots := func(p *pod) string {
+		out, err := c.psql(su(p), "", "SELECT string_agg(slot_name, ' ' ORDER BY slot_name) FROM pg_replication_slots WHERE starts_with(slot_name, 'mydb_')")
+		return fmt.Sprint(out, err)
+	}
+	want := fmt.Sprint(memberSlot(others[0])+" "+memberSlot(others[1]), nil)
+	eventually(t, 30*time.Second, "a slot per member on the primary "+primary.name, func() (bool, string) {
+		got := slots(primary)
+		return got == want, got
+	})
+	for _, o := range others {
+		eventually(t, 30*time.Second, "no slot on the replica "+o.name, func() (bool, string) {
+			got := slots(o)
+			return got == fmt.Sprint("", nil), got
+		})
+		waitSlotStreaming(t, c, primary, o)
+	}
+
+	replica := others[0]
+	replica.stop(t)
+	c.query(t, ha.conninfo, "", "CREATE TABLE filler (n int)")
+	for range 12 {
+		c.query(t, ha.conninfo, "", "INSERT INTO filler VALUES (1)")
+		c.query(t, su(primary), "", "SELECT pg_switch_wal()")
+	}
+	c.query(t, su(primary), "", "CHECKPOINT", "CHECKPOINT")
+	if kept := c.query(t, su(primary), "", fmt.Sprintf(`SELECT (SELECT min(name) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$') <= pg_walfile_name(restart_lsn)
+		FROM pg_replication_slots WHERE slot_name = '%s'`, memberSlot(replica))); kept != "t" {
+		t.Fatalf("the primary no longer keeps the WAL of %s's slot", replica.name)
+	}
+	off := replica.start(t)
+	replica.waitReady(t)
+	waitSlotStreaming(t, c, primary, replica)
+	if strings.Contains(replica.log(off), "cloning the primary") {
+		t.Errorf("the replica cloned the primary again instead of streaming the WAL its slot kept:\n%s", replica.log(off))
+	}
+	ha.caughtUp(t, replica)
+}
+
+// stranded stops a replica while the primary writes more WAL than its slot
+// may hold (max_slot_wal_keep_size) and checkpoints: with no archive, the
+// WAL the replica needs is gone, and its instance manager clones the
+// primary again instead of waiting for it forever.
+func (ha haCluster) stranded(t *testing.T) {
+	c := ha.c
+	primary := c.waitPrimary(t, ha.pods, 30*time.Second)
+	replica := without(ha.pods, primary)[1]
+	su := primary.socket("postgres", "postgres")
+	replica.stop(t)
+	for range 24 {
+		c.query(t, ha.conninfo, "", "INSERT INTO filler VALUES (2)")
+		c.query(t, su, "", "SELECT pg_switch_wal()")
+	}
+	c.query(t, su, "", "CHECKPOINT", "CHECKPOINT")
+	if status := c.query(t, su, "", fmt.Sprintf("SELECT wal_status FROM pg_replication_slots WHERE slot_name = '%s'", memberSlot(replica))); status != "lost" {
+		t.Fatalf("%s's slot is %q, want lost: past max_slot_wal_keep_size", replica.name, status)
+	}
+	off := replica.start(t)
+	eventually(t, time.Minute, replica.name+" cloning the primary again", func() (bool, string) {
+		log := replica.log(off)
+		return strings.Contains(log, "no longer has the WAL") && strings.Contains(log, "replica cloned"), ""
+	})
+	waitSlotStreaming(t, c, primary, replica)
+	ha.caughtUp(t, replica)
+}
+
+// caughtUp waits until replica has every row of the checker's filler
+// table the primary has.
+func (ha haCluster) caughtUp(t *testing.T, replica *pod) {
+	t.Helper()
+	want := ha.c.query(t, ha.conninfo, "", "SELECT count(*) FROM filler")
+	eventually(t, 30*time.Second, replica.name+" has every row", func() (bool, string) {
+		got, err := ha.c.psql(replica.socket("postgres", ha.c.db.Spec.DatabaseName), "", "SELECT count(*) FROM filler")
+		return err == nil && got == want, got
+	})
 }
 
 // TestSynchronousReplication runs the faults with a required synchronous
@@ -279,7 +367,9 @@ func startHA(t *testing.T, synchronous *databasev1alpha1.SynchronousReplication)
 	t.Helper()
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
-	db := newDatabase(srv.major, nil)
+	// A slot holds back 16 segments at most: more than slotRetention
+	// writes, less than stranded does.
+	db := newDatabase(srv.major, map[string]string{"max_slot_wal_keep_size": "256MB"})
 	db.Spec.Replicas = new(int32(3))
 	db.Spec.Replication.Synchronous = synchronous
 	appPassword := "app-password"

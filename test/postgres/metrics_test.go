@@ -374,6 +374,9 @@ func plausible(name string, f *dto.MetricFamily, isPrimary bool, replica *pod, m
 	case "mydatabase_pg_replication_streaming":
 		v = value(fam, name, "replica", replica.name)
 		return want(v == 1, v, "1 for "+replica.name)
+	case "mydatabase_pg_replication_slot_active":
+		v = value(fam, name, "slot", memberSlot(replica))
+		return want(v == 1, v, "1 for "+memberSlot(replica))
 	case "mydatabase_pg_archiving_enabled", "mydatabase_pg_archiver_archived_total", "mydatabase_pg_archiver_last_archive_timestamp_seconds",
 		"mydatabase_pg_replica_replay_paused", "mydatabase_pg_replica_replay_lag_bytes", "mydatabase_pg_replica_replay_lag_seconds":
 		return want(v == 0, v, "0")

@@ -29,6 +29,8 @@ var (
 	replicationLagDesc   = desc("replication_lag_bytes", "Primary only: WAL the replica has not replayed yet (pg_stat_replication: current LSN - replay_lsn).", "replica")
 	replicationSecsDesc  = desc("replication_lag_seconds", "Primary only: the replica's replay_lag from pg_stat_replication, 0 when it is caught up.", "replica")
 	streamingDesc        = desc("replication_streaming", "Primary only: 1 while the replica's walsender is streaming, 0 in another state (catchup, backup).", "replica")
+	slotRetainedDesc     = desc("replication_slot_retained_bytes", "Primary only: WAL the physical replication slot holds back (current LSN - restart_lsn); 0 once it is lost (past max_slot_wal_keep_size).", "slot")
+	slotActiveDesc       = desc("replication_slot_active", "Primary only: 1 while a replica streams through the physical replication slot.", "slot")
 	replayLagBytesDesc   = desc("replica_replay_lag_bytes", "Replica only: WAL received but not replayed yet.")
 	replayLagSecsDesc    = desc("replica_replay_lag_seconds", "Replica only: seconds since the last replayed transaction's commit while WAL waits to be replayed, 0 when everything received is replayed.")
 	replayPausedDesc     = desc("replica_replay_paused", "Replica only: 1 while replay is paused (pg_wal_replay_pause).")
@@ -93,7 +95,7 @@ func builtins(srv server) []step {
 		{"checkpoints", checkpoints(srv.versionNum)},
 	}
 	if srv.primary {
-		return append(steps, step{"replication", collectReplication})
+		return append(steps, step{"replication", collectReplication}, step{"slots", collectSlots})
 	}
 	return append(steps, step{"replay", collectReplay})
 }
@@ -163,6 +165,28 @@ func collectReplication(ctx context.Context, conn *pgx.Conn, s *sink) error {
 		s.gauge(streamingDesc, boolValue(streaming), name)
 		s.gauge(replicationLagDesc, bytes, name)
 		s.gauge(replicationSecsDesc, seconds, name)
+		return nil
+	})
+}
+
+// collectSlots reads the primary's physical replication slots: how much
+// WAL each keeps, and whether a replica streams through it.
+func collectSlots(ctx context.Context, conn *pgx.Conn, s *sink) error {
+	rows, err := conn.Query(ctx, `SELECT slot_name, active,
+			COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::float8
+		FROM pg_replication_slots WHERE slot_type = 'physical'`)
+	if err != nil {
+		return err
+	}
+	return eachRow(rows, func(r pgx.CollectableRow) error {
+		var name string
+		var active bool
+		var retained float64
+		if err := r.Scan(&name, &active, &retained); err != nil {
+			return err
+		}
+		s.gauge(slotActiveDesc, boolValue(active), name)
+		s.gauge(slotRetainedDesc, retained, name)
 		return nil
 	})
 }

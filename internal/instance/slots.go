@@ -1,0 +1,213 @@
+package instance
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"example.com/myoperator/internal/contract"
+)
+
+// Every member streams from the primary through a physical replication
+// slot of its own, so that the primary keeps the WAL a member has not
+// received yet: a replica restarted under write load (every rolling update
+// restarts each one) catches up by streaming instead of being cloned
+// again, with or without spec.backup.
+//
+//   - The primary keeps a slot for every member (keepSlots), so that one
+//     that is down, or was down when this instance became the primary,
+//     finds its WAL when it comes back; it drops the slots of instances
+//     that are no longer members (scaled away).
+//   - A replica makes its own slot on the primary before it starts
+//     streaming (ownSlot): the slot is then there even when the primary
+//     runs an instance manager older than this code.
+//   - Slots are not replicated, and slots a replica holds would keep WAL
+//     on it: a replica drops the ones left from a time it was the primary.
+//   - The bound: a slot may hold back at most max_slot_wal_keep_size of
+//     WAL, a quarter of the data volume by default (slotBoundArgs), or
+//     what spec.parameters says. Past it PostgreSQL invalidates the slot
+//     and its member falls back to the archive (restore_command, with
+//     spec.backup) or is cloned again; the primary then makes the slot
+//     anew, so that the member streams through it once it has caught up.
+
+// slotPrefix begins the name of every slot this code manages; slots of
+// other names (a user's, a logical decoding's) are never touched.
+const slotPrefix = "mydb_"
+
+// slotName is the slot the instance of a pod streams through. A slot name
+// may hold lower case letters, digits and underscores, and at most 63 of
+// them: a pod name has at most 54 characters (api.MaxNameLength and the
+// ordinal), so the prefix fits.
+func slotName(pod string) string { return slotPrefix + strings.ReplaceAll(pod, "-", "_") }
+
+// slot is a row of pg_replication_slots, for a slot of slotPrefix.
+type slot struct {
+	name   string
+	active bool
+	lost   bool // invalidated: past max_slot_wal_keep_size
+}
+
+// slotChanges is what makes the slots that exist the ones wanted: slots to
+// drop (not wanted, or lost, and not in use) and slots to create (wanted
+// and missing, or lost).
+func slotChanges(have []slot, want []string) (drop, create []string) {
+	for _, s := range have {
+		switch wanted := slices.Contains(want, s.name); {
+		case s.active:
+		case !wanted:
+			drop = append(drop, s.name)
+		case s.lost:
+			drop, create = append(drop, s.name), append(create, s.name)
+		}
+	}
+	for _, name := range want {
+		if !slices.ContainsFunc(have, func(s slot) bool { return s.name == name }) {
+			create = append(create, name)
+		}
+	}
+	return drop, create
+}
+
+// slotsEvery is how often a running server's slots are looked at while
+// its role stays the same; a change of role looks at once.
+const slotsEvery = 10 * time.Second
+
+// keepSlots makes the local server's slots those of its role: a primary's
+// one per member of the quorum, a replica's none.
+func (m *manager) keepSlots(ctx context.Context, quorum contract.Quorum) {
+	if m.role == stopped || (m.slots.keptAs == m.role && time.Since(m.slots.keptAt) < slotsEvery) {
+		return
+	}
+	var want []string
+	if m.role == asPrimary {
+		if quorum.Instances == 0 {
+			return // the Lease not read yet: the members are not known
+		}
+		for _, member := range m.c.members(quorum.Instances) {
+			want = append(want, slotName(member))
+		}
+	}
+	// Half a tick, as for the passwords: a slow server delays the next
+	// renewal by little, and what is not done now is done next time.
+	ctx, cancel := context.WithTimeout(ctx, m.t.tick/2)
+	defer cancel()
+	switch err := m.alignSlots(ctx, want); {
+	case err == nil:
+		m.slots.keptAs, m.slots.keptAt, m.slots.logged = m.role, time.Now(), ""
+	case err.Error() != m.slots.logged:
+		// Tried again at the next turn; said once.
+		m.log("replication slots: %v", err)
+		m.slots.logged = err.Error()
+	}
+}
+
+// alignSlots creates and drops the local server's slots of slotPrefix so
+// that they are want.
+func (m *manager) alignSlots(ctx context.Context, want []string) error {
+	conn, err := m.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	rows, err := conn.Query(ctx, `SELECT slot_name, active, coalesce(wal_status = 'lost', false) FROM pg_replication_slots
+		WHERE slot_type = 'physical' AND starts_with(slot_name, $1)`, slotPrefix)
+	if err != nil {
+		return err
+	}
+	have, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (slot, error) {
+		var s slot
+		return s, r.Scan(&s.name, &s.active, &s.lost)
+	})
+	if err != nil {
+		return err
+	}
+	drop, create := slotChanges(have, want)
+	var errs []error
+	for _, name := range drop {
+		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", name); err != nil {
+			errs = append(errs, fmt.Errorf("dropping %s: %w", name, err))
+		}
+	}
+	for _, name := range create {
+		// Reserved at once: the WAL from here on is kept for the member.
+		if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true)", name); err != nil && !duplicate(err) {
+			errs = append(errs, fmt.Errorf("creating %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ownSlot makes this instance's slot on the primary it is about to stream
+// from, over a replication connection: the slot is there before the first
+// byte streams, whatever the primary's instance manager does. One of that
+// name is this instance's, kept as it is: a lost one makes the stream
+// fail until the primary makes it anew (keepSlots), meanwhile the replica
+// reads the archive, if there is one.
+func (m *manager) ownSlot(ctx context.Context, conninfo string) error {
+	conn, err := m.dialReplication(ctx, conninfo)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	_, err = conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+slotName(m.c.PodName)+" PHYSICAL RESERVE_WAL").ReadAll()
+	if err != nil && !duplicate(err) {
+		return err
+	}
+	return nil
+}
+
+// duplicate tells whether err is PostgreSQL's "already exists".
+func duplicate(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42710"
+}
+
+// slotBoundArgs bound the WAL a slot may hold back to a quarter of the
+// data volume, unless postgresql.conf sets max_slot_wal_keep_size (from
+// spec.parameters). A command-line setting, so that the bound follows the
+// volume without a change of the pod template: a volume expanded online
+// raises it at the server's next start.
+func (c Config) slotBoundArgs() []string {
+	if setIn(c.ConfigDir+"/"+contract.PostgresConfFile, "max_slot_wal_keep_size") {
+		return nil
+	}
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(c.PGData, &fs); err != nil {
+		// No data directory yet (a clone's first start is after it exists):
+		// PostgreSQL's default, no bound, is never wanted.
+		return []string{"-c", "max_slot_wal_keep_size=" + slotBound(0)}
+	}
+	return []string{"-c", "max_slot_wal_keep_size=" + slotBound(fs.Blocks*uint64(fs.Bsize))}
+}
+
+// slotBound is a quarter of a volume of size bytes, in megabytes, and at
+// least 128 MB (wal_keep_size).
+func slotBound(size uint64) string {
+	return fmt.Sprintf("%dMB", max(size/4>>20, 128))
+}
+
+// setIn tells whether the configuration file at path sets name.
+func setIn(path, name string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = f.Close() }()
+	lines := bufio.NewScanner(f)
+	for lines.Scan() {
+		key, _, found := strings.Cut(lines.Text(), "=")
+		if found && strings.TrimSpace(key) == name {
+			return true
+		}
+	}
+	return false
+}

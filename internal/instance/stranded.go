@@ -1,0 +1,119 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"example.com/myoperator/internal/contract"
+)
+
+// A replica whose primary no longer has the WAL it needs next, and that no
+// archive provides, never catches up on its own: its WAL receiver asks
+// again and again, and the primary answers "requested WAL segment ... has
+// already been removed". It happens to a replica that was down past what
+// its slot may hold (max_slot_wal_keep_size) without spec.backup, or that
+// followed a new primary which made its slot after that WAL was gone. The
+// instance manager notices that the replica neither streams nor replays,
+// asks the primary itself, as the WAL receiver does, and on that answer
+// clones the primary again. Nothing is lost: the replica is behind on the
+// primary's own history (another history gets another answer), so its
+// data holds nothing the primary lacks.
+
+// stranding is what a running replica's turns saw of its progress.
+type stranding struct {
+	replayed uint64    // the replay position, as last seen moving
+	since    time.Time // since when it has stood there, not streaming
+	askedAt  time.Time // when the primary was last asked
+}
+
+// strandedNow tells whether this running replica is stranded. It asks the
+// primary only once the replica has neither streamed nor replayed for a
+// Lease duration, and at most once a Lease duration.
+func (m *manager) strandedNow(ctx context.Context, s situation, obs serverState) bool {
+	st := &m.stranded
+	if m.role != asReplica || !s.ready || obs.streaming || m.upstream == "" || obs.replayed != st.replayed {
+		*st = stranding{replayed: obs.replayed, since: time.Now()}
+		return false
+	}
+	if time.Since(st.since) < m.t.lease || time.Since(st.askedAt) < m.t.lease {
+		return false
+	}
+	st.askedAt = time.Now()
+	gone, err := m.walGone(ctx, m.upstream, obs.lsn, obs.timeline)
+	if err != nil {
+		m.logOnce(fmt.Errorf("the replica neither streams nor replays; asking the primary at %s for WAL from %s: %w",
+			m.upstream, contract.FormatLSN(obs.lsn), err))
+		return false
+	}
+	if gone {
+		m.log("the primary at %s no longer has the WAL from %s this replica needs, and no archive provides it",
+			m.upstream, contract.FormatLSN(obs.lsn))
+	}
+	return gone
+}
+
+// walGone asks the primary at address to stream from lsn on timeline, as
+// a WAL receiver would, and tells whether it answers that it no longer
+// has that WAL.
+func (m *manager) walGone(ctx context.Context, address string, lsn uint64, timeline int64) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.t.lease/2)
+	defer cancel()
+	conninfo, err := m.replicationConninfo(ctx, address)
+	if err != nil {
+		return false, err
+	}
+	conn, err := m.dialReplication(ctx, conninfo)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	err = startReplication(ctx, conn, pglogrepl.LSN(lsn), int32(timeline))
+	if err == nil {
+		// The answer comes with the first read of the WAL: data, or the
+		// error.
+		var msg pgproto3.BackendMessage
+		if msg, err = conn.ReceiveMessage(ctx); err == nil {
+			e, failed := msg.(*pgproto3.ErrorResponse)
+			if !failed {
+				return false, nil
+			}
+			err = pgconn.ErrorResponseToPgError(e)
+		}
+	}
+	if removed(err) {
+		return true, nil
+	}
+	return false, err
+}
+
+// removed tells whether err is a walsender's "requested WAL segment ...
+// has already been removed", known by its message: its SQLSTATE follows
+// an errno, which is not always ENOENT's.
+func removed(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Message, "requested WAL segment ") &&
+		strings.HasSuffix(pgErr.Message, " has already been removed")
+}
+
+// reclone replaces this stranded replica's data with a new clone of the
+// primary it follows, and follows it again.
+func (m *manager) reclone(ctx context.Context) error {
+	holder, address := m.following, m.upstream
+	m.log("cloning the primary again: the data here cannot catch up")
+	m.stop()
+	if err := m.cloneReplica(ctx, address); err != nil {
+		return err
+	}
+	if err := m.start(ctx, asReplica, address); err != nil {
+		return err
+	}
+	m.following = holder
+	return nil
+}
