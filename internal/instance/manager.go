@@ -51,12 +51,8 @@ type manager struct {
 	renewed   time.Time // start of the last successful renewal or take
 	stopFence context.CancelFunc
 
-	pw    *passwords // password rotation (rotate.go)
-	slots struct {   // the replication slots (slots.go)
-		keptAs serverRole // the role they were last made right for
-		keptAt time.Time
-		logged string
-	}
+	pw       *passwords      // password rotation (rotate.go)
+	slots    slotKeeping     // the replication slots (slots.go)
 	sent     contract.Report // the last report published
 	logged   string          // the last message of logOnce
 	standing struct {

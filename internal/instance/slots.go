@@ -77,6 +77,13 @@ func slotChanges(have []slot, want []string) (drop, create []string) {
 	return drop, create
 }
 
+// slotKeeping is what keepSlots remembers between turns.
+type slotKeeping struct {
+	keptAs serverRole // the role the slots were last made right for
+	keptAt time.Time
+	logged string // the last error said
+}
+
 // slotsEvery is how often a running server's slots are looked at while
 // its role stays the same; a change of role looks at once.
 const slotsEvery = 10 * time.Second
