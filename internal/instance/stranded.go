@@ -35,10 +35,13 @@ type stranding struct {
 
 // strandedNow tells whether this running replica is stranded. It asks the
 // primary only once the replica has neither streamed nor replayed for a
-// Lease duration, and at most once a Lease duration.
+// Lease duration, at most once a Lease duration, and only while that
+// primary holds the Lease: a primary that is gone would keep the turn
+// waiting for its answer when the replica should stand for election.
 func (m *manager) strandedNow(ctx context.Context, s situation, obs serverState) bool {
 	st := &m.stranded
-	if m.role != asReplica || !s.ready || obs.streaming || m.upstream == "" || obs.replayed != st.replayed {
+	following := s.leaseRead && !s.lease.expired && s.lease.holder == m.following
+	if m.role != asReplica || !s.ready || !following || obs.streaming || m.upstream == "" || obs.replayed != st.replayed {
 		*st = stranding{replayed: obs.replayed, since: time.Now()}
 		return false
 	}
