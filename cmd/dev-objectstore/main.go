@@ -1,8 +1,8 @@
 // Command dev-objectstore runs the S3-compatible store of `make dev`, so
 // that the sample MyDatabase can archive its WAL and take base backups:
-// SeaweedFS (`weed mini`, built from the Go module proxy by hack/s3.sh),
-// with one bucket, on --ip (the real-pod node's bridge, which its pods
-// reach) and free ports. It writes the endpoint, bucket and keys to --env
+// the Versity S3 Gateway (`versitygw posix`, built from the Go module proxy
+// by hack/s3.sh), with one bucket, on --ip (the real-pod node's bridge,
+// which its pods reach) and a free port. It writes the endpoint, bucket and keys to --env
 // as shell assignments, and runs until SIGINT or SIGTERM, when it stops
 // the server. A development tool: its keys are fixed test keys.
 package main

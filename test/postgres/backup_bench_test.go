@@ -139,7 +139,7 @@ func TestBackupFigures(t *testing.T) {
 	throughput := func(d time.Duration) float64 { return float64(tarBytes) / d.Seconds() / (1 << 20) }
 	slower := min(throughput(rawTime), throughput(uploadTime))
 	table := fmt.Sprintf("Measured by `make bench-backup` on %s: PostgreSQL %d, pgbench scale %d and a table of random text (%s of databases, a %s base backup), "+
-		"SeaweedFS on the same 2-core machine, data and store on local disk, default settings:\n\n"+
+		"the Versity S3 Gateway (versitygw posix) on the same 2-core machine, data and store on local disk, default settings:\n\n"+
 		"| what | time | throughput | |\n|---|---|---|---|\n"+
 		"| raw `pg_basebackup -Ft` to local disk | %s | %.0f MiB/s | |\n"+
 		"| uploading the same bytes to the store | %s | %.0f MiB/s | |\n"+

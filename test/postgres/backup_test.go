@@ -28,7 +28,7 @@ import (
 )
 
 // TestBackupAndRestore archives the WAL of a real primary into a real S3
-// server (SeaweedFS), takes base backups under write load with `instance
+// server (the Versity S3 Gateway), takes base backups under write load with `instance
 // backup` (what `kubectl exec` runs in the database container), one on the
 // primary and one on the replica (where a MyDatabaseBackup's default
 // target takes it: such a backup carries the standby's standby.signal),
