@@ -83,11 +83,11 @@ check-generated: controller-gen ## Fail if the CRD, RBAC role or deepcopy code d
 vet: ## Run go vet against code.
 	go vet ./...
 
-# The Kubernetes binaries (etcd, kube-apiserver, kubectl, and for the simulated
-# cluster kube-controller-manager, kube-scheduler, kwok, kwokctl) are built from
-# the Go module proxy by hack/k8s-binaries.sh into a cache outside the checkout
-# ($$XDG_CACHE_HOME/myoperator, or ~/.cache/myoperator). The first build takes
-# about six minutes; later calls return at once.
+# The Kubernetes binaries (etcd, kube-apiserver, kubectl for envtest; and for
+# the simulated cluster kube-controller-manager, kube-scheduler, kwok, kwokctl)
+# are built from the Go module proxy by hack/k8s-binaries.sh into a cache
+# outside the checkout ($$XDG_CACHE_HOME/myoperator, or ~/.cache/myoperator).
+# Each target asks for the set it needs; later calls return at once.
 .PHONY: k8s-binaries
 k8s-binaries: ## Build (once) and print the directory of the Kubernetes test binaries.
 	@hack/k8s-binaries.sh
@@ -110,7 +110,7 @@ TEST_PKGS = $$(go list ./... | grep -v -e /test/e2e -e /test/postgres -e /test/b
 
 .PHONY: test
 test: fmt-check vet check-generated kustomize ## Fast tier: unit and envtest tests (race detector on) against a real kube-apiserver built from source; rewrites nothing.
-	@assets="$$(hack/k8s-binaries.sh)" && \
+	@assets="$$(hack/k8s-binaries.sh --envtest)" && \
 	KUBEBUILDER_ASSETS="$$assets" KUSTOMIZE="$(KUSTOMIZE)" go test -race $(TEST_PKGS) -skip '$(LEADER_TESTS)' -coverprofile cover.out
 
 .PHONY: test-heavy
@@ -118,7 +118,7 @@ test-heavy: test-leader test-bench-harness ## The heavy harnesses make test leav
 
 .PHONY: test-leader
 test-leader: ## Leader election with two operator processes, the leader paused past its lease (test/reliability TestLeaderElection*, -race).
-	@assets="$$(hack/k8s-binaries.sh)" && \
+	@assets="$$(hack/k8s-binaries.sh --envtest)" && \
 	KUBEBUILDER_ASSETS="$$assets" go test -race ./test/reliability/ -run '$(LEADER_TESTS)' -count=1 -v
 
 .PHONY: test-bench-harness
@@ -149,8 +149,15 @@ bench-backup: ## Backup figures on real PostgreSQL and the real S3 server (test/
 	@hack/s3.sh >/dev/null
 	BACKUP_BENCH_SCALE=54 BACKUP_BENCH_DOC="$(CURDIR)/docs/backup.md $(CURDIR)/docs/benchmarks.md" go test ./test/postgres/ -run TestBackupFigures -count=1 -v -timeout 30m
 
+# test-all runs the tiers in order while hack/prebuild.sh builds, in the
+# background and only on idle CPU, the parts the later tiers need: on a fresh
+# machine the cold builds overlap the tests (its log: bin/prebuild.log).
+TIERS = verify test test-heavy test-helm test-monitoring test-postgres test-e2e test-real
 .PHONY: test-all
-test-all: verify test test-heavy test-helm test-monitoring test-postgres test-e2e test-real ## Everything CI runs (.ci/run): the README's test command.
+test-all: ## Everything CI runs (.ci/run): the README's test command.
+	@mkdir -p bin; setsid hack/prebuild.sh >bin/prebuild.log 2>&1 & prebuild=$$!; \
+	trap 'kill -TERM -- -'$$prebuild' 2>/dev/null; true' EXIT; \
+	$(MAKE) --no-print-directory $(TIERS)
 
 .PHONY: verify
 verify: ## Fail if generated files (the Helm chart included), formatting or go.mod/go.sum differ from what is committed.
@@ -320,7 +327,7 @@ $(LOCALBIN):
 
 ## Tool Binaries
 # kubectl from PATH, else the one built with the test binaries.
-KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo "$$(hack/k8s-binaries.sh)/kubectl")
+KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo "$$(hack/k8s-binaries.sh --envtest)/kubectl")
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 GOLANGCI_LINT = $(LOCALBIN)/golangci-lint

@@ -26,8 +26,8 @@
 # EVER RUNS: PostgreSQL itself is not exercised here (make test-postgres
 # does that).
 #
-# Backups: cmd/dev-objectstore runs an S3-compatible store (SeaweedFS, built
-# by hack/s3.sh) with a bucket "backups", on the node's bridge for real pods
+# Backups: cmd/dev-objectstore runs an S3 server (versitygw, built by
+# hack/s3.sh) with a bucket "backups", on the node's bridge for real pods
 # (127.0.0.1 for KWOK). The demo gives the sample spec.backup to it, with a
 # daily schedule whose first backup is taken at once; with real pods it
 # waits for that backup to complete and shows it.
@@ -61,15 +61,18 @@ export KWOK_WORKDIR=$STATE/kwok
 export REAL_NODE_STATE=$STATE/real-node
 
 if [ -t 2 ]; then bold=$'\033[1m' red=$'\033[1;31m' off=$'\033[0m'; else bold='' red='' off=''; fi
-say() { printf '%s[dev]%s %s\n' "$bold" "$off" "$*" >&2; }
+# Every line says how long the run has taken so far.
+say() { printf '%s[dev %d:%02d]%s %s\n' "$bold" $((SECONDS / 60)) $((SECONDS % 60)) "$off" "$*" >&2; }
 die() { printf '%s[dev] ERROR:%s %s\n' "$red" "$off" "$*" >&2; exit 1; }
 
-# binaries: build (once) and put the Kubernetes binaries first on PATH.
+# binaries [--envtest|--node]: build (once) the Kubernetes binaries of that
+# set (hack/k8s-binaries.sh; the KWOK cluster's by default) and put them
+# first on PATH.
 binaries() {
   [ -n "${BINDIR:-}" ] && return
-  # Prints its progress when it has to build (the first time only: ~6-12
-  # minutes on 2 cores), nothing when the binaries are cached.
-  BINDIR=$("$repo/hack/k8s-binaries.sh") || die "hack/k8s-binaries.sh failed"
+  # Prints its progress when it has to build (the first time only), nothing
+  # when the binaries are cached.
+  BINDIR=$("$repo/hack/k8s-binaries.sh" "$@") || die "hack/k8s-binaries.sh $* failed"
   say "Kubernetes binaries: $BINDIR"
   export PATH="$BINDIR:$PATH"
 }
@@ -202,8 +205,8 @@ start_provisioner() {
     say "Volume provisioner already running (pid $(cat "$pidfile"))"
     return
   fi
-  say "Building and starting the volume provisioner (cmd/dev-provisioner) ..."
-  (cd "$repo" && go build -o "$bin" ./cmd/dev-provisioner) || die "building cmd/dev-provisioner failed"
+  say "Starting the volume provisioner (cmd/dev-provisioner) ..."
+  if [ -f "$STATE/new/dev-provisioner" ]; then mv -f "$STATE/new/dev-provisioner" "$bin"; fi # else the last run's
   mkdir -p "$root"
   # setsid: its own session, so that Ctrl-C on `make dev` (which stops the
   # operator) leaves the cluster's storage running, like the cluster itself.
@@ -214,7 +217,7 @@ start_provisioner() {
 }
 
 # start_object_store <ip>: the S3 store the sample backs up to
-# (cmd/dev-objectstore: SeaweedFS, bucket "backups"), on ip: the bridge of
+# (cmd/dev-objectstore: versitygw, bucket "backups"), on ip: the bridge of
 # the real-pod node, which its pods reach, or 127.0.0.1 for KWOK, whose pods
 # run nothing. Its endpoint and keys are in $STATE/s3.env.
 start_object_store() {
@@ -223,12 +226,12 @@ start_object_store() {
     say "Object store already running (pid $(cat "$pidfile"))"
     return
   fi
-  say "Building and starting the object store (cmd/dev-objectstore; SeaweedFS from hack/s3.sh, cached) ..."
-  "$repo/hack/s3.sh" >/dev/null || die "hack/s3.sh failed"
-  (cd "$repo" && go build -o "$bin" ./cmd/dev-objectstore) || die "building cmd/dev-objectstore failed"
+  local start=$SECONDS
+  say "Starting the object store (cmd/dev-objectstore; versitygw from hack/s3.sh) ..."
+  if [ -f "$STATE/new/dev-objectstore" ]; then mv -f "$STATE/new/dev-objectstore" "$bin"; fi # else the last run's
   rm -f "$STATE/s3.env"
   mkdir -p "$STATE/s3"
-  setsid "$bin" --dir "$STATE/s3" --ip "$1" --env "$STATE/s3.env" >>"$STATE/s3.log" 2>&1 </dev/null &
+  setsid "$bin" --versitygw "$("$repo/hack/s3.sh")" --dir "$STATE/s3" --ip "$1" --env "$STATE/s3.env" >>"$STATE/s3.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
   local i
   for i in $(seq 1 120); do
@@ -237,7 +240,7 @@ start_object_store() {
     sleep 0.5
   done
   [ -f "$STATE/s3.env" ] || die "the object store did not come up (log: $STATE/s3.log)"
-  say "Object store at $(sed -n 's/^ENDPOINT=//p' "$STATE/s3.env"), bucket backups"
+  say "Object store at $(sed -n 's/^ENDPOINT=//p' "$STATE/s3.env"), bucket backups (up in $((SECONDS - start)) s)"
 }
 
 # sample_with_backup: the sample, with spec.backup to the dev object store
@@ -263,19 +266,21 @@ runtime() {
 }
 
 up() {
-  binaries
-  mkdir -p "$STATE"
+  start_local_build
   if [ "$(runtime)" = real ]; then
     say "Starting (or reusing) a one-node cluster with real pods (hack/real-node.sh; DEV_RUNTIME=kwok for the simulated one) ..."
-    "$repo/hack/real-node.sh" up || die "hack/real-node.sh up failed"
+    POSTGRES_MAJORS=17 "$repo/hack/real-node.sh" up || die "hack/real-node.sh up failed"
+    binaries --node # built by the node's parts: only puts them on PATH
     echo real >"$STATE/runtime"
     cp "$REAL_NODE_STATE/kubeconfig" "$KUBECONFIG_FILE"
+    store_and_provisioner_alive || wait_local_build
     start_provisioner "$REAL_NODE_STATE/volumes"
     start_object_store 10.244.0.1 # the node's bridge (hack/real-node.sh)
     say "Cluster ready: 1 node with real pods, default StorageClass 'standard' (dev-provisioner), an S3 bucket."
     say "  export KUBECONFIG=$KUBECONFIG_FILE"
     return
   fi
+  binaries
   echo kwok >"$STATE/runtime"
   if healthy || { components_alive && say "Waiting for the KWOK cluster to answer ..." && wait_healthy 30; }; then
     say "Reusing the running KWOK cluster '$CLUSTER'"
@@ -293,6 +298,7 @@ up() {
   fi
   wait_healthy 60 || die "the cluster's API server does not answer (logs: $KWOK_WORKDIR/clusters/$CLUSTER/logs)"
   kwokctl scale node --replicas "$NODES" --name "$CLUSTER" >>"$STATE/kwokctl.log" 2>&1 || die "kwokctl scale node failed"
+  store_and_provisioner_alive || wait_local_build
   start_provisioner
   start_object_store 127.0.0.1
   say "Cluster ready: $NODES simulated nodes, default StorageClass 'standard' (dev-provisioner), an S3 bucket."
@@ -344,13 +350,66 @@ stop_operator() {
   say "Operator stopped. The cluster keeps running: make dev starts the operator again in seconds, make dev-down removes everything."
 }
 
+# build_local: everything make dev builds from this checkout and the module
+# proxy besides the cluster, into $STATE/new: the operator (manager and
+# instance), the volume provisioner and the object store unless they run
+# already, the S3 server, the tools make install runs, and for real pods the
+# operator's image (its name in $STATE/operator-image.name). One go build,
+# with the flags of the image's binaries, so shared packages compile once and
+# the links run side by side.
+build_local() {
+  cd "$repo"
+  mkdir -p "$STATE/new"
+  local pkgs=(./cmd ./cmd/instance)
+  alive "$STATE/provisioner.pid" "$STATE/dev-provisioner" || pkgs+=(./cmd/dev-provisioner)
+  alive "$STATE/s3.pid" "$STATE/dev-objectstore" || pkgs+=(./cmd/dev-objectstore)
+  CGO_ENABLED=0 go build -trimpath -o "$STATE/new/" "${pkgs[@]}" || return 1
+  mv "$STATE/new/cmd" "$STATE/new/manager"
+  hack/s3.sh >/dev/null || return 1
+  make -s controller-gen kustomize || return 1
+  if [ "$(runtime)" = real ]; then
+    hack/operator-image.sh "$STATE/operator-image.tar" "$STATE/new" >"$STATE/operator-image.name" || return 1
+  fi
+}
+
+# start_local_build: build_local in the background with SCHED_IDLE, so that
+# it gets the CPU only when the cluster's own parts leave it idle (they
+# compile, download and start meanwhile). wait_local_build waits for it.
+start_local_build() {
+  [ -n "${LOCAL_BUILD:-}" ] && return
+  mkdir -p "$STATE"
+  (chrt --idle -p 0 "$BASHPID" >/dev/null 2>&1 || renice -n 19 -p "$BASHPID" >/dev/null; build_local) \
+    >"$STATE/build.log" 2>&1 </dev/null &
+  LOCAL_BUILD=$!
+}
+wait_local_build() {
+  [ -n "${LOCAL_BUILT:-}" ] && return
+  say "Building the operator, the volume provisioner and the object store (started in the background; log: ${STATE#"$repo"/}/build.log) ..."
+  wait "$LOCAL_BUILD" || { tail -30 "$STATE/build.log" >&2; die "the build failed (log: $STATE/build.log)"; }
+  LOCAL_BUILT=1
+}
+# store_and_provisioner_alive: both run already (a make dev before started
+# them), so starting the cluster needs nothing from build_local.
+store_and_provisioner_alive() {
+  alive "$STATE/provisioner.pid" "$STATE/dev-provisioner" && alive "$STATE/s3.pid" "$STATE/dev-objectstore"
+}
+
 demo() {
   local start=$SECONDS
   up
   export KUBECONFIG=$KUBECONFIG_FILE
 
   say "Installing the CRD (make install) ..."
-  make -s -C "$repo" install
+  if [ -z "${LOCAL_BUILT:-}" ] && [ -x "$repo/bin/controller-gen" ] && [ -x "$repo/bin/kustomize" ]; then
+    # Beside the build, which then has no tool to make.
+    make -s -C "$repo" install >"$STATE/install.log" 2>&1 &
+    local install=$!
+    wait_local_build
+    wait "$install" || { cat "$STATE/install.log" >&2; die "make install failed"; }
+  else
+    wait_local_build
+    make -s -C "$repo" install
+  fi
   # Until the CRD is served the operator refuses to start. (kubectl wait
   # fails at once, rather than waiting, while a new CRD has no conditions.)
   local i
@@ -361,19 +420,21 @@ demo() {
     sleep 0.5
   done
 
-  say "Building the operator ..."
-  (cd "$repo" && go build -o "$STATE/manager" ./cmd/main.go) || die "building the operator failed"
   local flags=(--health-probe-bind-address=0 --metrics-bind-address=0)
   if [ "$(runtime)" = real ]; then
-    # The pods copy the instance manager out of the operator's image: build
-    # it from this checkout and put it into the node (no registry).
+    # The pods copy the instance manager out of the operator's image, built
+    # from this checkout: put it into the node (no registry).
     local image
-    image=$("$repo/hack/operator-image.sh" "$STATE/operator-image.tar") || die "building the operator's image failed"
-    "$repo/hack/real-node.sh" load "$STATE/operator-image.tar" || die "loading the operator's image failed"
-    say "Operator image $image loaded into the node"
+    image=$(cat "$STATE/operator-image.name")
+    if [ "$(cat "$REAL_NODE_STATE/operator-image.loaded" 2>/dev/null)" != "$image" ]; then
+      "$repo/hack/real-node.sh" load "$STATE/operator-image.tar" || die "loading the operator's image failed"
+      echo "$image" >"$REAL_NODE_STATE/operator-image.loaded"
+    fi
+    say "Operator image $image in the node"
     flags+=(--instance-manager-image="$image")
   fi
   stop "$STATE/operator.pid" "$STATE/manager" "the operator of a previous make dev"
+  mv -f "$STATE/new/manager" "$STATE/manager"
   : >"$STATE/operator.log"
   "$STATE/manager" "${flags[@]}" >>"$STATE/operator.log" 2>&1 </dev/null &
   local op=$!
@@ -483,6 +544,6 @@ case "${1:-}" in
   demo) demo ;;
   down) down ;;
   kubeconfig) echo "$KUBECONFIG_FILE" ;;
-  status) binaries; status ;;
+  status) binaries --envtest; status ;;
   *) echo "usage: $0 up|demo|down|kubeconfig|status" >&2; exit 2 ;;
 esac

@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries the tests and the local cluster need, from the
-# Go module proxy, once per version, into a cache outside the checkout.
+# Go module proxy, once per version, into a cache outside the checkout, and
+# prints that directory (usable as KUBEBUILDER_ASSETS). Progress goes to stderr.
 #
-#   hack/k8s-binaries.sh            build what is missing, print the bin dir
-#   hack/k8s-binaries.sh --node     also kubelet, kube-proxy and coredns, for a
-#                                   node with real pods (hack/real-node.sh)
+#   hack/k8s-binaries.sh --envtest  etcd, kube-apiserver, kubectl: envtest
+#   hack/k8s-binaries.sh            the above, kube-controller-manager,
+#                                   kube-scheduler, kwok and kwokctl: a
+#                                   simulated cluster (KWOK)
+#   hack/k8s-binaries.sh --node     the control plane, kubelet, kube-proxy and
+#                                   coredns, no kwok: a node with real pods
+#                                   (hack/real-node.sh)
+#   hack/k8s-binaries.sh --all      every one of them
 #
-# Why from source: this project is developed and tested on machines with no
-# container engine and no internet beyond the Go module proxy, so
-# setup-envtest and kwokctl's downloads are unreachable. The first build takes
-# about six minutes on two cores (kube-apiserver alone ~4 min, ~1.2 GB of
-# modules); every later call only checks that the files exist.
+# Each call builds only what its set lacks. Why from source: this project is
+# developed and tested on machines with no container engine and no internet
+# beyond the Go module proxy, so setup-envtest and kwokctl's downloads are
+# unreachable.
 #
-# Output: one directory (printed on stdout) holding etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, kwok and kwokctl (and with
-# --node kubelet, kube-proxy and coredns: about 6 more minutes cold). It is
-# usable as KUBEBUILDER_ASSETS. Progress goes to stderr.
+# How it stays quick: the Kubernetes commands a call lacks are built by one
+# `go build` (their shared packages compile once, their links run side by
+# side), and the other modules (etcd, kwok, CoreDNS) build at the same time.
+# Cold, on 2 cores, see docs/real-pods.md ("How long the first run takes").
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
@@ -33,96 +38,145 @@ bindir="$CACHE_DIR/bin/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSI
 srcdir="$CACHE_DIR/src"
 mkdir -p "$bindir" "$srcdir"
 
-# One builder at a time: a parallel `make test` and `make dev` share the cache.
+envtest=(etcd kube-apiserver kubectl)
+control_plane=("${envtest[@]}" kube-controller-manager kube-scheduler)
+case "${1:-}" in
+  --envtest) want=("${envtest[@]}") ;;
+  "") want=("${control_plane[@]}" kwok kwokctl) ;;
+  --node) want=("${control_plane[@]}" kubelet kube-proxy coredns) ;;
+  --all) want=("${control_plane[@]}" kwok kwokctl kubelet kube-proxy coredns) ;;
+  *) die "unknown argument $1 (usage: $0 [--envtest|--node|--all])" ;;
+esac
+
+# lacking: the wanted binaries not yet in bindir. A binary is moved into
+# place only once complete, so one that exists is usable.
+lacking() { local b; missing=(); for b in "${want[@]}"; do [ -x "$bindir/$b" ] || missing+=("$b"); done; }
+lacking
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "$bindir"
+  exit 0
+fi
+# One builder at a time (a parallel make test and make dev share the cache);
+# only a call that has something to build waits for the lock.
 exec 9>"$CACHE_DIR/.lock"
 flock 9
-
-k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-all=(etcd kwok kwokctl)
-case "${1:-}" in
-  "") ;;
-  --node) k8s_bins+=(kubelet kube-proxy); all+=(coredns) ;;
-  *) die "unknown argument $1 (usage: $0 [--node])" ;;
-esac
-all+=("${k8s_bins[@]}")
-
-missing=()
-for b in "${all[@]}"; do [ -x "$bindir/$b" ] || missing+=("$b"); done
+lacking
 if [ ${#missing[@]} -eq 0 ]; then
   echo "$bindir"
   exit 0
 fi
 say "building into $bindir: ${missing[*]}"
-say "the first build takes ~6 minutes on 2 cores and downloads ~1.2 GB of Go modules"
+say "the first build takes several minutes on 2 cores and downloads ~1.2 GB of Go modules"
 
 needs() { local b; for b in "$@"; do [[ " ${missing[*]} " == *" $b "* ]] && return 0; done; return 1; }
 
-# build <module dir> <package> <output name> [ldflags]
+# build <module dir> <output names> <packages> [ldflags]: one go build of the
+# packages (main packages whose names are the output names) into a fresh
+# directory, whose binaries are then moved into bindir.
 build() {
-  local mod=$1 pkg=$2 out=$3 ldflags=${4:-}
-  local start=$SECONDS
-  say "  go build $pkg ..."
-  (cd "$mod" && CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "-s -w $ldflags" -o "$bindir/.$out.tmp" "$pkg") \
-    || die "building $out failed (see the go output above)"
-  mv "$bindir/.$out.tmp" "$bindir/$out"
-  say "  $out built in $((SECONDS - start)) s"
+  local mod=$1 outs=$2 pkgs=$3 ldflags=${4:-} start=$SECONDS tmp
+  tmp=$(mktemp -d "$bindir/.build.XXXXXX")
+  say "  go build $outs ..."
+  # shellcheck disable=SC2086 # word lists on purpose
+  if ! (cd "$mod" && CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "-s -w $ldflags" -o "$tmp/" $pkgs); then
+    rm -rf "$tmp"
+    say "building $outs failed (see the go output above)"
+    return 1
+  fi
+  local b
+  for b in $outs; do mv "$tmp/$b" "$bindir/$b"; done
+  rm -rf "$tmp"
+  say "  $outs built in $((SECONDS - start)) s"
 }
 
-# new_module <dir>: an empty throwaway module in which to resolve a main package.
+# new_module <dir> <require line>: a throwaway module in which to resolve main
+# packages of another module.
 new_module() {
-  local dir=$1
-  rm -rf "$dir" && mkdir -p "$dir"
-  (cd "$dir" && go mod init example.com/buildonly >/dev/null 2>&1) || die "go mod init in $dir failed"
+  rm -rf "$1" && mkdir -p "$1"
+  (cd "$1" && go mod init example.com/buildonly >/dev/null 2>&1) || die "go mod init in $1 failed"
+  echo "require $2" >>"$1/go.mod"
 }
 
+pids=()
 # Kubernetes: its go.mod points its staging modules (k8s.io/api, ...) at local
 # directories, so `go install k8s.io/kubernetes/cmd/...@version` is refused.
 # Replace each of them with the published release of the same minor.
-if needs "${k8s_bins[@]}"; then
+k8s_cmds=()
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
+  needs "$b" && k8s_cmds+=("$b")
+done
+if [ ${#k8s_cmds[@]} -gt 0 ]; then
   mod="$srcdir/kubernetes-$K8S_VERSION"
-  new_module "$mod"
-  staging_version="v0${K8S_VERSION#v1}"
-  gomod=$(cd "$mod" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
-  [ -f "$gomod" ] || die "could not download k8s.io/kubernetes@$K8S_VERSION from the module proxy"
-  {
-    echo "require k8s.io/kubernetes $K8S_VERSION"
-    echo "replace ("
-    sed -n '/^replace (/,/^)/p' "$gomod" | sed -n "s#^\t\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\t\1 => \1 $staging_version#p"
-    echo ")"
-  } >>"$mod/go.mod"
+  # Made once and kept (hack/node-parts.sh reads the module's pause.c
+  # through it); .complete marks it made.
+  if [ ! -f "$mod/.complete" ]; then
+    new_module "$mod" "k8s.io/kubernetes $K8S_VERSION"
+    staging_version="v0${K8S_VERSION#v1}"
+    gomod=$(cd "$mod" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
+    [ -f "$gomod" ] || die "could not download k8s.io/kubernetes@$K8S_VERSION from the module proxy"
+    {
+      echo "replace ("
+      sed -n '/^replace (/,/^)/p' "$gomod" | sed -n "s#^\t\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\t\1 => \1 $staging_version#p"
+      echo ")"
+    } >>"$mod/go.mod"
+    touch "$mod/.complete"
+  fi
   minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
   ld="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
   ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
-  for b in "${k8s_bins[@]}"; do
-    needs "$b" && build "$mod" "k8s.io/kubernetes/cmd/$b" "$b" "$ld"
-  done
+  build "$mod" "${k8s_cmds[*]}" "${k8s_cmds[*]/#/k8s.io/kubernetes/cmd/}" "$ld" &
+  pids+=($!)
 fi
 
 # etcd: server/v3 is etcd's main package; its go.mod also uses local replaces.
 if needs etcd; then
   mod="$srcdir/etcd-$ETCD_VERSION"
-  new_module "$mod"
-  echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION" >>"$mod/go.mod"
-  build "$mod" go.etcd.io/etcd/server/v3 etcd
+  new_module "$mod" "go.etcd.io/etcd/server/v3 $ETCD_VERSION"
+  # go names the binary of .../server/v3 "server".
+  (build "$mod" server go.etcd.io/etcd/server/v3 && mv "$bindir/server" "$bindir/etcd") &
+  pids+=($!)
 fi
 
 # KWOK depends on an older k8s.io line, so it gets its own module too.
 if needs kwok kwokctl; then
   mod="$srcdir/kwok-$KWOK_VERSION"
-  new_module "$mod"
-  echo "require sigs.k8s.io/kwok $KWOK_VERSION" >>"$mod/go.mod"
-  for b in kwok kwokctl; do
-    needs "$b" && build "$mod" "sigs.k8s.io/kwok/cmd/$b" "$b"
-  done
+  new_module "$mod" "sigs.k8s.io/kwok $KWOK_VERSION"
+  build "$mod" "kwok kwokctl" "sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl" &
+  pids+=($!)
 fi
 
-# CoreDNS, the cluster DNS of a node with real pods.
+# CoreDNS, the cluster DNS of a node with real pods, with only the plugins
+# hack/real-node.sh's Corefile names (CoreDNS's own main links all of them,
+# cloud backends included: most of its build time). Keep the two in step.
 if needs coredns; then
   mod="$srcdir/coredns-$COREDNS_VERSION"
-  new_module "$mod"
-  echo "require github.com/coredns/coredns $COREDNS_VERSION" >>"$mod/go.mod"
-  build "$mod" github.com/coredns/coredns coredns
+  new_module "$mod" "github.com/coredns/coredns $COREDNS_VERSION"
+  mkdir -p "$mod/coredns"
+  cat >"$mod/coredns/main.go" <<'GO'
+package main
+
+import (
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/coremain"
+
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/ready"
+)
+
+// The plugins' order in CoreDNS's plugin.cfg.
+func init() { dnsserver.Directives = []string{"ready", "health", "errors", "cache", "kubernetes"} }
+
+func main() { coremain.Run() }
+GO
+  build "$mod" coredns example.com/buildonly/coredns &
+  pids+=($!)
 fi
 
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+[ "$failed" = 0 ] || die "a build failed (see above)"
 say "done: $bindir"
 echo "$bindir"

@@ -25,6 +25,8 @@
 #   hack/node-parts.sh      build what is missing; print shell assignments
 #                           (K8S_BIN=..., RUNTIME_DIR=..., NODE_BIN=..., CNI_BIN=...,
 #                           IMAGES=...)
+#   POSTGRES_MAJORS="17"    only these PostgreSQL images (default "17 15";
+#                           make dev needs only its sample's 17)
 #
 # Nothing is downloaded from outside the package registries: the Go module
 # proxy and the Debian mirror. The first run takes about 15 minutes on two
@@ -45,7 +47,12 @@ die() { say "ERROR: $*"; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root (mmdebstrap --mode=root, apt-get)"
 [ "$(uname -s)" = Linux ] || die "real pods need Linux"
 
-K8S_BIN=$("$repo/hack/k8s-binaries.sh" --node) || die "hack/k8s-binaries.sh --node failed"
+# The Kubernetes binaries compile while the Debian parts below download and
+# unpack (mostly network and disk); the two meet before the pause and
+# CoreDNS images.
+k8s_out=$(mktemp)
+"$repo/hack/k8s-binaries.sh" --node >"$k8s_out" &
+k8s_pid=$!
 parts="$CACHE_DIR/node"
 mkdir -p "$parts"
 exec 8>"$parts/.lock"
@@ -93,24 +100,6 @@ mkdir -p "$images"
 # shellcheck source=hack/lib/image.sh
 . "$repo/hack/lib/image.sh"
 
-if [ ! -f "$images/pause.tar" ]; then
-  src=$(cd "$CACHE_DIR/src/kubernetes-"* && go list -mod=mod -m -f '{{.Dir}}' k8s.io/kubernetes) ||
-    die "the k8s.io/kubernetes module is not in the module cache"
-  say "building the pause image from $src/build/pause/linux/pause.c"
-  gcc -Os -static -o "$images/.pause" -DVERSION="$PAUSE_TAG" "$src/build/pause/linux/pause.c" ||
-    die "gcc -static pause.c failed (is gcc's libc6-dev installed?)"
-  binary_image "$images/pause.tar" "localhost/myoperator/pause:$PAUSE_TAG" /pause "$images/.pause" /pause
-  rm -f "$images/.pause"
-fi
-
-coredns_version=$("$K8S_BIN/coredns" -version | sed -n 's/^CoreDNS-\([0-9.]*\)$/\1/p')
-[ -n "$coredns_version" ] || die "cannot read the version of $K8S_BIN/coredns"
-if [ ! -f "$images/coredns-$coredns_version.tar" ]; then
-  say "building the coredns image"
-  binary_image "$images/coredns-$coredns_version.tar" "localhost/myoperator/coredns:$coredns_version" \
-    /coredns "$K8S_BIN/coredns" /coredns
-fi
-
 # postgres_image <major> <Debian suite>
 postgres_image() {
   local major=$1 suite=$2 root version minor start=$SECONDS
@@ -143,8 +132,34 @@ postgres_image() {
     "docker.io/library/postgres:$major" "docker.io/library/postgres:$major.$minor"
   say "postgres:$major and postgres:$major.$minor built in $((SECONDS - start)) s ($(du -h "$images/postgres-$major.tar" | cut -f1))"
 }
-postgres_image 17 trixie
-postgres_image 15 bookworm
+for major in ${POSTGRES_MAJORS:-17 15}; do
+  case $major in
+    17) postgres_image 17 trixie ;;
+    15) postgres_image 15 bookworm ;;
+    *) die "POSTGRES_MAJORS: no image recipe for PostgreSQL $major (17, 15)" ;;
+  esac
+done
+
+wait "$k8s_pid" || die "hack/k8s-binaries.sh --node failed"
+K8S_BIN=$(cat "$k8s_out")
+rm -f "$k8s_out"
+if [ ! -f "$images/pause.tar" ]; then
+  src=$(cd "$CACHE_DIR/src/kubernetes-"* && go list -mod=mod -m -f '{{.Dir}}' k8s.io/kubernetes) ||
+    die "the k8s.io/kubernetes module is not in the module cache"
+  say "building the pause image from $src/build/pause/linux/pause.c"
+  gcc -Os -static -o "$images/.pause" -DVERSION="$PAUSE_TAG" "$src/build/pause/linux/pause.c" ||
+    die "gcc -static pause.c failed (is gcc's libc6-dev installed?)"
+  binary_image "$images/pause.tar" "localhost/myoperator/pause:$PAUSE_TAG" /pause "$images/.pause" /pause
+  rm -f "$images/.pause"
+fi
+
+coredns_version=$("$K8S_BIN/coredns" -version | sed -n 's/^CoreDNS-\([0-9.]*\)$/\1/p')
+[ -n "$coredns_version" ] || die "cannot read the version of $K8S_BIN/coredns"
+if [ ! -f "$images/coredns-$coredns_version.tar" ]; then
+  say "building the coredns image"
+  binary_image "$images/coredns-$coredns_version.tar" "localhost/myoperator/coredns:$coredns_version" \
+    /coredns "$K8S_BIN/coredns" /coredns
+fi
 
 echo "K8S_BIN=$K8S_BIN"
 echo "RUNTIME_DIR=$runtime"

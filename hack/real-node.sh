@@ -404,6 +404,9 @@ EOF
   wait_for "node $NODE" 60 kubectl --kubeconfig "$STATE/kubeconfig" wait --for=condition=Ready "node/$NODE" --timeout=1s
 }
 
+# coredns_up: the cluster DNS. Its Corefile may use only the plugins that
+# hack/k8s-binaries.sh builds into coredns (errors, health, ready,
+# kubernetes, cache).
 coredns_up() {
   local image
   image=$(cd "$IMAGES" && ls coredns-*.tar | sed 's/^coredns-\(.*\)\.tar$/localhost\/myoperator\/coredns:\1/')

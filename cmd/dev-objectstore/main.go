@@ -21,14 +21,15 @@ func main() {
 	dir := flag.String("dir", "", "the store's data directory")
 	ip := flag.String("ip", "127.0.0.1", "the address to listen on")
 	envFile := flag.String("env", "", "where to write ENDPOINT=, BUCKET=, ACCESS_KEY_ID= and SECRET_ACCESS_KEY=")
+	gateway := flag.String("versitygw", "", "the S3 server's binary (hack/s3.sh prints it)")
 	flag.Parse()
-	if *dir == "" || *envFile == "" {
-		fmt.Fprintln(os.Stderr, "usage: dev-objectstore --dir DIR --env FILE [--ip IP]")
+	if *dir == "" || *envFile == "" || *gateway == "" {
+		fmt.Fprintln(os.Stderr, "usage: dev-objectstore --versitygw BIN --dir DIR --env FILE [--ip IP]")
 		os.Exit(2)
 	}
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
-	store, err := testenv.StartObjectStoreOn(*dir, *ip)
+	store, err := testenv.StartObjectStoreWith(*gateway, *dir, *ip)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "dev-objectstore:", err)
 		os.Exit(1)

@@ -34,15 +34,20 @@ type ObjectStore struct {
 // and waits until its S3 endpoint answers.
 func StartObjectStore(dir string) (*ObjectStore, error) { return StartObjectStoreOn(dir, "127.0.0.1") }
 
-// StartObjectStoreOn starts the server on the address ip (where pods can
-// reach it: the real-pod node's bridge) with its data under dir, makes the
-// bucket, and waits until its S3 endpoint answers.
+// StartObjectStoreOn starts the server (built once by hack/s3.sh) on the
+// address ip (where pods can reach it: the real-pod node's bridge) with its
+// data under dir, makes the bucket, and waits until its S3 endpoint answers.
 func StartObjectStoreOn(dir, ip string) (*ObjectStore, error) {
 	out, err := exec.Command(filepath.Join(RepoRoot(), "hack", "s3.sh")).Output()
 	if err != nil {
 		return nil, fmt.Errorf("hack/s3.sh: %w", err)
 	}
-	gateway := strings.TrimSpace(string(out))
+	return StartObjectStoreWith(strings.TrimSpace(string(out)), dir, ip)
+}
+
+// StartObjectStoreWith is StartObjectStoreOn with the server's binary
+// (versitygw) given, for a program that does not run from the checkout.
+func StartObjectStoreWith(gateway, dir, ip string) (*ObjectStore, error) {
 	s := &ObjectStore{Bucket: "backups", AccessKeyID: "mydatabase-test", SecretAccessKey: "secret-key-of-the-test-store"}
 	ports, err := FreePorts(1)
 	if err != nil {
