@@ -151,12 +151,12 @@ bench-backup: ## Backup figures on real PostgreSQL and the real S3 server (test/
 
 # test-all runs the tiers in order while hack/prebuild.sh builds, in the
 # background and only on idle CPU, the parts the later tiers need: on a fresh
-# machine the cold builds overlap the tests (its log: bin/prebuild.log).
+# machine the cold builds overlap the tests (its log: bin/prebuild.log). It
+# stops by itself when this recipe's shell ends.
 TIERS = verify test test-heavy test-helm test-monitoring test-postgres test-e2e test-real
 .PHONY: test-all
 test-all: ## Everything CI runs (.ci/run): the README's test command.
-	@mkdir -p bin; setsid hack/prebuild.sh >bin/prebuild.log 2>&1 & prebuild=$$!; \
-	trap 'kill -TERM -- -'$$prebuild' 2>/dev/null; true' EXIT; \
+	@mkdir -p bin; setsid hack/prebuild.sh >bin/prebuild.log 2>&1 & \
 	$(MAKE) --no-print-directory $(TIERS)
 
 .PHONY: verify

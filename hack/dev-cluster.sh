@@ -540,7 +540,7 @@ show_backup() {
 }
 
 case "${1:-}" in
-  up) up ;;
+  up) up && wait_local_build ;;
   demo) demo ;;
   down) down ;;
   kubeconfig) echo "$KUBECONFIG_FILE" ;;

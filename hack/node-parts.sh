@@ -29,9 +29,10 @@
 #                           make dev needs only its sample's 17)
 #
 # Nothing is downloaded from outside the package registries: the Go module
-# proxy and the Debian mirror. The first run takes about 15 minutes on two
-# cores (kubelet ~5 min, coredns ~2 min, each PostgreSQL image ~1-2 min);
-# later runs only check that the files exist. Progress goes to stderr.
+# proxy and the Debian mirror. The first run takes about 17 minutes on two
+# cores, most of it compiling the Kubernetes binaries (docs/real-pods.md,
+# "How long the first run takes"); later runs only check that the files
+# exist. Progress goes to stderr.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

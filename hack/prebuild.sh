@@ -10,11 +10,17 @@
 # waits for the build in progress (the scripts' locks), or builds it itself.
 # A step that fails here is logged and left to the tier, which reports it.
 #
-# make test-all starts it with setsid (a process group of its own) and stops
-# the group when it ends.
+# make test-all starts it with setsid, so that it leads a process group of
+# its own: when the shell that started it is gone (the tiers passed or
+# failed), a watchdog ends that group, this script and every build in it.
+# It never signals a process outside its group.
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
+
+parent=$PPID
+(while kill -0 "$parent" 2>/dev/null; do sleep 2; done; kill -TERM -- -$$) &
+watchdog=$!
 
 # SCHED_IDLE for this script and what it starts, and the lowest weight for
 # its scheduling autogroup (setsid gave it one of its own; where autogroups
@@ -58,3 +64,4 @@ step test_binaries                   # make test-postgres, test-e2e, test-real
 if [ "$(id -u)" = 0 ]; then
   step hack/node-parts.sh            # make test-real
 fi
+kill "$watchdog" 2>/dev/null || true
