@@ -10,7 +10,6 @@
 #   hack/k8s-binaries.sh --node     the control plane, kubelet, kube-proxy and
 #                                   coredns, no kwok: a node with real pods
 #                                   (hack/real-node.sh)
-#   hack/k8s-binaries.sh --all      every one of them
 #
 # Each call builds only what its set lacks. Why from source: this project is
 # developed and tested on machines with no container engine and no internet
@@ -44,8 +43,7 @@ case "${1:-}" in
   --envtest) want=("${envtest[@]}") ;;
   "") want=("${control_plane[@]}" kwok kwokctl) ;;
   --node) want=("${control_plane[@]}" kubelet kube-proxy coredns) ;;
-  --all) want=("${control_plane[@]}" kwok kwokctl kubelet kube-proxy coredns) ;;
-  *) die "unknown argument $1 (usage: $0 [--envtest|--node|--all])" ;;
+  *) die "unknown argument $1 (usage: $0 [--envtest|--node])" ;;
 esac
 
 # lacking: the wanted binaries not yet in bindir. A binary is moved into

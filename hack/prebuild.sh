@@ -5,9 +5,9 @@
 # every step finds its part built and returns at once; on a fresh machine it
 # moves most of the cold builds into the time the tests spend waiting on
 # servers and timers (a warm make test-all keeps the 2 cores busy about a
-# third of its time). It only fills caches:
-# each tier still runs the script it needs, which finds the part built,
-# waits for the build in progress (the scripts' locks), or builds it itself.
+# third of its time). It only fills caches: each tier still runs the script
+# it needs, which finds the part built, waits for the build in progress (the
+# scripts' locks), or builds it itself.
 # A step that fails here is logged and left to the tier, which reports it.
 #
 # make test-all starts it with setsid, so that it leads a process group of
