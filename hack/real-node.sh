@@ -8,6 +8,11 @@
 #   hack/real-node.sh status      say whether it runs, and where
 #   hack/real-node.sh kubeconfig  print the path of its admin kubeconfig
 #   hack/real-node.sh load TAR    import an image archive (hack/operator-image.sh)
+#   hack/real-node.sh pause NAME SECONDS
+#                                 stop a component (SIGSTOP) for SECONDS, then
+#                                 resume it (SIGCONT, also if this script is
+#                                 interrupted): kube-apiserver to try the
+#                                 database's failsafe (docs/high-availability.md)
 #
 # What runs, each as a process of this machine, stopped by the PID recorded
 # at start (never by name): etcd, kube-apiserver, kube-controller-manager,
@@ -105,6 +110,7 @@ stop() {
   alive "$name" || { rm -f "$(pidfile "$name")"; return 0; }
   read -r pid _ <"$(pidfile "$name")"
   kill -TERM "$pid" 2>/dev/null || true
+  kill -CONT "$pid" 2>/dev/null || true # a paused one (cmd_pause) takes the TERM only then
   for ((i = 0; i < grace * 10; i++)); do alive "$name" || break; sleep 0.1; done
   if alive "$name"; then
     say "$name (pid $pid) did not stop in ${grace} s: SIGKILL"
@@ -668,6 +674,27 @@ cmd_status() {
   fi
 }
 
+# pause <name> <seconds>: freeze one of the node's processes, as a hung
+# control plane would be (connections open, no answer), and thaw it after
+# <seconds>, or as soon as this script is told to stop.
+cmd_pause() {
+  local name=${1:-} secs=${2:-} pid
+  [[ " ${COMPONENTS[*]} " == *" $name "* && $secs =~ ^[0-9]+$ ]] ||
+    die "usage: $0 pause NAME SECONDS, NAME one of: ${COMPONENTS[*]}"
+  [ -f "$LOCKDIR/owner" ] || die "no node is up"
+  STATE=$(cat "$LOCKDIR/owner")
+  alive "$name" || die "the node's $name is not running"
+  read -r pid _ <"$(pidfile "$name")"
+  trap "kill -CONT $pid 2>/dev/null || true" EXIT # $pid expanded now: it is local
+  trap 'kill $! 2>/dev/null; exit 143' TERM INT
+  kill -STOP "$pid"
+  say "$name (pid $pid) paused for $secs s"
+  sleep "$secs" &
+  wait $!
+  kill -CONT "$pid"
+  say "$name (pid $pid) resumed"
+}
+
 # load <image.tar>: import an image into the node's containerd.
 cmd_load() {
   local tar=${1:?usage: $0 load IMAGE.tar}
@@ -685,5 +712,6 @@ case "${1:-}" in
   down) cmd_down ;;
   status) cmd_status ;;
   kubeconfig) [ -f "$LOCKDIR/owner" ] && STATE=$(cat "$LOCKDIR/owner"); echo "$STATE/kubeconfig" ;;
-  *) die "usage: $0 up|down|status|kubeconfig|load IMAGE.tar" ;;
+  pause) cmd_pause "${2:-}" "${3:-}" ;;
+  *) die "usage: $0 up|down|status|kubeconfig|load IMAGE.tar|pause NAME SECONDS" ;;
 esac

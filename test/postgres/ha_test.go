@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -292,11 +295,11 @@ func (ha haCluster) faults() []haFault {
 			time.Sleep(3 * lease) // past the Lease: no one takes over
 			p.api.Restore()
 		}, false, 2 * time.Second},
-		{"the API server unreachable from every pod for 30 s: writes go on", false, true, func(t *testing.T, p *pod, others []*pod) {
+		{fmt.Sprintf("the API server unreachable from every pod for %s: writes go on", ha.apiOutage), false, true, func(t *testing.T, p *pod, others []*pod) {
 			for _, o := range append(others, p) {
 				o.api.Cut()
 			}
-			time.Sleep(30 * time.Second)
+			time.Sleep(ha.apiOutage)
 			for _, o := range append(others, p) {
 				o.api.Restore()
 			}
@@ -307,6 +310,26 @@ func (ha haCluster) faults() []haFault {
 			c.waitPrimary(t, others, 3*lease)
 			p.api.Restore()
 			p.reconnect(others)
+		}, false, 0},
+		{"mixed Lease durations (the primary's three times its replicas'), then the primary cut off from the API server and its peers", true, false, func(t *testing.T, p *pod, others []*pod) {
+			// A change of spec.failover.leaseDurationSeconds rolls the
+			// replicas first: they run the new, short duration while the
+			// primary still fences at the old, long one. They must wait
+			// for the duration the holder wrote in the Lease, not their own.
+			long := 3 * lease
+			p.setEnv(contract.EnvLeaseDurationSeconds, fmt.Sprint(int(long/time.Second)))
+			p.killContainer(t)
+			p.start(t) // within the Lease: it resumes as the primary
+			c.leaseWritten(t, p, long)
+			p.api.Cut()
+			p.cutOff(others)
+			c.waitPrimary(t, others, 3*long)
+			p.api.Restore()
+			p.reconnect(others)
+			// Back to the duration of the others, as the roll ends.
+			p.setEnv(contract.EnvLeaseDurationSeconds, fmt.Sprint(int(lease/time.Second)))
+			p.killContainer(t)
+			p.start(t)
 		}, false, 0},
 		{"two failovers in a row", true, false, func(t *testing.T, p *pod, others []*pod) {
 			p.killContainer(t)
@@ -359,6 +382,9 @@ type haCluster struct {
 	pods     []*pod
 	conninfo string        // the application's, through the front
 	lease    time.Duration // the Lease duration
+	// apiOutage is how long the API server is unreachable from every pod
+	// in that fault: 30 s with synchronous replication, 90 s without.
+	apiOutage time.Duration
 }
 
 // startHA starts the three instances, with synchronous replication when
@@ -383,7 +409,12 @@ func startHA(t *testing.T, synchronous *databasev1alpha1.SynchronousReplication)
 		strings.Split(front.Addr(), ":")[1], user, appPassword, dbname)
 	c.healthy(t, pods)
 	c.query(t, conninfo, "", checkerTable)
-	return haCluster{c: c, pods: pods, conninfo: conninfo, lease: time.Duration(specs.LeaseDurationSeconds(db)) * time.Second}
+	outage := 90 * time.Second
+	if synchronous != nil {
+		outage = 30 * time.Second
+	}
+	return haCluster{c: c, pods: pods, conninfo: conninfo, lease: time.Duration(specs.LeaseDurationSeconds(db)) * time.Second,
+		apiOutage: outage}
 }
 
 // startPods starts n instances, one after the other, each ready before
@@ -418,6 +449,24 @@ func without(pods []*pod, p *pod) []*pod {
 		}
 	}
 	return out
+}
+
+// leaseWritten waits until p holds the Lease with duration d written in it.
+func (c *cluster) leaseWritten(t *testing.T, p *pod, d time.Duration) {
+	t.Helper()
+	eventually(t, 30*time.Second, fmt.Sprintf("%s holding the Lease for %s", p.name, d), func() (bool, string) {
+		lease := &coordinationv1.Lease{}
+		if err := c.api.Client.Get(context.Background(), client.ObjectKey{Namespace: c.db.Namespace, Name: specs.LeaseName(c.db)}, lease); err != nil {
+			return false, err.Error()
+		}
+		holder, seconds := ptr.Deref(lease.Spec.HolderIdentity, ""), ptr.Deref(lease.Spec.LeaseDurationSeconds, 0)
+		return holder == p.name && time.Duration(seconds)*time.Second == d, fmt.Sprintf("held by %q for %d s", holder, seconds)
+	})
+}
+
+// setEnv sets a variable of p's container environment, for its next start.
+func (p *pod) setEnv(name, value string) {
+	p.env = append(slices.DeleteFunc(p.env, func(e string) bool { return strings.HasPrefix(e, name+"=") }), name+"="+value)
 }
 
 // killContainer kills the container's whole process group, as the end of

@@ -846,6 +846,9 @@ func (p *pod) probe(t *testing.T, probe *corev1ac.ProbeApplyConfiguration) (int,
 	return p.exec(t, probe.Exec.Command, timeout)
 }
 
+// exec runs argv in the pod within timeout and returns its exit code and
+// output. A command that runs past its timeout has failed, as the kubelet
+// counts a probe or hook that times out: code -1.
 func (p *pod) exec(t *testing.T, argv []string, timeout time.Duration) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -855,7 +858,9 @@ func (p *pod) exec(t *testing.T, argv []string, timeout time.Duration) (int, str
 	switch {
 	case err == nil:
 		return 0, out
-	case errors.As(err, &exit) && exit.ExitCode() >= 0 && ctx.Err() == nil:
+	case ctx.Err() != nil:
+		return -1, fmt.Sprintf("timed out after %s\n%s", timeout, out)
+	case errors.As(err, &exit) && exit.ExitCode() >= 0:
 		return exit.ExitCode(), out
 	default:
 		t.Fatalf("%s: running %q: %v\n%s", p.name, argv, err, out)

@@ -183,6 +183,57 @@ func superuserSQL(ns, pod, query string) (string, error) {
 	return out, nil
 }
 
+// superuser is superuserSQL's output; an error ends the test.
+func superuser(t *testing.T, ns, pod, query string) string {
+	t.Helper()
+	out, err := superuserSQL(ns, pod, query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// walTimeline is the timeline the server of pod writes (or replays) on,
+// as the first part of a WAL file name.
+func walTimeline(t *testing.T, ns, pod string) string {
+	t.Helper()
+	return superuser(t, ns, pod, "SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)")
+}
+
+// podIdentities maps each database pod to its UID and its container's
+// restarts: equal maps mean no pod was replaced or restarted.
+func podIdentities(t *testing.T, ns string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, p := range podsOf(t, ns) {
+		restarts := int32(-1)
+		for _, c := range p.Status.ContainerStatuses {
+			if c.Name == "postgres" {
+				restarts = c.RestartCount
+			}
+		}
+		out[p.Name] = fmt.Sprintf("%s restarted %d times", p.UID, restarts)
+	}
+	return out
+}
+
+// cordon marks the node (un)schedulable.
+func cordon(t *testing.T, unschedulable bool) {
+	t.Helper()
+	var nodes corev1.NodeList
+	if err := env.c.List(context.Background(), &nodes); err != nil {
+		t.Fatal(err)
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		orig := n.DeepCopy()
+		n.Spec.Unschedulable = unschedulable
+		if err := env.c.Patch(context.Background(), n, client.MergeFrom(orig)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // psqlPod runs psql in a pod of the namespace, with the URI from the
 // connection Secret (never seen by the test), and returns its output.
 func psqlPod(t *testing.T, ns, name, query string) string {
@@ -373,6 +424,18 @@ func (w *writer) gapAfter(t time.Time) (gap time.Duration, ok bool) {
 		return 0, false
 	}
 	return next.Sub(last), true
+}
+
+// firstAfter is when the first write after at was acknowledged.
+func (w *writer) firstAfter(at time.Time) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ok := range w.ok {
+		if ok.After(at) {
+			return ok, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // longestGap is the longest time between two acknowledged writes.

@@ -5,7 +5,9 @@ package real
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -40,7 +42,7 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		Spec: databasev1alpha1.MyDatabaseSpec{
 			Version:        "17",
 			Replicas:       ptr.To[int32](1),
-			Storage:        databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
+			Storage:        databasev1alpha1.StorageSpec{Size: resource.MustParse("8Gi")}, // room for the 1 GiB of WAL a replica's slot holds below
 			DatabaseName:   "app",
 			User:           "app",
 			Parameters:     map[string]string{"max_connections": "50"},
@@ -256,6 +258,112 @@ func TestLifecycleOnRealPods(t *testing.T) {
 			}
 			return nil
 		})
+	})
+
+	step("the API server paused for 30 s under writes: the primary keeps taking them, no election", func(t *testing.T) {
+		primary := getDB(t, ns).Status.CurrentPrimary
+		before := podIdentities(t, ns)
+		timeline := walTimeline(t, ns, primary)
+		w := startWriter(ctx, uri)
+		testenv.Eventually(t, 30*time.Second, "the writer's first writes", func() error {
+			if w.acked() < 20 {
+				return fmt.Errorf("%d writes so far", w.acked())
+			}
+			return nil
+		})
+		// SIGSTOP, as a hung control plane: connections open, no answer.
+		// The instance managers cannot renew the Lease or report; the
+		// primary holds on its members' failsafe promises.
+		if out, err := exec.CommandContext(ctx, env.node, "pause", "kube-apiserver", "30").CombinedOutput(); err != nil {
+			t.Fatalf("pausing the API server: %v\n%s", err, out)
+		}
+		resumed := time.Now()
+		testenv.Eventually(t, 30*time.Second, "writes after the API server resumed", func() error {
+			if _, ok := w.firstAfter(resumed); !ok {
+				return fmt.Errorf("no write acknowledged since the API server resumed")
+			}
+			return nil
+		})
+		acked, failed, gap := w.stop(), w.unacknowledged(), w.longestGap()
+		t.Logf("WRITE GAP while the API server was paused for 30 s: %s; %d writes acknowledged, %d failed",
+			gap.Round(10*time.Millisecond), acked, failed)
+		writeResult(t, "write-gap-api-server-paused-30s", gap)
+		if failed > 0 || gap > time.Second {
+			t.Errorf("%d writes failed, longest gap %s: want none failed and no gap beyond 1 s", failed, gap)
+		}
+		waitReady(t, ns, 3, 2*time.Minute)
+		if got := getDB(t, ns).Status.CurrentPrimary; got != primary {
+			t.Errorf("the primary moved from %s to %s", primary, got)
+		}
+		if got := walTimeline(t, ns, primary); got != timeline {
+			t.Errorf("%s writes on timeline %s, was %s: a promotion happened", primary, got, timeline)
+		}
+		if after := podIdentities(t, ns); !maps.Equal(after, before) {
+			t.Errorf("pods and their restarts changed: %v, were %v", after, before)
+		}
+		n := count(t, uri)
+		if n < rows+acked || n > rows+acked+failed {
+			t.Fatalf("%d rows, want %d to %d: %d acknowledged writes, %d failed", n, rows+acked, rows+acked+failed, acked, failed)
+		}
+		rows = n
+	})
+
+	step("a replica down while 1 GiB of WAL is written catches up through its slot, without a clone", func(t *testing.T) {
+		primary := getDB(t, ns).Status.CurrentPrimary
+		var replica string
+		for _, p := range podsOf(t, ns) {
+			if p.Name != primary {
+				replica = p.Name
+				break
+			}
+		}
+		// The node cordoned, the replica's pod, deleted, stays Pending
+		// until the WAL is written.
+		cordon(t, true)
+		t.Cleanup(func() { cordon(t, false) })
+		if err := env.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: replica}}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Minute, replica+" gone", func() error {
+			for _, p := range podsOf(t, ns) {
+				if p.Name == replica && p.Spec.NodeName != "" {
+					return fmt.Errorf("%s still runs on %s", replica, p.Spec.NodeName)
+				}
+			}
+			return nil
+		})
+		start := superuser(t, ns, primary, "SELECT pg_current_wal_lsn()")
+		// 1 GiB: logical messages (WAL with no table behind it) in 64 MB
+		// statements, and rows among them.
+		conn := connect(t, uri)
+		for range 16 {
+			superuser(t, ns, primary, "SELECT count(pg_logical_emit_message(false, 'filler', repeat('x', 1048576))) FROM generate_series(1, 64)")
+			if _, err := conn.Exec(ctx, "INSERT INTO items (note) VALUES ('written while a replica was down')"); err != nil {
+				t.Fatal(err)
+			}
+			rows++
+		}
+		superuser(t, ns, primary, "CHECKPOINT")
+		end := superuser(t, ns, primary, "SELECT pg_current_wal_lsn()")
+		if written := superuser(t, ns, primary, fmt.Sprintf("SELECT pg_wal_lsn_diff('%s', '%s') >= 1024*1024*1024", end, start)); written != "t" {
+			t.Fatalf("the WAL from %s to %s is less than 1 GiB", start, end)
+		}
+		cordon(t, false)
+		waitReady(t, ns, 3, 5*time.Minute)
+		testenv.Eventually(t, 3*time.Minute, replica+" replayed the WAL written while it was down", func() error {
+			out, err := superuserSQL(ns, replica, fmt.Sprintf("SELECT pg_last_wal_replay_lsn() >= '%s'", end))
+			if err != nil || out != "t" {
+				return fmt.Errorf("replayed past %s: %q (%v)", end, out, err)
+			}
+			return nil
+		})
+		if log := podLogs(t, ns, replica); strings.Contains(log, "cloning the primary") {
+			t.Errorf("%s cloned the primary again instead of streaming through its slot:\n%s", replica, log)
+		}
+		if got, err := podExec(ns, replica, "psql", "--no-psqlrc", "--tuples-only", "--no-align", "--username", "postgres",
+			"--dbname", "app", "--command", "SELECT count(*) FROM items"); err != nil || got != fmt.Sprint(rows) {
+			t.Errorf("%s has %s rows (%v), the primary %d", replica, got, err, rows)
+		}
 	})
 
 	step("delete under Retain keeps the volumes and the Secret; re-create brings the rows and the password back", func(t *testing.T) {
