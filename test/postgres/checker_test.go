@@ -43,13 +43,23 @@ type writers struct {
 const checkerTable = "CREATE TABLE IF NOT EXISTS acked (id bigint PRIMARY KEY, client int NOT NULL)"
 
 // startWriters starts n clients. Each connects (again after any error, 50
-// ms later) and inserts one row per statement, autocommit.
-func startWriters(t *testing.T, conninfo string, n int) *writers {
+// ms later) and inserts one row per statement, autocommit. All but the last
+// connect to conninfo and keep their connection, as a pool's connections
+// do: they stay with the server they reached until it fails them. The last
+// connects anew for each write, to direct() (any instance that accepts
+// writes): it reaches a new primary as soon as it is promoted, so a write
+// the old one acknowledges after the new one's first is seen, as split
+// brain.
+func startWriters(t *testing.T, conninfo string, direct func() string, n int) *writers {
 	t.Helper()
 	w := &writers{conninfo: conninfo, stop: make(chan struct{})}
 	for i := range n {
 		w.wg.Add(1)
-		go w.client(i)
+		if i == n-1 {
+			go w.client(i, direct)
+		} else {
+			go w.client(i, nil)
+		}
 	}
 	t.Cleanup(w.halt)
 	return w
@@ -60,7 +70,9 @@ var nextID atomic.Int64
 
 func (w *writers) id() int64 { return nextID.Add(1) }
 
-func (w *writers) client(n int) {
+// client n writes through conninfo, or through direct() anew for each
+// write when direct is set.
+func (w *writers) client(n int, direct func() string) {
 	defer w.wg.Done()
 	var conn *pgx.Conn
 	defer func() {
@@ -76,7 +88,11 @@ func (w *writers) client(n int) {
 		}
 		if conn == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			c, err := pgx.Connect(ctx, w.conninfo)
+			conninfo := w.conninfo
+			if direct != nil {
+				conninfo = direct()
+			}
+			c, err := pgx.Connect(ctx, conninfo)
 			cancel()
 			if err != nil {
 				w.fail()
@@ -100,6 +116,10 @@ func (w *writers) client(n int) {
 			w.fail()
 			time.Sleep(50 * time.Millisecond)
 			continue
+		}
+		if direct != nil {
+			_ = conn.Close(context.Background())
+			conn = nil
 		}
 		tli, _ := strconv.ParseInt(walfile[:8], 16, 64)
 		w.mu.Lock()

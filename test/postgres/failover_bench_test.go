@@ -36,7 +36,7 @@ func TestFailoverTimes(t *testing.T) {
 		for i := range rounds {
 			primary := c.waitPrimary(t, pods, 30*time.Second)
 			others := without(pods, primary)
-			w := startWriters(t, conninfo, 4)
+			w := startWriters(t, conninfo, ha.anyWritable, 4)
 			w.waitAcks(t, 200, 30*time.Second)
 			move(primary, others)
 			c.waitPrimary(t, others, 4*lease)

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -321,6 +322,13 @@ func (ha haCluster) faults() []haFault {
 			p.killContainer(t)
 			p.start(t) // within the Lease: it resumes as the primary
 			c.leaseWritten(t, p, long)
+			// The writers back on it, its fence open: what it acknowledges
+			// after the cut is what a replica that took over too early
+			// would fork from.
+			eventually(t, 30*time.Second, "a commit through the front acknowledged by "+p.name, func() (bool, string) {
+				out, err := c.psql(ha.conninfo, "", "SELECT inet_server_port(), txid_current() > 0")
+				return err == nil && out == fmt.Sprintf("%d|t", p.port), fmt.Sprint(out, err)
+			})
 			p.api.Cut()
 			p.cutOff(others)
 			c.waitPrimary(t, others, 3*long)
@@ -348,7 +356,7 @@ func (ha haCluster) inject(t *testing.T, f haFault, lossless bool, results *haRe
 	t.Run(f.name, func(t *testing.T) {
 		primary := c.waitPrimary(t, pods, 30*time.Second)
 		others := without(pods, primary)
-		w := startWriters(t, conninfo, 4)
+		w := startWriters(t, conninfo, ha.anyWritable, 4)
 		w.waitAcks(t, 50, 30*time.Second)
 		f.inject(t, primary, others)
 		w.waitAcks(t, 100, 60*time.Second)
@@ -378,10 +386,11 @@ func (ha haCluster) inject(t *testing.T, f haFault, lossless bool, results *haRe
 // haCluster is three instances, every one ready and streaming, behind the
 // read-write front, with the checker's table made.
 type haCluster struct {
-	c        *cluster
-	pods     []*pod
-	conninfo string        // the application's, through the front
-	lease    time.Duration // the Lease duration
+	c         *cluster
+	pods      []*pod
+	conninfo  string // the application's, through the front
+	frontPort string
+	lease     time.Duration // the Lease duration
 	// apiOutage is how long the API server is unreachable from every pod
 	// in that fault: 30 s with synchronous replication, 90 s without.
 	apiOutage time.Duration
@@ -405,16 +414,31 @@ func startHA(t *testing.T, synchronous *databasev1alpha1.SynchronousReplication)
 	pods := c.startPods(t, 3)
 	c.op = c.startOperator(t)
 	front := c.front(t, pods)
+	frontPort := strings.Split(front.Addr(), ":")[1]
 	conninfo := fmt.Sprintf("host=127.0.0.1 port=%s user=%s password=%s dbname=%s sslmode=disable connect_timeout=2",
-		strings.Split(front.Addr(), ":")[1], user, appPassword, dbname)
+		frontPort, user, appPassword, dbname)
 	c.healthy(t, pods)
 	c.query(t, conninfo, "", checkerTable)
 	outage := 90 * time.Second
 	if synchronous != nil {
 		outage = 30 * time.Second
 	}
-	return haCluster{c: c, pods: pods, conninfo: conninfo, lease: time.Duration(specs.LeaseDurationSeconds(db)) * time.Second,
+	return haCluster{c: c, pods: pods, conninfo: conninfo, frontPort: frontPort, lease: time.Duration(specs.LeaseDurationSeconds(db)) * time.Second,
 		apiOutage: outage}
+}
+
+// anyWritable is a connection string to every instance directly, in a
+// random order, for a server that accepts writes (target_session_attrs):
+// a client that follows a new primary as soon as it is promoted, whatever
+// the labels and the front say.
+func (ha haCluster) anyWritable() string {
+	ports := make([]string, len(ha.pods))
+	for i, p := range rand.Perm(len(ha.pods)) {
+		ports[i] = fmt.Sprint(ha.pods[p].port)
+	}
+	hosts := strings.TrimSuffix(strings.Repeat("127.0.0.1,", len(ports)), ",")
+	return strings.Replace(ha.conninfo, "host=127.0.0.1 port="+ha.frontPort,
+		fmt.Sprintf("host=%s port=%s target_session_attrs=read-write", hosts, strings.Join(ports, ",")), 1)
 }
 
 // startPods starts n instances, one after the other, each ready before
