@@ -386,11 +386,11 @@ func (ha haCluster) inject(t *testing.T, f haFault, lossless bool, results *haRe
 // haCluster is three instances, every one ready and streaming, behind the
 // read-write front, with the checker's table made.
 type haCluster struct {
-	c         *cluster
-	pods      []*pod
-	conninfo  string // the application's, through the front
-	frontPort string
-	lease     time.Duration // the Lease duration
+	c        *cluster
+	pods     []*pod
+	conninfo string        // the application's, through the front
+	auth     string        // conninfo but the address: user, password, database
+	lease    time.Duration // the Lease duration
 	// apiOutage is how long the API server is unreachable from every pod
 	// in that fault: 30 s with synchronous replication, 90 s without.
 	apiOutage time.Duration
@@ -414,16 +414,15 @@ func startHA(t *testing.T, synchronous *databasev1alpha1.SynchronousReplication)
 	pods := c.startPods(t, 3)
 	c.op = c.startOperator(t)
 	front := c.front(t, pods)
-	frontPort := strings.Split(front.Addr(), ":")[1]
-	conninfo := fmt.Sprintf("host=127.0.0.1 port=%s user=%s password=%s dbname=%s sslmode=disable connect_timeout=2",
-		frontPort, user, appPassword, dbname)
+	auth := fmt.Sprintf("user=%s password=%s dbname=%s sslmode=disable connect_timeout=2", user, appPassword, dbname)
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%s %s", strings.Split(front.Addr(), ":")[1], auth)
 	c.healthy(t, pods)
 	c.query(t, conninfo, "", checkerTable)
 	outage := 90 * time.Second
 	if synchronous != nil {
 		outage = 30 * time.Second
 	}
-	return haCluster{c: c, pods: pods, conninfo: conninfo, frontPort: frontPort, lease: time.Duration(specs.LeaseDurationSeconds(db)) * time.Second,
+	return haCluster{c: c, pods: pods, conninfo: conninfo, auth: auth, lease: time.Duration(specs.LeaseDurationSeconds(db)) * time.Second,
 		apiOutage: outage}
 }
 
@@ -437,8 +436,7 @@ func (ha haCluster) anyWritable() string {
 		ports[i] = fmt.Sprint(ha.pods[p].port)
 	}
 	hosts := strings.TrimSuffix(strings.Repeat("127.0.0.1,", len(ports)), ",")
-	return strings.Replace(ha.conninfo, "host=127.0.0.1 port="+ha.frontPort,
-		fmt.Sprintf("host=%s port=%s target_session_attrs=read-write", hosts, strings.Join(ports, ",")), 1)
+	return fmt.Sprintf("host=%s port=%s target_session_attrs=read-write %s", hosts, strings.Join(ports, ","), ha.auth)
 }
 
 // startPods starts n instances, one after the other, each ready before

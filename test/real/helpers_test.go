@@ -193,8 +193,8 @@ func superuser(t *testing.T, ns, pod, query string) string {
 	return out
 }
 
-// walTimeline is the timeline the server of pod writes (or replays) on,
-// as the first part of a WAL file name.
+// walTimeline is the timeline the primary on pod writes on, as the first
+// part of a WAL file name.
 func walTimeline(t *testing.T, ns, pod string) string {
 	t.Helper()
 	return superuser(t, ns, pod, "SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)")
@@ -208,7 +208,7 @@ func podIdentities(t *testing.T, ns string) map[string]string {
 	for _, p := range podsOf(t, ns) {
 		restarts := int32(-1)
 		for _, c := range p.Status.ContainerStatuses {
-			if c.Name == "postgres" {
+			if c.Name == specs.ContainerName {
 				restarts = c.RestartCount
 			}
 		}
@@ -426,16 +426,11 @@ func (w *writer) gapAfter(t time.Time) (gap time.Duration, ok bool) {
 	return next.Sub(last), true
 }
 
-// firstAfter is when the first write after at was acknowledged.
-func (w *writer) firstAfter(at time.Time) (time.Time, bool) {
+// ackedAfter tells whether a write was acknowledged after at.
+func (w *writer) ackedAfter(at time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, ok := range w.ok {
-		if ok.After(at) {
-			return ok, true
-		}
-	}
-	return time.Time{}, false
+	return len(w.ok) > 0 && w.ok[len(w.ok)-1].After(at)
 }
 
 // longestGap is the longest time between two acknowledged writes.

@@ -279,7 +279,7 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		}
 		resumed := time.Now()
 		testenv.Eventually(t, 30*time.Second, "writes after the API server resumed", func() error {
-			if _, ok := w.firstAfter(resumed); !ok {
+			if !w.ackedAfter(resumed) {
 				return fmt.Errorf("no write acknowledged since the API server resumed")
 			}
 			return nil
