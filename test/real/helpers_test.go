@@ -362,6 +362,9 @@ type writer struct {
 	mu     sync.Mutex
 	ok     []time.Time
 	failed []time.Time
+	// cut counts the writes that stop interrupted: like a failed one, such
+	// a write may have committed without the writer hearing of it.
+	cut int
 }
 
 func startWriter(ctx context.Context, uri string) *writer {
@@ -386,6 +389,8 @@ func startWriter(ctx context.Context, uri string) *writer {
 				w.ok = append(w.ok, time.Now())
 			} else if ctx.Err() == nil {
 				w.failed = append(w.failed, time.Now())
+			} else {
+				w.cut++
 			}
 			w.mu.Unlock()
 			time.Sleep(50 * time.Millisecond)
@@ -444,13 +449,22 @@ func (w *writer) longestGap() time.Duration {
 	return longest
 }
 
-// stop ends the writer and returns how many writes were acknowledged.
-// unacknowledged is the number of writes that failed.
+// unacknowledged is the number of writes that may or may not have
+// committed: those that failed, and the one stop interrupted, if any.
 func (w *writer) unacknowledged() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.failed) + w.cut
+}
+
+// failures is the number of writes that failed while the writer ran.
+func (w *writer) failures() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.failed)
 }
+
+// stop ends the writer and returns how many writes were acknowledged.
 
 func (w *writer) stop() int {
 	w.cancel()
