@@ -3,6 +3,7 @@
 package real
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -138,6 +139,14 @@ func TestDefaultBackupAndRestoreOnRealPods(t *testing.T) {
 	}
 	waitReady(t, dst, 1, 4*time.Minute)
 	restoredURI, _ := credentials(t, dst)
+	// Ready is the pod's; kube-proxy may route the new Service a moment later.
+	testenv.Eventually(t, 30*time.Second, "the restored database through its rw Service", func() error {
+		conn, err := dial(t.Context(), restoredURI)
+		if err == nil {
+			_ = conn.Close(context.Background())
+		}
+		return err
+	})
 	// A write may have been committed with its reply lost: never fewer
 	// rows than acknowledged, at most as many more as failed.
 	if got := count(t, restoredURI); got < acked || got > acked+w.unacknowledged() {
