@@ -16,9 +16,11 @@ import (
 //     (contract.AnnotationSwitchoverTo).
 //  2. The primary waits until the target streams from it and is less than
 //     maxHandOverLag behind, renewing the Lease meanwhile.
-//  3. It stops its server: a fast shutdown, which ends every session,
-//     writes a shutdown checkpoint and sends the WAL up to it to each
-//     connected standby before it exits.
+//  3. It runs a CHECKPOINT, for a tick at most (checkpointFirst), so that
+//     the shutdown's own checkpoint is short, and stops its server: a
+//     fast shutdown, which ends every session, writes a shutdown
+//     checkpoint and sends the WAL up to it to each connected standby
+//     before it exits.
 //  4. It reads where its WAL ended (pg_controldata) and hands the Lease to
 //     the target with that position (handoffAnnotation), in one
 //     conditional update.
@@ -49,6 +51,7 @@ func (m *manager) handOver(ctx context.Context, target string) (bool, error) {
 		return false, fmt.Errorf("switchover to %s: it is %d bytes behind, waiting for it to catch up", target, lag)
 	}
 	m.log("switching over to %s, %d bytes behind", target, lag)
+	m.checkpointFirst(ctx)
 	m.stop()
 	end, err := m.walEnd(ctx)
 	if err != nil {
