@@ -348,6 +348,53 @@ func (ha haCluster) faults() []haFault {
 			p.killContainer(t)
 			p.start(t)
 		}, false, 0},
+		{"a promotion held up past twice the Lease: its winner keeps the Lease, no second election", true, false, func(t *testing.T, p *pod, others []*pod) {
+			// Every replica's startup process, which replays WAL and
+			// carries out a promotion, stopped: whichever wins, its
+			// promotion cannot end (as with a long replay backlog or a
+			// slow disk) until they resume.
+			var startups []int
+			for _, o := range others {
+				pid, err := strconv.Atoi(c.query(t, o.socket("postgres", "postgres"), "", "SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup'"))
+				if err != nil {
+					t.Fatalf("%s's startup process: %v", o.name, err)
+				}
+				startups = append(startups, pid)
+			}
+			signal := func(sig syscall.Signal) {
+				for _, pid := range startups {
+					_ = syscall.Kill(pid, sig)
+				}
+			}
+			signal(syscall.SIGSTOP)
+			defer signal(syscall.SIGCONT)
+			p.killContainer(t)
+			var won *coordinationv1.Lease
+			eventually(t, 3*lease, "a replica holding the Lease", func() (bool, string) {
+				l, err := c.readLease()
+				if err != nil {
+					return false, err.Error()
+				}
+				won = l
+				holder := ptr.Deref(l.Spec.HolderIdentity, "")
+				return slices.ContainsFunc(others, func(o *pod) bool { return o.name == holder }), holder
+			})
+			time.Sleep(2*lease + lease/2)
+			l, err := c.readLease()
+			if err != nil {
+				t.Fatal(err)
+			}
+			holder, transitions := ptr.Deref(won.Spec.HolderIdentity, ""), ptr.Deref(won.Spec.LeaseTransitions, 0)
+			if now := ptr.Deref(l.Spec.HolderIdentity, ""); now != holder || ptr.Deref(l.Spec.LeaseTransitions, 0) != transitions {
+				t.Errorf("the Lease went from %s (transition %d) to %s (transition %d) while %s promoted",
+					holder, transitions, now, ptr.Deref(l.Spec.LeaseTransitions, 0), holder)
+			}
+			signal(syscall.SIGCONT)
+			if now := c.waitPrimary(t, others, 3*lease); now.name != holder {
+				t.Errorf("%s is the primary, but %s won the Lease", now.name, holder)
+			}
+			p.start(t)
+		}, false, 0},
 		{"two failovers in a row", true, false, func(t *testing.T, p *pod, others []*pod) {
 			p.killContainer(t)
 			second := c.waitPrimary(t, others, 3*lease)
@@ -486,13 +533,19 @@ func without(pods []*pod, p *pod) []*pod {
 func (c *cluster) leaseWritten(t *testing.T, p *pod, d time.Duration) {
 	t.Helper()
 	eventually(t, 30*time.Second, fmt.Sprintf("%s holding the Lease for %s", p.name, d), func() (bool, string) {
-		lease := &coordinationv1.Lease{}
-		if err := c.api.Client.Get(context.Background(), client.ObjectKey{Namespace: c.db.Namespace, Name: specs.LeaseName(c.db)}, lease); err != nil {
+		lease, err := c.readLease()
+		if err != nil {
 			return false, err.Error()
 		}
 		holder, seconds := ptr.Deref(lease.Spec.HolderIdentity, ""), ptr.Deref(lease.Spec.LeaseDurationSeconds, 0)
 		return holder == p.name && time.Duration(seconds)*time.Second == d, fmt.Sprintf("held by %q for %d s", holder, seconds)
 	})
+}
+
+// readLease reads the primary Lease.
+func (c *cluster) readLease() (*coordinationv1.Lease, error) {
+	lease := &coordinationv1.Lease{}
+	return lease, c.api.Client.Get(context.Background(), client.ObjectKey{Namespace: c.db.Namespace, Name: specs.LeaseName(c.db)}, lease)
 }
 
 // setEnv sets a variable of p's container environment, for its next start.
