@@ -139,7 +139,7 @@ bench-scale: ## The scale tiers: B8, 10,000 MyDatabases on envtest, and B9, 1,00
 	KUBEBUILDER_ASSETS="$$assets" go run ./test/bench/cmd/bench -scale -command "make bench-scale$(if $(BENCH_FLAGS), BENCH_FLAGS='$(BENCH_FLAGS)')" $(BENCH_FLAGS)
 
 .PHONY: bench-ha
-bench-ha: ## Failover and switchover figures on real PostgreSQL (test/postgres TestFailoverTimes): the primary lost 20 times by kill, 20 by SIGTERM, 20 switchovers, idle and then under pgbench on a 1 GiB database; writes them into docs/high-availability.md and docs/benchmarks.md (about 25 minutes).
+bench-ha: ## Failover and switchover figures on real PostgreSQL (test/postgres TestFailoverTimes): the primary lost 20 times by kill, 20 by SIGTERM, 20 switchovers, idle and then under pgbench on a 1 GiB database; writes them into docs/high-availability.md and docs/benchmarks.md (about 20 minutes; 20 min 26 s measured).
 	@hack/postgres.sh
 	HA_BENCH_ROUNDS=20 HA_BENCH_DOC="$(HA_BENCH_DOC)" go test ./test/postgres/ -run TestFailoverTimes -count=1 -v -timeout 60m
 	HA_BENCH_ROUNDS=20 HA_BENCH_SCALE=70 HA_BENCH_DOC="$(HA_BENCH_DOC)" go test ./test/postgres/ -run TestFailoverTimes -count=1 -v -timeout 60m
