@@ -395,6 +395,60 @@ func (ha haCluster) faults() []haFault {
 			}
 			p.start(t)
 		}, false, 0},
+		{"the rewind source killed mid-rewind: the half-rewound instance never starts on its data, and clones", true, false, func(t *testing.T, p *pod, others []*pod) {
+			// Cut off, the primary writes WAL no one receives (its
+			// commits wait for the fence), so it must be rewound.
+			p.api.Cut()
+			p.cutOff(others)
+			source := c.waitPrimary(t, others, 3*lease)
+			third := without(others, source)[0]
+			held := make(chan int, 1)
+			watching, watched := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(watched)
+				for {
+					if pid := childNamed(p.cmd.Process.Pid, "pg_rewind"); pid != 0 {
+						_ = syscall.Kill(pid, syscall.SIGSTOP)
+						held <- pid
+						return
+					}
+					select {
+					case <-watching:
+						return
+					case <-time.After(time.Millisecond):
+					}
+				}
+			}()
+			off := p.logSize()
+			p.api.Restore()
+			p.reconnect(others)
+			var rewind int
+			select {
+			case rewind = <-held:
+			case <-time.After(30 * time.Second):
+				close(watching)
+				<-watched
+				t.Fatalf("%s ran no pg_rewind within 30 s:\n%s", p.name, p.log(off))
+			}
+			source.killContainer(t)
+			_ = syscall.Kill(rewind, syscall.SIGCONT)
+			eventually(t, 30*time.Second, p.name+"'s pg_rewind failing", func() (bool, string) {
+				return strings.Contains(p.log(off), "pg_rewind against"), ""
+			})
+			// The source back after two Leases: with asynchronous replicas
+			// the third instance is elected meanwhile, with a required
+			// quorum no one is until it is back; never the half-rewound.
+			time.Sleep(2 * lease)
+			source.start(t)
+			c.waitPrimary(t, []*pod{source, third}, 6*lease)
+			eventually(t, time.Minute, p.name+" cloning the primary again", func() (bool, string) {
+				return strings.Contains(p.log(off), "replica cloned"), ""
+			})
+			log := p.log(off)
+			if i, j := strings.Index(log, "pg_rewind against"), strings.LastIndex(log, "replica cloned"); strings.Contains(log[i:j], "postgres started") {
+				t.Errorf("%s started a server on half-rewound data:\n%s", p.name, log[i:j])
+			}
+		}, false, 0},
 		{"two failovers in a row", true, false, func(t *testing.T, p *pod, others []*pod) {
 			p.killContainer(t)
 			second := c.waitPrimary(t, others, 3*lease)
@@ -676,4 +730,30 @@ func (r *haResults) write(t *testing.T, variable string) {
 	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
 		t.Error(err)
 	}
+}
+
+// childNamed is the PID of a child of parent whose command is comm, 0 if
+// there is none.
+func childNamed(parent int, comm string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		open, close := strings.IndexByte(string(stat), '('), strings.LastIndexByte(string(stat), ')')
+		if open < 0 || close < open {
+			continue
+		}
+		fields := strings.Fields(string(stat[close+1:]))
+		if string(stat[open+1:close]) == comm && len(fields) > 1 && fields[1] == strconv.Itoa(parent) {
+			return pid
+		}
+	}
+	return 0
 }

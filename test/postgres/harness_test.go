@@ -930,6 +930,15 @@ func (p *pod) stop(t *testing.T) {
 }
 
 // log is the container log from offset on.
+// logSize is where the container log ends now: an offset for log.
+func (p *pod) logSize() int64 {
+	fi, err := os.Stat(p.logPath)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
 func (p *pod) log(offset int64) string {
 	b, err := os.ReadFile(p.logPath)
 	if err != nil || offset > int64(len(b)) {
