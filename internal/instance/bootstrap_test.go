@@ -22,6 +22,42 @@ func TestTimelineEnd(t *testing.T) {
 	}
 }
 
+// A replica whose WAL receiver is gone is on the timeline its WAL is on,
+// by the newest history file it holds with entries, not on its last
+// restartpoint's.
+func TestReplicaTimeline(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := replicaTimeline(dir, 0x9000000, 1); got != 1 {
+		t.Errorf("no history file: timeline %d, want the checkpoint's, 1", got)
+	}
+	write("00000002.history", "1\t0/3000158\tno recovery target specified\n")
+	write("00000003.history", "1\t0/3000158\tno recovery target specified\n\n2\t0/5086BF0\tno recovery target specified\n")
+	// What reserveTimelines writes for a number another instance used.
+	write("00000004.history", "# timeline used by another instance; reserved by the instance manager\n")
+	for _, c := range []struct {
+		lsn        uint64
+		checkpoint int64
+		want       int64
+	}{
+		{0x9000000, 1, 3}, // past every switch point: the timeline followed
+		{0x5086BF1, 2, 3}, // just past the fork of 3
+		{0x5086BF0, 1, 2}, // at the fork: nothing of 3 yet
+		{0x4000000, 1, 2}, // between the two forks
+		{0x3000158, 1, 1}, // at the first fork
+		{0x3000158, 2, 2}, // never below the checkpoint's
+		{0x9000000, 5, 5}, // nor above a newer checkpoint's
+	} {
+		if got := replicaTimeline(dir, c.lsn, c.checkpoint); got != c.want {
+			t.Errorf("WAL to %X, checkpoint on %d: timeline %d, want %d", c.lsn, c.checkpoint, got, c.want)
+		}
+	}
+}
+
 // A private server that exits before it answers is reported with the
 // caller's error, its exit taken once (a second wait would block
 // forever); one still starting when the context ends is stopped.

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -147,13 +149,14 @@ func (m *manager) observeAt(ctx context.Context, dir string) (serverState, error
 	var recovery bool
 	var walfile, current, received, replayed *string
 	var tli int64
+	var receivedTLI *int64
 	err = conn.QueryRow(ctx, `SELECT pg_is_in_recovery(), (SELECT system_identifier::text FROM pg_control_system()),
 		CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_walfile_name(pg_current_wal_lsn()) END,
 		CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn()::text END,
 		pg_last_wal_receive_lsn()::text, pg_last_wal_replay_lsn()::text,
-		COALESCE((SELECT received_tli::bigint FROM pg_stat_wal_receiver), (SELECT timeline_id::bigint FROM pg_control_checkpoint())),
+		(SELECT received_tli::bigint FROM pg_stat_wal_receiver), (SELECT timeline_id::bigint FROM pg_control_checkpoint()),
 		EXISTS (SELECT FROM pg_stat_wal_receiver WHERE status = 'streaming')`).
-		Scan(&recovery, &o.systemID, &walfile, &current, &received, &replayed, &tli, &o.streaming)
+		Scan(&recovery, &o.systemID, &walfile, &current, &received, &replayed, &receivedTLI, &tli, &o.streaming)
 	if err != nil {
 		return o, err
 	}
@@ -179,7 +182,59 @@ func (m *manager) observeAt(ctx context.Context, dir string) (serverState, error
 		return o, err
 	}
 	o.lsn = max(o.lsn, o.replayed)
+	if receivedTLI != nil {
+		o.timeline = *receivedTLI
+	} else {
+		o.timeline = replicaTimeline(m.c.PGData+"/pg_wal", o.lsn, tli)
+	}
 	return o, nil
+}
+
+// replicaTimeline is the timeline of the WAL a replica holds up to lsn
+// when no WAL receiver says it (none runs: its primary is lost, or the
+// server was started only to be asked). pg_control's checkpoint timeline
+// lags: a replica that followed a new primary keeps the timeline of its
+// last restartpoint until the next one, and would stand as behind a
+// member left on the older timeline with more WAL past the fork, which an
+// election must never prefer. The newest history file in pg_wal (not one
+// reserveTimelines wrote, which lists no timeline) names the timeline the
+// replica followed, and its switch points say which timeline the WAL up
+// to lsn is on: one that ends at or past lsn holds all of it.
+func replicaTimeline(walDir string, lsn uint64, checkpoint int64) int64 {
+	names, _ := filepath.Glob(walDir + "/*.history") // eight hex digits: in the order of their numbers
+	for i := len(names) - 1; i >= 0; i-- {
+		followed, err := strconv.ParseInt(strings.TrimSuffix(filepath.Base(names[i]), ".history"), 16, 64)
+		if err != nil {
+			continue
+		}
+		content, err := os.ReadFile(names[i])
+		if err != nil {
+			continue
+		}
+		listed := false
+		for line := range strings.Lines(string(content)) {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			parent, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				continue
+			}
+			end, err := contract.LSN(f[1])
+			if err != nil {
+				continue
+			}
+			if lsn <= end {
+				return max(parent, checkpoint)
+			}
+			listed = true
+		}
+		if listed {
+			return max(followed, checkpoint)
+		}
+	}
+	return checkpoint
 }
 
 func deref(s *string) string {

@@ -166,6 +166,34 @@ func TestSynchronousReplication(t *testing.T) {
 			faults = append(faults, f)
 		}
 	}
+	// A member left on the older timeline with more WAL than the one on
+	// the newer: only a required quorum makes the election wait for it,
+	// without one the member on the newer timeline is elected alone.
+	faults = append(faults, haFault{"the new primary lost at once, the old one back with more WAL on the older timeline: the newer timeline wins", true, true, func(t *testing.T, p *pod, others []*pod) {
+		p.api.Cut()
+		p.cutOff(others)
+		// 32 MB of WAL that no one receives, in no transaction (nothing
+		// waits for the fence): the old primary's WAL ends far past
+		// where the new timeline is when the next election comes.
+		c.query(t, p.socket("postgres", "postgres"), "", "SELECT count(pg_logical_emit_message(false, 'tail', repeat('x', 1048576))) FROM generate_series(1, 32)")
+		lost := c.waitPrimary(t, others, 3*lease)
+		newer := without(others, lost)[0]
+		// Lost once the other replica streams its timeline: commits of
+		// that timeline may then have been acknowledged (before, nothing
+		// on it was, and electing the old primary would lose nothing).
+		tli := c.query(t, lost.socket("postgres", "postgres"), "", "SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int")
+		eventually(t, 30*time.Second, newer.name+" streaming timeline "+tli+" from "+lost.name, func() (bool, string) {
+			out, err := c.psql(newer.socket("postgres", "postgres"), "", "SELECT received_tli FROM pg_stat_wal_receiver WHERE status = 'streaming'")
+			return err == nil && out == tli, out
+		})
+		lost.killContainer(t)
+		p.api.Restore()
+		p.reconnect(others)
+		if now := c.waitPrimary(t, []*pod{p, newer}, 6*lease); now != newer {
+			t.Errorf("%s was elected on the older timeline with the longer WAL, over %s on the newer", now.name, newer.name)
+		}
+		lost.start(t)
+	}, false, 0})
 	for _, f := range faults {
 		ha.inject(t, f, true, results)
 	}
