@@ -2,10 +2,13 @@ package instance
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,7 +113,7 @@ func (m *manager) bootstrap(ctx context.Context, scratch string) error {
 // extra settings, its socket in that directory. exited is the error when
 // the server ends before it accepts connections.
 func (m *manager) withPrivateServer(ctx context.Context, scratch string, extra []string, exited error, env []string, sql string) error {
-	server, err := m.startPrivate(ctx, append([]string{"-D", scratch}, extra...), scratch, exited)
+	server, err := m.startPrivate(ctx, append([]string{"-D", scratch}, extra...), scratch, exited, 0)
 	if err != nil {
 		return err
 	}
@@ -126,16 +129,27 @@ func (m *manager) withPrivateServer(ctx context.Context, scratch string, extra [
 // and report the pod ready too soon. The server is this process's child,
 // not pg_ctl's daemon, so that it is stopped whatever happens, a signal
 // included. It returns once the server accepts connections; exited is the
-// error when the server ends first. The caller stops it.
-func (m *manager) startPrivate(ctx context.Context, args []string, dir string, exited error) (*server, error) {
+// error when the server ends first. With stall > 0, a server whose
+// recovery reads no new WAL file for stall is stopped (errReplayStalled).
+// The caller stops it.
+func (m *manager) startPrivate(ctx context.Context, args []string, dir string, exited error, stall time.Duration) (*server, error) {
 	port := m.c.Port
 	server, err := m.startServer(append(args, "-c", "listen_addresses=", "-c", "unix_socket_directories="+dir, "-c", "port="+port))
 	if err != nil {
 		return nil, fmt.Errorf("starting a private server on %s: %w", dir, err)
 	}
+	recovering, since := "", time.Now()
 	for {
 		if _, err := m.procs.run(ctx, nil, "", "pg_isready", "--quiet", "--host="+dir, "--port="+port); err == nil {
 			return server, nil
+		}
+		if stall > 0 {
+			if now := recoveringFile(server.cmd.Process.Pid); now != recovering {
+				recovering, since = now, time.Now()
+			} else if time.Since(since) > stall {
+				server.stop(killDelay)
+				return nil, fmt.Errorf("%w: no WAL file read for %s since %q", errReplayStalled, stall, recovering)
+			}
 		}
 		select {
 		case server.status = <-server.exited:
@@ -150,12 +164,51 @@ func (m *manager) startPrivate(ctx context.Context, args []string, dir string, e
 	}
 }
 
+// errReplayStalled: a standby of no one stopped replaying before its data
+// was consistent. It happens when pg_wal holds a segment of a newer
+// timeline that the WAL receiver began and never finished (it streams a
+// segment from its start, and the primary was lost part way): recovery
+// reads the newer timeline's file for that segment, finds its end, and
+// waits for WAL that only a primary can send.
+var errReplayStalled = errors.New("recovery stalled before the data was consistent")
+
+// replayStall is how long a private standby may read no new WAL file
+// before it counts as stalled: a WAL file replays in well under a second.
+const replayStall = time.Minute
+
+// recoveringFile is the title of the startup process of the server whose
+// postmaster is pid ("postgres: startup recovering <WAL file>"), "" when
+// there is none yet.
+func recoveringFile(pid int) string {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) < 2 || fields[1] != strconv.Itoa(pid) {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if title := string(bytes.TrimRight(cmdline, "\x00")); err == nil && strings.Contains(title, "startup") {
+			return title
+		}
+	}
+	return ""
+}
+
 // dataPosition is where the stopped data directory stands: its system,
 // timeline and the WAL it holds. A standby of no one replays what it has
 // (crash recovery included, which pg_rewind cannot do for a standby's
 // data) on a private server, and answers. Nobody reads from it meanwhile:
 // data that a former primary wrote past the new primary's fork must not
-// be served, and the pod is not ready until its server follows.
+// be served, and the pod is not ready until its server follows. A replay
+// that stalls ends with errReplayStalled.
 func (m *manager) dataPosition(ctx context.Context) (serverState, error) {
 	if _, err := m.c.copyTLS(); err != nil {
 		return serverState{}, err
@@ -165,7 +218,7 @@ func (m *manager) dataPosition(ctx context.Context) (serverState, error) {
 		return serverState{}, err
 	}
 	dir := m.c.PGData
-	server, err := m.startPrivate(ctx, args, dir, fmt.Errorf("the data in %s does not start as a standby", dir))
+	server, err := m.startPrivate(ctx, args, dir, fmt.Errorf("the data in %s does not start as a standby", dir), replayStall)
 	if err != nil {
 		return serverState{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -77,18 +78,56 @@ func TestStartPrivateReportsAServerThatExits(t *testing.T) {
 
 	script("postgres", "exit 1")
 	exited := errors.New("the data does not start")
-	if server, err := m.startPrivate(ctx, nil, t.TempDir(), exited); server != nil || !errors.Is(err, exited) {
+	if server, err := m.startPrivate(ctx, nil, t.TempDir(), exited, 0); server != nil || !errors.Is(err, exited) {
 		t.Fatalf("a server that exits at start: %v, %v; want no server and %q", server, err, exited)
 	}
 
 	script("postgres", "exec sleep 600")
 	short, stop := context.WithTimeout(ctx, time.Second)
 	defer stop()
-	if server, err := m.startPrivate(short, nil, t.TempDir(), exited); server != nil || !errors.Is(err, context.DeadlineExceeded) {
+	if server, err := m.startPrivate(short, nil, t.TempDir(), exited, 0); server != nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a server that never answers: %v, %v; want no server and the context's end", server, err)
 	}
 	if ctx.Err() != nil {
 		t.Fatal("the server that never answered was not stopped in time")
+	}
+}
+
+// TestStartPrivateStopsAStalledReplay: a server whose startup process
+// reads the same WAL file for longer than the stall is stopped with
+// errReplayStalled; one that moves on from file to file is waited for.
+func TestStartPrivateStopsAStalledReplay(t *testing.T) {
+	bin := t.TempDir()
+	postgres := func(body string) {
+		// The postmaster's child titled as PostgreSQL's startup process;
+		// stopped with its parent.
+		script := "#!/bin/bash\ntrap 'kill $child 2>/dev/null; exit 0' INT TERM QUIT\n" +
+			"title() { (exec -a \"postgres: startup recovering $1\" sleep \"$2\") & child=$!; wait $child; }\n" + body + "\n"
+		if err := os.WriteFile(filepath.Join(bin, "postgres"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(bin, "pg_isready"), []byte("#!/bin/sh\nexit 2\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	m := &manager{c: Config{Port: "5432"}, procs: startReaper()}
+	defer m.procs.stop()
+	exited := errors.New("the data does not start")
+
+	postgres("title 00000002000000000000000C 30")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if server, err := m.startPrivate(ctx, nil, t.TempDir(), exited, time.Second); server != nil || !errors.Is(err, errReplayStalled) ||
+		!strings.Contains(err.Error(), "00000002000000000000000C") {
+		t.Fatalf("a replay that reads one file for ever: %v, %v; want no server and %v naming the file", server, err, errReplayStalled)
+	}
+
+	postgres("for i in $(seq 10 40); do title 0000000200000000000000$i 0.3; done")
+	moving, stop := context.WithTimeout(ctx, 3*time.Second)
+	defer stop()
+	if server, err := m.startPrivate(moving, nil, t.TempDir(), exited, time.Second); server != nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a replay that moves on: %v, %v; want it waited for until the context's end", server, err)
 	}
 }
 

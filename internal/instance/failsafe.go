@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -183,18 +184,50 @@ func (m *manager) holdByPromises(ctx context.Context, s situation) bool {
 		m.logOnce(fmt.Errorf("failsafe: %w", err))
 		return false
 	}
-	for _, name := range streaming {
+	for _, name := range slices.Sorted(maps.Keys(streaming)) {
 		if !slices.Contains(members, name) {
 			members = append(members, name)
 		}
 	}
-	if err := m.askPromises(ctx, members, m.peers, m.t.tick); err != nil {
+	if err := m.askPromises(ctx, members, m.promiseAddresses(streaming), m.t.tick); err != nil {
 		m.logOnce(fmt.Errorf("failsafe: not every member promised: %w", err))
 		return false
 	}
 	m.renewed = start
 	m.fence.extend(start, m.t.deadline)
 	return true
+}
+
+// promiseAddresses are where each member may be asked: the address its
+// report gave when the peers were last read, then, for a
+// member streaming from this primary, the host it streams from with the
+// reported port (or this instance's: every pod listens on the same one).
+// The reports are read every peersEvery, so a member whose pod was
+// replaced just before the API server went away may have reported no
+// address yet, or the old pod's; it is found where it streams from. Any
+// address is safe to ask: only a member signs a grant in its own name.
+func (m *manager) promiseAddresses(streaming map[string]string) map[string][]string {
+	_, ownPort, _ := net.SplitHostPort(m.c.failsafeAddress())
+	out := map[string][]string{}
+	for name, address := range m.peers {
+		out[name] = []string{address}
+	}
+	for name, host := range streaming {
+		if host == "" {
+			continue
+		}
+		port := ownPort
+		if reported := m.peers[name]; reported != "" {
+			_, port, _ = net.SplitHostPort(reported)
+		}
+		if port == "" {
+			continue
+		}
+		if address := net.JoinHostPort(host, port); !slices.Contains(out[name], address) {
+			out[name] = append(out[name], address)
+		}
+	}
+	return out
 }
 
 // readPeers reads the members' failsafe addresses from their reports,
@@ -292,9 +325,9 @@ func (c Config) failsafeAddress() string {
 	return net.JoinHostPort(host, port)
 }
 
-// askPromises asks every member at addresses (by name) for a promise, at
-// once, each within timeout. It returns nil when all granted.
-func (m *manager) askPromises(ctx context.Context, members []string, addresses map[string]string, timeout time.Duration) error {
+// askPromises asks every member at its addresses (by name) for a
+// promise, all at once, within timeout. It returns nil when all granted.
+func (m *manager) askPromises(ctx context.Context, members []string, addresses map[string][]string, timeout time.Duration) error {
 	key, err := m.c.failsafeKey()
 	if err != nil {
 		return err
@@ -303,7 +336,7 @@ func (m *manager) askPromises(ctx context.Context, members []string, addresses m
 	defer cancel()
 	errs := make(chan error, len(members))
 	for _, member := range members {
-		go func() { errs <- askPromise(ctx, key, m.c.PodName, member, addresses[member]) }()
+		go func() { errs <- askMember(ctx, key, m.c.PodName, member, addresses[member]) }()
 	}
 	var all []error
 	for range members {
@@ -312,65 +345,98 @@ func (m *manager) askPromises(ctx context.Context, members []string, addresses m
 	return errors.Join(all...)
 }
 
+// askMember asks member at all of its addresses at once and takes the
+// first answer: a refusal is an answer, an address where no member
+// answers is not. At once, because an address a pod left may hang until
+// the round's timeout.
+func askMember(ctx context.Context, key []byte, me, member string, addresses []string) error {
+	if len(addresses) == 0 {
+		return fmt.Errorf("%s: its failsafe address is not known (it has not reported one)", member)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		answered bool
+		err      error
+	}
+	results := make(chan result, len(addresses))
+	for _, address := range addresses {
+		go func() {
+			answered, err := askPromise(ctx, key, me, member, address)
+			results <- result{answered, err}
+		}()
+	}
+	var unanswered []error
+	for range addresses {
+		if r := <-results; r.answered {
+			return r.err
+		} else {
+			unanswered = append(unanswered, r.err)
+		}
+	}
+	return errors.Join(unanswered...)
+}
+
 // failsafeClient has no proxy and no idle connections kept: a round is a
 // few small requests every L/5, and a member's address may move.
 var failsafeClient = &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 
-func askPromise(ctx context.Context, key []byte, me, member, address string) error {
-	if address == "" {
-		return fmt.Errorf("%s: its failsafe address is not known (it has not reported one)", member)
-	}
+// askPromise asks member at address; answered: a member answered (granted
+// or refused), as opposed to an address where none did.
+func askPromise(ctx context.Context, key []byte, me, member, address string) (answered bool, err error) {
 	nonce := make([]byte, 16)
 	_, _ = rand.Read(nonce)
 	body, _ := json.Marshal(promiseRequest{Holder: me, Nonce: hex.EncodeToString(nonce)}) // always marshals
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+address+failsafePath, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return false, err
 	}
 	req.Header.Set(failsafeHeader, sign(key, body))
 	resp, err := failsafeClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s: %w", member, err)
+		return false, fmt.Errorf("%s: %w", member, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	out, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if err != nil {
-		return fmt.Errorf("%s: %w", member, err)
+		return false, fmt.Errorf("%s: %w", member, err)
 	}
 	if resp.StatusCode != http.StatusOK || !verified(key, out, resp.Header.Get(failsafeHeader)) {
-		return fmt.Errorf("%s: %s: %s", member, resp.Status, bytes.TrimSpace(out))
+		return false, fmt.Errorf("%s at %s: %s: %s", member, address, resp.Status, bytes.TrimSpace(out))
 	}
 	var answer promiseResponse
 	if err := json.Unmarshal(out, &answer); err != nil {
-		return fmt.Errorf("%s: %w", member, err)
+		return false, fmt.Errorf("%s: %w", member, err)
 	}
 	switch {
 	case answer.Nonce != hex.EncodeToString(nonce) || answer.Member != member:
-		return fmt.Errorf("%s: the answer is not to this request", member)
+		return false, fmt.Errorf("%s: the answer at %s is not to this request (from %q)", member, address, answer.Member)
 	case !answer.Granted:
-		return fmt.Errorf("%s refused: %s", member, answer.Reason)
+		return true, fmt.Errorf("%s refused: %s", member, answer.Reason)
 	}
-	return nil
+	return true, nil
 }
 
 // streamingInstances are the instances of this MyDatabase that stream
 // from this primary, by the application names they stream under (their
-// pod names): a member the primary's last view of spec.replicas does not
+// pod names), each with the host it streams from ("" over a Unix
+// socket): a member the primary's last view of spec.replicas does not
 // count yet (a scale-up it could not read) must promise too.
-func (m *manager) streamingInstances(ctx context.Context) ([]string, error) {
-	var names []string
+func (m *manager) streamingInstances(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
 	err := m.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		rows, err := conn.Query(ctx, "SELECT application_name FROM pg_stat_replication")
+		rows, err := conn.Query(ctx, "SELECT application_name, coalesce(host(client_addr), '') FROM pg_stat_replication")
 		if err != nil {
 			return err
 		}
-		all, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		for _, name := range all {
+		var name, host string
+		_, err = pgx.ForEachRow(rows, []any{&name, &host}, func() error {
 			if m.c.isInstance(name) && name != m.c.PodName {
-				names = append(names, name)
+				out[name] = host
 			}
-		}
+			return nil
+		})
 		return err
 	})
-	return names, err
+	return out, err
 }

@@ -2,9 +2,12 @@ package instance
 
 import (
 	"context"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,27 +67,72 @@ func TestPromiseOverTheWire(t *testing.T) {
 	primary := &manager{c: Config{PodName: "db-0", ReplicationTLSDir: dir}}
 	ctx := context.Background()
 
-	if err := primary.askPromises(ctx, []string{"db-1"}, map[string]string{"db-1": address}, time.Second); err != nil {
+	if err := primary.askPromises(ctx, []string{"db-1"}, map[string][]string{"db-1": {address}}, time.Second); err != nil {
 		t.Fatalf("a member's promise: %v", err)
 	}
 	if !member.failsafe.promised() {
 		t.Fatal("granted, but the member holds no promise")
 	}
-	if err := primary.askPromises(ctx, []string{"db-1", "db-2"}, map[string]string{"db-1": address}, time.Second); err == nil {
+	// A member's pod replaced: the address last read is another pod's or
+	// nobody's; the member is asked where it streams from next.
+	other := &manager{c: Config{PodName: "db-2", ReplicationTLSDir: dir}, failsafe: newFailsafe("db-2")}
+	other.failsafe.observe("db-0")
+	otherSrv := httptest.NewServer(other.failsafeHandler(func() time.Duration { return 4 * time.Second }))
+	defer otherSrv.Close()
+	gone := httptest.NewServer(http.NotFoundHandler())
+	goneAddress := strings.TrimPrefix(gone.URL, "http://")
+	gone.Close()
+	hung, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hung.Close() }()
+	stale := []string{goneAddress, strings.TrimPrefix(otherSrv.URL, "http://"), hung.Addr().String(), address}
+	if err := primary.askPromises(ctx, []string{"db-1"}, map[string][]string{"db-1": stale}, time.Second); err != nil {
+		t.Fatalf("a member found at its last address: %v", err)
+	}
+	if err := primary.askPromises(ctx, []string{"db-1"}, map[string][]string{"db-1": stale[:3]}, time.Second); err == nil ||
+		!strings.Contains(err.Error(), "not to this request") {
+		t.Fatalf("a member at none of its addresses: %v, want no promise", err)
+	}
+	if err := primary.askPromises(ctx, []string{"db-1", "db-2"}, map[string][]string{"db-1": {address}}, time.Second); err == nil {
 		t.Fatal("a round with a member whose address is unknown succeeded")
 	}
 	stranger := &manager{c: Config{PodName: "db-0", ReplicationTLSDir: t.TempDir()}}
 	if err := os.WriteFile(filepath.Join(stranger.c.ReplicationTLSDir, "tls.key"), []byte("another key"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := stranger.askPromises(ctx, []string{"db-1"}, map[string]string{"db-1": address}, time.Second); err == nil ||
+	if err := stranger.askPromises(ctx, []string{"db-1"}, map[string][]string{"db-1": {address}}, time.Second); err == nil ||
 		!strings.Contains(err.Error(), "403") {
 		t.Fatalf("a request without the key: %v, want it refused", err)
 	}
 	// A member that refuses says why.
 	member.failsafe.observe("db-2")
-	if err := primary.askPromises(ctx, []string{"db-1"}, map[string]string{"db-1": address}, time.Second); err == nil ||
+	if err := primary.askPromises(ctx, []string{"db-1"}, map[string][]string{"db-1": {address}}, time.Second); err == nil ||
 		!strings.Contains(err.Error(), "db-1 refused") {
 		t.Fatalf("a member that takes another for the holder: %v", err)
+	}
+}
+
+// TestPromiseAddresses: a member is asked at its reported address first,
+// then where it streams from, on its reported port or this instance's.
+func TestPromiseAddresses(t *testing.T) {
+	m := &manager{
+		c:     Config{PodName: "db-0", AdvertiseAddress: "10.0.0.10:5432", MetricsAddress: ":9187"},
+		peers: map[string]string{"db-1": "10.0.0.11:9187", "db-2": "10.0.0.12:9300"},
+	}
+	got := m.promiseAddresses(map[string]string{"db-1": "10.0.0.11", "db-2": "10.0.0.22", "db-3": "10.0.0.13", "db-4": ""})
+	want := map[string][]string{
+		"db-1": {"10.0.0.11:9187"},                   // streams from where it reported
+		"db-2": {"10.0.0.12:9300", "10.0.0.22:9300"}, // replaced: its new host, its port
+		"db-3": {"10.0.0.13:9187"},                   // not reported yet: this instance's port
+	}
+	if len(got) != len(want) {
+		t.Fatalf("addresses %v, want %v", got, want)
+	}
+	for name, addresses := range want {
+		if !slices.Equal(got[name], addresses) {
+			t.Errorf("%s: %v, want %v", name, got[name], addresses)
+		}
 	}
 }

@@ -163,7 +163,8 @@ func (m *manager) promote(ctx context.Context) error {
 }
 
 // follow restarts the server as a replica of holder: cloned when there is
-// no data, rewound otherwise.
+// no data or its replay stalls without a primary (errReplayStalled),
+// rewound otherwise.
 func (m *manager) follow(ctx context.Context, holder string, ready bool) error {
 	if m.role != stopped && !ready {
 		return nil // still starting: its position is not known yet
@@ -175,6 +176,7 @@ func (m *manager) follow(ctx context.Context, holder string, ready bool) error {
 	if r == nil || r.Address == "" || r.Role != databasev1alpha1.RolePrimary {
 		return nil // it has not reported as primary yet
 	}
+	stalled := false
 	if m.c.initialised() {
 		// A running replica's last answer is not where its data stands: it
 		// goes on receiving what the old primary writes until that one
@@ -183,7 +185,18 @@ func (m *manager) follow(ctx context.Context, holder string, ready bool) error {
 		// data tells whether it must be rewound.
 		m.stop()
 		seen, err := m.dataPosition(ctx)
-		if err != nil {
+		switch {
+		case errors.Is(err, errReplayStalled):
+			// Where this data ends cannot be known without a primary, and
+			// the primary holds every acknowledged commit: a copy of it
+			// replaces the data, once complete.
+			control, cerr := m.controlData(ctx)
+			if cerr != nil {
+				return cerr
+			}
+			seen, stalled = serverState{systemID: control["Database system identifier"]}, true
+			m.log("%v: cloning the primary again", err)
+		case err != nil:
 			return err
 		}
 		m.lastSeen = seen
@@ -194,7 +207,7 @@ func (m *manager) follow(ctx context.Context, holder string, ready bool) error {
 		return fmt.Errorf("this data directory belongs to database system %s, the primary %s runs %s: "+
 			"not replacing it; move the volume away to let this instance clone the primary", m.lastSeen.systemID, holder, r.SystemID)
 	}
-	if !m.c.initialised() {
+	if !m.c.initialised() || stalled {
 		err = m.cloneReplica(ctx, r.Address)
 	} else {
 		// A former primary, and even a replica, can hold WAL the new
