@@ -169,10 +169,7 @@ func TestSynchronousReplication(t *testing.T) {
 	// A member left on the older timeline with more WAL than the one on
 	// the newer: only a required quorum makes the election wait for it,
 	// without one the member on the newer timeline is elected alone.
-	// Open (docs/high-availability.md): it passes on its own, and failed
-	// after the other faults (the older timeline elected), so it runs only
-	// when HA_OPEN_FAULTS is set, not in CI.
-	openFaults := []haFault{{"the new primary lost at once, the old one back with more WAL on the older timeline: the newer timeline wins", true, true, func(t *testing.T, p *pod, others []*pod) {
+	faults = append(faults, haFault{"the new primary lost at once, the old one back with more WAL on the older timeline: the newer timeline wins", true, true, func(t *testing.T, p *pod, others []*pod) {
 		p.api.Cut()
 		p.cutOff(others)
 		// 32 MB of WAL that no one receives, in no transaction (nothing
@@ -193,10 +190,7 @@ func TestSynchronousReplication(t *testing.T) {
 			t.Errorf("%s was elected on the older timeline with the longer WAL, over %s on the newer", now.name, newer.name)
 		}
 		lost.start(t)
-	}, false, 0}}
-	if os.Getenv("HA_OPEN_FAULTS") != "" {
-		faults = append(faults, openFaults...)
-	}
+	}, false, 0})
 	for _, f := range faults {
 		ha.inject(t, f, true, results)
 	}
