@@ -199,9 +199,9 @@ func (m *manager) holdByPromises(ctx context.Context, s situation) bool {
 }
 
 // promiseAddresses are where each member may be asked: the address its
-// report gave when the peers were last read, then, for a
-// member streaming from this primary, the host it streams from with the
-// reported port (or this instance's: every pod listens on the same one).
+// report gave when the peers were last read and, for a member streaming
+// from this primary, the host it streams from with the reported port (or
+// this instance's: every pod listens on the same one).
 // The reports are read every peersEvery, so a member whose pod was
 // replaced just before the API server went away may have reported no
 // address yet, or the old pod's; it is found where it streams from. Any
@@ -368,11 +368,11 @@ func askMember(ctx context.Context, key []byte, me, member string, addresses []s
 	}
 	var unanswered []error
 	for range addresses {
-		if r := <-results; r.answered {
+		r := <-results
+		if r.answered {
 			return r.err
-		} else {
-			unanswered = append(unanswered, r.err)
 		}
+		unanswered = append(unanswered, r.err)
 	}
 	return errors.Join(unanswered...)
 }
