@@ -145,7 +145,11 @@ type MyDatabaseSpec struct {
 	// +listType=atomic
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
-	// affinity of the server pods.
+	// affinity of the server pods. Unset, the servers prefer to run on
+	// different nodes, then in different zones (topology.kubernetes.io/zone,
+	// where nodes carry it), so the loss of one node or zone leaves a
+	// replica to fail over to; a preference, never a reason to leave a pod
+	// unscheduled. Set, it replaces that default; {} asks for no affinity.
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 

@@ -277,14 +277,51 @@ func TestStatefulSetFollowsSpec(t *testing.T) {
 			func(t *testing.T, s *appsv1.StatefulSet) {
 				p := s.Spec.Template.Spec
 				if p.NodeSelector["disk"] != "ssd" || len(p.Tolerations) != 1 || p.Tolerations[0].Key != "db" ||
-					p.PriorityClassName != "critical" || p.Affinity.PodAntiAffinity == nil || len(p.TopologySpreadConstraints) != 1 {
+					p.PriorityClassName != "critical" || len(p.TopologySpreadConstraints) != 1 {
 					t.Errorf("scheduling not passed through: %+v", p)
+				}
+				if a := p.Affinity.PodAntiAffinity; len(a.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
+					a.PreferredDuringSchedulingIgnoredDuringExecution[0].Weight != 10 {
+					t.Errorf("anti-affinity = %+v, want the spec's in place of the default", a)
 				}
 				if p.Containers[0].Resources.Limits.Memory().String() != "1Gi" {
 					t.Errorf("resources = %+v", p.Containers[0].Resources)
 				}
 				if s.Spec.Template.Labels["team"] != "payments" || s.Spec.Template.Annotations["example.com/scrape"] != "true" {
 					t.Errorf("template metadata = %+v", s.Spec.Template.ObjectMeta)
+				}
+			},
+		},
+		"servers spread over nodes, then zones, by default": {
+			func(d *databasev1alpha1.MyDatabase) {},
+			func(t *testing.T, s *appsv1.StatefulSet) {
+				a := s.Spec.Template.Spec.Affinity
+				if a == nil || a.PodAntiAffinity == nil || a.NodeAffinity != nil || a.PodAffinity != nil ||
+					len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 0 {
+					t.Fatalf("affinity = %+v, want only preferred anti-affinity", a)
+				}
+				terms := a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+				want := []struct {
+					weight int32
+					key    string
+				}{{100, corev1.LabelHostname}, {50, corev1.LabelTopologyZone}}
+				if len(terms) != len(want) {
+					t.Fatalf("terms = %+v", terms)
+				}
+				for i, w := range want {
+					term := terms[i].PodAffinityTerm
+					if terms[i].Weight != w.weight || term.TopologyKey != w.key ||
+						!maps.Equal(term.LabelSelector.MatchLabels, s.Spec.Selector.MatchLabels) {
+						t.Errorf("term %d = %+v, want weight %d on %s selecting %v", i, terms[i], w.weight, w.key, s.Spec.Selector.MatchLabels)
+					}
+				}
+			},
+		},
+		"{} affinity replaces the default": {
+			func(d *databasev1alpha1.MyDatabase) { d.Spec.Affinity = &corev1.Affinity{} },
+			func(t *testing.T, s *appsv1.StatefulSet) {
+				if a := s.Spec.Template.Spec.Affinity; a != nil && (a.PodAntiAffinity != nil || a.NodeAffinity != nil || a.PodAffinity != nil) {
+					t.Errorf("affinity = %+v, want none", a)
 				}
 			},
 		},

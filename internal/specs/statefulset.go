@@ -190,6 +190,8 @@ func podTemplate(db *databasev1alpha1.MyDatabase, p Platform) *corev1ac.PodTempl
 	}
 	if db.Spec.Affinity != nil {
 		spec.WithAffinity(convert[corev1ac.AffinityApplyConfiguration](db.Spec.Affinity))
+	} else {
+		spec.WithAffinity(spreadServers(db))
 	}
 	if db.Spec.PriorityClassName != "" {
 		spec.WithPriorityClassName(db.Spec.PriorityClassName)
@@ -201,6 +203,21 @@ func podTemplate(db *databasev1alpha1.MyDatabase, p Platform) *corev1ac.PodTempl
 		WithLabels(podLabels).
 		WithAnnotations(annotations).
 		WithSpec(spec)
+}
+
+// spreadServers is the affinity of a MyDatabase that sets none: its servers
+// prefer nodes, then zones, that run none of its other servers. Preferred,
+// not required, so a one-node cluster still runs every replica.
+func spreadServers(db *databasev1alpha1.MyDatabase) *corev1ac.AffinityApplyConfiguration {
+	apart := func(weight int32, topologyKey string) *corev1ac.WeightedPodAffinityTermApplyConfiguration {
+		return corev1ac.WeightedPodAffinityTerm().WithWeight(weight).WithPodAffinityTerm(corev1ac.PodAffinityTerm().
+			WithTopologyKey(topologyKey).
+			WithLabelSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(db))))
+	}
+	return corev1ac.Affinity().WithPodAntiAffinity(corev1ac.PodAntiAffinity().
+		WithPreferredDuringSchedulingIgnoredDuringExecution(
+			apart(100, corev1.LabelHostname),
+			apart(50, corev1.LabelTopologyZone)))
 }
 
 const (

@@ -279,11 +279,15 @@ func TestSpecChangesReachChildren(t *testing.T) {
 	sts := &appsv1.StatefulSet{}
 	eventually(t, "the StatefulSet", exists(ns, "grow", sts))
 	oldHash := sts.Spec.Template.Annotations[databasev1alpha1.AnnotationConfigHash]
+	if a := sts.Spec.Template.Spec.Affinity; a == nil || a.PodAntiAffinity == nil {
+		t.Errorf("affinity %+v, want the default anti-affinity", a)
+	}
 
 	update(t, db, func(db *databasev1alpha1.MyDatabase) {
 		db.Spec.Replicas = ptr.To[int32](3)
 		db.Spec.Version = "17.6"
 		db.Spec.Parameters = map[string]string{"max_connections": "250"}
+		db.Spec.Affinity = &corev1.Affinity{}
 	})
 	eventually(t, "the StatefulSet to follow", func() error {
 		if err := get(ns, "grow", sts); err != nil {
@@ -297,6 +301,8 @@ func TestSpecChangesReachChildren(t *testing.T) {
 			return fmt.Errorf("image %s", c.Image)
 		case sts.Spec.Template.Annotations[databasev1alpha1.AnnotationConfigHash] == oldHash:
 			return fmt.Errorf("config hash unchanged")
+		case sts.Spec.Template.Spec.Affinity != nil && sts.Spec.Template.Spec.Affinity.PodAntiAffinity != nil:
+			return fmt.Errorf("anti-affinity %+v kept, the spec asks for none", sts.Spec.Template.Spec.Affinity.PodAntiAffinity)
 		}
 		return nil
 	})
