@@ -157,6 +157,10 @@ type InstanceStatus struct {
 	// +optional
 	LagBytes *int64 `json:"lagBytes,omitempty"`
 
+	// storage is the server's data volume and the WAL on it.
+	// +optional
+	Storage *InstanceStorage `json:"storage,omitempty"`
+
 	// reportedAt is when the instance manager sent this report.
 	// +optional
 	ReportedAt *metav1.Time `json:"reportedAt,omitempty"`

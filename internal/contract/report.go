@@ -50,8 +50,19 @@ type Report struct {
 	// (spec.bootstrap.recovery) while it runs, or after it failed; nil
 	// before one and once one succeeded.
 	Restore *Restore `json:"restore,omitempty"`
+	// Storage is the data volume as the report measured it; like the WAL
+	// positions, a change of it alone is sent at most every MinInterval.
+	Storage *Storage `json:"storage,omitempty"`
 	// Time is when the report was made.
 	Time time.Time `json:"time"`
+}
+
+// Storage is an instance's data volume (statfs) and the WAL on it (the
+// files in pg_wal).
+type Storage struct {
+	CapacityBytes  int64 `json:"capacityBytes"`
+	AvailableBytes int64 `json:"availableBytes"`
+	WALBytes       int64 `json:"walBytes"`
 }
 
 // Archive is where a primary's WAL archiving stands (pg_stat_archiver,
@@ -169,11 +180,11 @@ func LSN(s string) (uint64, error) {
 // FormatLSN writes a position in PostgreSQL's X/Y form.
 func FormatLSN(l uint64) string { return pglogrepl.LSN(l).String() }
 
-// Material tells whether next differs from r in more than WAL positions
-// and time: such a change is reported at once.
+// Material tells whether next differs from r in more than WAL positions,
+// storage and time: such a change is reported at once.
 func (r Report) Material(next Report) bool {
 	a, b := r, next
-	a.LSN, a.Replayed, a.Time = "", "", time.Time{}
-	b.LSN, b.Replayed, b.Time = "", "", time.Time{}
+	a.LSN, a.Replayed, a.Storage, a.Time = "", "", nil, time.Time{}
+	b.LSN, b.Replayed, b.Storage, b.Time = "", "", nil, time.Time{}
 	return a.String() != b.String()
 }

@@ -279,8 +279,8 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs serverStat
 }
 
 // report publishes this instance's report when it changed materially, or
-// its WAL positions changed and MinInterval has passed. seen is what the
-// running server answered, nil to ask it.
+// its WAL positions changed and MinInterval has passed; the storage is
+// measured then. seen is what the running server answered, nil to ask it.
 func (m *manager) report(ctx context.Context, candidate *contract.Candidacy, seen *serverState) {
 	r := contract.Report{Address: m.c.AdvertiseAddress, Failsafe: m.c.failsafeAddress(), Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
 		Passwords: m.acceptedPasswords(), Backup: m.backupRun.Load(), Restore: m.restore.Load()}
@@ -302,6 +302,7 @@ func (m *manager) report(ctx context.Context, candidate *contract.Candidacy, see
 	if !m.sent.Material(r) && (r.LSN == m.sent.LSN || r.Time.Sub(m.sent.Time) < contract.MinInterval) {
 		return
 	}
+	r.Storage = m.c.storage()
 	if err := m.kube.publish(ctx, r); err != nil {
 		m.log("reporting: %v", err)
 		return

@@ -84,7 +84,7 @@ func (c Config) serverArgs() []string {
 	return append([]string{"-D", c.PGData,
 		"-c", "config_file=" + c.ConfigDir + "/" + contract.PostgresConfFile, "-c", "hba_file=" + c.ConfigDir + "/" + contract.HBAConfFile,
 		"-c", "unix_socket_directories=" + c.SocketDir, "-c", "port=" + c.Port,
-		"-c", "synchronous_standby_names=" + fenceName}, slices.Concat(c.tlsArgs(), c.archiveArgs(), c.slotBoundArgs())...)
+		"-c", "synchronous_standby_names=" + fenceName}, slices.Concat(c.tlsArgs(), c.archiveArgs(), c.walBoundArgs())...)
 }
 
 // standbyArgs make the server a standby of the primary at address, or of

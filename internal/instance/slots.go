@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,7 +32,7 @@ import (
 //   - Slots are not replicated, and slots a replica holds would keep WAL
 //     on it: a replica drops the ones left from a time it was the primary.
 //   - The bound: a slot may hold back at most max_slot_wal_keep_size of
-//     WAL, a quarter of the data volume by default (slotBoundArgs), or
+//     WAL, a quarter of the data volume by default (walBoundArgs), or
 //     what spec.parameters says. Past it PostgreSQL invalidates the slot
 //     and its member falls back to the archive (restore_command, with
 //     spec.backup) or is cloned again; the primary then makes the slot
@@ -176,30 +175,6 @@ func (m *manager) ownSlot(ctx context.Context, conninfo string) error {
 func duplicate(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42710"
-}
-
-// slotBoundArgs bound the WAL a slot may hold back to a quarter of the
-// data volume, unless postgresql.conf sets max_slot_wal_keep_size (from
-// spec.parameters). A command-line setting, so that the bound follows the
-// volume without a change of the pod template: a volume expanded online
-// raises it at the server's next start.
-func (c Config) slotBoundArgs() []string {
-	if setIn(c.ConfigDir+"/"+contract.PostgresConfFile, "max_slot_wal_keep_size") {
-		return nil
-	}
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs(c.PGData, &fs); err != nil {
-		// No data directory yet (a clone's first start is after it exists):
-		// PostgreSQL's default, no bound, is never wanted.
-		return []string{"-c", "max_slot_wal_keep_size=" + slotBound(0)}
-	}
-	return []string{"-c", "max_slot_wal_keep_size=" + slotBound(fs.Blocks*uint64(fs.Bsize))}
-}
-
-// slotBound is a quarter of a volume of size bytes, in megabytes, and at
-// least 128 MB (wal_keep_size).
-func slotBound(size uint64) string {
-	return fmt.Sprintf("%dMB", max(size/4>>20, 128))
 }
 
 // setIn tells whether the configuration file at path sets name.

@@ -1,12 +1,8 @@
 package instance
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
-
-	"example.com/myoperator/internal/contract"
 )
 
 func TestSlotName(t *testing.T) {
@@ -48,33 +44,5 @@ func TestSlotChanges(t *testing.T) {
 				t.Errorf("slotChanges = drop %q, create %q; want drop %q, create %q", drop, create, tc.drop, tc.create)
 			}
 		})
-	}
-}
-
-func TestSlotBound(t *testing.T) {
-	for size, want := range map[uint64]string{
-		0:         "128MB",
-		1 << 30:   "256MB", // the default 1Gi volume
-		100 << 30: "25600MB",
-	} {
-		if got := slotBound(size); got != want {
-			t.Errorf("slotBound(%d) = %s, want %s", size, got, want)
-		}
-	}
-
-	dir := t.TempDir()
-	c := Config{ConfigDir: dir, PGData: dir}
-	conf := filepath.Join(dir, contract.PostgresConfFile)
-	if err := os.WriteFile(conf, []byte("wal_keep_size = '128MB'\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if args := c.slotBoundArgs(); len(args) != 2 || args[0] != "-c" {
-		t.Errorf("slotBoundArgs = %q, want the bound on the command line", args)
-	}
-	if err := os.WriteFile(conf, []byte("max_slot_wal_keep_size = '5GB'\nwal_keep_size = '128MB'\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if args := c.slotBoundArgs(); args != nil {
-		t.Errorf("slotBoundArgs = %q with max_slot_wal_keep_size in postgresql.conf, want none: spec.parameters decide", args)
 	}
 }

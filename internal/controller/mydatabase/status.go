@@ -273,6 +273,7 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	}
 	setMonitoringCondition(db, obs.monitoring, now)
 	setArchivingStatus(db, obs.pods, st.CurrentPrimary, obs.schedule, now)
+	setWALSpaceCondition(db, now)
 	st.Endpoint = fmt.Sprintf("%s:%d", specs.ReadWriteHost(db), specs.ServicePort(db))
 	st.ReadEndpoint = ""
 	if desired > 1 {

@@ -3,11 +3,15 @@ package mydatabase
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -81,4 +85,64 @@ func (r *retainedVolumes) reconcile(ctx context.Context, obs *observation) error
 		}
 	}
 	return nil
+}
+
+// setWALSpaceCondition reports whether the WAL on every server stays within
+// half its data volume (ConditionWALSpace), from status.instances. For the
+// primary, the cause it names comes from the ContinuousArchiving condition,
+// so it runs after setArchivingStatus.
+func setWALSpaceCondition(db *databasev1alpha1.MyDatabase, now time.Time) {
+	st := &db.Status
+	cond := metav1.Condition{Type: databasev1alpha1.ConditionWALSpace, ObservedGeneration: db.Generation,
+		LastTransitionTime: metav1.NewTime(now), Status: metav1.ConditionUnknown,
+		Reason: databasev1alpha1.ReasonWALNotReported, Message: "no server has reported its storage yet"}
+	// The server whose WAL takes the largest share of its volume.
+	var worst *databasev1alpha1.InstanceStatus
+	share := func(s *databasev1alpha1.InstanceStorage) float64 {
+		return float64(s.WALBytes) / float64(s.CapacityBytes)
+	}
+	for i := range st.Instances {
+		if s := st.Instances[i].Storage; s != nil && s.CapacityBytes > 0 && (worst == nil || share(s) > share(worst.Storage)) {
+			worst = &st.Instances[i]
+		}
+	}
+	if worst != nil {
+		s := worst.Storage
+		holds := fmt.Sprintf("pg_wal on %s holds %s, %d%% of its %s data volume", worst.Name, iecBytes(s.WALBytes),
+			int(math.Round(100*share(s))), iecBytes(s.CapacityBytes))
+		if 2*s.WALBytes <= s.CapacityBytes {
+			cond.Status, cond.Reason = metav1.ConditionTrue, databasev1alpha1.ReasonWALWithinBound
+			cond.Message = holds + ", within the half checkpoints and replication slots may keep"
+		} else {
+			cond.Status, cond.Reason = metav1.ConditionFalse, databasev1alpha1.ReasonWALAccumulating
+			cond.Message = fmt.Sprintf("%s, more than the half checkpoints and replication slots may keep; %s is free. %s",
+				holds, iecBytes(s.AvailableBytes), walCause(db, worst.Name))
+		}
+	}
+	meta.SetStatusCondition(&st.Conditions, cond)
+}
+
+// iecBytes writes a byte count in MiB or GiB, one decimal.
+func iecBytes(b int64) string {
+	if b >= 1<<30 {
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+}
+
+// walCause says why a server keeps more WAL than its bounds, and what to do.
+func walCause(db *databasev1alpha1.MyDatabase, pod string) string {
+	const grow = "Growing spec.storage.size buys time meanwhile."
+	if pod != db.Status.CurrentPrimary {
+		return "A replica keeps the WAL it received until its next restartpoint: its replay may be stuck behind a long query " +
+			"or a conflict (see its lagBytes and its log). " + grow
+	}
+	if c := meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionContinuousArchiving); c != nil &&
+		c.Status == metav1.ConditionFalse {
+		return "Archiving fails: " + c.Message + ". Mend the object store or its credentials: " +
+			"the backlog is archived and removed once it works. " + grow
+	}
+	return "Archiving keeps up, so a setting in spec.parameters (max_wal_size, wal_keep_size, max_slot_wal_keep_size) " +
+		"or a replication slot the operator does not manage keeps it (pg_replication_slots; " +
+		"mydatabase_pg_replication_slot_retained_bytes): lower the setting or drop the slot. " + grow
 }

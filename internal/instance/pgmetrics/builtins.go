@@ -35,6 +35,7 @@ var (
 	replayLagSecsDesc    = desc("replica_replay_lag_seconds", "Replica only: seconds since the last replayed transaction's commit while WAL waits to be replayed, 0 when everything received is replayed.")
 	replayPausedDesc     = desc("replica_replay_paused", "Replica only: 1 while replay is paused (pg_wal_replay_pause).")
 	archivingDesc        = desc("archiving_enabled", "1 when archive_mode is on (or always).")
+	walBytesDesc         = desc("wal_bytes", "What pg_wal holds (pg_ls_waldir): WAL kept for checkpoints, replicas and the archive.")
 	archivedDesc         = desc("archiver_archived_total", "WAL files archived (pg_stat_archiver).")
 	archiveFailedDesc    = desc("archiver_failed_total", "Failed attempts to archive a WAL file (pg_stat_archiver).")
 	lastArchivedDesc     = desc("archiver_last_archive_timestamp_seconds", "When a WAL file was last archived, 0 if never.")
@@ -93,6 +94,7 @@ func builtins(srv server) []step {
 		{"databases", collectDatabases},
 		{"archiver", collectArchiver},
 		{"checkpoints", checkpoints(srv.versionNum)},
+		{"wal", collectWAL},
 	}
 	if srv.primary {
 		return append(steps, step{"replication", collectReplication}, step{"slots", collectSlots})
@@ -167,6 +169,15 @@ func collectReplication(ctx context.Context, conn *pgx.Conn, s *sink) error {
 		s.gauge(replicationSecsDesc, seconds, name)
 		return nil
 	})
+}
+
+func collectWAL(ctx context.Context, conn *pgx.Conn, s *sink) error {
+	var size float64
+	if err := conn.QueryRow(ctx, `SELECT COALESCE(sum(size), 0)::float8 FROM pg_ls_waldir()`).Scan(&size); err != nil {
+		return err
+	}
+	s.gauge(walBytesDesc, size)
+	return nil
 }
 
 // collectSlots reads the primary's physical replication slots: how much
