@@ -147,13 +147,18 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 	if len(st.Instances) == 0 {
 		fmt.Fprintln(w, "  none has reported: no instance manager runs yet, or none could reach the API server")
 	} else {
-		fmt.Fprintln(w, "  NAME\tROLE\tREADY\tTIMELINE\tLSN\tLAG (BYTES)\tREPORTED")
+		fmt.Fprintln(w, "  NAME\tROLE\tREADY\tTIMELINE\tLSN\tLAG (BYTES)\tVOLUME USED\tWAL\tREPORTED")
 		for _, i := range st.Instances {
-			lag := "-"
+			lag, used, wal := "-", "-", "-"
 			if i.LagBytes != nil {
 				lag = fmt.Sprint(*i.LagBytes)
 			}
-			fmt.Fprintf(w, "  %s\t%s\t%t\t%d\t%s\t%s\t%s ago\n", i.Name, orDash(i.Role), i.Ready, i.Timeline, orDash(i.LSN), lag, age(i.ReportedAt))
+			if s := i.Storage; s != nil && s.CapacityBytes > 0 {
+				used = fmt.Sprintf("%d%% of %s", 100-100*s.AvailableBytes/s.CapacityBytes, mib(s.CapacityBytes))
+				wal = mib(s.WALBytes)
+			}
+			fmt.Fprintf(w, "  %s\t%s\t%t\t%d\t%s\t%s\t%s\t%s\t%s ago\n", i.Name, orDash(i.Role), i.Ready, i.Timeline, orDash(i.LSN),
+				lag, used, wal, age(i.ReportedAt))
 		}
 	}
 
@@ -253,3 +258,6 @@ func tlsLine(clients databasev1alpha1.TLSClients, st *databasev1alpha1.TLSStatus
 	}
 	return line
 }
+
+// mib writes a byte count in whole MiB.
+func mib(b int64) string { return fmt.Sprintf("%dMi", b>>20) }
