@@ -216,6 +216,7 @@ type MyDatabaseSpec struct {
 }
 
 // StorageSpec is the data volume of each server.
+// +kubebuilder:validation:XValidation:rule="!has(self.autoGrow) || !has(self.size) || quantity(string(self.autoGrow.maxSize)).compareTo(quantity(string(self.size))) >= 0",message="storage.autoGrow.maxSize must be at least storage.size"
 // +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName is immutable: existing volumes cannot move to another class"
 type StorageSpec struct {
 	// size of each data volume. It may grow but never shrink. Growing it
@@ -232,6 +233,10 @@ type StorageSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// autoGrow grows the data volumes before they fill, within maxSize.
+	// +optional
+	AutoGrow *AutoGrowSpec `json:"autoGrow,omitempty"`
 }
 
 // CredentialsSpec points at a user-supplied Secret.
@@ -404,6 +409,11 @@ type MyDatabaseStatus struct {
 	// ContinuousArchiving), with spec.backup.
 	// +optional
 	Backup *BackupStatus `json:"backup,omitempty"`
+
+	// storage is the size the data volumes are asked to have, and the last
+	// growth spec.storage.autoGrow made.
+	// +optional
+	Storage *StorageStatus `json:"storage,omitempty"`
 
 	// instances is what each server's instance manager last reported.
 	// +listType=map

@@ -1,5 +1,10 @@
 package v1alpha1
 
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
 // InstanceStorage is a server's data volume and the WAL on it, as its
 // instance manager measured them with its last report.
 type InstanceStorage struct {
@@ -28,3 +33,56 @@ const (
 	ReasonWALAccumulating = "WALAccumulating"
 	ReasonWALNotReported  = "NotReported"
 )
+
+// AutoGrowSpec grows the data volumes before they fill. When a server
+// reports its data volume more than usedPercent full, every data volume is
+// asked to grow by stepPercent of its size, at most to maxSize, the way a
+// larger spec.storage.size grows them (online, where the StorageClass
+// allows expansion). spec.storage.size stays the floor; the volumes never
+// shrink.
+type AutoGrowSpec struct {
+	// usedPercent of the data volume past which it grows.
+	// +kubebuilder:validation:Minimum=50
+	// +kubebuilder:validation:Maximum=95
+	// +kubebuilder:default=80
+	// +optional
+	UsedPercent int32 `json:"usedPercent,omitempty"`
+
+	// stepPercent of the volume's size that each growth adds.
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:default=20
+	// +optional
+	StepPercent int32 `json:"stepPercent,omitempty"`
+
+	// maxSize is the largest size auto-growth asks for.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="storage.autoGrow.maxSize must be greater than zero, for example 100Gi"
+	MaxSize resource.Quantity `json:"maxSize"`
+}
+
+// StorageStatus is the size of the data volumes.
+type StorageStatus struct {
+	// size every data volume is asked to have: spec.storage.size, or more
+	// once autoGrow grew them.
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// lastAutoGrowth is the last growth autoGrow made.
+	// +optional
+	LastAutoGrowth *AutoGrowth `json:"lastAutoGrowth,omitempty"`
+}
+
+// AutoGrowth is one growth of the data volumes by spec.storage.autoGrow.
+type AutoGrowth struct {
+	// time the operator asked for it.
+	Time metav1.Time `json:"time"`
+	// from and to are the sizes asked for before and after.
+	From resource.Quantity `json:"from"`
+	To   resource.Quantity `json:"to"`
+	// reason names the server whose volume was past usedPercent, and how full.
+	Reason string `json:"reason"`
+}
+
+// ReasonAutoGrowAtMax (event): a volume is past usedPercent but already at
+// spec.storage.autoGrow.maxSize.
+const ReasonAutoGrowAtMax = "AutoGrowAtMaxSize"

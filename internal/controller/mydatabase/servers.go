@@ -86,10 +86,18 @@ func (r *servers) reconcile(ctx context.Context, obs *observation) error {
 // is still applied), or nil while the StatefulSet is being replaced and must
 // not be applied.
 func (r *servers) alignVolumes(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (*databasev1alpha1.MyDatabase, error) {
-	want := specs.StorageSize(db)
 	claims, err := r.dataClaims(ctx, db)
 	if err != nil {
 		return nil, err
+	}
+	want, growth, atMax := volumeSize(db, claims, r.pods, r.Clock.Now())
+	obs.storage = &storageState{size: want, growth: growth}
+	if growth != nil {
+		r.event(db, corev1.EventTypeNormal, "AutoGrowing", "Growing the data volumes from %s to %s: %s",
+			growth.From.String(), growth.To.String(), growth.Reason)
+	}
+	if atMax != "" {
+		r.event(db, corev1.EventTypeWarning, databasev1alpha1.ReasonAutoGrowAtMax, "%s", atMax)
 	}
 	plan := planVolumes(claims, want)
 	template := claimSize(r.sts)
@@ -114,7 +122,7 @@ func (r *servers) alignVolumes(ctx context.Context, db *databasev1alpha1.MyDatab
 	if progress != "" {
 		setWaiting(obs, "expanding the data volumes"+progress)
 	}
-	return db, nil
+	return withClaimSize(db, &want), nil
 }
 
 // setWaiting reports the resize as progress, unless the pass already waits
@@ -220,7 +228,7 @@ func fileSystemResizePending(pvc *corev1.PersistentVolumeClaim) bool {
 // read again (a conflict) rather than overwritten.
 func (r *servers) growClaims(ctx context.Context, db *databasev1alpha1.MyDatabase,
 	claims []*corev1.PersistentVolumeClaim, want resource.Quantity) (*blocker, error) {
-	if b, err := r.checkExpandable(ctx, claims, want); err != nil || b != nil {
+	if b, err := r.checkExpandable(ctx, db, claims, want); err != nil || b != nil {
 		return b, err
 	}
 	names := make([]string, 0, len(claims))
@@ -232,9 +240,9 @@ func (r *servers) growClaims(ctx context.Context, db *databasev1alpha1.MyDatabas
 		if expansionRefused(err) {
 			return &blocker{databasev1alpha1.ReasonStorageResize, fmt.Sprintf(
 				"the API server refuses to expand PVC %s (StorageClass %q) from %s to %s: %s. Ask a cluster admin to set "+
-					"allowVolumeExpansion: true on its StorageClass if its driver can expand volumes, or set spec.storage.size back to %s; "+
+					"allowVolumeExpansion: true on its StorageClass if its driver can expand volumes, or %s; "+
 					"the volumes keep their size and every other change is applied",
-				pvc.Name, ptr.Deref(pvc.Spec.StorageClassName, ""), from.String(), want.String(), quote(err.Error()), from.String())}, nil
+				pvc.Name, ptr.Deref(pvc.Spec.StorageClassName, ""), from.String(), want.String(), quote(err.Error()), undoGrowth(db, from))}, nil
 		}
 		if err != nil {
 			return nil, objectError("patch", pvc, pvc.Name, err)
@@ -243,6 +251,15 @@ func (r *servers) growClaims(ctx context.Context, db *databasev1alpha1.MyDatabas
 	}
 	r.event(db, corev1.EventTypeNormal, "ExpandingVolumes", "Expanding PVC %s to %s", strings.Join(names, ", "), want.String())
 	return nil, nil
+}
+
+// undoGrowth says how to take back a growth to a size the volumes cannot
+// have: one auto-growth asked for, or a larger spec.storage.size.
+func undoGrowth(db *databasev1alpha1.MyDatabase, from resource.Quantity) string {
+	if size := specs.StorageSize(db); db.Spec.Storage.AutoGrow != nil && size.Cmp(from) <= 0 {
+		return fmt.Sprintf("set spec.storage.autoGrow.maxSize to %s, or remove autoGrow", from.String())
+	}
+	return fmt.Sprintf("set spec.storage.size back to %s", from.String())
 }
 
 // expansionRefused tells the API server's refusal to expand a claim whose
@@ -256,11 +273,12 @@ func expansionRefused(err error) bool {
 // claims of a class with allowVolumeExpansion: true. Where the operator may
 // not read StorageClasses (a namespace-scoped install), the API server's
 // answer to the patch decides instead.
-func (r *servers) checkExpandable(ctx context.Context, claims []*corev1.PersistentVolumeClaim, want resource.Quantity) (*blocker, error) {
+func (r *servers) checkExpandable(ctx context.Context, db *databasev1alpha1.MyDatabase,
+	claims []*corev1.PersistentVolumeClaim, want resource.Quantity) (*blocker, error) {
 	checked := map[string]bool{}
 	for _, pvc := range claims {
 		name, from := ptr.Deref(pvc.Spec.StorageClassName, ""), pvc.Spec.Resources.Requests[corev1.ResourceStorage]
-		keep := fmt.Sprintf("set spec.storage.size back to %s; the volumes keep their size and every other change is applied", from.String())
+		keep := undoGrowth(db, from) + "; the volumes keep their size and every other change is applied"
 		if checked[name] {
 			continue
 		}

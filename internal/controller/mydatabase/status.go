@@ -66,6 +66,9 @@ type observation struct {
 	// (podMonitor), nil when the pass did not get to it; an empty reason
 	// removes it.
 	monitoring *blocker
+	// storage is the size of the data volumes and an auto-growth (servers),
+	// nil when the pass did not get to it (the status keeps what it had).
+	storage *storageState
 	// schedule is spec.backup.schedule's last and next times (schedule),
 	// nil when the pass did not get to it (the status keeps what it had).
 	schedule *scheduleState
@@ -274,6 +277,15 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	setMonitoringCondition(db, obs.monitoring, now)
 	setArchivingStatus(db, obs.pods, st.CurrentPrimary, obs.schedule, now)
 	setWALSpaceCondition(db, now)
+	if obs.storage != nil {
+		if st.Storage == nil {
+			st.Storage = &databasev1alpha1.StorageStatus{}
+		}
+		st.Storage.Size = &obs.storage.size
+		if obs.storage.growth != nil {
+			st.Storage.LastAutoGrowth = obs.storage.growth
+		}
+	}
 	st.Endpoint = fmt.Sprintf("%s:%d", specs.ReadWriteHost(db), specs.ServicePort(db))
 	st.ReadEndpoint = ""
 	if desired > 1 {

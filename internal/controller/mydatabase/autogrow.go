@@ -1,0 +1,100 @@
+package mydatabase
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/specs"
+)
+
+// Auto-growth (spec.storage.autoGrow). The size the data volumes should
+// have is spec.storage.size, or what auto-growth grew the claims to: the
+// claims remember it in their requests, so nothing else has to. A new
+// growth is asked for only
+//
+//   - when every claim has the capacity it asks for (none is resizing);
+//   - on a report whose file system has that size: a report made before
+//     the last growth reached the file system shows the old size and is
+//     not counted (a file system reports at least volumeSlack of its
+//     claim, and a volume grown by 10% or more reported less than that
+//     before it grew);
+//   - when that report shows the volume more than usedPercent full.
+//
+// Each growth adds stepPercent of the current size, rounded up to a MiB,
+// and never asks for more than maxSize. The rest is the expansion of a
+// larger spec.storage.size (alignVolumes).
+
+// volumeSlack is the least share of its claim's size a file system
+// reports (ext4 and xfs keep a few percent for their metadata).
+const volumeSlack = 0.93
+
+// storageState is the storage part of the status (servers).
+type storageState struct {
+	size   resource.Quantity
+	growth *databasev1alpha1.AutoGrowth // the growth this pass asked for, nil for none
+}
+
+// volumeSize is the size the data volumes should have, and the growth
+// that makes it larger than the claims' now, if any; atMax says why a full
+// volume cannot grow, "" when none is full or it could.
+func volumeSize(db *databasev1alpha1.MyDatabase, claims []corev1.PersistentVolumeClaim, pods []corev1.Pod, now time.Time) (
+	size resource.Quantity, growth *databasev1alpha1.AutoGrowth, atMax string) {
+	size = specs.StorageSize(db)
+	grow := db.Spec.Storage.AutoGrow
+	if grow == nil {
+		return size, nil, ""
+	}
+	settled := true
+	for i := range claims {
+		request, capacity := claims[i].Spec.Resources.Requests[corev1.ResourceStorage], claims[i].Status.Capacity[corev1.ResourceStorage]
+		if request.Cmp(size) > 0 {
+			size = request
+		}
+		if claims[i].Status.Phase != corev1.ClaimBound || capacity.Cmp(request) < 0 {
+			settled = false
+		}
+	}
+	if !settled {
+		return size, nil, ""
+	}
+	server, used := fullest(pods, size)
+	if server == "" || used*100 <= float64(grow.UsedPercent) {
+		return size, nil, ""
+	}
+	reason := fmt.Sprintf("the data volume of %s is %.0f%% full (autoGrow at %d%%)", server, math.Floor(used*100), grow.UsedPercent)
+	if size.Cmp(grow.MaxSize) >= 0 {
+		return size, nil, fmt.Sprintf("%s, and the volumes are at spec.storage.autoGrow.maxSize (%s): raise it, "+
+			"or make room in the database", reason, grow.MaxSize.String())
+	}
+	const mib = 1 << 20
+	step := (size.Value()*int64(grow.StepPercent)/100 + mib - 1) / mib * mib
+	to := resource.NewQuantity(min(size.Value()+step, grow.MaxSize.Value()), resource.BinarySI)
+	if to.Value() == grow.MaxSize.Value() {
+		to = &grow.MaxSize
+	}
+	return *to, &databasev1alpha1.AutoGrowth{Time: metav1.NewTime(now), From: size, To: *to, Reason: reason}, ""
+}
+
+// fullest is the server whose reported data volume is the fullest, and how
+// full (0 to 1), counting only reports whose file system has the claims'
+// size; "" when none does.
+func fullest(pods []corev1.Pod, size resource.Quantity) (server string, used float64) {
+	for i := range pods {
+		rep, err := contract.Parse(pods[i].Annotations[contract.AnnotationInstance])
+		s := rep.Storage
+		if err != nil || s == nil || float64(s.CapacityBytes) < volumeSlack*float64(size.Value()) {
+			continue
+		}
+		if u := 1 - float64(s.AvailableBytes)/float64(s.CapacityBytes); u > used {
+			server, used = pods[i].Name, u
+		}
+	}
+	return server, used
+}
