@@ -1,16 +1,22 @@
 package postgres
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
@@ -20,7 +26,9 @@ import (
 // tmpfs, the default spec.storage.size) with archiving to a store that
 // then goes away, and writes WAL: the operator's WALSpace condition turns
 // False, naming the archiving failure, while the server still takes
-// writes and the volume has room; with the store back, the backlog is
+// writes and the volume has room; past autoGrow's usedPercent the operator
+// asks for a larger claim, which the test grows under the running server
+// as a storage driver would, once; with the store back, the backlog is
 // archived and removed and the condition turns True again.
 func TestWALSpace(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -96,12 +104,7 @@ func TestWALSpace(t *testing.T) {
 			t.Errorf("WALSpace %s %q, want %s saying %q", accumulating.Reason, accumulating.Message, databasev1alpha1.ReasonWALAccumulating, says)
 		}
 	}
-	var st *databasev1alpha1.InstanceStorage
-	for _, in := range c.database(t).Status.Instances {
-		if in.Name == p.name {
-			st = in.Storage
-		}
-	}
+	st := instanceStorage(c.database(t), p.name)
 	switch {
 	case st == nil:
 		t.Errorf("status.instances has no storage for %s", p.name)
@@ -109,6 +112,49 @@ func TestWALSpace(t *testing.T) {
 		t.Errorf("storage %+v: want the 1 GiB volume, WAL past half of it, and room left", *st)
 	}
 	c.query(t, superuser, "", "INSERT INTO filler VALUES (clock_timestamp())") // still takes writes
+
+	// The WAL keeps growing: spec.storage.autoGrow asks for a larger claim
+	// past usedPercent, and the test, as the storage driver, grows the
+	// tmpfs under the running server.
+	claim := autoGrowing(t, c)
+	for n := 0; used(t, volume) < 0.82; n++ {
+		if n == 30 {
+			t.Fatalf("the volume is %.0f%% used after %d more segments", 100*used(t, volume), n)
+		}
+		writeWAL(1)
+	}
+	grown := resource.MustParse("1229Mi") // 1 GiB and 20%, rounded up to a MiB
+	eventually(t, time.Minute, "the claim asking for "+grown.String(), func() (bool, string) {
+		c.query(t, superuser, "", "INSERT INTO filler VALUES (clock_timestamp())")
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := c.api.Client.Get(context.Background(), client.ObjectKeyFromObject(claim), pvc); err != nil {
+			return false, err.Error()
+		}
+		request := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+		return request.Cmp(grown) == 0, request.String()
+	})
+	if out, err := exec.Command("mount", "-o", fmt.Sprintf("remount,size=%d", grown.Value()), volume).CombinedOutput(); err != nil {
+		t.Fatalf("growing the tmpfs: %v\n%s", err, out)
+	}
+	eventually(t, 30*time.Second, "the claim's new capacity", func() (bool, string) {
+		if err := c.api.Client.Get(context.Background(), client.ObjectKeyFromObject(claim), claim); err != nil {
+			return false, err.Error()
+		}
+		claim.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: grown}
+		err := c.api.Client.Status().Update(context.Background(), claim)
+		return err == nil, fmt.Sprint(err)
+	})
+	eventually(t, time.Minute, "the grown volume reported", func() (bool, string) {
+		c.query(t, superuser, "", "INSERT INTO filler VALUES (clock_timestamp())")
+		db := c.database(t)
+		st := instanceStorage(db, p.name)
+		g := db.Status.Storage
+		return st != nil && st.CapacityBytes == grown.Value() && g != nil && g.LastAutoGrowth != nil,
+			fmt.Sprintf("instance %+v, status.storage %+v", st, g)
+	})
+	if g := c.database(t).Status.Storage.LastAutoGrowth; g.To.Cmp(grown) != 0 || !strings.Contains(g.Reason, p.name) {
+		t.Errorf("lastAutoGrowth %+v, want to %s for %s", g, grown.String(), p.name)
+	}
 
 	if err := store.Restart(); err != nil {
 		t.Fatal(err)
@@ -122,4 +168,66 @@ func TestWALSpace(t *testing.T) {
 		time.Sleep(time.Second)
 		return w != nil && w.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", w)
 	})
+	// Grown once: the report of the grown file system is below usedPercent.
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := c.api.Client.Get(context.Background(), client.ObjectKeyFromObject(claim), pvc); err != nil {
+		t.Fatal(err)
+	}
+	if request := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; request.Cmp(grown) != 0 {
+		t.Errorf("the claim asks for %s, want %s: grown once", request.String(), grown.String())
+	}
+}
+
+func instanceStorage(db *databasev1alpha1.MyDatabase, pod string) *databasev1alpha1.InstanceStorage {
+	for _, in := range db.Status.Instances {
+		if in.Name == pod {
+			return in.Storage
+		}
+	}
+	return nil
+}
+
+// used is the share of the file system at path in use, as statfs says.
+func used(t *testing.T, path string) float64 {
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(path, &fs); err != nil {
+		t.Fatal(err)
+	}
+	return 1 - float64(fs.Bavail)/float64(fs.Blocks)
+}
+
+// autoGrowing gives ordinal 0 its data claim, bound at 1 GiB in a class
+// that allows expansion (the harness runs no provisioner), and turns on
+// spec.storage.autoGrow.
+func autoGrowing(t *testing.T, c *cluster) *corev1.PersistentVolumeClaim {
+	ctx := context.Background()
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "tmpfs-" + c.db.Namespace},
+		Provisioner: "example.com/tmpfs", AllowVolumeExpansion: new(true)}
+	if err := c.api.Client.Create(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+	labels := specs.InstanceLabels(c.db)
+	labels[databasev1alpha1.LabelOwnerUID] = string(c.db.UID)
+	size := resource.MustParse("1Gi")
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: specs.DataVolumeClaimName(c.db, 0), Namespace: c.db.Namespace, Labels: labels},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class.Name,
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}}},
+	}
+	if err := c.api.Client.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	claim.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound,
+		Capacity: corev1.ResourceList{corev1.ResourceStorage: size}}
+	if err := c.api.Client.Status().Update(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "autoGrow in the spec", func() (bool, string) {
+		db := c.database(t)
+		db.Spec.Storage.AutoGrow = &databasev1alpha1.AutoGrowSpec{UsedPercent: 80, StepPercent: 20, MaxSize: resource.MustParse("2Gi")}
+		err := c.api.Client.Update(ctx, db)
+		return err == nil, fmt.Sprint(err)
+	})
+	return claim
 }

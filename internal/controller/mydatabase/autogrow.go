@@ -19,7 +19,8 @@ import (
 // claims remember it in their requests, so nothing else has to. A new
 // growth is asked for only
 //
-//   - when every claim has the capacity it asks for (none is resizing);
+//   - when there are claims, and every one has the capacity it asks for
+//     (none is resizing);
 //   - on a report whose file system has that size: a report made before
 //     the last growth reached the file system shows the old size and is
 //     not counted (a file system reports at least volumeSlack of its
@@ -61,7 +62,7 @@ func volumeSize(db *databasev1alpha1.MyDatabase, claims []corev1.PersistentVolum
 			settled = false
 		}
 	}
-	if !settled {
+	if !settled || len(claims) == 0 {
 		return size, nil, ""
 	}
 	server, used := fullest(pods, size)
