@@ -138,3 +138,23 @@ func TestAutoGrowExpandsVolumesBeforeTheyFill(t *testing.T) {
 		t.Errorf("data-auto-1 asks for %s (err %v), want maxSize 2Gi", got, err)
 	}
 }
+
+// A class that cannot expand stalls the growth with the way back, records
+// no growth, and leaves the claims as they are.
+func TestAutoGrowStallsWhenVolumesCannotGrow(t *testing.T) {
+	ns := namespace(t)
+	class := newStorageClass(t, "fixed-"+ns, false)
+	db, _, _ := readyDatabase(t, ns, "fixed", &class)
+	update(t, db, func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Storage.AutoGrow = &databasev1alpha1.AutoGrowSpec{UsedPercent: 80, StepPercent: 20, MaxSize: resource.MustParse("2Gi")}
+	})
+	testenv.PublishReport(t, k8s, ns, "fixed-0", reportedVolume(1<<30*97/100, 0.9))
+	waitFor(t, db, "Stalled on the class", stalledWith(databasev1alpha1.ReasonStorageClassNotExpandable,
+		"set spec.storage.autoGrow.maxSize to 1Gi, or remove autoGrow"))
+	if g := db.Status.Storage; g == nil || g.LastAutoGrowth != nil {
+		t.Errorf("status.storage %+v, want no growth recorded", g)
+	}
+	if got, err := claimRequest(ns, "data-fixed-0"); err != nil || got != "1Gi" {
+		t.Errorf("data-fixed-0 asks for %s (err %v), want 1Gi", got, err)
+	}
+}

@@ -91,11 +91,6 @@ func (r *servers) alignVolumes(ctx context.Context, db *databasev1alpha1.MyDatab
 		return nil, err
 	}
 	want, growth, atMax := volumeSize(db, claims, r.pods, r.Clock.Now())
-	obs.storage = &storageState{size: want, growth: growth}
-	if growth != nil {
-		r.event(db, corev1.EventTypeNormal, "AutoGrowing", "Growing the data volumes from %s to %s: %s",
-			growth.From.String(), growth.To.String(), growth.Reason)
-	}
 	if atMax != "" {
 		r.event(db, corev1.EventTypeWarning, databasev1alpha1.ReasonAutoGrowAtMax, "%s", atMax)
 	}
@@ -106,7 +101,14 @@ func (r *servers) alignVolumes(ctx context.Context, db *databasev1alpha1.MyDatab
 			obs.stalled = b
 			return withClaimSize(db, template), err
 		}
+		// Recorded once the claims ask for it: a growth refused is asked
+		// again on the next pass, and must not write the status each time.
+		if growth != nil {
+			r.event(db, corev1.EventTypeNormal, "AutoGrowing", "Growing the data volumes from %s to %s: %s",
+				growth.From.String(), growth.To.String(), growth.Reason)
+		}
 	}
+	obs.storage = &storageState{size: want, growth: growth}
 	if len(plan.failed) > 0 {
 		obs.stalled = &blocker{databasev1alpha1.ReasonStorageResizeFailed, fmt.Sprintf(
 			"the storage driver cannot expand %s to %s: see the events of each claim (kubectl describe pvc -n %s) and "+
