@@ -227,9 +227,11 @@ func (l *leases) held(holder string) *coordinationv1.Lease {
 }
 
 // renew extends this instance's hold, and records its timeline. It
-// returns when the request started. When someone else wrote the Lease
-// since this instance's last renewal without taking it (the operator
-// asking for a switchover, a user's label), it renews the newer version.
+// returns when the request started. When the Lease changed since this
+// instance's last renewal without being taken (the operator asking for a
+// switchover, a user's label, or a renewal of its own whose answer was
+// lost on the way back), it renews the newer version: only a take or a
+// hand-over, which count a transition, makes the Lease another's.
 func (l *leases) renew(ctx context.Context, timeline int64) (time.Time, error) {
 	if l.lease == nil || ptr.Deref(l.lease.Spec.HolderIdentity, "") != l.k.c.PodName {
 		return time.Time{}, errNotHolder
@@ -245,9 +247,9 @@ func (l *leases) renew(ctx context.Context, timeline int64) (time.Time, error) {
 	if gerr != nil {
 		return start, err
 	}
-	if ptr.Deref(lease.Spec.HolderIdentity, "") != l.k.c.PodName || !lease.Spec.RenewTime.Equal(mine.RenewTime) ||
+	if ptr.Deref(lease.Spec.HolderIdentity, "") != l.k.c.PodName ||
 		ptr.Deref(lease.Spec.LeaseTransitions, 0) != ptr.Deref(mine.LeaseTransitions, 0) {
-		return start, err // taken, or renewed by another holder: lost
+		return start, err // taken, or handed over and back: lost
 	}
 	l.lease = lease
 	return l.take(ctx, timeline)

@@ -2,12 +2,17 @@ package instance
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"example.com/myoperator/internal/contract"
 )
@@ -92,5 +97,77 @@ func TestATakeDropsTheSwitchoverRequest(t *testing.T) {
 	}
 	if got, _ := k.leases.Get(ctx, "db-primary", metav1.GetOptions{}); got.Annotations[contract.AnnotationSwitchoverTo] != "db-2" {
 		t.Fatalf("a renewal dropped the request made of its holder: %v", got.Annotations)
+	}
+}
+
+// TestRenewAfterALostAnswer: a renewal the API server made but whose
+// answer was lost (a connection cut on the way back) leaves the holder
+// with an older version; its next renewal conflicts, and it must renew
+// the newer version, not take its own renewal for another holder's (it
+// did, and held on by the failsafe's promises until its server stopped).
+// A Lease taken meanwhile stays lost.
+func TestRenewAfterALostAnswer(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		taken bool
+	}{{"its own renewal", false}, {"taken by another", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db-primary"},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: new("db-0"), LeaseTransitions: new(int32(3))}}
+			cs := fake.NewClientset(lease)
+			version := 1
+			loseAnswer := true
+			cs.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				// The API server's optimistic concurrency, which the fake lacks.
+				obj := action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+				if obj.ResourceVersion != strconv.Itoa(version) {
+					return true, nil, apierrors.NewConflict(coordinationv1.Resource("leases"), obj.Name, errors.New("stale"))
+				}
+				version++
+				obj.ResourceVersion = strconv.Itoa(version)
+				if err := cs.Tracker().Update(coordinationv1.SchemeGroupVersion.WithResource("leases"), obj, "shop"); err != nil {
+					return true, nil, err
+				}
+				if loseAnswer {
+					loseAnswer = false
+					return true, nil, errors.New("unexpected EOF")
+				}
+				return true, obj, nil
+			})
+			cs.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+				obj, err := cs.Tracker().Get(coordinationv1.SchemeGroupVersion.WithResource("leases"), "shop", "db-primary")
+				if err != nil {
+					return true, nil, err
+				}
+				got := obj.(*coordinationv1.Lease).DeepCopy()
+				if got.ResourceVersion == "" {
+					got.ResourceVersion = strconv.Itoa(version)
+				}
+				return true, got, nil
+			})
+			k := &kube{leases: cs.CoordinationV1().Leases("shop"), c: Config{PodName: "db-0", LeaseName: "db-primary"}, timeout: time.Second}
+			l := newLeases(k, newTiming(4*time.Second))
+			if _, err := l.observe(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.renew(ctx, 2); err == nil || errors.Is(err, errLostRace) {
+				t.Fatalf("the renewal whose answer is lost: %v, want the transport's error", err)
+			}
+			if tc.taken {
+				taken, _ := k.leases.Get(ctx, "db-primary", metav1.GetOptions{})
+				taken.Spec.HolderIdentity, taken.Spec.LeaseTransitions = new("db-1"), new(int32(4))
+				if _, err := k.leases.Update(ctx, taken, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := l.renew(ctx, 2)
+			switch {
+			case tc.taken && !errors.Is(err, errLostRace):
+				t.Fatalf("renewing a Lease another instance took: %v, want errLostRace", err)
+			case !tc.taken && err != nil:
+				t.Fatalf("renewing after its own renewal's answer was lost: %v", err)
+			}
+		})
 	}
 }
