@@ -37,8 +37,8 @@ func (c Config) walBoundArgs() []string {
 		size = fs.Blocks * uint64(fs.Bsize)
 	}
 	// Without a data directory yet (a clone's first start is after it
-	// exists) the floors apply: PostgreSQL's default, no bound on slots,
-	// is never wanted.
+	// exists) the slots get their floor, since PostgreSQL's default, no
+	// bound, is never wanted; max_wal_size keeps PostgreSQL's default.
 	var args []string
 	conf := c.ConfigDir + "/" + contract.PostgresConfFile
 	if !setIn(conf, "max_slot_wal_keep_size") {

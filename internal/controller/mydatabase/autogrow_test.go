@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -76,11 +77,7 @@ func TestVolumeSize(t *testing.T) {
 // system to grow, and none goes past maxSize.
 func TestAutoGrowExpandsVolumesBeforeTheyFill(t *testing.T) {
 	ns := namespace(t)
-	class := newStorageClass(t, "expandable-"+ns, true)
-	db, old, _ := readyDatabase(t, ns, "auto", &class)
-	update(t, db, func(db *databasev1alpha1.MyDatabase) {
-		db.Spec.Storage.AutoGrow = &databasev1alpha1.AutoGrowSpec{UsedPercent: 80, StepPercent: 50, MaxSize: resource.MustParse("2Gi")}
-	})
+	db, old := autoGrowingDatabase(t, ns, "auto", true, 50)
 	waitFor(t, db, "Ready with autoGrow", phaseIs(databasev1alpha1.PhaseReady))
 	testenv.PublishReport(t, k8s, ns, "auto-1", reportedVolume(1<<30*97/100, 0.9))
 	claimAsks(t, ns, "data-auto-0", "1536Mi")
@@ -143,11 +140,7 @@ func TestAutoGrowExpandsVolumesBeforeTheyFill(t *testing.T) {
 // no growth, and leaves the claims as they are.
 func TestAutoGrowStallsWhenVolumesCannotGrow(t *testing.T) {
 	ns := namespace(t)
-	class := newStorageClass(t, "fixed-"+ns, false)
-	db, _, _ := readyDatabase(t, ns, "fixed", &class)
-	update(t, db, func(db *databasev1alpha1.MyDatabase) {
-		db.Spec.Storage.AutoGrow = &databasev1alpha1.AutoGrowSpec{UsedPercent: 80, StepPercent: 20, MaxSize: resource.MustParse("2Gi")}
-	})
+	db, _ := autoGrowingDatabase(t, ns, "fixed", false, 20)
 	testenv.PublishReport(t, k8s, ns, "fixed-0", reportedVolume(1<<30*97/100, 0.9))
 	waitFor(t, db, "Stalled on the class", stalledWith(databasev1alpha1.ReasonStorageClassNotExpandable,
 		"set spec.storage.autoGrow.maxSize to 1Gi, or remove autoGrow"))
@@ -157,4 +150,16 @@ func TestAutoGrowStallsWhenVolumesCannotGrow(t *testing.T) {
 	if got, err := claimRequest(ns, "data-fixed-0"); err != nil || got != "1Gi" {
 		t.Errorf("data-fixed-0 asks for %s (err %v), want 1Gi", got, err)
 	}
+}
+
+// autoGrowingDatabase is readyDatabase on a class of its own that can
+// expand or not, with autoGrow at 80% used by step percent, up to 2Gi.
+func autoGrowingDatabase(t *testing.T, ns, name string, expandable bool, step int32) (*databasev1alpha1.MyDatabase, *appsv1.StatefulSet) {
+	t.Helper()
+	class := newStorageClass(t, name+"-"+ns, expandable)
+	db, sts, _ := readyDatabase(t, ns, name, &class)
+	update(t, db, func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Storage.AutoGrow = &databasev1alpha1.AutoGrowSpec{UsedPercent: 80, StepPercent: step, MaxSize: resource.MustParse("2Gi")}
+	})
+	return db, sts
 }
