@@ -91,11 +91,13 @@ const (
 	SwitchoverFailed    SwitchoverPhase = "Failed"
 )
 
-// Why a switchover runs: the user asked for it (spec.switchover), or a
-// rolling update moves the primary before it restarts the old one.
+// Why a switchover runs: the user asked for it (spec.switchover), a
+// rolling update moves the primary before it restarts the old one, or a
+// hibernation moves it to ordinal 0, which the StatefulSet stops last.
 const (
 	SwitchoverRequested     = "Requested"
 	SwitchoverRollingUpdate = "RollingUpdate"
+	SwitchoverHibernation   = "Hibernation"
 )
 
 // SwitchoverStatus reports the last switchover.
@@ -104,7 +106,7 @@ type SwitchoverStatus struct {
 	// rolling update's switchover carries it over).
 	// +optional
 	RequestedAt *metav1.Time `json:"requestedAt,omitempty"`
-	// reason is Requested (spec.switchover) or RollingUpdate.
+	// reason is Requested (spec.switchover), RollingUpdate or Hibernation.
 	// +optional
 	Reason string `json:"reason,omitempty"`
 	// from is the primary when it started.

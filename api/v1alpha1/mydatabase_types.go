@@ -136,6 +136,15 @@ type MyDatabaseSpec struct {
 	// +optional
 	Paused bool `json:"paused,omitempty"`
 
+	// hibernate stops every server cleanly, the primary last, and keeps
+	// everything else: the volumes (whatever the deletionPolicy), the
+	// Secrets, the Services and the WAL archive. Scheduled and on-demand
+	// backups wait meanwhile. Set back to false, the servers start again
+	// on the same data, with the same primary. status.hibernation and the
+	// Hibernated condition say where it stands (docs/hibernation.md).
+	// +optional
+	Hibernate bool `json:"hibernate,omitempty"`
+
 	// nodeSelector constrains the servers to nodes with these labels.
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
@@ -281,6 +290,8 @@ const (
 	PhaseUpdating Phase = "Updating"
 	// PhasePaused: spec.paused is true; the operator changes nothing.
 	PhasePaused Phase = "Paused"
+	// PhaseHibernated: spec.hibernate is true and no server runs.
+	PhaseHibernated Phase = "Hibernated"
 	// PhaseStalled: only the user can unblock it; see the Stalled condition.
 	PhaseStalled Phase = "Stalled"
 	// PhaseDeleting: the MyDatabase is being deleted and something still
@@ -292,7 +303,8 @@ const (
 const (
 	// ConditionReady is always present. True when every server runs the
 	// current spec and is ready and the last pass applied every child; a
-	// repair no client can see leaves it True. False otherwise, with the
+	// repair no client can see leaves it True. True with reason Hibernated
+	// when no server runs, as spec.hibernate asks. False otherwise, with the
 	// reason of Reconciling or Stalled, or Paused or Deleting.
 	ConditionReady = "Ready"
 	// ConditionReconciling is present (True) only while the operator works
@@ -441,6 +453,10 @@ type MyDatabaseStatus struct {
 	// (docs/upgrade.md).
 	// +optional
 	MajorUpgrade *MajorUpgradeStatus `json:"majorUpgrade,omitempty"`
+
+	// hibernation reports the last hibernation (spec.hibernate).
+	// +optional
+	Hibernation *HibernationStatus `json:"hibernation,omitempty"`
 
 	// conditions: Ready (summary), Reconciling and Stalled, in the kstatus
 	// convention.

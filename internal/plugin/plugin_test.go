@@ -322,3 +322,43 @@ func TestBytesOf(t *testing.T) {
 		}
 	}
 }
+
+// TestHibernateDone: --wait ends at the phase spec.hibernate asks for, at
+// the generation of the patch, and says what a hibernation waits for.
+func TestHibernateDone(t *testing.T) {
+	db := &databasev1alpha1.MyDatabase{}
+	db.Status.ObservedGeneration, db.Status.Phase = 4, databasev1alpha1.PhaseUpdating
+	db.Status.Hibernation = &databasev1alpha1.HibernationStatus{Phase: databasev1alpha1.HibernationStopping, Message: "stopping the servers cleanly, db-0 last: 2 still running"}
+	if done, state := hibernateDone(db, 5, true); done || !strings.Contains(state, "2 still running") {
+		t.Errorf("stopping: done %t, %q", done, state)
+	}
+	db.Status.ObservedGeneration, db.Status.Phase = 5, databasev1alpha1.PhaseHibernated
+	if done, _ := hibernateDone(db, 5, true); !done {
+		t.Error("Hibernated at the generation: not done")
+	}
+	if done, _ := hibernateDone(db, 6, false); done {
+		t.Error("resuming, still Hibernated: done")
+	}
+	db.Status.ObservedGeneration, db.Status.Phase = 6, databasev1alpha1.PhaseReady
+	if done, _ := hibernateDone(db, 6, false); !done {
+		t.Error("resumed and Ready: not done")
+	}
+}
+
+func TestHibernationLine(t *testing.T) {
+	at := metav1.NewTime(now.Add(-3 * time.Hour))
+	age := func(t *metav1.Time) string { return now.Sub(t.Time).String() }
+	for _, tc := range []struct {
+		h    databasev1alpha1.HibernationStatus
+		want string
+	}{
+		{databasev1alpha1.HibernationStatus{Phase: databasev1alpha1.HibernationHibernated, Primary: "db-0", HibernatedAt: &at},
+			"no server runs (for 3h0m0s); db-0 resumes as the primary (kubectl mydb hibernate NAME --off)"},
+		{databasev1alpha1.HibernationStatus{Phase: databasev1alpha1.HibernationStopping, Primary: "db-0", Message: "stopping the servers cleanly, db-0 last: 2 still running"},
+			"Stopping: stopping the servers cleanly, db-0 last: 2 still running"},
+	} {
+		if got := hibernationLine(&tc.h, age); got != tc.want {
+			t.Errorf("hibernationLine(%s) = %q, want %q", tc.h.Phase, got, tc.want)
+		}
+	}
+}

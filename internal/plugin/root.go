@@ -66,6 +66,7 @@ func NewCommand(streams Streams) *cobra.Command {
   psql NAME                 psql on the primary (or --replica), password from the Secret
   switchover NAME [TARGET]  a planned change of primary (spec.switchover)
   restart NAME              a rolling restart: replicas first, then a switchover
+  hibernate NAME [--off]    stop every server and keep the data (spec.hibernate)
   backup NAME               a base backup into spec.backup's store (a MyDatabaseBackup)
   report NAME               a support bundle, Secret values redacted`,
 		SilenceUsage:  true,
@@ -85,6 +86,7 @@ func NewCommand(streams Streams) *cobra.Command {
 		newPsqlCommand(env),
 		newSwitchoverCommand(env),
 		newRestartCommand(env),
+		newHibernateCommand(env),
 		newBackupCommand(env),
 		newReportCommand(env),
 	)

@@ -124,6 +124,9 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 	fmt.Fprintf(w, "MyDatabase\t%s/%s\n", db.Namespace, db.Name)
 	fmt.Fprintf(w, "Engine\t%s %s\n", orDash(string(db.Spec.Engine)), orDash(version))
 	fmt.Fprintf(w, "Phase\t%s\n", orDash(string(st.Phase)))
+	if h := st.Hibernation; h != nil && h.Phase != databasev1alpha1.HibernationResumed {
+		fmt.Fprintf(w, "Hibernation\t%s\n", hibernationLine(h, age))
+	}
 	fmt.Fprintf(w, "Ready\t%s servers (generation %d, observed %d)\n", orDash(st.Ready), db.Generation, st.ObservedGeneration)
 	fmt.Fprintf(w, "Primary\t%s\n", primaryLine(st))
 	fmt.Fprintf(w, "Read-write\t%s\n", orDash(st.Endpoint))
@@ -226,6 +229,13 @@ func primaryLine(st databasev1alpha1.MyDatabaseStatus) string {
 		line += fmt.Sprintf(" (switching over to %s)", st.TargetPrimary)
 	}
 	return line
+}
+
+func hibernationLine(h *databasev1alpha1.HibernationStatus, age func(*metav1.Time) string) string {
+	if h.Phase == databasev1alpha1.HibernationHibernated {
+		return fmt.Sprintf("no server runs (for %s); %s resumes as the primary (kubectl mydb hibernate NAME --off)", age(h.HibernatedAt), h.Primary)
+	}
+	return fmt.Sprintf("%s: %s", h.Phase, orDash(h.Message))
 }
 
 func switchoverLine(sw *databasev1alpha1.SwitchoverStatus, age func(*metav1.Time) string) string {

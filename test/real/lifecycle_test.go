@@ -366,6 +366,82 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		}
 	})
 
+	step("hibernate with the primary at ordinal 2: it moves to 0, every server stops, the claims stay; resumed, the same primary, rows and password", func(t *testing.T) {
+		if getDB(t, ns).Status.CurrentPrimary != dbName+"-2" {
+			patch(t, ns, func(db *databasev1alpha1.MyDatabase) {
+				db.Spec.Switchover = &databasev1alpha1.SwitchoverSpec{To: dbName + "-2", RequestedAt: metav1.Now()}
+			})
+			testenv.Eventually(t, 2*time.Minute, dbName+"-2 the primary", func() error {
+				if db := getDB(t, ns); db.Status.CurrentPrimary != dbName+"-2" || db.Status.TargetPrimary != "" {
+					return fmt.Errorf("primary %s, target %q", db.Status.CurrentPrimary, db.Status.TargetPrimary)
+				}
+				return nil
+			})
+		}
+		// The rw Service follows the new primary's role label.
+		testenv.Eventually(t, time.Minute, "the rw Service on the primary", func() error {
+			conn, err := dial(ctx, uri)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = conn.Close(ctx) }()
+			var standby bool
+			if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&standby); err != nil || standby {
+				return fmt.Errorf("in recovery %t (%v)", standby, err)
+			}
+			return nil
+		})
+		conn := connect(t, uri)
+		if _, err := conn.Exec(ctx, "INSERT INTO items (note) VALUES ('the last write before the hibernation')"); err != nil {
+			t.Fatal(err)
+		}
+		rows++
+		_ = conn.Close(ctx)
+
+		out, err := kubectlMydb(t, "hibernate", dbName, "-n", ns, "--wait=4m")
+		if want := "Hibernated: no server of pg runs; pg-0 resumes as the primary."; err != nil || !strings.Contains(out, want) {
+			t.Fatalf("kubectl mydb hibernate: %v, output lacks %q", err, want)
+		}
+		testenv.Eventually(t, time.Minute, "Hibernated with no pod", func() error {
+			db := getDB(t, ns)
+			if db.Status.Phase != databasev1alpha1.PhaseHibernated || db.Status.ObservedGeneration != db.Generation ||
+				!meta.IsStatusConditionTrue(db.Status.Conditions, databasev1alpha1.ConditionHibernated) {
+				return fmt.Errorf("phase %s, hibernation %+v", db.Status.Phase, db.Status.Hibernation)
+			}
+			if pods := podsOf(t, ns); len(pods) > 0 {
+				return fmt.Errorf("%d pods left", len(pods))
+			}
+			return nil
+		})
+		db := getDB(t, ns)
+		if sw := db.Status.Switchover; sw == nil || sw.Reason != databasev1alpha1.SwitchoverHibernation ||
+			sw.Phase != databasev1alpha1.SwitchoverSucceeded || sw.To != dbName+"-0" {
+			t.Errorf("switchover %+v, want the hibernation's to %s-0", sw, dbName)
+		}
+		if h := db.Status.Hibernation; h.Primary != dbName+"-0" {
+			t.Errorf("hibernation %+v, want %s-0 the primary", h, dbName)
+		}
+		var pvcs corev1.PersistentVolumeClaimList
+		if err := env.c.List(ctx, &pvcs, client.InNamespace(ns)); err != nil || len(pvcs.Items) != 3 {
+			t.Fatalf("%d claims while hibernated (%v), want 3", len(pvcs.Items), err)
+		}
+
+		if out, err := kubectlMydb(t, "hibernate", dbName, "--off", "-n", ns, "--wait=5m"); err != nil || !strings.Contains(out, "Resumed: pg is Ready.") {
+			t.Fatalf("kubectl mydb hibernate --off: %v, output lacks its success line", err)
+		}
+		waitReady(t, ns, 3, time.Minute)
+		if db := getDB(t, ns); db.Status.CurrentPrimary != dbName+"-0" {
+			t.Errorf("resumed with %s the primary, want %s-0, the primary when the servers stopped", db.Status.CurrentPrimary, dbName)
+		}
+		newURI, newPassword := credentials(t, ns)
+		if newPassword != password {
+			t.Fatal("the password changed across the hibernation")
+		}
+		if n := count(t, newURI); n != rows {
+			t.Fatalf("%d rows after the resume, want %d", n, rows)
+		}
+	})
+
 	step("delete under Retain keeps the volumes and the Secret; re-create brings the rows and the password back", func(t *testing.T) {
 		deleteAndWait(t, ns)
 		var pvcs corev1.PersistentVolumeClaimList

@@ -100,6 +100,9 @@ func setArchivingStatus(db *databasev1alpha1.MyDatabase, pods []corev1.Pod, prim
 	cond := metav1.Condition{Type: databasev1alpha1.ConditionContinuousArchiving, ObservedGeneration: db.Generation,
 		LastTransitionTime: metav1.NewTime(now), Status: metav1.ConditionUnknown, Reason: databasev1alpha1.ReasonArchivingPending,
 		Message: "the primary has not reported on archiving yet"}
+	if hibernated(db) {
+		cond.Message = "no server runs while the MyDatabase is hibernated: nothing is written, so nothing is to archive"
+	}
 	if primary != nil && primary.Archive != nil {
 		a := primary.Archive
 		st.Backup = &databasev1alpha1.BackupStatus{LastArchivedWAL: a.LastArchivedWAL, LastFailedWAL: a.LastFailedWAL,

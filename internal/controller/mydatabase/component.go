@@ -72,8 +72,9 @@ func (s *scope) primaryPod() string {
 func (k *kit) components(s *scope) (prerequisites, features []component) {
 	tls := &tlsCerts{kit: k, scope: s}
 	upgrade := &majorUpgrade{kit: k, scope: s}
-	servers := &servers{kit: k, scope: s, upgrade: upgrade, applied: s.sts}
-	switchover := &switchover{kit: k, scope: s, upgrade: upgrade}
+	hibernation := &hibernation{kit: k, scope: s, upgrade: upgrade}
+	servers := &servers{kit: k, scope: s, upgrade: upgrade, hibernation: hibernation, applied: s.sts}
+	switchover := &switchover{kit: k, scope: s, upgrade: upgrade, hibernation: hibernation}
 	return []component{
 			&storageClass{kit: k, scope: s},
 			&objectStores{kit: k, scope: s},
@@ -84,6 +85,7 @@ func (k *kit) components(s *scope) (prerequisites, features []component) {
 			&services{kit: k, scope: s},
 			&instanceAccess{kit: k, scope: s},
 			upgrade,
+			hibernation,
 			servers,
 			&disruptionBudget{kit: k, scope: s},
 			&networkPolicy{kit: k, scope: s},

@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
@@ -43,6 +44,7 @@ func (r *rollout) reconcile(ctx context.Context, obs *observation) error {
 	db := r.db
 	sts := r.servers.applied
 	if sts == nil || sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision == "" ||
+		ptr.Deref(sts.Spec.Replicas, 0) != specs.Replicas(db) || // servers stopping (an upgrade, a hibernation)
 		r.switchover.state == nil || r.switchover.state.target != "" {
 		return nil
 	}

@@ -72,8 +72,8 @@ func (r *schedule) reconcile(ctx context.Context, obs *observation) error {
 			state.last = &metav1.Time{Time: t}
 		}
 	}
-	if s.Suspend {
-		return nil
+	if s.Suspend || db.Spec.Hibernate {
+		return nil // a hibernation's missed times are not made up on resume beyond the latest (scheduledTimes)
 	}
 	now := r.Clock.Now()
 	due, next := scheduledTimes(sched, since, now)

@@ -27,6 +27,8 @@ type servers struct {
 	*kit
 	*scope
 	upgrade *majorUpgrade // the MyDatabase the StatefulSet is built from, during an upgrade
+	// hibernation stops the servers.
+	hibernation *hibernation
 	// applied is the StatefulSet as this pass left it: the live one, or
 	// the server's answer to the apply.
 	applied *appsv1.StatefulSet
@@ -45,6 +47,9 @@ func (r *servers) reconcile(ctx context.Context, obs *observation) error {
 		view.Spec.Storage = want.Spec.Storage
 		want = view
 	}
+	if r.hibernation.stopped() {
+		want = scaledToZero(want)
+	}
 	var before int32
 	if r.sts != nil && r.sts.Spec.Replicas != nil {
 		before = *r.sts.Spec.Replicas
@@ -53,8 +58,8 @@ func (r *servers) reconcile(ctx context.Context, obs *observation) error {
 	if err := r.applyChild(ctx, obs, specs.StatefulSet(want, r.Platform), sts); err != nil || !metav1.IsControlledBy(sts, db) {
 		return err
 	}
-	if r.sts != nil && before != specs.Replicas(db) {
-		r.event(db, corev1.EventTypeNormal, "Scaled", "Scaled StatefulSet %s from %d to %d servers", sts.Name, before, specs.Replicas(db))
+	if r.sts != nil && before != specs.Replicas(want) {
+		r.event(db, corev1.EventTypeNormal, "Scaled", "Scaled StatefulSet %s from %d to %d servers", sts.Name, before, specs.Replicas(want))
 	}
 	r.applied, obs.sts = sts, sts
 	return nil

@@ -66,6 +66,9 @@ type observation struct {
 	// (podMonitor), nil when the pass did not get to it; an empty reason
 	// removes it.
 	monitoring *blocker
+	// hibernation is status.hibernation (hibernation), nil when the pass
+	// did not get to it or there never was one.
+	hibernation *databasev1alpha1.HibernationStatus
 	// storage is the size of the data volumes and an auto-growth (servers),
 	// nil when the pass did not get to it (the status keeps what it had).
 	storage *storageState
@@ -232,7 +235,8 @@ func rolledOut(sts *appsv1.StatefulSet, desired int32) bool {
 // computeStatus sets db.Status from the observation. The conditions follow
 // kstatus, with one meaning each:
 //   - Ready: the servers run the current spec and are all ready, and this
-//     pass applied every child. It says nothing about whether the pass
+//     pass applied every child; or, with reason Hibernated, no server
+//     runs, as spec.hibernate asks. It says nothing about whether the pass
 //     wrote: a repair no client can see (a ConfigMap edited by hand and
 //     put back) leaves it True, with its lastTransitionTime.
 //   - Reconciling: present (True) while the operator works towards the
@@ -274,6 +278,10 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 			st.CurrentVersion = obs.upgrade.currentVersion
 		}
 	}
+	if obs.hibernation != nil {
+		st.Hibernation = obs.hibernation
+	}
+	setHibernatedCondition(db, now)
 	setMonitoringCondition(db, obs.monitoring, now)
 	setArchivingStatus(db, obs.pods, st.CurrentPrimary, obs.schedule, now)
 	setWALSpaceCondition(db, now)
@@ -340,6 +348,13 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 		st.Phase = databasev1alpha1.PhasePaused
 		only("", "", "")
 		notReady(databasev1alpha1.ReasonPaused, "spec.paused is true: the operator changes nothing; set it to false to resume")
+		observed()
+	case obs.failure == nil && obs.waiting == nil && hibernated(db):
+		st.Phase = databasev1alpha1.PhaseHibernated
+		only("", "", "")
+		// What the spec asks for is done: kstatus, Flux and kubectl wait
+		// read Current, and the reason says no server runs.
+		set(databasev1alpha1.ConditionReady, metav1.ConditionTrue, databasev1alpha1.ReasonHibernated, hibernatedMessage(db))
 		observed()
 	case obs.failure == nil && obs.waiting == nil && rolledOut(obs.sts, desired):
 		st.Phase = databasev1alpha1.PhaseReady

@@ -96,6 +96,9 @@ func setWALSpaceCondition(db *databasev1alpha1.MyDatabase, now time.Time) {
 	cond := metav1.Condition{Type: databasev1alpha1.ConditionWALSpace, ObservedGeneration: db.Generation,
 		LastTransitionTime: metav1.NewTime(now), Status: metav1.ConditionUnknown,
 		Reason: databasev1alpha1.ReasonWALNotReported, Message: "no server has reported its storage yet"}
+	if hibernated(db) {
+		cond.Message = "no server runs while the MyDatabase is hibernated"
+	}
 	// The server whose WAL takes the largest share of its volume.
 	var worst *databasev1alpha1.InstanceStatus
 	share := func(s *databasev1alpha1.InstanceStorage) float64 {

@@ -47,16 +47,19 @@ type switchover struct {
 	*kit
 	*scope
 	upgrade *majorUpgrade // a switchover waits for an upgrade
+	// hibernation asks for a switchover to ordinal 0 before the servers
+	// stop, and none runs once they stop.
+	hibernation *hibernation
 	// state is the switchover part of the status this pass found.
 	state *switchoverState
 }
 
-// reconcile follows a switchover in progress to its end, or
-// starts the one spec.switchover asks for.
+// reconcile follows a switchover in progress to its end, or starts the
+// one a hibernation or spec.switchover asks for.
 func (r *switchover) reconcile(ctx context.Context, obs *observation) error {
 	db := r.db
-	if r.upgrade.active() {
-		return nil // a major upgrade moves the primary itself (upgrade.go)
+	if r.upgrade.active() || r.hibernation.stopped() {
+		return nil // a major upgrade moves the primary itself (upgrade.go); stopped servers cannot
 	}
 	obs.switchover = &switchoverState{target: db.Status.TargetPrimary, status: db.Status.Switchover.DeepCopy()}
 	r.state = obs.switchover
@@ -100,6 +103,12 @@ func (r *switchover) reconcile(ctx context.Context, obs *observation) error {
 			return r.askSwitchover(ctx, r.lease, sw.target)
 		}
 		return r.askSwitchover(ctx, r.lease, "")
+	}
+	if to := r.hibernation.switchoverTo(); to != "" && to != r.holder() {
+		if target, why := pickTarget(r.scope, to); why == "" {
+			return r.startSwitchover(ctx, db, obs, target, databasev1alpha1.SwitchoverHibernation)
+		}
+		return nil // the hibernation says why in status
 	}
 	req := db.Spec.Switchover
 	if req == nil || (sw.status != nil && sw.status.RequestedAt != nil && sw.status.RequestedAt.Equal(&req.RequestedAt)) {

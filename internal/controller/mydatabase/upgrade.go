@@ -160,12 +160,12 @@ func (r *majorUpgrade) startUpgrade(ctx context.Context, db *databasev1alpha1.My
 // advanceUpgrade takes the next step of the upgrade in progress.
 func (r *majorUpgrade) advanceUpgrade(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	up := obs.upgrade.status
-	stopped := upgradeView(db, up.From, up.FromImage, ptr.To[int32](0))
+	stopped := upgradeView(db, up.From, up.FromImage, true)
 	switch up.Phase {
 	case databasev1alpha1.MajorUpgradePreparing:
 		// The servers keep running the old image until they stop: a pod
 		// restarted meanwhile must not start the new major on old data.
-		obs.upgrade.view = upgradeView(db, up.From, up.FromImage, nil)
+		obs.upgrade.view = upgradeView(db, up.From, up.FromImage, false)
 		return r.prepareUpgrade(ctx, db, obs)
 	case databasev1alpha1.MajorUpgradeStopping:
 		obs.upgrade.view = stopped
@@ -179,17 +179,24 @@ func (r *majorUpgrade) advanceUpgrade(ctx context.Context, db *databasev1alpha1.
 	return nil
 }
 
-// upgradeView is db with the servers on version and image; replicas, when
-// set, replaces spec.replicas, and the claims are then retained on
-// scale-down whatever the deletionPolicy (a scale to zero under Delete
-// would otherwise delete the very data being upgraded).
-func upgradeView(db *databasev1alpha1.MyDatabase, version, image string, replicas *int32) *databasev1alpha1.MyDatabase {
+// upgradeView is db with the servers on version and image, and stopped
+// (scaledToZero) when stop is set.
+func upgradeView(db *databasev1alpha1.MyDatabase, version, image string, stop bool) *databasev1alpha1.MyDatabase {
 	v := db.DeepCopy()
 	v.Spec.Version, v.Spec.Image = version, image
-	if replicas != nil {
-		v.Spec.Replicas = replicas
-		v.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyRetain
+	if stop {
+		return scaledToZero(v)
 	}
+	return v
+}
+
+// scaledToZero is db with no server, the claims retained on scale-down
+// whatever the deletionPolicy: a scale to zero under Delete would
+// otherwise delete the very data the servers stopped for.
+func scaledToZero(db *databasev1alpha1.MyDatabase) *databasev1alpha1.MyDatabase {
+	v := db.DeepCopy()
+	v.Spec.Replicas = ptr.To[int32](0)
+	v.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyRetain
 	return v
 }
 
@@ -223,7 +230,7 @@ func (r *majorUpgrade) prepareUpgrade(ctx context.Context, db *databasev1alpha1.
 			return err
 		}
 		up.Phase = databasev1alpha1.MajorUpgradeStopping
-		obs.upgrade.view = upgradeView(db, up.From, up.FromImage, ptr.To[int32](0))
+		obs.upgrade.view = upgradeView(db, up.From, up.FromImage, true)
 		return r.stopForUpgrade(ctx, db, obs)
 	}
 	if r.Clock.Since(up.StartedAt.Time) > switchoverTimeout(db) {
@@ -400,7 +407,7 @@ func (r *majorUpgrade) failUpgrade(db *databasev1alpha1.MyDatabase, obs *observa
 func (r *majorUpgrade) stayFailed(db *databasev1alpha1.MyDatabase, obs *observation) {
 	up := obs.upgrade.status
 	if up.OldDataUntouched {
-		obs.upgrade.view = upgradeView(db, up.From, up.FromImage, nil)
+		obs.upgrade.view = upgradeView(db, up.From, up.FromImage, false)
 		obs.stalled = &blocker{databasev1alpha1.ReasonMajorUpgradeFailed, fmt.Sprintf(
 			"upgrading PostgreSQL from %s to %s failed before the point of no return, so the data is untouched and the servers run %s again: %s. "+
 				"Fix the cause, then retry by setting spec.version to another later version (such as a minor of %d), or to %s and, "+
@@ -408,7 +415,7 @@ func (r *majorUpgrade) stayFailed(db *databasev1alpha1.MyDatabase, obs *observat
 			up.From, up.To, up.From, up.Message, specs.Major(up.To), up.From, up.To, up.From)}
 		return
 	}
-	obs.upgrade.view = upgradeView(db, up.From, up.FromImage, ptr.To[int32](0))
+	obs.upgrade.view = upgradeView(db, up.From, up.FromImage, true)
 	obs.stalled = &blocker{databasev1alpha1.ReasonMajorUpgradeFailed, fmt.Sprintf(
 		"upgrading PostgreSQL from %s to %s failed, possibly past the point of no return, so the servers stay stopped: %s. "+
 			"A new generation of the spec that asks for %s runs the upgrade again, which finishes it or says where it stands; "+
@@ -420,7 +427,7 @@ func (r *majorUpgrade) stayFailed(db *databasev1alpha1.MyDatabase, obs *observat
 // primary afresh), then lets the StatefulSet run the new image.
 func (r *majorUpgrade) recloneReplicas(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	up := obs.upgrade.status
-	obs.upgrade.view = upgradeView(db, up.To, up.ToImage, ptr.To[int32](0))
+	obs.upgrade.view = upgradeView(db, up.To, up.ToImage, true)
 	claims := &corev1.PersistentVolumeClaimList{}
 	selector := specs.InstanceLabels(db)
 	selector[databasev1alpha1.LabelOwnerUID] = string(db.UID)

@@ -19,10 +19,10 @@ import (
 	"example.com/myoperator/internal/specs"
 )
 
-// upgradeReady makes a MyDatabase of 2 servers on 15 Ready, with the
+// readyPair makes a MyDatabase of 2 servers on 15 Ready, with the
 // servers' pods and claims (envtest runs no StatefulSet controller), the
 // primary at ordinal 0.
-func upgradeReady(t *testing.T, ns, name string, mutate ...func(*databasev1alpha1.MyDatabase)) *databasev1alpha1.MyDatabase {
+func readyPair(t *testing.T, ns, name string, mutate ...func(*databasev1alpha1.MyDatabase)) *databasev1alpha1.MyDatabase {
 	t.Helper()
 	db := create(t, newDB(ns, name, append([]func(*databasev1alpha1.MyDatabase){func(db *databasev1alpha1.MyDatabase) {
 		db.Spec.Version, db.Spec.Replicas = "15", ptr.To[int32](2)
@@ -138,7 +138,7 @@ func finishJob(t *testing.T, db *databasev1alpha1.MyDatabase, exitCode int32, me
 // image at spec.replicas, with status.currentVersion 17.
 func TestMajorUpgrade(t *testing.T) {
 	ns := namespace(t)
-	db := upgradeReady(t, ns, "up", func(db *databasev1alpha1.MyDatabase) { db.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete })
+	db := readyPair(t, ns, "up", func(db *databasev1alpha1.MyDatabase) { db.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete })
 	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Version = "17" })
 
 	waitFor(t, db, "Stopping", upgradePhase(databasev1alpha1.MajorUpgradeStopping))
@@ -191,7 +191,7 @@ func TestMajorUpgrade(t *testing.T) {
 // servers stopped.
 func TestMajorUpgradeFailure(t *testing.T) {
 	ns := namespace(t)
-	db := upgradeReady(t, ns, "upf")
+	db := readyPair(t, ns, "upf")
 	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Version = "17" })
 	statefulSetIs(t, db, 0, "postgres:15")
 	stopPods(t, db)
@@ -262,7 +262,7 @@ func releaseClaim(t *testing.T, ns, name string) {
 // ordinal 0 (which the StatefulSet stops last), and stops nothing before.
 func TestMajorUpgradeMovesThePrimaryToOrdinalZero(t *testing.T) {
 	ns := namespace(t)
-	db := upgradeReady(t, ns, "upm")
+	db := readyPair(t, ns, "upm")
 	holdLease(t, db, "upm-1")
 	waitFor(t, db, "upm-1 the primary", func(db *databasev1alpha1.MyDatabase) error {
 		if db.Status.CurrentPrimary != "upm-1" {

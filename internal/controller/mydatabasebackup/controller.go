@@ -101,6 +101,11 @@ func (r *Reconciler) step(ctx context.Context, b *databasev1alpha1.MyDatabaseBac
 		r.fail(b, fmt.Sprintf("MyDatabase %q is being deleted", db.Name))
 		return ctrl.Result{}, nil
 	}
+	if st.Instance == "" && db.Spec.Hibernate {
+		st.Phase = databasev1alpha1.BackupPending
+		st.Message = fmt.Sprintf("MyDatabase %q is hibernated (spec.hibernate): the backup waits until its servers run again", db.Name)
+		return ctrl.Result{RequeueAfter: retry}, nil
+	}
 	if st.Instance == "" {
 		pods := &corev1.PodList{}
 		if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(specs.SelectorLabels(db))); err != nil {

@@ -337,3 +337,18 @@ func TestMyDatabaseBackup(t *testing.T) {
 		t.Errorf("changing a MyDatabaseBackup's spec: %v", err)
 	}
 }
+
+// TestHibernatedDatabaseWaits: a backup of a hibernated MyDatabase asks no
+// instance, even one still stopping, and waits with the reason.
+func TestHibernatedDatabaseWaits(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "db", withBackup, func(db *databasev1alpha1.MyDatabase) { db.Spec.Hibernate = true }))
+	instancePod(t, db, "db-0", databasev1alpha1.RolePrimary, "0/5000100")
+	b := backupObject(t, ns, "b", "db", "")
+	waitBackup(t, b, "Pending for the hibernation", func(st databasev1alpha1.MyDatabaseBackupStatus) error {
+		if st.Phase != databasev1alpha1.BackupPending || !strings.Contains(st.Message, "is hibernated") || st.Instance != "" {
+			return fmt.Errorf("%s on %q: %s", st.Phase, st.Instance, st.Message)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,189 @@
+package mydatabase
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/specs"
+)
+
+// Hibernation (docs/hibernation.md). spec.hibernate stops every server and
+// keeps everything else; status.hibernation records how far it has got,
+// and each pass takes the next step from that record and what exists:
+//
+//	Preparing   the primary is moved to ordinal 0 by a switchover
+//	            (switchover.go): the StatefulSet stops the highest ordinal
+//	            first, so no replica is left to take over once the primary
+//	            stops, and ordinal 0, which it starts first, resumes as the
+//	            primary. A backup that runs is waited for;
+//	Stopping    the StatefulSet is scaled to zero, its claims retained
+//	            whatever the deletionPolicy; each instance manager
+//	            checkpoints and shuts its server down, the primary last,
+//	            which then gives up the Lease;
+//	Hibernated  no server pod is left;
+//	Resumed     spec.hibernate is false again: the StatefulSet runs
+//	            spec.replicas; ordinal 0, the most advanced, is elected
+//	            again, and the replicas stream from it.
+//
+// Once stopping has begun it goes on to the end even if the primary
+// moves: going back up halfway would be a second disruption for nothing.
+
+// hibernation is the component of spec.hibernate.
+type hibernation struct {
+	*kit
+	*scope
+	upgrade *majorUpgrade // a hibernation waits for an upgrade to end
+	// status is status.hibernation as this pass leaves it.
+	status *databasev1alpha1.HibernationStatus
+}
+
+// stopped tells the servers to run none.
+func (r *hibernation) stopped() bool {
+	if r.status == nil {
+		return false
+	}
+	switch r.status.Phase {
+	case databasev1alpha1.HibernationStopping, databasev1alpha1.HibernationHibernated:
+		return true
+	}
+	return false
+}
+
+// switchoverTo is the instance the switchover component is to make the
+// primary for the hibernation, "" for none.
+func (r *hibernation) switchoverTo() string {
+	if r.status == nil || r.status.Phase != databasev1alpha1.HibernationPreparing {
+		return ""
+	}
+	return r.status.Primary
+}
+
+// reconcile starts, advances or ends a hibernation.
+func (r *hibernation) reconcile(_ context.Context, obs *observation) error {
+	db := r.db
+	r.status = db.Status.Hibernation.DeepCopy()
+	defer func() { obs.hibernation = r.status }()
+	hibernating := r.status != nil && r.status.Phase != databasev1alpha1.HibernationResumed
+	switch {
+	case !db.Spec.Hibernate && hibernating:
+		r.status.Phase, r.status.Message = databasev1alpha1.HibernationResumed, ""
+		r.status.ResumedAt = new(metav1.NewTime(r.Clock.Now()))
+		r.event(db, corev1.EventTypeNormal, "Resuming", "Starting the servers again: spec.hibernate is false")
+		return nil
+	case !db.Spec.Hibernate, r.upgrade.active():
+		return nil // an upgrade stops and starts the servers itself; a hibernation follows it
+	case !hibernating:
+		r.status = &databasev1alpha1.HibernationStatus{Phase: databasev1alpha1.HibernationPreparing,
+			Primary: specs.BootstrapPod(db), StartedAt: metav1.NewTime(r.Clock.Now())}
+		r.event(db, corev1.EventTypeNormal, "Hibernating", "Stopping every server, %s last: spec.hibernate is true", r.status.Primary)
+	}
+	st := r.status
+	if st.Phase == databasev1alpha1.HibernationPreparing {
+		why := r.primaryAtOrdinalZero()
+		if running := backupsRunning(r.pods); why == "" && len(running) > 0 {
+			why = fmt.Sprintf("the backup on %s is to finish first", strings.Join(running, ", "))
+		}
+		if why != "" {
+			r.waits(obs, "before the servers stop, %s must be the primary, which the StatefulSet stops last, and no backup may run: %s",
+				st.Primary, why)
+			return nil
+		}
+		st.Phase = databasev1alpha1.HibernationStopping
+	}
+	if n := len(r.pods); n > 0 {
+		st.Phase = databasev1alpha1.HibernationStopping
+		r.waits(obs, "stopping the servers cleanly, %s last: %d still running", st.Primary, n)
+		return nil
+	}
+	if st.Phase != databasev1alpha1.HibernationHibernated {
+		st.Phase, st.Message = databasev1alpha1.HibernationHibernated, ""
+		st.HibernatedAt = new(metav1.NewTime(r.Clock.Now()))
+		r.event(db, corev1.EventTypeNormal, "Hibernated", "Every server has stopped; the volumes, Secrets and WAL archive are kept")
+	}
+	return nil
+}
+
+// primaryAtOrdinalZero says why ordinal 0 is not the primary yet, "" once
+// it holds the Lease and no switchover runs (or when there is nothing to
+// move: no instance reports); the switchover component asks for it
+// meanwhile.
+func (r *hibernation) primaryAtOrdinalZero() string {
+	want, target := r.status.Primary, r.db.Status.TargetPrimary
+	switch {
+	case len(podReports(r.pods)) == 0:
+		return ""
+	case target != "":
+		return fmt.Sprintf("switching over from %s to %s", r.primaryPod(), target)
+	case r.holder() == want:
+		return ""
+	case r.holder() == "":
+		return "the primary Lease has no holder (an election is under way)"
+	}
+	if _, why := pickTarget(r.scope, want); why != "" {
+		return why + "; setting spec.hibernate to false calls the hibernation off"
+	}
+	if sw := r.db.Status.Switchover; sw != nil && sw.Reason == databasev1alpha1.SwitchoverHibernation &&
+		sw.Phase == databasev1alpha1.SwitchoverFailed && sw.StartedAt != nil && !sw.StartedAt.Before(&r.status.StartedAt) {
+		return fmt.Sprintf("the last switchover failed (%s); trying again", sw.Message)
+	}
+	return "switching over from " + r.holder()
+}
+
+// waits reports the hibernation as progress.
+func (r *hibernation) waits(obs *observation, format string, args ...any) {
+	r.status.Message = fmt.Sprintf(format, args...)
+	obs.waiting = &blocker{databasev1alpha1.ReasonHibernating, "hibernating: " + r.status.Message}
+}
+
+// backupsRunning names the pods asked to take a backup that has not
+// finished.
+func backupsRunning(pods []corev1.Pod) []string {
+	reports := podReports(pods)
+	var running []string
+	for _, pod := range pods {
+		asked := pod.Annotations[contract.AnnotationBackupRequest]
+		if asked == "" {
+			continue
+		}
+		var run *contract.BackupRun
+		if rep := reports[pod.Name]; rep != nil {
+			run = rep.Backup
+		}
+		if run == nil || run.Name != asked || run.Phase == string(databasev1alpha1.BackupRunning) {
+			running = append(running, fmt.Sprintf("%s (%s)", pod.Name, asked))
+		}
+	}
+	return running
+}
+
+// hibernated tells whether no server runs for spec.hibernate.
+func hibernated(db *databasev1alpha1.MyDatabase) bool {
+	h := db.Status.Hibernation
+	return db.Spec.Hibernate && h != nil && h.Phase == databasev1alpha1.HibernationHibernated
+}
+
+func hibernatedMessage(db *databasev1alpha1.MyDatabase) string {
+	return fmt.Sprintf("hibernated: no server runs (since %s); the volumes, Secrets and WAL archive are kept, and backups wait; "+
+		"set spec.hibernate to false to start the servers again", db.Status.Hibernation.HibernatedAt.UTC().Format(time.RFC3339))
+}
+
+// setHibernatedCondition keeps the Hibernated condition (True) while no
+// server runs for spec.hibernate; on the way there Reconciling says what
+// the hibernation waits for.
+func setHibernatedCondition(db *databasev1alpha1.MyDatabase, now time.Time) {
+	if !hibernated(db) {
+		meta.RemoveStatusCondition(&db.Status.Conditions, databasev1alpha1.ConditionHibernated)
+		return
+	}
+	meta.SetStatusCondition(&db.Status.Conditions, metav1.Condition{Type: databasev1alpha1.ConditionHibernated,
+		Status: metav1.ConditionTrue, Reason: databasev1alpha1.ReasonHibernated, Message: hibernatedMessage(db),
+		ObservedGeneration: db.Generation, LastTransitionTime: metav1.NewTime(now)})
+}
