@@ -62,6 +62,13 @@ type MajorUpgradeStatus struct {
 	// servers are stopped anyway, by any new generation that asks for a
 	// later major.
 	Generation int64 `json:"generation"`
+	// leaseTransitions is the primary Lease's leaseTransitions when the
+	// data was upgraded. Until the Lease changes hands, the upgraded
+	// primary, whose data alone is left once the replicas' volumes are
+	// deleted, may be elected without other candidates (a required
+	// synchronous quorum's electors could never stand: they have no data).
+	// +optional
+	LeaseTransitions *int32 `json:"leaseTransitions,omitempty"`
 	// startedAt is when it started.
 	StartedAt metav1.Time `json:"startedAt"`
 	// finishedAt is when it succeeded or failed.

@@ -16,6 +16,13 @@ type Quorum struct {
 	// stream, and a failover needs the candidacies of enough replicas to
 	// be sure of every acknowledged commit (Electors).
 	Required bool `json:"required,omitempty"`
+	// Sole, when set, is the one member that holds data: a major upgrade
+	// stopped every server cleanly, this one last, and deleted the
+	// others' volumes. Until it has taken the Lease it may be elected
+	// alone: no other member can hold a commit it lacks, and the others,
+	// with nothing to stand with, would never make up a required quorum's
+	// electors.
+	Sole string `json:"sole,omitempty"`
 }
 
 // Electors is how many replicas' positions an election must know to be
@@ -29,6 +36,15 @@ func (q Quorum) Electors() int {
 		return 1
 	}
 	return int(q.Instances - q.Synchronous)
+}
+
+// ElectorsFor is Electors for member's own election: 1 for the Sole
+// member.
+func (q Quorum) ElectorsFor(member string) int {
+	if q.Sole != "" && q.Sole == member {
+		return 1
+	}
+	return q.Electors()
 }
 
 func (q Quorum) String() string {

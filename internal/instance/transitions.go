@@ -50,7 +50,7 @@ func (m *manager) stand(ctx context.Context, s situation, obs serverState) (*con
 		return me, err
 	}
 	patient := time.Since(m.standing.since) < 2*m.t.tick
-	if won, why := elect(m.c.PodName, position{obs.timeline, obs.lsn}, term, peers, s.lease.holder, patient, s.lease.quorum.Electors()); !won {
+	if won, why := elect(m.c.PodName, position{obs.timeline, obs.lsn}, term, peers, s.lease.holder, patient, s.lease.quorum.ElectorsFor(m.c.PodName)); !won {
 		m.logOnce(why)
 		return me, nil
 	}

@@ -18,11 +18,14 @@ const ComponentInstance = "instance"
 // creates it, so that it carries an owner reference and goes with the
 // MyDatabase, reads its holder, and keeps on it the quorum the instance
 // managers replicate and elect by (contract.AnnotationQuorum): there a change needs
-// no pod restart.
-func Lease(db *databasev1alpha1.MyDatabase) *coordinationv1ac.LeaseApplyConfiguration {
+// no pod restart. sole, when set, is the member that alone holds data
+// (contract.Quorum.Sole).
+func Lease(db *databasev1alpha1.MyDatabase, sole string) *coordinationv1ac.LeaseApplyConfiguration {
+	q := QuorumOf(db)
+	q.Sole = sole
 	return coordinationv1ac.Lease(LeaseName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentInstance)).
-		WithAnnotations(map[string]string{contract.AnnotationQuorum: QuorumOf(db).String()}).
+		WithAnnotations(map[string]string{contract.AnnotationQuorum: q.String()}).
 		WithOwnerReferences(ownerReferenceApply(db))
 }
 

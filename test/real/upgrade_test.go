@@ -20,14 +20,14 @@ import (
 	"example.com/myoperator/internal/testenv"
 )
 
-// TestMajorUpgradeOnRealPods upgrades a MyDatabase of two servers from
-// PostgreSQL 15 (the Debian 12 image) to 17 (the Debian 13 image) with
-// pg_upgrade --link. First with a table pg_upgrade cannot carry over (a
-// reg* column): the check fails, the servers come back on 15 with their
-// data, Stalled with pg_upgrade's reason. Then, the table dropped and the
-// upgrade retried: the rows, a role of the user's and the app's password
-// survive, the server says 17, and the replica, cloned again, streams on
-// 17.
+// TestMajorUpgradeOnRealPods upgrades a MyDatabase of three servers (one
+// replica synchronous, required) from PostgreSQL 15 (the Debian 12 image)
+// to 17 (the Debian 13 image) with pg_upgrade --link. First with a table
+// pg_upgrade cannot carry over (a reg* column): the check fails, the
+// servers come back on 15 with their data, Stalled with pg_upgrade's
+// reason. Then, the table dropped and the upgrade retried: the rows, a
+// role of the user's and the app's password survive, the server says 17,
+// and the replicas, cloned again, stream on 17.
 func TestMajorUpgradeOnRealPods(t *testing.T) {
 	ctx := t.Context()
 	ns := newNamespace(t, "real-upgrade", map[string]string{
@@ -38,7 +38,12 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: dbName},
 		Spec: databasev1alpha1.MyDatabaseSpec{
 			Version:        "15",
-			Replicas:       ptr.To[int32](2),
+			Replicas:       ptr.To[int32](3),
+			// A required synchronous quorum: after the upgrade, only the
+			// primary's data is left, and its election must not wait for
+			// replicas that have none to stand.
+			Replication: databasev1alpha1.ReplicationSpec{Synchronous: &databasev1alpha1.SynchronousReplication{
+				Number: 1, Durability: databasev1alpha1.DurabilityRequired}},
 			Storage:        databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
 			DeletionPolicy: databasev1alpha1.DeletionPolicyDelete,
 		},
@@ -64,7 +69,7 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 		if err := env.c.Create(ctx, db.DeepCopy()); err != nil {
 			t.Fatal(err)
 		}
-		waitReady(t, ns, 2, 4*time.Minute)
+		waitReady(t, ns, 3, 4*time.Minute)
 		uri, _ = credentials(t, ns)
 		conn := connect(t, uri)
 		for _, sql := range []string{
@@ -105,7 +110,7 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 		})
 		testenv.Eventually(t, 4*time.Minute, "both servers back on 15", func() error {
 			db := getDB(t, ns)
-			if db.Status.ReadyReplicas != 2 {
+			if db.Status.ReadyReplicas != 3 {
 				return fmt.Errorf("%s ready", db.Status.Ready)
 			}
 			return nil
@@ -129,7 +134,7 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 			db.Spec.Switchover = &databasev1alpha1.SwitchoverSpec{To: dbName + "-1", RequestedAt: metav1.Now()}
 		})
 		testenv.Eventually(t, 2*time.Minute, dbName+"-1 the primary", func() error {
-			if db := getDB(t, ns); db.Status.CurrentPrimary != dbName+"-1" || db.Status.ReadyReplicas != 2 {
+			if db := getDB(t, ns); db.Status.CurrentPrimary != dbName+"-1" || db.Status.ReadyReplicas != 3 {
 				return fmt.Errorf("primary %s, %s ready", db.Status.CurrentPrimary, db.Status.Ready)
 			}
 			return nil
@@ -150,12 +155,12 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 			db := getDB(t, ns)
 			up := db.Status.MajorUpgrade
 			if db.Status.CurrentVersion != "17" || up == nil || up.Phase != databasev1alpha1.MajorUpgradeSucceeded ||
-				!meta.IsStatusConditionTrue(db.Status.Conditions, databasev1alpha1.ConditionReady) || db.Status.ReadyReplicas != 2 {
+				!meta.IsStatusConditionTrue(db.Status.Conditions, databasev1alpha1.ConditionReady) || db.Status.ReadyReplicas != 3 {
 				return fmt.Errorf("phase %s, ready %s, currentVersion %q, majorUpgrade %+v", db.Status.Phase, db.Status.Ready, db.Status.CurrentVersion, up)
 			}
 			return nil
 		})
-		writeResult(t, "major upgrade 15 to 17, 2 servers, to Ready", time.Since(start))
+		writeResult(t, "major upgrade 15 to 17, 3 servers (1 synchronous, required), to Ready", time.Since(start))
 	})
 
 	step("on 17: the rows, the role and the app's password survived", func(t *testing.T) {

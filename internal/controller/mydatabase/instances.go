@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/contract"
@@ -47,7 +48,20 @@ func (r *instanceAccess) reconcile(ctx context.Context, obs *observation) error 
 	if err := r.applyChild(ctx, obs, specs.InstanceRoleBinding(db), &rbacv1.RoleBinding{}); err != nil {
 		return err
 	}
-	return r.applyChild(ctx, obs, specs.Lease(db), &coordinationv1.Lease{})
+	return r.applyChild(ctx, obs, specs.Lease(db, upgradedAlone(db, r.lease)), &coordinationv1.Lease{})
+}
+
+// upgradedAlone is the pod whose data a major upgrade left as the only
+// data (the replicas' volumes deleted, to clone it afresh), from when the
+// data was upgraded until the Lease changes hands; "" otherwise.
+func upgradedAlone(db *databasev1alpha1.MyDatabase, lease *coordinationv1.Lease) string {
+	up := db.Status.MajorUpgrade
+	if up == nil || up.LeaseTransitions == nil || lease == nil ||
+		(up.Phase != databasev1alpha1.MajorUpgradeRecloning && up.Phase != databasev1alpha1.MajorUpgradeSucceeded) ||
+		ptr.Deref(lease.Spec.LeaseTransitions, 0) != *up.LeaseTransitions {
+		return ""
+	}
+	return up.Primary
 }
 
 // instanceStatuses turns the pods' reports into status.instances, in name

@@ -301,6 +301,9 @@ func (r *majorUpgrade) runUpgradeJob(ctx context.Context, db *databasev1alpha1.M
 	switch {
 	case jobCondition(job, batchv1.JobComplete):
 		up.Phase = databasev1alpha1.MajorUpgradeRecloning
+		if r.lease != nil {
+			up.LeaseTransitions = ptr.To(ptr.Deref(r.lease.Spec.LeaseTransitions, 0))
+		}
 		obs.upgrade.currentVersion = up.To
 		r.event(db, corev1.EventTypeNormal, "MajorUpgradeDataUpgraded", "The data of %s is on PostgreSQL %s", up.Primary, up.To)
 		return r.recloneReplicas(ctx, db, obs)

@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -176,6 +177,20 @@ func TestMajorUpgrade(t *testing.T) {
 		return nil
 	})
 	statefulSetIs(t, db, 2, "postgres:17")
+	// up-0's data is the only data left: it may be elected alone until it
+	// has taken the Lease (with a required quorum, the replicas, which
+	// have none, would never stand).
+	quorumSole(t, db, "up-0")
+	holdLease(t, db, "") // the old primary gave it up when it stopped
+	eventually(t, "up-0 takes the Lease", func() error {
+		lease := &coordinationv1.Lease{}
+		if err := get(ns, specs.LeaseName(db), lease); err != nil {
+			return err
+		}
+		lease.Spec.HolderIdentity, lease.Spec.LeaseTransitions = new("up-0"), new(ptr.Deref(lease.Spec.LeaseTransitions, 0)+1)
+		return k8s.Update(context.Background(), lease)
+	})
+	quorumSole(t, db, "")
 	eventually(t, "the upgrade Job deleted", gone(ns, "up-upgrade", &batchv1.Job{}))
 	if err := get(ns, "data-up-0", &corev1.PersistentVolumeClaim{}); err != nil {
 		t.Fatalf("the primary's claim: %v", err)
@@ -241,6 +256,23 @@ func TestMajorUpgradeFailure(t *testing.T) {
 		return nil
 	})
 	statefulSetIs(t, db, 0, "postgres:15")
+}
+
+// quorumSole waits for the quorum on the Lease to name sole as the member
+// that alone holds data.
+func quorumSole(t *testing.T, db *databasev1alpha1.MyDatabase, sole string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("the Lease's quorum with sole %q", sole), func() error {
+		lease := &coordinationv1.Lease{}
+		if err := get(db.Namespace, specs.LeaseName(db), lease); err != nil {
+			return err
+		}
+		q, err := contract.ParseQuorum(lease.Annotations[contract.AnnotationQuorum])
+		if err != nil || q.Sole != sole {
+			return fmt.Errorf("quorum %+v (%v)", q, err)
+		}
+		return nil
+	})
 }
 
 // releaseClaim removes the protection finalizer the API server's admission
