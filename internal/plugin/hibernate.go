@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -58,14 +57,12 @@ func (e *Env) hibernate(ctx context.Context, name string, on bool, waitFor time.
 		return nil
 	}
 	generation := db.Generation // after the patch
-	var state string
-	err = wait.PollUntilContextTimeout(ctx, pollInterval, waitFor, true, func(ctx context.Context) (bool, error) {
+	state, err := poll(ctx, waitFor, func(ctx context.Context) (bool, string, error) {
 		if db, err = e.getDB(ctx, name); err != nil {
-			return false, err
+			return false, "", err
 		}
-		var done bool
-		done, state = hibernateDone(db, generation, on)
-		return done, nil
+		done, state := hibernateDone(db, generation, on)
+		return done, state, nil
 	})
 	if err != nil {
 		return fmt.Errorf("%s did not finish within %s: %s", what, waitFor, state)

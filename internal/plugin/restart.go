@@ -73,11 +73,8 @@ func (e *Env) restart(ctx context.Context, name string, waitFor time.Duration) e
 		return nil
 	}
 	generation := db.Generation // after the patch
-	var state string
-	err = wait.PollUntilContextTimeout(ctx, pollInterval, waitFor, true, func(ctx context.Context) (bool, error) {
-		var done bool
-		done, state, err = e.restartDone(ctx, name, generation, stamp)
-		return done, err
+	state, err := poll(ctx, waitFor, func(ctx context.Context) (bool, string, error) {
+		return e.restartDone(ctx, name, generation, stamp)
 	})
 	if err != nil {
 		return fmt.Errorf("the restart did not finish within %s: %s", waitFor, state)
@@ -116,6 +113,19 @@ func (e *Env) restartDone(ctx context.Context, name string, generation int64, st
 	}
 	state := fmt.Sprintf("%d of %d pods run the new template and are ready", updated, len(pods))
 	return updated == len(pods) && int32(len(pods)) == ptrOr(sts.Spec.Replicas, 1), state, nil
+}
+
+// poll calls check every pollInterval until it says done, fails, or
+// timeout passes; it returns the state check said last.
+func poll(ctx context.Context, timeout time.Duration, check func(context.Context) (bool, string, error)) (string, error) {
+	var state string
+	err := wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
+		var done bool
+		var err error
+		done, state, err = check(ctx)
+		return done, err
+	})
+	return state, err
 }
 
 func ptrOr(p *int32, def int32) int32 {

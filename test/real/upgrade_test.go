@@ -37,8 +37,8 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 	db := &databasev1alpha1.MyDatabase{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: dbName},
 		Spec: databasev1alpha1.MyDatabaseSpec{
-			Version:        "15",
-			Replicas:       ptr.To[int32](3),
+			Version:  "15",
+			Replicas: ptr.To[int32](3),
 			// A required synchronous quorum: after the upgrade, only the
 			// primary's data is left, and its election must not wait for
 			// replicas that have none to stand.
@@ -207,6 +207,24 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 		jobs := &batchv1.JobList{}
 		if err := env.c.List(ctx, jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 0 {
 			t.Fatalf("%d Jobs left (%v), want the upgrade Job deleted", len(jobs.Items), err)
+		}
+	})
+
+	step("with the required quorum, hibernated and resumed: elected among the servers that stand, the rows there", func(t *testing.T) {
+		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Hibernate = true })
+		testenv.Eventually(t, 3*time.Minute, "Hibernated with no pod", func() error {
+			if db := getDB(t, ns); db.Status.Phase != databasev1alpha1.PhaseHibernated || len(podsOf(t, ns)) > 0 {
+				return fmt.Errorf("phase %s, %d pods", db.Status.Phase, len(podsOf(t, ns)))
+			}
+			return nil
+		})
+		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Hibernate = false })
+		waitReady(t, ns, 3, 5*time.Minute)
+		if db := getDB(t, ns); db.Status.CurrentPrimary != dbName+"-0" {
+			t.Errorf("resumed with %s the primary, want %s-0", db.Status.CurrentPrimary, dbName)
+		}
+		if n := count(t, uri); n != rows {
+			t.Fatalf("%d rows after the resume, want %d", n, rows)
 		}
 	})
 }

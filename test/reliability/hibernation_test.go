@@ -66,23 +66,12 @@ func crashAtEveryHibernationWrite(t *testing.T, asleep, hibernate bool, least in
 	ctx := context.Background()
 	for k := 0; ; k++ {
 		key, w, uids := hibernationSetup(t, asleep, hibernate)
-		c := &crash{left: k}
-		crashing := newOperator(crashingClient(env.Client, c), env.Client)
-		for i := 0; i < 20 && !c.happened(); i++ {
-			_, _ = crashing.pass(key)
-			w.turn(t)
-		}
-		if !c.happened() {
+		if !crashAt(t, key, w, k, 20, 6) {
 			t.Logf("it takes %d writes; crashed after each of them", k)
 			if k < least {
 				t.Fatalf("only %d writes: the crash points were not exercised", k)
 			}
 			return
-		}
-		o := newOperator(env.Client, env.Client)
-		for range 6 {
-			o.converge(t, key)
-			w.turn(t)
 		}
 		claims := w.claims(t)
 		for name, uid := range uids {

@@ -225,26 +225,39 @@ func crashAtEveryUpgradeWrite(t *testing.T, failing bool, least int,
 	for k := 0; ; k++ {
 		key, w, primary := upgradeSetup(t, failing)
 		replica := w.claims(t)["data-pg-1"].UID
-		c := &crash{left: k}
-		crashing := newOperator(crashingClient(env.Client, c), env.Client)
-		for i := 0; i < 30 && !c.happened(); i++ {
-			_, _ = crashing.pass(key)
-			w.turn(t)
-		}
-		if !c.happened() {
+		if !crashAt(t, key, w, k, 30, 12) {
 			t.Logf("the upgrade takes %d writes; crashed after each of them", k)
 			if k < least {
 				t.Fatalf("only %d writes: the crash points were not exercised", k)
 			}
 			return
 		}
-		o := newOperator(env.Client, env.Client)
-		for range 12 {
-			o.converge(t, key)
-			w.turn(t)
-		}
 		check(k, key, w, primary, replica)
 	}
+}
+
+// crashAt runs up to passes passes of an operator that crashes after its
+// k-th write, w's controllers acting between them; once it has crashed, a
+// fresh operator converges rounds times, w acting after each. It tells
+// whether the crash happened: false when the change takes fewer than k
+// writes.
+func crashAt(t *testing.T, key client.ObjectKey, w *upgradeWorld, k, passes, rounds int) bool {
+	t.Helper()
+	c := &crash{left: k}
+	crashing := newOperator(crashingClient(env.Client, c), env.Client)
+	for i := 0; i < passes && !c.happened(); i++ {
+		_, _ = crashing.pass(key)
+		w.turn(t)
+	}
+	if !c.happened() {
+		return false
+	}
+	o := newOperator(env.Client, env.Client)
+	for range rounds {
+		o.converge(t, key)
+		w.turn(t)
+	}
+	return true
 }
 
 func assertUpgraded(t *testing.T, key client.ObjectKey, w *upgradeWorld, primary types.UID) {
