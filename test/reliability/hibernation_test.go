@@ -5,9 +5,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -20,21 +18,8 @@ import (
 func hibernationSetup(t *testing.T, asleep, hibernate bool) (client.ObjectKey, *upgradeWorld, map[string]types.UID) {
 	t.Helper()
 	ctx := context.Background()
-	ns := namespace(t)
-	db := newDB(ns, func(db *databasev1alpha1.MyDatabase) {
-		db.Spec.Replicas, db.Spec.Version = ptr.To[int32](2), "17"
-		db.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
-	})
-	key := client.ObjectKeyFromObject(db)
-	w := &upgradeWorld{ns: ns, data: map[types.UID]int{}}
-	o := newOperator(env.Client, env.Client)
-	o.converge(t, key)
-	w.turn(t)
-	lease := &coordinationv1.Lease{}
-	mustSucceed(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pg-primary"}, lease))
-	lease.Spec.HolderIdentity = new("pg-0")
-	mustSucceed(t, env.Client.Update(ctx, lease))
-	o.converge(t, key)
+	w := &upgradeWorld{}
+	key, db, o := twoServers(t, "17", w)
 	setHibernate := func(on bool) {
 		mustSucceed(t, env.Client.Get(ctx, key, db))
 		db.Spec.Hibernate = on

@@ -168,26 +168,36 @@ func (w *upgradeWorld) failJob(t *testing.T, job *batchv1.Job, now metav1.Time) 
 	mustSucceed(t, env.Client.Status().Update(ctx, job))
 }
 
+// twoServers is a converged MyDatabase of two servers on version under
+// deletionPolicy Delete, with pg-0 holding the Lease, in w's world.
+func twoServers(t *testing.T, version string, w *upgradeWorld) (client.ObjectKey, *databasev1alpha1.MyDatabase, *operator) {
+	t.Helper()
+	ctx := context.Background()
+	w.ns = namespace(t)
+	w.data = map[types.UID]int{}
+	db := newDB(w.ns, func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Replicas, db.Spec.Version = ptr.To[int32](2), version
+		db.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
+	})
+	key := client.ObjectKeyFromObject(db)
+	o := newOperator(env.Client, env.Client)
+	o.converge(t, key)
+	w.turn(t)
+	lease := &coordinationv1.Lease{}
+	mustSucceed(t, env.Client.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: "pg-primary"}, lease))
+	lease.Spec.HolderIdentity = new("pg-0")
+	mustSucceed(t, env.Client.Update(ctx, lease))
+	o.converge(t, key)
+	return key, db, o
+}
+
 // upgradeSetup is a converged MyDatabase of two servers on 15, with pg-0
 // holding the Lease, then spec.version raised to 17.
 func upgradeSetup(t *testing.T, failCheck bool) (client.ObjectKey, *upgradeWorld, types.UID) {
 	t.Helper()
 	ctx := context.Background()
-	ns := namespace(t)
-	db := newDB(ns, func(db *databasev1alpha1.MyDatabase) {
-		db.Spec.Replicas, db.Spec.Version = ptr.To[int32](2), "15"
-		db.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
-	})
-	key := client.ObjectKeyFromObject(db)
-	w := &upgradeWorld{ns: ns, data: map[types.UID]int{}, failCheck: failCheck}
-	o := newOperator(env.Client, env.Client)
-	o.converge(t, key)
-	w.turn(t)
-	lease := &coordinationv1.Lease{}
-	mustSucceed(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pg-primary"}, lease))
-	lease.Spec.HolderIdentity = new("pg-0")
-	mustSucceed(t, env.Client.Update(ctx, lease))
-	o.converge(t, key)
+	w := &upgradeWorld{failCheck: failCheck}
+	key, db, _ := twoServers(t, "15", w)
 	// The servers ran the spec: what status.currentVersion says once Ready
 	// (envtest has no StatefulSet controller to make them ready).
 	mustSucceed(t, env.Client.Get(ctx, key, db))
