@@ -32,7 +32,8 @@ func withBackup(t *testing.T, ns string) func(*databasev1alpha1.MyDatabase) {
 
 // TestBackupSchedule: spec.backup.schedule creates one MyDatabaseBackup
 // per time it is due, owned by the MyDatabase, and reports the times; a
-// suspended schedule creates none; a cron that does not parse stalls.
+// suspended schedule, or a hibernated MyDatabase's, creates none; a cron
+// that does not parse stalls.
 func TestBackupSchedule(t *testing.T) {
 	ns := namespace(t)
 	// The test clock is 2026-01-02T03:04:05Z: a daily 03:00 schedule is due
@@ -67,6 +68,10 @@ func TestBackupSchedule(t *testing.T) {
 	suspended := create(t, newDB(ns, "sus", withBackupSecretless, func(db *databasev1alpha1.MyDatabase) {
 		db.Spec.Backup.Schedule = &databasev1alpha1.BackupSchedule{Cron: "@hourly", Suspend: true}
 	}))
+	hibernated := create(t, newDB(ns, "hib", withBackupSecretless, func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Backup.Schedule = &databasev1alpha1.BackupSchedule{Cron: "@hourly"}
+		db.Spec.Hibernate = true
+	}))
 	bad := create(t, newDB(ns, "bad", withBackupSecretless, func(db *databasev1alpha1.MyDatabase) {
 		db.Spec.Backup.Schedule = &databasev1alpha1.BackupSchedule{Cron: "61 * * * *"}
 	}))
@@ -78,6 +83,14 @@ func TestBackupSchedule(t *testing.T) {
 	}
 	if err := k8s.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{databasev1alpha1.LabelScheduledBy: "sus"}); err != nil || len(list.Items) != 0 {
 		t.Errorf("a suspended schedule made %d backups (%v)", len(list.Items), err)
+	}
+	// A hibernated MyDatabase's schedule waits as a suspended one does.
+	waitFor(t, hibernated, "Hibernated", phaseIs(databasev1alpha1.PhaseHibernated))
+	if hibernated.Status.Backup != nil && hibernated.Status.Backup.NextScheduleTime != nil {
+		t.Errorf("a hibernated MyDatabase's schedule has a next time: %+v", hibernated.Status.Backup)
+	}
+	if err := k8s.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{databasev1alpha1.LabelScheduledBy: "hib"}); err != nil || len(list.Items) != 0 {
+		t.Errorf("a hibernated MyDatabase's schedule made %d backups (%v)", len(list.Items), err)
 	}
 }
 
