@@ -12,6 +12,9 @@
 //	instance stage --major N DEST              copy this image's PostgreSQL N into DEST (an upgrade's init container)
 //	instance upgrade --old-major N --new-major M --staged DEST [--copy]
 //	                                           pg_upgrade PGDATA from N to M (the upgrade Job)
+//	instance version                           print this binary's digest (SHA-256), its version
+//	instance replace --digest HEX              replace the running instance manager by the binary
+//	                                           on stdin, keeping the server running (run by the operator)
 package main
 
 import (
@@ -23,11 +26,17 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"example.com/myoperator/internal/backup"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/instance"
 )
+
+// The instance manager starts its server, and re-executes itself, on the
+// main thread (internal/instance, reexec.go).
+func init() { runtime.LockOSThread() }
 
 func main() {
 	if len(os.Args) < 2 {
@@ -49,11 +58,31 @@ func main() {
 			log("%v", err)
 			os.Exit(1)
 		}
-		code, err := instance.Run(context.Background(), c, log)
+		instance.ServeMainThread(func() {
+			code, err := instance.Run(context.Background(), c, log)
+			if err != nil {
+				log("%v", err)
+			}
+			os.Exit(code)
+		})
+	case "version":
+		digest, err := instance.SelfDigest()
 		if err != nil {
-			log("%v", err)
+			fmt.Fprintf(os.Stderr, "instance version: %v\n", err)
+			os.Exit(1)
 		}
-		os.Exit(code)
+		fmt.Println(digest)
+	case "replace":
+		flags := flag.NewFlagSet("replace", flag.ExitOnError)
+		digest := flags.String("digest", "", "the SHA-256 of the binary on stdin")
+		_ = flags.Parse(os.Args[2:])
+		if *digest == "" || flags.NArg() != 0 {
+			usage()
+		}
+		if err := instance.Replace(context.Background(), os.Getenv(contract.EnvSocketDir), *digest, os.Stdin); err != nil {
+			fmt.Fprintf(os.Stderr, "instance replace: %v\n", err)
+			os.Exit(1)
+		}
 	case "backup":
 		m, err := instance.Backup(context.Background())
 		if err != nil {
@@ -125,7 +154,8 @@ const (
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: instance install DEST | run | backup | "+
 		walPush+" --config FILE PATH | "+walFetch+" --config FILE NAME DEST | "+
-		"stage --major N DEST | upgrade --old-major N --new-major M --staged DEST [--copy]")
+		"stage --major N DEST | upgrade --old-major N --new-major M --staged DEST [--copy] | "+
+		"version | replace --digest HEX")
 	os.Exit(2)
 }
 

@@ -43,3 +43,12 @@ const (
 // password: the replicas present a client certificate for it, which the
 // operator issues.
 const ReplicationRole = "replicator"
+
+// ReplaceCommand is what the operator runs in a database container, with
+// the new instance manager's binary on its standard input, to replace the
+// running instance manager in place (internal/instance, reexec.go): path is
+// the instance manager the container started with, digest the new
+// binary's SHA-256 in hex. It exits 0 once the new one runs.
+func ReplaceCommand(path, digest string) []string {
+	return []string{path, "replace", "--digest", digest}
+}

@@ -53,6 +53,10 @@ type Report struct {
 	// Storage is the data volume as the report measured it; like the WAL
 	// positions, a change of it alone is sent at most every MinInterval.
 	Storage *Storage `json:"storage,omitempty"`
+	// Manager is the version of the instance manager that made the report:
+	// the SHA-256 of its binary, in hex. Empty from instance managers that
+	// cannot be replaced in place (before the version that reports it).
+	Manager string `json:"manager,omitempty"`
 	// Time is when the report was made.
 	Time time.Time `json:"time"`
 }

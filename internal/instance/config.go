@@ -96,6 +96,9 @@ type Config struct {
 	// Self is this program's path, which the server's archive and restore
 	// commands run.
 	Self string
+	// environ is the environment this process started with, passwords
+	// included, which a re-execution passes on (reexec.go).
+	environ []string
 }
 
 // secretVars are the environment variables that hold passwords: read once,
@@ -107,7 +110,7 @@ var secretVars = []string{contract.EnvPassword, contract.EnvReplicationPassword,
 // ConfigFromEnv reads the Config, every variable required, and removes the
 // passwords from the environment.
 func ConfigFromEnv() (Config, error) {
-	var c Config
+	c := Config{environ: os.Environ()}
 	var missing []string
 	var leaseSeconds string
 	for _, v := range []struct {

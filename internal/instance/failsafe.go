@@ -117,6 +117,23 @@ func (f *failsafe) promised() bool {
 	return f.now().Before(f.until)
 }
 
+// left is how long the promise still holds.
+func (f *failsafe) left() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return max(0, f.until.Sub(f.now()))
+}
+
+// promise makes a promise hold for d more, as one given before this
+// process re-executed (reexec.go).
+func (f *failsafe) promise(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if until := f.now().Add(d); d > 0 && until.After(f.until) {
+		f.until = until
+	}
+}
+
 // beginTake tells whether this instance may take the Lease now (no
 // promise holds), and if so refuses promises until endTake.
 func (f *failsafe) beginTake() bool {

@@ -2,6 +2,7 @@ package instance
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -15,6 +16,7 @@ import (
 // manager runs one instance: the HA loop, the server, the fence.
 type manager struct {
 	c      Config
+	digest string // this binary's, its version (reexec.go)
 	log    Logger
 	t      timing
 	procs  *reaper
@@ -72,23 +74,38 @@ func newManager(c Config, log Logger) (*manager, error) {
 }
 
 // loop runs a turn every tick, and at once when the server exits, the
-// Lease changes hands, or the Lease another instance holds expires.
-func (m *manager) loop(ctx context.Context, reload <-chan struct{}) {
+// Lease changes hands, or the Lease another instance holds expires. It
+// returns when ctx ends, or after the first turn that leaves nothing to cut
+// short once a replacement is asked (reexec.go).
+func (m *manager) loop(ctx context.Context, reload, replace <-chan struct{}) {
 	ticker := time.NewTicker(m.t.tick)
 	defer ticker.Stop()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
 	seen := make(chan *coordinationv1.Lease, 1)
-	go m.kube.watchLease(ctx, seen)
+	go m.kube.watchLease(watchCtx, seen)
+	replacing := false
 	for ctx.Err() == nil {
 		m.turn(ctx)
-		m.awaitTurn(ctx, ticker, reload, seen)
+		if replacing {
+			why := m.reexecDeferred()
+			if why == "" {
+				return
+			}
+			m.logOnce(fmt.Errorf("replacing the instance manager after this: %s", why))
+		}
+		if m.awaitTurn(ctx, ticker, reload, replace, seen) {
+			replacing = true
+		}
 	}
 }
 
-// awaitTurn returns when the next turn is due. A renewal that the Lease
+// awaitTurn returns when the next turn is due, true when it is because a
+// replacement was asked. A renewal that the Lease
 // watch brings is recorded without a turn: it dates the renewal to when
 // it happened rather than to the next tick's read, and the expiry timer
 // then fires L after it.
-func (m *manager) awaitTurn(ctx context.Context, ticker *time.Ticker, reload <-chan struct{}, seen <-chan *coordinationv1.Lease) {
+func (m *manager) awaitTurn(ctx context.Context, ticker *time.Ticker, reload, replace <-chan struct{}, seen <-chan *coordinationv1.Lease) bool {
 	for {
 		var exited <-chan syscall.WaitStatus
 		if m.server != nil && !m.server.done {
@@ -115,6 +132,10 @@ func (m *manager) awaitTurn(ctx context.Context, ticker *time.Ticker, reload <-c
 				expiry.Stop()
 				continue
 			}
+		case <-replace:
+			m.log("asked to re-execute as %s", nextFile)
+			expiry.Stop()
+			return true
 		case <-reload:
 			if m.server != nil && !m.server.exitedNow() {
 				_ = m.server.cmd.Process.Signal(syscall.SIGHUP)
@@ -134,7 +155,7 @@ func (m *manager) awaitTurn(ctx context.Context, ticker *time.Ticker, reload <-c
 			}
 		}
 		expiry.Stop()
-		return
+		return false
 	}
 }
 
@@ -282,7 +303,7 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs serverStat
 // its WAL positions changed and MinInterval has passed; the storage is
 // measured then. seen is what the running server answered, nil to ask it.
 func (m *manager) report(ctx context.Context, candidate *contract.Candidacy, seen *serverState) {
-	r := contract.Report{Address: m.c.AdvertiseAddress, Failsafe: m.c.failsafeAddress(), Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
+	r := contract.Report{Manager: m.digest, Address: m.c.AdvertiseAddress, Failsafe: m.c.failsafeAddress(), Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
 		Passwords: m.acceptedPasswords(), Backup: m.backupRun.Load(), Restore: m.restore.Load()}
 	if m.role != stopped && seen == nil {
 		if o, err := m.observe(ctx); err == nil && o.primary == (m.role == asPrimary) {

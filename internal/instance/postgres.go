@@ -29,7 +29,10 @@ type server struct {
 // startServer starts postgres with args. Pdeathsig takes it down if this
 // process dies: in a pod the kernel does so anyway (the instance manager is
 // PID 1); outside one (test harnesses) a server must not outlive the
-// instance manager that fences it.
+// instance manager that fences it. It fires when the thread that started
+// the server ends, not the process: the reaper starts every child on the
+// main thread, which lives as long as the process and on across a
+// re-execution (reexec.go), so the server survives that.
 func (m *manager) startServer(args []string) (*server, error) {
 	cmd := exec.Command("postgres", args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr

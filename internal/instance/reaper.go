@@ -55,16 +55,35 @@ func (r *reaper) loop() {
 }
 
 // start starts cmd and returns a channel that receives its exit. The lock
-// keeps the loop from reaping it before it is watched.
+// keeps the loop from reaping it before it is watched. Every child is
+// started on the main thread (reexec.go), whose end alone fires a
+// parent-death signal.
 func (r *reaper) start(cmd *exec.Cmd) (<-chan syscall.WaitStatus, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := cmd.Start(); err != nil {
+	var err error
+	onMainThread(func() { err = cmd.Start() })
+	if err != nil {
 		return nil, err
 	}
 	ch := make(chan syscall.WaitStatus, 1)
 	r.watched[cmd.Process.Pid] = ch
 	return ch, nil
+}
+
+// watch returns a channel that receives the exit of pid, a child this
+// process did not start (one it adopted, reexec.go), and looks for exits
+// at once: one may have come before the watch.
+func (r *reaper) watch(pid int) <-chan syscall.WaitStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ch := make(chan syscall.WaitStatus, 1)
+	r.watched[pid] = ch
+	select {
+	case r.sigs <- syscall.SIGCHLD:
+	default:
+	}
+	return ch
 }
 
 func (r *reaper) stop() {

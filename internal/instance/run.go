@@ -33,21 +33,24 @@ func NewLogger(pod string) Logger {
 //     then give up the Lease if this instance held it, so that a replica
 //     takes over at once; a bootstrap under way is abandoned (its scratch
 //     directory is redone next time);
-//   - SIGHUP is passed on to the server (reload).
+//   - SIGHUP is passed on to the server (reload);
+//   - SIGUSR1 asks it to re-execute itself as a new binary, keeping the
+//     server running (reexec.go).
 //
 // It returns 0 after a clean stop.
 func Run(ctx context.Context, c Config, log Logger) (int, error) {
 	signals := make(chan os.Signal, 4)
-	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
 	defer signal.Stop(signals)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	reload := make(chan struct{}, 1)
+	reload, replace := make(chan struct{}, 1), make(chan struct{}, 1)
 	go func() {
 		for s := range signals {
-			if s == syscall.SIGHUP {
+			if s == syscall.SIGHUP || s == syscall.SIGUSR1 {
+				ch := map[os.Signal]chan struct{}{syscall.SIGHUP: reload, syscall.SIGUSR1: replace}[s]
 				select {
-				case reload <- struct{}{}:
+				case ch <- struct{}{}:
 				default:
 				}
 				continue
@@ -62,6 +65,10 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 		return 1, err
 	}
 	c.Self = self
+	digest, err := Digest(self)
+	if err != nil {
+		return 1, err
+	}
 	removeOldCluster(c, log)
 	if c.Backup != nil {
 		if err := backup.WriteConfig(c.backupConfigFile(), *c.Backup); err != nil {
@@ -73,6 +80,13 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 		return 1, err
 	}
 	defer m.procs.stop()
+	m.digest = digest
+	if err := m.adopt(); err != nil {
+		log("%v", err)
+	}
+	if err := m.announce(); err != nil {
+		log("this instance manager cannot be replaced in place: %v", err)
+	}
 	if c.MetricsAddress != "" {
 		go m.serveMetrics(ctx)
 	}
@@ -81,8 +95,15 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 		go m.watchBackups(ctx)
 		go m.takeRequestedBackups(ctx)
 	}
-	m.loop(ctx, reload)
-	return m.shutdown(), nil
+	for {
+		m.loop(ctx, reload, replace)
+		if ctx.Err() != nil {
+			return m.shutdown(), nil
+		}
+		if err := m.reexec(ctx); err != nil {
+			log("not replaced: %v", err)
+		}
+	}
 }
 
 // serveMetrics serves the server's metrics, and the failsafe endpoint

@@ -290,6 +290,16 @@ func (ha haCluster) faults() []haFault {
 			c.op = c.startOperator(t)
 			c.primaryReported(t, now, true)
 		}, false, 0},
+		{"every instance manager replaced in place, the primary's last: no server restarts, no failover", false, true, func(t *testing.T, p *pod, others []*pod) {
+			bin, digest := c.nextInstanceManager(t)
+			for _, o := range append(slices.Clone(others), p) {
+				o.replaceManager(t, bin, digest)
+			}
+			time.Sleep(2 * lease) // the new primary's renewals keep the Lease
+		}, false, 2 * time.Second},
+		// The faults that follow run under the replaced instance managers
+		// until their containers restart: this one sees the adopted
+		// server's exit.
 		{"postgres killed (restarted by its instance manager)", false, true, func(t *testing.T, p *pod, _ []*pod) {
 			pid := postmasterPID(p.pgdata())
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
