@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
@@ -73,7 +75,11 @@ func main() {
 		"Let the API server gzip its large answers. Off by default: next to the API server, "+
 			"gzip costs it and the operator CPU for bandwidth a cluster network does not lack (see docs/benchmarks.md). "+
 			"Turn it on when the operator runs far from the API server.")
-	var instanceImage string
+	var instanceImage, instanceBinary string
+	flag.StringVar(&instanceBinary, "instance-manager-binary", "",
+		"The instance manager that replaces older ones in running pods, without restarting PostgreSQL "+
+			"(spec.instanceManagerUpdate InPlace). Empty: the file instance beside this executable, as in the operator's image; "+
+			"without it, a new operator version restarts the pods.")
 	flag.StringVar(&instanceImage, "instance-manager-image",
 		envOr("INSTANCE_MANAGER_IMAGE", specs.DefaultInstanceManagerImage),
 		"Image holding the instance manager (/instance) that every database pod's init container copies: "+
@@ -215,6 +221,10 @@ func main() {
 		os.Exit(1)
 	}
 
+	managers, err := managerReplacer(cfg, instanceBinary)
+	if err != nil {
+		setupLog.Info("Instance managers are not replaced in place: a new operator version restarts the database pods", "reason", err.Error())
+	}
 	if err := (&mydatabase.Reconciler{
 		Client:      mgr.GetClient(),
 		APIReader:   mgr.GetAPIReader(),
@@ -223,6 +233,7 @@ func main() {
 		Clock:       clock.RealClock{},
 		Metrics:     metrics.New(crmetrics.Registry),
 		Platform:    specs.Platform{InstanceManagerImage: instanceImage},
+		Managers:    managers,
 	}).SetupWithManager(mgr, workers); err != nil {
 		setupLog.Error(err, "Failed to create controller", "controller", "mydatabase")
 		os.Exit(1)
@@ -291,4 +302,21 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// managerReplacer replaces running instance managers by the binary at
+// path, by default the instance manager beside this executable.
+func managerReplacer(cfg *rest.Config, path string) (mydatabase.ManagerReplacer, error) {
+	if path == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		path = filepath.Join(filepath.Dir(self), "instance")
+	}
+	clients, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return mydatabase.NewManagerReplacer(cfg, clients.CoreV1().RESTClient(), path)
 }

@@ -163,6 +163,13 @@ type InstanceStatus struct {
 	// +optional
 	Storage *InstanceStorage `json:"storage,omitempty"`
 
+	// manager is the version of the instance manager running in the pod:
+	// the first 12 hex digits of its binary's SHA-256, as the operator's
+	// log and events name it. Empty from instance managers that cannot be
+	// replaced in place.
+	// +optional
+	Manager string `json:"manager,omitempty"`
+
 	// reportedAt is when the instance manager sent this report.
 	// +optional
 	ReportedAt *metav1.Time `json:"reportedAt,omitempty"`

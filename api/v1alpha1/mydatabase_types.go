@@ -17,6 +17,21 @@ const (
 	EnginePostgres Engine = "postgres"
 )
 
+// InstanceManagerUpdate says how a new operator version brings its instance
+// manager to running pods.
+// +kubebuilder:validation:Enum=InPlace;Restart
+type InstanceManagerUpdate string
+
+const (
+	// InstanceManagerUpdateInPlace replaces the instance manager in each
+	// running container, one pod at a time, replicas first: it
+	// re-executes itself as the new binary and keeps PostgreSQL running.
+	InstanceManagerUpdateInPlace InstanceManagerUpdate = "InPlace"
+	// InstanceManagerUpdateRestart rolls the pods instead, as any change of
+	// the pod template: replicas first, the primary after a switchover.
+	InstanceManagerUpdateRestart InstanceManagerUpdate = "Restart"
+)
+
 // DeletionPolicy says what happens to the data when a MyDatabase is deleted.
 // +kubebuilder:validation:Enum=Retain;Delete
 type DeletionPolicy string
@@ -135,6 +150,15 @@ type MyDatabaseSpec struct {
 	// still reported.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+
+	// instanceManagerUpdate says how a new operator version brings its
+	// instance manager to running pods: InPlace (default) replaces it in
+	// each running container without restarting PostgreSQL; Restart rolls
+	// the pods, replicas first and the primary after a switchover
+	// (docs/operator-upgrades.md).
+	// +kubebuilder:default=InPlace
+	// +optional
+	InstanceManagerUpdate InstanceManagerUpdate `json:"instanceManagerUpdate,omitempty"`
 
 	// hibernate stops every server cleanly, the primary last, and keeps
 	// everything else: the volumes (whatever the deletionPolicy), the

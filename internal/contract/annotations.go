@@ -1,5 +1,12 @@
 package contract
 
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+)
+
 const (
 	// AnnotationInstance on a pod is its instance manager's report, JSON
 	// (Report): role, readiness, timeline, WAL positions and the address
@@ -51,4 +58,19 @@ const ReplicationRole = "replicator"
 // binary's SHA-256 in hex. It exits 0 once the new one runs.
 func ReplaceCommand(path, digest string) []string {
 	return []string{path, "replace", "--digest", digest}
+}
+
+// Digest is the SHA-256 of a file, in hex: of an instance manager's
+// binary, its version.
+func Digest(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = f.Close() }()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -20,6 +20,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 )
 
 // An instance manager is replaced in place, without stopping its server:
@@ -62,27 +63,13 @@ const (
 // replaceWithin bounds how long replace waits for the new process.
 const replaceWithin = 2 * time.Minute
 
-// Digest is the SHA-256 of a file, in hex: an instance manager's version.
-func Digest(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = f.Close() }()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
 // SelfDigest is this program's Digest.
 func SelfDigest() (string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return "", err
 	}
-	return Digest(self)
+	return contract.Digest(self)
 }
 
 // Replace is the replace command: it stages the binary read from in,
@@ -217,7 +204,7 @@ func (m *manager) reexecDeferred() string {
 // It returns only when it could not; the process then runs on.
 func (m *manager) reexec(ctx context.Context) error {
 	next, current := filepath.Join(m.c.SocketDir, nextFile), filepath.Join(m.c.SocketDir, currentFile)
-	digest, err := Digest(next)
+	digest, err := contract.Digest(next)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"example.com/myoperator/internal/backup"
+	"example.com/myoperator/internal/contract"
 
 	"example.com/myoperator/internal/instance/pgmetrics"
 )
@@ -65,7 +66,7 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 		return 1, err
 	}
 	c.Self = self
-	digest, err := Digest(self)
+	digest, err := contract.Digest(self)
 	if err != nil {
 		return 1, err
 	}

@@ -19,7 +19,7 @@ import (
 func SharedStrings() []string {
 	return []string{
 		databasev1alpha1.LabelName, databasev1alpha1.LabelInstance, databasev1alpha1.LabelComponent, databasev1alpha1.LabelManagedBy, databasev1alpha1.LabelOwnerUID, databasev1alpha1.LabelRole,
-		databasev1alpha1.AnnotationSpecHash, databasev1alpha1.AnnotationConfigHash, databasev1alpha1.AnnotationPasswordDigest,
+		databasev1alpha1.AnnotationSpecHash, databasev1alpha1.AnnotationConfigHash, databasev1alpha1.AnnotationPodTemplate, databasev1alpha1.AnnotationPasswordDigest,
 		databasev1alpha1.ManagedBy, databasev1alpha1.RolePrimary, databasev1alpha1.RoleReplica, string(databasev1alpha1.EnginePostgres),
 		ComponentDatabase, ComponentCredentials, ComponentConfig, ComponentService, ComponentTLS,
 		"controller-revision-hash", "statefulset.kubernetes.io/pod-name", "apps.kubernetes.io/pod-index",

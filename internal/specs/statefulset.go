@@ -1,6 +1,7 @@
 package specs
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -55,6 +56,28 @@ type Platform struct {
 	InstanceManagerImage string
 }
 
+// PodTemplateDigest is the SHA-256 of the servers' pod template with no
+// instance manager image: it changes with everything in the template but
+// the operator's version.
+func PodTemplateDigest(db *databasev1alpha1.MyDatabase) string {
+	b, _ := json.Marshal(podTemplate(db, Platform{InstanceManagerImage: "-"})) // an apply configuration always marshals
+	return fmt.Sprintf("%x", sha256.Sum256(b))
+}
+
+// InstanceManagerImage is the instance manager image of a pod template
+// (its init container's), "" when it has none.
+func InstanceManagerImage(spec *corev1.PodSpec) string {
+	for _, c := range spec.InitContainers {
+		if c.Name == instanceManagerContainer {
+			return c.Image
+		}
+	}
+	return ""
+}
+
+// Image is the instance manager image the pods are made with.
+func (p Platform) Image() string { return p.instanceManagerImage() }
+
 func (p Platform) instanceManagerImage() string {
 	if p.InstanceManagerImage == "" {
 		return DefaultInstanceManagerImage
@@ -95,9 +118,12 @@ func StorageSize(db *databasev1alpha1.MyDatabase) resource.Quantity {
 // OnDelete: the StatefulSet controller never restarts a pod for a new
 // template; the operator does, replicas first and the primary after a
 // switchover (internal/controller/mydatabase, rollout.go).
+//
+// The annotation AnnotationPodTemplate is PodTemplateDigest.
 func StatefulSet(db *databasev1alpha1.MyDatabase, p Platform) *appsv1ac.StatefulSetApplyConfiguration {
 	return appsv1ac.StatefulSet(StatefulSetName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentDatabase)).
+		WithAnnotations(map[string]string{databasev1alpha1.AnnotationPodTemplate: PodTemplateDigest(db)}).
 		WithOwnerReferences(ownerReferenceApply(db)).
 		WithSpec(appsv1ac.StatefulSetSpec().
 			WithReplicas(Replicas(db)).
@@ -221,16 +247,17 @@ func spreadServers(db *databasev1alpha1.MyDatabase) *corev1ac.AffinityApplyConfi
 }
 
 const (
-	instanceManagerVolume = "controller"
-	tlsVolume             = "tls"
-	replicationTLSVolume  = "replication-tls"
+	instanceManagerContainer = "instance-manager"
+	instanceManagerVolume    = "controller"
+	tlsVolume                = "tls"
+	replicationTLSVolume     = "replication-tls"
 )
 
 // instanceManagerInstaller is the init container that copies the instance
 // manager out of the operator's image into the pod.
 func instanceManagerInstaller(p Platform) *corev1ac.ContainerApplyConfiguration {
 	return corev1ac.Container().
-		WithName("instance-manager").
+		WithName(instanceManagerContainer).
 		WithImage(p.instanceManagerImage()).
 		WithCommand(instanceManagerInImage, "install", InstanceManagerPath).
 		WithVolumeMounts(corev1ac.VolumeMount().WithName(instanceManagerVolume).WithMountPath(InstanceManagerDir)).

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"example.com/myoperator/internal/contract"
-	"example.com/myoperator/internal/instance"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -35,7 +34,7 @@ func (c *cluster) nextInstanceManager(t *testing.T) (path, digest string) {
 	if err := os.WriteFile(path, append(b, "\nnext version\n"...), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if digest, err = instance.Digest(path); err != nil {
+	if digest, err = contract.Digest(path); err != nil {
 		t.Fatal(err)
 	}
 	return path, digest

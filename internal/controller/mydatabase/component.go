@@ -94,6 +94,7 @@ func (k *kit) components(s *scope) (prerequisites, features []component) {
 			&podCreation{kit: k, scope: s, servers: servers},
 			switchover,
 			&rollout{kit: k, scope: s, servers: servers, switchover: switchover},
+			&managerUpdate{kit: k, scope: s, servers: servers, switchover: switchover},
 			&replicationPassword{kit: k, scope: s, servers: servers},
 			&retainedVolumes{kit: k, scope: s},
 			&rotation{kit: k, scope: s},

@@ -67,12 +67,18 @@ type Reconciler struct {
 	// Platform is what the pods take from the operator's configuration:
 	// the instance manager's image.
 	Platform specs.Platform
+	// Managers replaces running instance managers by the operator's own,
+	// without restarting their servers; nil: a new operator version rolls
+	// the pods instead.
+	Managers ManagerReplacer
 
 	// written remembers the writes to MyDatabases the cache does not show
 	// yet.
 	written ownWrites
 	// certs remembers the certificates found good, by content.
 	certs pki.Checker
+	// replaceFailures remembers the failed in-place replacements.
+	replaceFailures replaceFailures
 	// marks and indexed are what SetupWithManager found of the cache
 	// (kit).
 	marks   apply.Marks
@@ -82,7 +88,7 @@ type Reconciler struct {
 // kit is what the components of a pass work with.
 func (r *Reconciler) kit() *kit {
 	return &kit{Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder, NewPassword: r.NewPassword, Clock: r.Clock,
-		Metrics: r.Metrics, Platform: r.Platform, StallRetry: r.stallRetry(), certs: &r.certs, marks: r.marks, indexed: r.indexed}
+		Metrics: r.Metrics, Platform: r.Platform, Managers: r.Managers, replaceFailures: &r.replaceFailures, StallRetry: r.stallRetry(), certs: &r.certs, marks: r.marks, indexed: r.indexed}
 }
 
 // +kubebuilder:rbac:groups=database.example.com,resources=mydatabases,verbs=get;list;watch;patch

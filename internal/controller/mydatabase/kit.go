@@ -39,6 +39,10 @@ type kit struct {
 	Clock       clock.PassiveClock
 	Metrics     *metrics.Metrics
 	Platform    specs.Platform
+	// Managers replaces running instance managers by the operator's own
+	// (managers.go); nil: they are not replaced in place.
+	Managers        ManagerReplacer
+	replaceFailures *replaceFailures
 	// StallRetry is how often a Stalled MyDatabase is looked at again.
 	StallRetry time.Duration
 	// certs remembers the certificates found good, by content: a pass

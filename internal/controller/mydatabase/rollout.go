@@ -6,7 +6,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
@@ -43,9 +42,7 @@ type rollout struct {
 func (r *rollout) reconcile(ctx context.Context, obs *observation) error {
 	db := r.db
 	sts := r.servers.applied
-	if sts == nil || sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision == "" ||
-		ptr.Deref(sts.Spec.Replicas, 0) != specs.Replicas(db) || // servers stopping (an upgrade, a hibernation)
-		r.switchover.state == nil || r.switchover.state.target != "" {
+	if !settled(db, sts, r.switchover) {
 		return nil
 	}
 	revision := sts.Status.UpdateRevision

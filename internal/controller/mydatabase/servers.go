@@ -54,8 +54,12 @@ func (r *servers) reconcile(ctx context.Context, obs *observation) error {
 	if r.sts != nil && r.sts.Spec.Replicas != nil {
 		before = *r.sts.Spec.Replicas
 	}
+	platform := r.Platform
+	if image := r.keptInstanceManagerImage(want); image != "" {
+		platform.InstanceManagerImage = image // managers.go
+	}
 	sts := &appsv1.StatefulSet{}
-	if err := r.applyChild(ctx, obs, specs.StatefulSet(want, r.Platform), sts); err != nil || !metav1.IsControlledBy(sts, db) {
+	if err := r.applyChild(ctx, obs, specs.StatefulSet(want, platform), sts); err != nil || !metav1.IsControlledBy(sts, db) {
 		return err
 	}
 	if r.sts != nil && before != specs.Replicas(want) {

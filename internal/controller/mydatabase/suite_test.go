@@ -85,6 +85,7 @@ func run(m *testing.M) int {
 		// Stalled MyDatabases look again soon, so that a lifted quota or
 		// policy shows within a test's patience.
 		StallRetry: 2 * time.Second,
+		Managers:   managers,
 	}
 	if err := reconciler.SetupWithManager(mgr, 2); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -101,6 +102,9 @@ func run(m *testing.M) int {
 	}
 	return code
 }
+
+// managers replaces instance managers in every test (managers_test.go).
+var managers = &fakeManagers{}
 
 // logs holds everything the operator logged during the tests.
 var logs = &syncBuffer{}

@@ -1,0 +1,251 @@
+package mydatabase
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/utils/ptr"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/specs"
+)
+
+// In-place instance manager updates. The pod template names the
+// operator's image for the init container that installs the instance
+// manager, so a new operator version would change the template, and the
+// rollout would restart every server. Instead, with
+// spec.instanceManagerUpdate InPlace (the default):
+//
+//   - the servers component keeps the image the live template names while
+//     nothing else in the template changes (AnnotationPodTemplate), so the
+//     StatefulSet gets no new revision and no pod is restarted;
+//   - this component streams the operator's own instance manager into each
+//     pod whose instance manager reports another version
+//     (contract.ReplaceCommand), one pod at a time, replicas first, only
+//     while every server is ready and no rollout or switchover runs; the
+//     instance manager re-executes itself as it and keeps PostgreSQL
+//     running (internal/instance, reexec.go).
+//
+// A pod created later from the kept template starts the older instance
+// manager and is brought up to date the same way; the next change of the
+// template for another reason takes the new image. Pods whose instance
+// manager cannot be replaced in place (it reports no version: made by an
+// operator before this one) are rolled, as with Restart.
+
+// +kubebuilder:rbac:groups=core,resources=pods/exec,verbs=get;create
+
+// ManagerReplacer replaces a pod's running instance manager by the
+// operator's own.
+type ManagerReplacer interface {
+	// Digest is the operator's instance manager's version (the SHA-256 of
+	// its binary).
+	Digest() string
+	// Replace runs contract.ReplaceCommand in the pod's database container
+	// with the binary on its standard input, and returns once the new
+	// instance manager runs.
+	Replace(ctx context.Context, pod *corev1.Pod) error
+}
+
+// replaceRetry is how long a pod whose replacement failed is left alone.
+const replaceRetry = 5 * time.Minute
+
+// managerUpdate is the component of in-place instance manager updates.
+type managerUpdate struct {
+	*kit
+	*scope
+	servers    *servers
+	switchover *switchover
+}
+
+// reconcile replaces the next outdated instance manager, if the servers
+// are settled.
+func (r *managerUpdate) reconcile(ctx context.Context, obs *observation) error {
+	db := r.db
+	if r.Managers == nil || !inPlace(db) || !settled(db, r.servers.applied, r.switchover) {
+		return nil
+	}
+	want := r.Managers.Digest()
+	revision := r.servers.applied.Status.UpdateRevision
+	var outdated []*corev1.Pod
+	for i := range r.pods {
+		pod := &r.pods[i]
+		if !pod.DeletionTimestamp.IsZero() || !specs.PodReady(pod) || pod.Labels[appsv1.ControllerRevisionHashLabelKey] != revision {
+			return nil // the rollout goes first, and nothing while a server is down
+		}
+		if v := managerVersion(pod); v != "" && v != want {
+			outdated = append(outdated, pod)
+		}
+	}
+	if len(outdated) == 0 || int32(len(r.pods)) != specs.Replicas(db) {
+		return nil
+	}
+	// Replicas first, the highest ordinal first; the primary last.
+	primary := r.primaryPod()
+	slices.Reverse(outdated)
+	slices.SortStableFunc(outdated, func(a, b *corev1.Pod) int {
+		return boolOrder(a.Name == primary) - boolOrder(b.Name == primary)
+	})
+	pod := outdated[0]
+	if !r.replaceFailures.due(pod.UID, r.Clock.Now()) {
+		obs.recheck(replaceRetry)
+		return nil
+	}
+	from := managerVersion(pod)
+	if err := r.Managers.Replace(ctx, pod); err != nil {
+		r.replaceFailures.failed(pod.UID, r.Clock.Now())
+		r.event(db, corev1.EventTypeWarning, "InstanceManagerReplaceFailed",
+			"Replacing the instance manager of %s in place (%s to %s) failed, tried again in %s: %v", pod.Name, short(from), short(want), replaceRetry, err)
+		obs.recheck(replaceRetry)
+		return nil
+	}
+	r.replaceFailures.forget(pod.UID)
+	r.event(db, corev1.EventTypeNormal, "InstanceManagerReplaced",
+		"Replaced the instance manager of %s in place (%s to %s); PostgreSQL kept running", pod.Name, short(from), short(want))
+	return nil
+}
+
+func boolOrder(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// inPlace tells whether db's instance managers are replaced in place.
+func inPlace(db *databasev1alpha1.MyDatabase) bool {
+	return db.Spec.InstanceManagerUpdate != databasev1alpha1.InstanceManagerUpdateRestart
+}
+
+// settled tells whether the servers run as the spec asks and no switchover
+// runs or waits: a rolling update or a replacement may take its next step.
+func settled(db *databasev1alpha1.MyDatabase, sts *appsv1.StatefulSet, sw *switchover) bool {
+	return sts != nil && sts.Status.ObservedGeneration >= sts.Generation && sts.Status.UpdateRevision != "" &&
+		ptr.Deref(sts.Spec.Replicas, 0) == specs.Replicas(db) && // servers stopping (an upgrade, a hibernation)
+		sw.state != nil && sw.state.target == ""
+}
+
+// managerVersion is the version a pod's instance manager reports, "" for
+// none (no report, or one that cannot be replaced in place).
+func managerVersion(pod *corev1.Pod) string {
+	r, err := contract.Parse(pod.Annotations[contract.AnnotationInstance])
+	if err != nil {
+		return ""
+	}
+	return r.Manager
+}
+
+// short is how events and the status name a version.
+func short(digest string) string { return digest[:min(len(digest), 12)] }
+
+// keptInstanceManagerImage is the instance manager image the StatefulSet
+// keeps: the live template's, when the template would change in nothing
+// else and every instance manager that reports can be replaced in place;
+// "" for the operator's own.
+func (r *servers) keptInstanceManagerImage(want *databasev1alpha1.MyDatabase) string {
+	if r.sts == nil || r.Managers == nil || !inPlace(want) ||
+		r.sts.Annotations[databasev1alpha1.AnnotationPodTemplate] != specs.PodTemplateDigest(want) {
+		return ""
+	}
+	for i := range r.pods {
+		if _, reported := r.pods[i].Annotations[contract.AnnotationInstance]; reported && managerVersion(&r.pods[i]) == "" {
+			return ""
+		}
+	}
+	return specs.InstanceManagerImage(&r.sts.Spec.Template.Spec)
+}
+
+// replaceFailures remembers, per pod, when a replacement last failed.
+type replaceFailures struct {
+	mu sync.Mutex
+	at map[types.UID]time.Time
+}
+
+func (f *replaceFailures) due(pod types.UID, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at, ok := f.at[pod]
+	return !ok || now.Sub(at) >= replaceRetry
+}
+
+func (f *replaceFailures) failed(pod types.UID, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at == nil {
+		f.at = map[types.UID]time.Time{}
+	}
+	f.at[pod] = now
+}
+
+func (f *replaceFailures) forget(pod types.UID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.at, pod)
+}
+
+// execReplacer replaces instance managers through the pods' exec
+// subresource: the API server and the kubelet authenticate and authorise
+// the operator, and nothing in the pod listens for it.
+type execReplacer struct {
+	config *rest.Config
+	client rest.Interface
+	binary string
+	digest string
+}
+
+// NewManagerReplacer replaces instance managers by the binary at path (the
+// one the operator's image holds at /instance); nil, with the reason, when
+// it cannot be read.
+func NewManagerReplacer(config *rest.Config, client rest.Interface, path string) (ManagerReplacer, error) {
+	digest, err := contract.Digest(path)
+	if err != nil {
+		return nil, fmt.Errorf("the instance manager to replace running ones with: %w", err)
+	}
+	return &execReplacer{config: config, client: client, binary: path, digest: digest}, nil
+}
+
+func (e *execReplacer) Digest() string { return e.digest }
+
+func (e *execReplacer) Replace(ctx context.Context, pod *corev1.Pod) error {
+	in, err := os.Open(e.binary)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+	req := e.client.Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: specs.ContainerName,
+			Command: contract.ReplaceCommand(specs.InstanceManagerPath, e.digest), Stdin: true, Stdout: true, Stderr: true},
+			scheme.ParameterCodec)
+	websocket, err := remotecommand.NewWebSocketExecutor(e.config, "GET", req.URL().String())
+	if err != nil {
+		return err
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(e.config, "POST", req.URL())
+	if err != nil {
+		return err
+	}
+	exec, err := remotecommand.NewFallbackExecutor(websocket, spdy, httpstream.IsUpgradeFailure)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	if err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: in, Stdout: &out, Stderr: &out}); err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
