@@ -435,6 +435,9 @@ demo() {
   fi
   stop "$STATE/operator.pid" "$STATE/manager" "the operator of a previous make dev"
   mv -f "$STATE/new/manager" "$STATE/manager"
+  # Beside the manager, the instance manager it replaces older ones with, in
+  # place, without restarting their servers (spec.instanceManagerUpdate).
+  mv -f "$STATE/new/instance" "$STATE/instance"
   : >"$STATE/operator.log"
   "$STATE/manager" "${flags[@]}" >>"$STATE/operator.log" 2>&1 </dev/null &
   local op=$!

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -206,6 +207,59 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		t.Logf("WRITE GAP during the rolling minor update (one switchover, %s -> %s): %s; %d writes acknowledged, %d failed",
 			primary, db.Status.CurrentPrimary, gap.Round(10*time.Millisecond), acked, failed)
 		writeResult(t, "write-gap-rolling-minor-update", gap)
+	})
+
+	step("a new operator version replaces every instance manager in place under writes: no server restarts, no write fails", func(t *testing.T) {
+		before := podUIDs(t, ns)
+		started, restarts := map[string]string{}, map[string]int32{}
+		for _, p := range podsOf(t, ns) {
+			started[p.Name] = superuser(t, ns, p.Name, "SELECT pg_postmaster_start_time()")
+			restarts[p.Name] = p.Status.ContainerStatuses[0].RestartCount
+		}
+		sts := &appsv1.StatefulSet{}
+		if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: dbName}, sts); err != nil {
+			t.Fatal(err)
+		}
+		oldImage := sts.Spec.Template.Spec.InitContainers[0].Image
+		w := startWriter(ctx, uri)
+		digest := env.nextOperatorVersion(t)
+		testenv.Eventually(t, 3*time.Minute, "every instance reporting instance manager "+digest[:12], func() error {
+			db := getDB(t, ns)
+			for _, in := range db.Status.Instances {
+				if in.Manager != digest[:12] {
+					return fmt.Errorf("%s runs instance manager %q", in.Name, in.Manager)
+				}
+			}
+			if len(db.Status.Instances) != 3 {
+				return fmt.Errorf("%d instances", len(db.Status.Instances))
+			}
+			return nil
+		})
+		acked, failed := w.stop(), w.failures()
+		if failed > 0 {
+			t.Errorf("%d writes failed while the instance managers were replaced (%d acknowledged)", failed, acked)
+		}
+		if now := podUIDs(t, ns); !maps.Equal(now, before) {
+			t.Errorf("pods %v, before %v: replaced", now, before)
+		}
+		for _, p := range podsOf(t, ns) {
+			if now := superuser(t, ns, p.Name, "SELECT pg_postmaster_start_time()"); now != started[p.Name] {
+				t.Errorf("%s's server started at %s, before at %s: restarted", p.Name, now, started[p.Name])
+			}
+			if n := p.Status.ContainerStatuses[0].RestartCount; n != restarts[p.Name] {
+				t.Errorf("%s's container restarted (%d restarts, before %d)", p.Name, n, restarts[p.Name])
+			}
+		}
+		if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: dbName}, sts); err != nil {
+			t.Fatal(err)
+		}
+		if image := sts.Spec.Template.Spec.InitContainers[0].Image; image != oldImage {
+			t.Errorf("the template's instance manager image went from %s to %s: the next pod restart would roll", oldImage, image)
+		}
+		rows = count(t, uri)
+		gap := w.longestGap()
+		t.Logf("WRITE GAP while every instance manager was replaced in place: %s; %d writes acknowledged, %d failed", gap.Round(10*time.Millisecond), acked, failed)
+		writeResult(t, "write-gap-instance-managers-replaced", gap)
 	})
 
 	step("deleting the primary pod: a replica takes over, none acknowledged is lost", func(t *testing.T) {

@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/testenv"
 )
 
@@ -55,8 +56,10 @@ type harness struct {
 	provisioner *testenv.Proc
 	managerBin  string
 	// instanceImage is the operator's image, built from this checkout and
-	// imported into the node (hack/operator-image.sh).
-	instanceImage string
+	// imported into the node (hack/operator-image.sh), and instanceBinary
+	// the instance manager in it, with which the operator replaces running
+	// ones.
+	instanceImage, instanceBinary string
 
 	c  client.Client
 	cs kubernetes.Interface
@@ -124,7 +127,9 @@ func (h *harness) setup() error {
 	}
 	h.node = filepath.Join(h.repo, "hack", "real-node.sh")
 	h.work = filepath.Join(h.repo, "bin", "real")
-	managerBin := filepath.Join(h.work, "manager")
+	// The operator's binaries, static as in its image.
+	operatorDir := filepath.Join(h.work, "operator")
+	managerBin := filepath.Join(operatorDir, "manager")
 	provisionerBin := filepath.Join(h.work, "dev-provisioner")
 	// A killed earlier run: its processes first, then its node.
 	for _, p := range []struct{ pidfile, bin string }{
@@ -144,7 +149,7 @@ func (h *harness) setup() error {
 	// The builds and the node are independent: overlap them.
 	built := make(chan error, 1)
 	go func() {
-		err := testenv.GoBuild(h.repo, managerBin, "./cmd/main.go")
+		err := buildOperator(h.repo, operatorDir)
 		if err == nil {
 			err = testenv.GoBuild(h.repo, provisionerBin, "./cmd/dev-provisioner")
 		}
@@ -161,17 +166,11 @@ func (h *harness) setup() error {
 		return err
 	}
 	// The operator's image, for the instance manager the pods copy out of
-	// it: built from this checkout and imported into the node.
-	imageTar := filepath.Join(h.work, "operator-image.tar")
-	out, err := exec.Command(filepath.Join(h.repo, "hack", "operator-image.sh"), imageTar).Output()
-	if err != nil {
-		return fmt.Errorf("hack/operator-image.sh: %w", err)
-	}
-	h.instanceImage = strings.TrimSpace(string(out))
-	if err := h.script("load", imageTar); err != nil {
+	// it: imported into the node.
+	if err := h.loadOperatorImage(operatorDir); err != nil {
 		return err
 	}
-	out, err = exec.Command(h.node, "kubeconfig").Output()
+	out, err := exec.Command(h.node, "kubeconfig").Output()
 	if err != nil {
 		return fmt.Errorf("%s kubeconfig: %w", h.node, err)
 	}
@@ -207,6 +206,70 @@ func (h *harness) setup() error {
 	return h.startOperator()
 }
 
+// buildOperator builds the operator's manager and instance manager into
+// dir, static, as the Dockerfile does.
+func buildOperator(repo, dir string) error {
+	cmd := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "./cmd", "./cmd/instance")
+	cmd.Dir, cmd.Env = repo, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the operator: %w\n%s", err, out)
+	}
+	return os.Rename(filepath.Join(dir, "cmd"), filepath.Join(dir, "manager"))
+}
+
+// loadOperatorImage makes the operator's image of the binaries in dir
+// and imports it into the node; the operator started next uses it.
+func (h *harness) loadOperatorImage(dir string) error {
+	imageTar := filepath.Join(dir, "image.tar")
+	out, err := exec.Command(filepath.Join(h.repo, "hack", "operator-image.sh"), imageTar, dir).Output()
+	if err != nil {
+		return fmt.Errorf("hack/operator-image.sh: %w", err)
+	}
+	if err := h.script("load", imageTar); err != nil {
+		return err
+	}
+	h.instanceImage, h.instanceBinary = strings.TrimSpace(string(out)), filepath.Join(dir, "instance")
+	return os.Remove(imageTar)
+}
+
+// nextOperatorVersion restarts the operator as a new version of itself:
+// the same manager, an instance manager with bytes appended (which the
+// loader ignores) so that its digest and the image's tag differ. It
+// returns the new instance manager's digest.
+func (h *harness) nextOperatorVersion(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(h.work, "operator-next")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"manager", "instance"} {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(h.managerBin), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "instance" {
+			b = append(b, "\nthe next version\n"...)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.loadOperatorImage(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.operator.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.startOperator(); err != nil {
+		t.Fatal(err)
+	}
+	digest, err := contract.Digest(h.instanceBinary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return digest
+}
+
 // startOperator starts the operator as a process of this machine and waits
 // until it is ready.
 func (h *harness) startOperator() error {
@@ -218,7 +281,7 @@ func (h *harness) startOperator() error {
 	h.operator, err = testenv.StartProc("operator", filepath.Join(h.work, "operator.log"),
 		filepath.Join(h.work, "operator.pid"), h.managerBin,
 		"--health-probe-bind-address="+health, fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[1]),
-		"--metrics-secure=false", "--instance-manager-image="+h.instanceImage)
+		"--metrics-secure=false", "--instance-manager-image="+h.instanceImage, "--instance-manager-binary="+h.instanceBinary)
 	if err != nil {
 		return err
 	}
