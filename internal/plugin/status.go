@@ -150,7 +150,7 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 	if len(st.Instances) == 0 {
 		fmt.Fprintln(w, "  none has reported: no instance manager runs yet, or none could reach the API server")
 	} else {
-		fmt.Fprintln(w, "  NAME\tROLE\tREADY\tTIMELINE\tLSN\tLAG (BYTES)\tVOLUME USED\tWAL\tREPORTED")
+		fmt.Fprintln(w, "  NAME\tROLE\tREADY\tTIMELINE\tLSN\tLAG (BYTES)\tVOLUME USED\tWAL\tMANAGER\tREPORTED")
 		for _, i := range st.Instances {
 			lag, used, wal := "-", "-", "-"
 			if i.LagBytes != nil {
@@ -160,8 +160,8 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 				used = fmt.Sprintf("%d%% of %s", 100-100*s.AvailableBytes/s.CapacityBytes, mib(s.CapacityBytes))
 				wal = mib(s.WALBytes)
 			}
-			fmt.Fprintf(w, "  %s\t%s\t%t\t%d\t%s\t%s\t%s\t%s\t%s ago\n", i.Name, orDash(i.Role), i.Ready, i.Timeline, orDash(i.LSN),
-				lag, used, wal, age(i.ReportedAt))
+			fmt.Fprintf(w, "  %s\t%s\t%t\t%d\t%s\t%s\t%s\t%s\t%s\t%s ago\n", i.Name, orDash(i.Role), i.Ready, i.Timeline, orDash(i.LSN),
+				lag, used, wal, orDash(i.Manager), age(i.ReportedAt))
 		}
 	}
 

@@ -13,7 +13,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
@@ -46,7 +45,7 @@ import (
 // manager cannot be replaced in place (it reports no version: made by an
 // operator before this one) are rolled, as with Restart.
 
-// +kubebuilder:rbac:groups=core,resources=pods/exec,verbs=get;create
+// +kubebuilder:rbac:groups=core,resources=pods/exec,verbs=create
 
 // ManagerReplacer replaces a pod's running instance manager by the
 // operator's own.
@@ -229,15 +228,9 @@ func (e *execReplacer) Replace(ctx context.Context, pod *corev1.Pod) error {
 		VersionedParams(&corev1.PodExecOptions{Container: specs.ContainerName,
 			Command: contract.ReplaceCommand(specs.InstanceManagerPath, e.digest), Stdin: true, Stdout: true, Stderr: true},
 			scheme.ParameterCodec)
-	websocket, err := remotecommand.NewWebSocketExecutor(e.config, "GET", req.URL().String())
-	if err != nil {
-		return err
-	}
-	spdy, err := remotecommand.NewSPDYExecutor(e.config, "POST", req.URL())
-	if err != nil {
-		return err
-	}
-	exec, err := remotecommand.NewFallbackExecutor(websocket, spdy, httpstream.IsUpgradeFailure)
+	// SPDY, not client-go's WebSocket executor, whose heartbeat goroutine
+	// can outlive the stream and log a failed ping every few seconds.
+	exec, err := remotecommand.NewSPDYExecutor(e.config, "POST", req.URL())
 	if err != nil {
 		return err
 	}
