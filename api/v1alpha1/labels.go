@@ -45,10 +45,10 @@ const (
 	// not parse and verify the certificate again (internal/pki.Seal).
 	// Removing or editing it costs one check and a rewrite.
 	AnnotationCertificateSeal = "database.example.com/certificate-seal"
-	// AnnotationPodTemplate on the StatefulSet is the digest of its pod
-	// template but the instance manager's image: when a new operator
-	// finds it unchanged, the template keeps the image the pods were made
-	// from, and the instance managers are replaced in place
-	// (spec.instanceManagerUpdate).
+	// AnnotationPodTemplate on the servers' pod template (and so on every
+	// pod) is the digest of that template but the instance manager's
+	// image: when a new operator finds it unchanged, the template keeps the
+	// image the pods were made from, and the instance managers are
+	// replaced in place (spec.instanceManagerUpdate).
 	AnnotationPodTemplate = "database.example.com/pod-template"
 )

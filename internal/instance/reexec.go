@@ -60,8 +60,9 @@ const (
 	handoverFile = "instance-manager.handover.json"
 )
 
-// replaceWithin bounds how long replace waits for the new process.
-const replaceWithin = 2 * time.Minute
+// replaceWithin bounds how long replace waits for the new process: a
+// second or two, unless the instance manager defers it (reexecDeferred).
+const replaceWithin = 45 * time.Second
 
 // SelfDigest is this program's Digest.
 func SelfDigest() (string, error) {
@@ -76,15 +77,11 @@ func SelfDigest() (string, error) {
 // which must have the given digest, and has the running instance manager
 // of the socket directory re-execute itself as it (steps 1, 2 and 4).
 func Replace(ctx context.Context, socketDir, digest string, in io.Reader) error {
-	pid, err := readPID(filepath.Join(socketDir, pidFile))
-	if err != nil {
-		return fmt.Errorf("no running instance manager that can be replaced in place: %w", err)
-	}
-	if running, _ := os.ReadFile(filepath.Join(socketDir, digestFile)); strings.TrimSpace(string(running)) == digest {
-		return nil
-	}
+	// The whole binary is read first, whatever follows: the operator's
+	// stream ends only once it is sent.
 	tmp, err := os.CreateTemp(socketDir, ".instance-manager-*")
 	if err != nil {
+		_, _ = io.Copy(io.Discard, in)
 		return err
 	}
 	defer func() { _ = os.Remove(tmp.Name()) }()
@@ -101,6 +98,13 @@ func Replace(ctx context.Context, socketDir, digest string, in io.Reader) error 
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != digest {
 		return fmt.Errorf("the binary received has digest %s, not %s: not replacing", got, digest)
+	}
+	pid, err := readPID(filepath.Join(socketDir, pidFile))
+	if err != nil {
+		return fmt.Errorf("no running instance manager that can be replaced in place: %w", err)
+	}
+	if running, _ := os.ReadFile(filepath.Join(socketDir, digestFile)); strings.TrimSpace(string(running)) == digest {
+		return nil // replaced already
 	}
 	out, err := runVersion(ctx, tmp.Name())
 	if err != nil || out != digest {

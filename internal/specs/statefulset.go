@@ -57,10 +57,11 @@ type Platform struct {
 }
 
 // PodTemplateDigest is the SHA-256 of the servers' pod template with no
-// instance manager image: it changes with everything in the template but
-// the operator's version.
+// instance manager image (and without this annotation): it changes with
+// everything in the template but the operator's version. The template
+// carries it (AnnotationPodTemplate), and so every pod.
 func PodTemplateDigest(db *databasev1alpha1.MyDatabase) string {
-	b, _ := json.Marshal(podTemplate(db, Platform{InstanceManagerImage: "-"})) // an apply configuration always marshals
+	b, _ := json.Marshal(podTemplateWithout(db, Platform{InstanceManagerImage: "-"})) // an apply configuration always marshals
 	return fmt.Sprintf("%x", sha256.Sum256(b))
 }
 
@@ -118,12 +119,9 @@ func StorageSize(db *databasev1alpha1.MyDatabase) resource.Quantity {
 // OnDelete: the StatefulSet controller never restarts a pod for a new
 // template; the operator does, replicas first and the primary after a
 // switchover (internal/controller/mydatabase, rollout.go).
-//
-// The annotation AnnotationPodTemplate is PodTemplateDigest.
 func StatefulSet(db *databasev1alpha1.MyDatabase, p Platform) *appsv1ac.StatefulSetApplyConfiguration {
 	return appsv1ac.StatefulSet(StatefulSetName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentDatabase)).
-		WithAnnotations(map[string]string{databasev1alpha1.AnnotationPodTemplate: PodTemplateDigest(db)}).
 		WithOwnerReferences(ownerReferenceApply(db)).
 		WithSpec(appsv1ac.StatefulSetSpec().
 			WithReplicas(Replicas(db)).
@@ -167,6 +165,11 @@ func dataVolumeClaim(db *databasev1alpha1.MyDatabase) *corev1ac.PersistentVolume
 }
 
 func podTemplate(db *databasev1alpha1.MyDatabase, p Platform) *corev1ac.PodTemplateSpecApplyConfiguration {
+	return podTemplateWithout(db, p).WithAnnotations(map[string]string{databasev1alpha1.AnnotationPodTemplate: PodTemplateDigest(db)})
+}
+
+// podTemplateWithout is the pod template without AnnotationPodTemplate.
+func podTemplateWithout(db *databasev1alpha1.MyDatabase, p Platform) *corev1ac.PodTemplateSpecApplyConfiguration {
 	podLabels := maps.Clone(db.Spec.PodLabels)
 	if podLabels == nil {
 		podLabels = map[string]string{}

@@ -223,6 +223,7 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		oldImage := sts.Spec.Template.Spec.InitContainers[0].Image
 		w := startWriter(ctx, uri)
 		digest := env.nextOperatorVersion(t)
+		newOperator := time.Now()
 		testenv.Eventually(t, 3*time.Minute, "every instance reporting instance manager "+digest[:12], func() error {
 			db := getDB(t, ns)
 			for _, in := range db.Status.Instances {
@@ -235,6 +236,7 @@ func TestLifecycleOnRealPods(t *testing.T) {
 			}
 			return nil
 		})
+		t.Logf("every instance manager replaced %s after the new operator started", time.Since(newOperator).Round(time.Second))
 		acked, failed := w.stop(), w.failures()
 		if failed > 0 {
 			t.Errorf("%d writes failed while the instance managers were replaced (%d acknowledged)", failed, acked)

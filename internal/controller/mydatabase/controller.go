@@ -77,8 +77,8 @@ type Reconciler struct {
 	written ownWrites
 	// certs remembers the certificates found good, by content.
 	certs pki.Checker
-	// replaceFailures remembers the failed in-place replacements.
-	replaceFailures replaceFailures
+	// replacements remembers the in-place replacements of instance managers.
+	replacements replacements
 	// marks and indexed are what SetupWithManager found of the cache
 	// (kit).
 	marks   apply.Marks
@@ -88,7 +88,7 @@ type Reconciler struct {
 // kit is what the components of a pass work with.
 func (r *Reconciler) kit() *kit {
 	return &kit{Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder, NewPassword: r.NewPassword, Clock: r.Clock,
-		Metrics: r.Metrics, Platform: r.Platform, Managers: r.Managers, replaceFailures: &r.replaceFailures, StallRetry: r.stallRetry(), certs: &r.certs, marks: r.marks, indexed: r.indexed}
+		Metrics: r.Metrics, Platform: r.Platform, Managers: r.Managers, replacements: &r.replacements, StallRetry: r.stallRetry(), certs: &r.certs, marks: r.marks, indexed: r.indexed}
 }
 
 // +kubebuilder:rbac:groups=database.example.com,resources=mydatabases,verbs=get;list;watch;patch

@@ -41,8 +41,8 @@ type kit struct {
 	Platform    specs.Platform
 	// Managers replaces running instance managers by the operator's own
 	// (managers.go); nil: they are not replaced in place.
-	Managers        ManagerReplacer
-	replaceFailures *replaceFailures
+	Managers     ManagerReplacer
+	replacements *replacements
 	// StallRetry is how often a Stalled MyDatabase is looked at again.
 	StallRetry time.Duration
 	// certs remembers the certificates found good, by content: a pass

@@ -30,14 +30,15 @@ import (
 // spec.instanceManagerUpdate InPlace (the default):
 //
 //   - the servers component keeps the image the live template names while
-//     nothing else in the template changes (AnnotationPodTemplate), so the
-//     StatefulSet gets no new revision and no pod is restarted;
+//     nothing else in the template changes (AnnotationPodTemplate, on the
+//     template and every pod), so the StatefulSet gets no new revision and
+//     no pod is restarted;
 //   - this component streams the operator's own instance manager into each
 //     pod whose instance manager reports another version
 //     (contract.ReplaceCommand), one pod at a time, replicas first, only
-//     while every server is ready and no rollout or switchover runs; the
-//     instance manager re-executes itself as it and keeps PostgreSQL
-//     running (internal/instance, reexec.go).
+//     while every server is ready, no rollout or switchover runs and no
+//     base backup is being taken; the instance manager re-executes itself
+//     as it and keeps PostgreSQL running (internal/instance, reexec.go).
 //
 // A pod created later from the kept template starts the older instance
 // manager and is brought up to date the same way; the next change of the
@@ -85,7 +86,15 @@ func (r *managerUpdate) reconcile(ctx context.Context, obs *observation) error {
 		if !pod.DeletionTimestamp.IsZero() || !specs.PodReady(pod) || pod.Labels[appsv1.ControllerRevisionHashLabelKey] != revision {
 			return nil // the rollout goes first, and nothing while a server is down
 		}
-		if v := managerVersion(pod); v != "" && v != want {
+		rep, err := contract.Parse(pod.Annotations[contract.AnnotationInstance])
+		if err == nil && rep.Backup != nil && rep.Backup.Phase == string(databasev1alpha1.BackupRunning) {
+			return nil // an instance manager re-executes only once its backup ends
+		}
+		switch {
+		case err != nil || rep.Manager == "":
+		case rep.Manager == want:
+			r.replacements.forget(pod.UID)
+		case !r.replacements.replaced(pod.UID, want):
 			outdated = append(outdated, pod)
 		}
 	}
@@ -99,19 +108,23 @@ func (r *managerUpdate) reconcile(ctx context.Context, obs *observation) error {
 		return boolOrder(a.Name == primary) - boolOrder(b.Name == primary)
 	})
 	pod := outdated[0]
-	if !r.replaceFailures.due(pod.UID, r.Clock.Now()) {
+	if !r.replacements.due(pod.UID, r.Clock.Now()) {
 		obs.recheck(replaceRetry)
 		return nil
 	}
 	from := managerVersion(pod)
-	if err := r.Managers.Replace(ctx, pod); err != nil {
-		r.replaceFailures.failed(pod.UID, r.Clock.Now())
+	start := time.Now()
+	log(ctx).Info("Replacing an instance manager in place", "pod", pod.Name, "from", short(from), "to", short(want))
+	err := r.Managers.Replace(ctx, pod)
+	log(ctx).Info("Replaced an instance manager in place", "pod", pod.Name, "took", time.Since(start).String(), "error", err)
+	if err != nil {
+		r.replacements.failed(pod.UID, r.Clock.Now())
 		r.event(db, corev1.EventTypeWarning, "InstanceManagerReplaceFailed",
 			"Replacing the instance manager of %s in place (%s to %s) failed, tried again in %s: %v", pod.Name, short(from), short(want), replaceRetry, err)
 		obs.recheck(replaceRetry)
 		return nil
 	}
-	r.replaceFailures.forget(pod.UID)
+	r.replacements.succeeded(pod.UID, want)
 	r.event(db, corev1.EventTypeNormal, "InstanceManagerReplaced",
 		"Replaced the instance manager of %s in place (%s to %s); PostgreSQL kept running", pod.Name, short(from), short(want))
 	return nil
@@ -153,10 +166,22 @@ func short(digest string) string { return digest[:min(len(digest), 12)] }
 // keptInstanceManagerImage is the instance manager image the StatefulSet
 // keeps: the live template's, when the template would change in nothing
 // else and every instance manager that reports can be replaced in place;
-// "" for the operator's own.
+// "" for the operator's own. While the StatefulSet is being replaced
+// (alignVolumes) its pods stand for its template.
 func (r *servers) keptInstanceManagerImage(want *databasev1alpha1.MyDatabase) string {
-	if r.sts == nil || r.Managers == nil || !inPlace(want) ||
-		r.sts.Annotations[databasev1alpha1.AnnotationPodTemplate] != specs.PodTemplateDigest(want) {
+	if r.Managers == nil || !inPlace(want) {
+		return ""
+	}
+	var live *corev1.PodTemplateSpec
+	switch {
+	case r.sts != nil:
+		live = &r.sts.Spec.Template
+	case len(r.pods) > 0:
+		live = &corev1.PodTemplateSpec{ObjectMeta: r.pods[0].ObjectMeta, Spec: r.pods[0].Spec}
+	default:
+		return ""
+	}
+	if live.Annotations[databasev1alpha1.AnnotationPodTemplate] != specs.PodTemplateDigest(want) {
 		return ""
 	}
 	for i := range r.pods {
@@ -164,35 +189,60 @@ func (r *servers) keptInstanceManagerImage(want *databasev1alpha1.MyDatabase) st
 			return ""
 		}
 	}
-	return specs.InstanceManagerImage(&r.sts.Spec.Template.Spec)
+	return specs.InstanceManagerImage(&live.Spec)
 }
 
-// replaceFailures remembers, per pod, when a replacement last failed.
-type replaceFailures struct {
-	mu sync.Mutex
-	at map[types.UID]time.Time
+// replacements remembers, per pod, the last replacement: when it failed,
+// or the version it brought, which the pod's report in the cache may not
+// show yet (a replacement asked again would cost another transfer).
+type replacements struct {
+	mu       sync.Mutex
+	failedAt map[types.UID]time.Time
+	done     map[types.UID]string
 }
 
-func (f *replaceFailures) due(pod types.UID, now time.Time) bool {
+// due tells whether pod may be replaced now: not within replaceRetry of
+// a failure.
+func (f *replacements) due(pod types.UID, now time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	at, ok := f.at[pod]
+	at, ok := f.failedAt[pod]
 	return !ok || now.Sub(at) >= replaceRetry
 }
 
-func (f *replaceFailures) failed(pod types.UID, now time.Time) {
+// replaced tells whether pod was brought to version digest.
+func (f *replacements) replaced(pod types.UID, digest string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.at == nil {
-		f.at = map[types.UID]time.Time{}
-	}
-	f.at[pod] = now
+	return f.done[pod] == digest
 }
 
-func (f *replaceFailures) forget(pod types.UID) {
+func (f *replacements) failed(pod types.UID, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.at, pod)
+	if f.failedAt == nil {
+		f.failedAt = map[types.UID]time.Time{}
+	}
+	f.failedAt[pod] = now
+	delete(f.done, pod)
+}
+
+func (f *replacements) succeeded(pod types.UID, digest string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done == nil {
+		f.done = map[types.UID]string{}
+	}
+	f.done[pod] = digest
+	delete(f.failedAt, pod)
+}
+
+// forget drops what is known of pod, once its report says it all.
+func (f *replacements) forget(pod types.UID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.failedAt, pod)
+	delete(f.done, pod)
 }
 
 // execReplacer replaces instance managers through the pods' exec
@@ -234,7 +284,9 @@ func (e *execReplacer) Replace(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	// The replacement takes a second or two; the reconcile of the
+	// MyDatabase waits for it, so not long.
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	var out bytes.Buffer
 	if err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: in, Stdout: &out, Stderr: &out}); err != nil {

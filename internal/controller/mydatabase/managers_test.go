@@ -159,14 +159,15 @@ func TestInstanceManagersReplacedInPlace(t *testing.T) {
 func TestKeptInstanceManagerImage(t *testing.T) {
 	db := newDB("ns", "keep")
 	db.Spec.Version = "17"
-	live := func(db *databasev1alpha1.MyDatabase) *appsv1.StatefulSet {
-		sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-			databasev1alpha1.AnnotationPodTemplate: specs.PodTemplateDigest(db)}}}
-		sts.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "instance-manager", Image: "operator:v1"}}
-		return sts
-	}
+	template := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		databasev1alpha1.AnnotationPodTemplate: specs.PodTemplateDigest(db)}}}
+	template.Spec.InitContainers = []corev1.Container{{Name: "instance-manager", Image: "operator:v1"}}
+	live := &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Template: template}}
+	// A pod of that template, reporting.
 	pod := func(report string) corev1.Pod {
-		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{contract.AnnotationInstance: report}}}
+		p := corev1.Pod{ObjectMeta: *template.ObjectMeta.DeepCopy(), Spec: template.Spec}
+		p.Annotations[contract.AnnotationInstance] = report
+		return p
 	}
 	capable, incapable := fmt.Sprintf(`{"ready":true,"manager":%q,"time":"2026-01-02T03:04:06Z"}`, newManager), `{"ready":true,"time":"2026-01-02T03:04:06Z"}`
 	changed := db.DeepCopy()
@@ -177,16 +178,19 @@ func TestKeptInstanceManagerImage(t *testing.T) {
 		name     string
 		managers ManagerReplacer
 		want     *databasev1alpha1.MyDatabase
+		sts      *appsv1.StatefulSet
 		pods     []corev1.Pod
 		kept     string
 	}{
-		{"only the operator changed", &fakeManagers{}, db, []corev1.Pod{pod(capable), {}}, "operator:v1"},
-		{"the template changed too", &fakeManagers{}, changed, []corev1.Pod{pod(capable)}, ""},
-		{"an instance manager that cannot be replaced", &fakeManagers{}, db, []corev1.Pod{pod(capable), pod(incapable)}, ""},
-		{"Restart", &fakeManagers{}, restart, []corev1.Pod{pod(capable)}, ""},
-		{"no instance manager to replace with", nil, db, []corev1.Pod{pod(capable)}, ""},
+		{"only the operator changed", &fakeManagers{}, db, live, []corev1.Pod{pod(capable), {}}, "operator:v1"},
+		{"the StatefulSet being replaced: its pods stand for it", &fakeManagers{}, db, nil, []corev1.Pod{pod(capable)}, "operator:v1"},
+		{"the template changed too", &fakeManagers{}, changed, live, []corev1.Pod{pod(capable)}, ""},
+		{"an instance manager that cannot be replaced", &fakeManagers{}, db, live, []corev1.Pod{pod(capable), pod(incapable)}, ""},
+		{"Restart", &fakeManagers{}, restart, live, []corev1.Pod{pod(capable)}, ""},
+		{"no instance manager to replace with", nil, db, live, []corev1.Pod{pod(capable)}, ""},
+		{"nothing yet", &fakeManagers{}, db, nil, nil, ""},
 	} {
-		r := &servers{kit: &kit{Managers: c.managers}, scope: &scope{db: c.want, sts: live(db), pods: c.pods}}
+		r := &servers{kit: &kit{Managers: c.managers}, scope: &scope{db: c.want, sts: c.sts, pods: c.pods}}
 		if got := r.keptInstanceManagerImage(c.want); got != c.kept {
 			t.Errorf("%s: kept %q, want %q", c.name, got, c.kept)
 		}
