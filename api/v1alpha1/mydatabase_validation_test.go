@@ -81,16 +81,17 @@ func TestMinimalIsAcceptedAndDefaulted(t *testing.T) {
 	}
 	one := int32(1)
 	want := databasev1alpha1.MyDatabaseSpec{
-		Engine:         databasev1alpha1.EnginePostgres,
-		Version:        "17",
-		Replicas:       &one,
-		Storage:        databasev1alpha1.StorageSpec{Size: got.Spec.Storage.Size},
-		DatabaseName:   "app",
-		User:           "app",
-		Service:        databasev1alpha1.ServiceSpec{Type: "ClusterIP", Port: 5432},
-		DeletionPolicy: databasev1alpha1.DeletionPolicyRetain,
-		Failover:       databasev1alpha1.FailoverSpec{LeaseDurationSeconds: 4},
-		TLS:            databasev1alpha1.TLSSpec{Clients: databasev1alpha1.TLSClientsAllowed},
+		Engine:                databasev1alpha1.EnginePostgres,
+		Version:               "17",
+		Replicas:              &one,
+		Storage:               databasev1alpha1.StorageSpec{Size: got.Spec.Storage.Size},
+		DatabaseName:          "app",
+		User:                  "app",
+		Service:               databasev1alpha1.ServiceSpec{Type: "ClusterIP", Port: 5432},
+		DeletionPolicy:        databasev1alpha1.DeletionPolicyRetain,
+		InstanceManagerUpdate: databasev1alpha1.InstanceManagerUpdateInPlace,
+		Failover:              databasev1alpha1.FailoverSpec{LeaseDurationSeconds: 4},
+		TLS:                   databasev1alpha1.TLSSpec{Clients: databasev1alpha1.TLSClientsAllowed},
 	}
 	if diff := cmp.Diff(want, got.Spec); diff != "" {
 		t.Errorf("defaulted spec (-want +got):\n%s", diff)

@@ -240,6 +240,10 @@ func (m *manager) reexec(ctx context.Context) error {
 	// parent-death signal fires when that thread ends: so it was started
 	// on the main thread, which the exec keeps.
 	argv := append([]string{current}, os.Args[1:]...)
+	if err := ctx.Err(); err != nil { // asked to stop meanwhile: the new process would not know
+		_ = os.Remove(path)
+		return err
+	}
 	onMainThread(func() { err = syscall.Exec(current, argv, m.c.environ) })
 	_ = os.Remove(path)
 	return fmt.Errorf("executing %s: %w", current, err)

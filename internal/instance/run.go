@@ -48,16 +48,20 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 	reload, replace := make(chan struct{}, 1), make(chan struct{}, 1)
 	go func() {
 		for s := range signals {
-			if s == syscall.SIGHUP || s == syscall.SIGUSR1 {
-				ch := map[os.Signal]chan struct{}{syscall.SIGHUP: reload, syscall.SIGUSR1: replace}[s]
-				select {
-				case ch <- struct{}{}:
-				default:
-				}
+			asked := reload
+			switch s {
+			case syscall.SIGHUP:
+			case syscall.SIGUSR1:
+				asked = replace
+			default:
+				log("received %s: stopping", signalName(s))
+				cancel()
 				continue
 			}
-			log("received %s: stopping", signalName(s))
-			cancel()
+			select {
+			case asked <- struct{}{}:
+			default:
+			}
 		}
 	}()
 

@@ -40,17 +40,22 @@ func (f *fakeManagers) Replace(ctx context.Context, pod *corev1.Pod) error {
 	if failing {
 		return errors.New("the binary received does not run here")
 	}
-	live := &corev1.Pod{}
-	if err := get(pod.Namespace, pod.Name, live); err != nil {
+	return setManager(pod.Namespace, pod.Name, newManager)
+}
+
+// setManager makes a pod's report say instance manager digest.
+func setManager(ns, name, digest string) error {
+	pod := &corev1.Pod{}
+	if err := get(ns, name, pod); err != nil {
 		return err
 	}
-	r, err := contract.Parse(live.Annotations[contract.AnnotationInstance])
+	r, err := contract.Parse(pod.Annotations[contract.AnnotationInstance])
 	if err != nil {
 		return err
 	}
-	r.Manager = newManager
-	live.Annotations[contract.AnnotationInstance] = r.String()
-	return k8s.Update(ctx, live)
+	r.Manager = digest
+	pod.Annotations[contract.AnnotationInstance] = r.String()
+	return k8s.Update(context.Background(), pod)
 }
 
 func (f *fakeManagers) calls() []string {
@@ -62,19 +67,7 @@ func (f *fakeManagers) calls() []string {
 // reportManager plays an instance manager of version digest.
 func reportManager(t *testing.T, db *databasev1alpha1.MyDatabase, name, digest string) {
 	t.Helper()
-	eventually(t, name+" reporting instance manager "+digest, func() error {
-		pod := &corev1.Pod{}
-		if err := get(db.Namespace, name, pod); err != nil {
-			return err
-		}
-		r, err := contract.Parse(pod.Annotations[contract.AnnotationInstance])
-		if err != nil {
-			return err
-		}
-		r.Manager = digest
-		pod.Annotations[contract.AnnotationInstance] = r.String()
-		return k8s.Update(context.Background(), pod)
-	})
+	eventually(t, name+" reporting instance manager "+digest, func() error { return setManager(db.Namespace, name, digest) })
 }
 
 // TestInstanceManagersReplacedInPlace: instance managers that report
