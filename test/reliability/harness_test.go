@@ -356,6 +356,7 @@ var volatile = map[string]bool{
 	"deletionTimestamp": true, "deletionGracePeriodSeconds": true, databasev1alpha1.AnnotationSpecHash: true,
 	"observedGeneration":                      true, // equal to generation after converge, which differs by history
 	databasev1alpha1.AnnotationPasswordDigest: true, // passwords differ between runs
+	databasev1alpha1.AnnotationPodTemplate:    true, // the template holds the MyDatabase's uid
 }
 
 func normalise(v any, ns string) any {
