@@ -116,7 +116,7 @@ func (r *managerUpdate) reconcile(ctx context.Context, obs *observation) error {
 	start := time.Now()
 	log(ctx).Info("Replacing an instance manager in place", "pod", pod.Name, "from", short(from), "to", short(want))
 	err := r.Managers.Replace(ctx, pod)
-	log(ctx).Info("Replaced an instance manager in place", "pod", pod.Name, "took", time.Since(start).String(), "error", err)
+	log(ctx).Info("Replacing an instance manager in place: done", "pod", pod.Name, "took", time.Since(start).String(), "error", err)
 	if err != nil {
 		r.replacements.failed(pod.UID, r.Clock.Now())
 		r.event(db, corev1.EventTypeWarning, "InstanceManagerReplaceFailed",
