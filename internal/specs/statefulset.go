@@ -61,7 +61,15 @@ type Platform struct {
 // everything in the template but the operator's version. The template
 // carries it (AnnotationPodTemplate), and so every pod.
 func PodTemplateDigest(db *databasev1alpha1.MyDatabase) string {
-	b, _ := json.Marshal(podTemplateWithout(db, Platform{InstanceManagerImage: "-"})) // an apply configuration always marshals
+	return templateDigest(podTemplateWithout(db, Platform{InstanceManagerImage: noImage}))
+}
+
+// noImage stands for the instance manager image in the template a digest
+// is taken of.
+const noImage = "-"
+
+func templateDigest(t *corev1ac.PodTemplateSpecApplyConfiguration) string {
+	b, _ := json.Marshal(t) // an apply configuration always marshals
 	return fmt.Sprintf("%x", sha256.Sum256(b))
 }
 
@@ -164,8 +172,13 @@ func dataVolumeClaim(db *databasev1alpha1.MyDatabase) *corev1ac.PersistentVolume
 		WithSpec(spec)
 }
 
+// podTemplate is the servers' pod template, with its PodTemplateDigest:
+// built once, its digest taken before the image goes in.
 func podTemplate(db *databasev1alpha1.MyDatabase, p Platform) *corev1ac.PodTemplateSpecApplyConfiguration {
-	return podTemplateWithout(db, p).WithAnnotations(map[string]string{databasev1alpha1.AnnotationPodTemplate: PodTemplateDigest(db)})
+	t := podTemplateWithout(db, Platform{InstanceManagerImage: noImage})
+	digest := templateDigest(t)
+	t.Spec.InitContainers[0].WithImage(p.instanceManagerImage())
+	return t.WithAnnotations(map[string]string{databasev1alpha1.AnnotationPodTemplate: digest})
 }
 
 // podTemplateWithout is the pod template without AnnotationPodTemplate.

@@ -181,7 +181,11 @@ func (r *servers) keptInstanceManagerImage(want *databasev1alpha1.MyDatabase) st
 	default:
 		return ""
 	}
-	if live.Annotations[databasev1alpha1.AnnotationPodTemplate] != specs.PodTemplateDigest(want) {
+	// The operator's own image already (every pass once converged): the
+	// digest, a second build of the template, is not needed.
+	image := specs.InstanceManagerImage(&live.Spec)
+	if image == "" || image == r.Platform.Image() ||
+		live.Annotations[databasev1alpha1.AnnotationPodTemplate] != specs.PodTemplateDigest(want) {
 		return ""
 	}
 	for i := range r.pods {
@@ -189,7 +193,7 @@ func (r *servers) keptInstanceManagerImage(want *databasev1alpha1.MyDatabase) st
 			return ""
 		}
 	}
-	return specs.InstanceManagerImage(&live.Spec)
+	return image
 }
 
 // replacements remembers, per pod, the last replacement: when it failed,

@@ -156,6 +156,8 @@ func TestKeptInstanceManagerImage(t *testing.T) {
 		databasev1alpha1.AnnotationPodTemplate: specs.PodTemplateDigest(db)}}}
 	template.Spec.InitContainers = []corev1.Container{{Name: "instance-manager", Image: "operator:v1"}}
 	live := &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Template: template}}
+	ownImage := live.DeepCopy()
+	ownImage.Spec.Template.Spec.InitContainers[0].Image = specs.DefaultInstanceManagerImage
 	// A pod of that template, reporting.
 	pod := func(report string) corev1.Pod {
 		p := corev1.Pod{ObjectMeta: *template.ObjectMeta.DeepCopy(), Spec: template.Spec}
@@ -182,6 +184,7 @@ func TestKeptInstanceManagerImage(t *testing.T) {
 		{"Restart", &fakeManagers{}, restart, live, []corev1.Pod{pod(capable)}, ""},
 		{"no instance manager to replace with", nil, db, live, []corev1.Pod{pod(capable)}, ""},
 		{"nothing yet", &fakeManagers{}, db, nil, nil, ""},
+		{"the operator's own image already", &fakeManagers{}, db, ownImage, []corev1.Pod{pod(capable)}, ""},
 	} {
 		r := &servers{kit: &kit{Managers: c.managers}, scope: &scope{db: c.want, sts: c.sts, pods: c.pods}}
 		if got := r.keptInstanceManagerImage(c.want); got != c.kept {
