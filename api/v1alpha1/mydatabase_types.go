@@ -50,6 +50,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(self.credentials) == has(oldSelf.credentials) && (!has(self.credentials) || self.credentials == oldSelf.credentials)",message="credentials is immutable: the data only knows the password it was created with"
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="bootstrap is immutable: it only says how the data was first made"
 // +kubebuilder:validation:XValidation:rule="!has(self.credentials) || !has(self.passwordRotation) || !has(self.passwordRotation.userRequestedAt)",message="passwordRotation.userRequestedAt rotates the generated Secret only: with credentials.secretName, change the password in your Secret and the operator sets it in PostgreSQL"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.walStorage) || has(self.walStorage)",message="walStorage cannot be removed: the servers' WAL lives on those volumes; to go back to one volume, restore a backup into a new MyDatabase without walStorage"
 type MyDatabaseSpec struct {
 	// engine is the database software. Only postgres is supported today.
 	// Immutable.
@@ -91,6 +92,16 @@ type MyDatabaseSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Storage StorageSpec `json:"storage,omitempty"`
+
+	// walStorage puts every server's WAL (pg_wal) on a volume of its own,
+	// so that WAL kept by failing archiving or a slot cannot fill the data
+	// volume, and data files cannot starve the WAL. Its storageClassName
+	// is the cluster default when unset. Adding it to a running
+	// MyDatabase restarts every server once, replicas first and the
+	// primary after a switchover, each moving its WAL to the new volume
+	// while it is stopped. It cannot be removed.
+	// +optional
+	WALStorage *StorageSpec `json:"walStorage,omitempty"`
 
 	// resources are the compute resources of the PostgreSQL container.
 	// +optional
@@ -248,26 +259,27 @@ type MyDatabaseSpec struct {
 	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
 }
 
-// StorageSpec is the data volume of each server.
-// +kubebuilder:validation:XValidation:rule="!has(self.autoGrow) || !has(self.size) || quantity(string(self.autoGrow.maxSize)).compareTo(quantity(string(self.size))) >= 0",message="storage.autoGrow.maxSize must be at least storage.size"
+// StorageSpec is a volume of each server: its data volume (spec.storage)
+// or its WAL volume (spec.walStorage).
+// +kubebuilder:validation:XValidation:rule="!has(self.autoGrow) || !has(self.size) || quantity(string(self.autoGrow.maxSize)).compareTo(quantity(string(self.size))) >= 0",message="autoGrow.maxSize must be at least size"
 // +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName is immutable: existing volumes cannot move to another class"
 type StorageSpec struct {
-	// size of each data volume. It may grow but never shrink. Growing it
+	// size of each volume. It may grow but never shrink. Growing it
 	// expands every server's volume in place when their StorageClass has
 	// allowVolumeExpansion: true; the pods keep running.
 	// +kubebuilder:default="1Gi"
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="storage.size must be greater than zero, for example 1Gi"
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",message="storage.size may grow but never shrink: a volume cannot be made smaller without losing data"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="size must be greater than zero, for example 1Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",message="size may grow but never shrink: a volume cannot be made smaller without losing data"
 	// +optional
 	Size resource.Quantity `json:"size,omitzero"`
 
-	// storageClassName of the data volumes; the cluster default when unset.
+	// storageClassName of the volumes; the cluster default when unset.
 	// Immutable.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	StorageClassName *string `json:"storageClassName,omitempty"`
 
-	// autoGrow grows the data volumes before they fill, within maxSize.
+	// autoGrow grows the volumes before they fill, within maxSize.
 	// +optional
 	AutoGrow *AutoGrowSpec `json:"autoGrow,omitempty"`
 }
@@ -450,6 +462,10 @@ type MyDatabaseStatus struct {
 	// growth spec.storage.autoGrow made.
 	// +optional
 	Storage *StorageStatus `json:"storage,omitempty"`
+
+	// walStorage is the same for the WAL volumes, with spec.walStorage.
+	// +optional
+	WALStorage *StorageStatus `json:"walStorage,omitempty"`
 
 	// instances is what each server's instance manager last reported.
 	// +listType=map

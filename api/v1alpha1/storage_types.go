@@ -5,8 +5,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// InstanceStorage is a server's data volume and the WAL on it, as its
-// instance manager measured them with its last report.
+// InstanceStorage is a server's data volume and its WAL, as its instance
+// manager measured them with its last report.
 type InstanceStorage struct {
 	// capacityBytes is the size of the data volume's filesystem.
 	CapacityBytes int64 `json:"capacityBytes"`
@@ -14,10 +14,18 @@ type InstanceStorage struct {
 	AvailableBytes int64 `json:"availableBytes"`
 	// walBytes is what pg_wal holds.
 	WALBytes int64 `json:"walBytes"`
+	// walCapacityBytes and walAvailableBytes are the same for the WAL
+	// volume, with spec.walStorage; absent while the WAL is on the data
+	// volume.
+	// +optional
+	WALCapacityBytes int64 `json:"walCapacityBytes,omitempty"`
+	// +optional
+	WALAvailableBytes int64 `json:"walAvailableBytes,omitempty"`
 }
 
 // ConditionWALSpace tells whether the WAL on every server stays within its
-// share of the data volume: half of it. The operator bounds what
+// share of its volume (the WAL volume with spec.walStorage, the data volume
+// otherwise): half of it. The operator bounds what
 // checkpoints and replication slots keep to a quarter each (max_wal_size,
 // max_slot_wal_keep_size, unless spec.parameters sets them), so more than
 // half means WAL that is kept for another reason, most often archiving
@@ -34,12 +42,12 @@ const (
 	ReasonWALNotReported  = "NotReported"
 )
 
-// AutoGrowSpec grows the data volumes before they fill. When a server
-// reports its data volume more than usedPercent full, every data volume is
-// asked to grow by stepPercent of its size, at most to maxSize, the way a
-// larger spec.storage.size grows them (online, where the StorageClass
-// allows expansion). spec.storage.size stays the floor; the volumes never
-// shrink.
+// AutoGrowSpec grows the volumes before they fill. When a server reports
+// its volume (data, or WAL with spec.walStorage) more than usedPercent
+// full, that volume of every server is asked to grow by stepPercent of its
+// size, at most to maxSize, the way a larger size grows them (online,
+// where the StorageClass allows expansion). The spec's size stays the
+// floor; the volumes never shrink.
 type AutoGrowSpec struct {
 	// usedPercent of the data volume past which it grows.
 	// +kubebuilder:validation:Minimum=50
@@ -56,13 +64,13 @@ type AutoGrowSpec struct {
 	StepPercent int32 `json:"stepPercent,omitempty"`
 
 	// maxSize is the largest size auto-growth asks for.
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="storage.autoGrow.maxSize must be greater than zero, for example 100Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="autoGrow.maxSize must be greater than zero, for example 100Gi"
 	MaxSize resource.Quantity `json:"maxSize"`
 }
 
-// StorageStatus is the size of the data volumes.
+// StorageStatus is the size of the data volumes, or of the WAL volumes.
 type StorageStatus struct {
-	// size every data volume is asked to have: spec.storage.size, or more
+	// size every such volume is asked to have: the spec's size, or more
 	// once autoGrow grew them.
 	// +optional
 	Size *resource.Quantity `json:"size,omitempty"`
@@ -72,7 +80,7 @@ type StorageStatus struct {
 	LastAutoGrowth *AutoGrowth `json:"lastAutoGrowth,omitempty"`
 }
 
-// AutoGrowth is one growth of the data volumes by spec.storage.autoGrow.
+// AutoGrowth is one growth of the data (or WAL) volumes by autoGrow.
 type AutoGrowth struct {
 	// time the operator asked for it.
 	Time metav1.Time `json:"time"`

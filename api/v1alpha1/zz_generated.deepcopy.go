@@ -491,6 +491,11 @@ func (in *MyDatabaseSpec) DeepCopyInto(out *MyDatabaseSpec) {
 		**out = **in
 	}
 	in.Storage.DeepCopyInto(&out.Storage)
+	if in.WALStorage != nil {
+		in, out := &in.WALStorage, &out.WALStorage
+		*out = new(StorageSpec)
+		(*in).DeepCopyInto(*out)
+	}
 	in.Resources.DeepCopyInto(&out.Resources)
 	if in.Parameters != nil {
 		in, out := &in.Parameters, &out.Parameters
@@ -602,6 +607,11 @@ func (in *MyDatabaseStatus) DeepCopyInto(out *MyDatabaseStatus) {
 	}
 	if in.Storage != nil {
 		in, out := &in.Storage, &out.Storage
+		*out = new(StorageStatus)
+		(*in).DeepCopyInto(*out)
+	}
+	if in.WALStorage != nil {
+		in, out := &in.WALStorage, &out.WALStorage
 		*out = new(StorageStatus)
 		(*in).DeepCopyInto(*out)
 	}

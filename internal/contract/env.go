@@ -8,6 +8,11 @@ const (
 	EnvPodName   = "POD_NAME"
 	EnvNamespace = "NAMESPACE"
 	EnvPGData    = "PGDATA"
+	// EnvWALDir is a directory on a volume of its own for pg_wal (with
+	// spec.walStorage): before every start of the server the instance
+	// manager makes PGDATA/pg_wal a symbolic link to it, moving the WAL
+	// there when pg_wal is still a directory. Optional.
+	EnvWALDir = "WAL_DIR"
 	// EnvSocketDir and EnvPort are libpq's own names, so that psql in the
 	// container reaches the server without arguments.
 	EnvSocketDir = "PGHOST"

@@ -61,12 +61,14 @@ type Report struct {
 	Time time.Time `json:"time"`
 }
 
-// Storage is an instance's data volume (statfs) and the WAL on it (the
-// files in pg_wal).
+// Storage is an instance's data volume (statfs), its WAL (the files in
+// pg_wal) and, with a WAL volume of its own (EnvWALDir), that volume.
 type Storage struct {
-	CapacityBytes  int64 `json:"capacityBytes"`
-	AvailableBytes int64 `json:"availableBytes"`
-	WALBytes       int64 `json:"walBytes"`
+	CapacityBytes     int64 `json:"capacityBytes"`
+	AvailableBytes    int64 `json:"availableBytes"`
+	WALBytes          int64 `json:"walBytes"`
+	WALCapacityBytes  int64 `json:"walCapacityBytes,omitempty"`
+	WALAvailableBytes int64 `json:"walAvailableBytes,omitempty"`
 }
 
 // Archive is where a primary's WAL archiving stands (pg_stat_archiver,

@@ -213,6 +213,9 @@ func (m *manager) dataPosition(ctx context.Context) (serverState, error) {
 	if _, err := m.c.copyTLS(); err != nil {
 		return serverState{}, err
 	}
+	if err := m.placeWAL(); err != nil {
+		return serverState{}, err
+	}
 	args, err := m.standbyArgs(ctx, "")
 	if err != nil {
 		return serverState{}, err

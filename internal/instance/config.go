@@ -32,8 +32,11 @@ import (
 // Config is the instance's part of the pod: its environment, as
 // internal/specs.Env sets it.
 type Config struct {
-	PodName   string // POD_NAME
-	PGData    string // PGDATA
+	PodName string // POD_NAME
+	PGData  string // PGDATA
+	// WALDir is where pg_wal lives on a volume of its own (waldir.go).
+	// Optional: without it pg_wal is on the data volume.
+	WALDir    string // WAL_DIR
 	SocketDir string // PGHOST
 	Port      string // PGPORT
 	ConfigDir string // CONFIG_DIR: postgresql.conf and pg_hba.conf
@@ -128,6 +131,7 @@ func ConfigFromEnv() (Config, error) {
 		}
 	}
 	c.Kubeconfig, c.TLSDir, c.ReplicationPassword = os.Getenv(contract.EnvKubeconfig), os.Getenv(contract.EnvTLSDir), os.Getenv(contract.EnvReplicationPassword)
+	c.WALDir = os.Getenv(contract.EnvWALDir)
 	c.Backup = storeFromEnv(contract.BackupStore)
 	restore, restoreErr := restoreFromEnv()
 	c.Restore = restore

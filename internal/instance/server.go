@@ -16,6 +16,9 @@ func (m *manager) start(ctx context.Context, role serverRole, address string) er
 	if _, err := m.c.copyTLS(); err != nil {
 		return err
 	}
+	if err := m.placeWAL(); err != nil {
+		return err
+	}
 	args := m.c.serverArgs()
 	if role == asReplica {
 		var err error

@@ -106,7 +106,8 @@ func StageBinaries(major, dest string) error {
 func StagedRoot(dest, major string) string { return filepath.Join(dest, "pg"+major) }
 
 // copyTree copies the regular files, directories and symbolic links of src
-// into dst, calling seen with each regular file copied (its source path).
+// into dst, calling seen with each regular file copied (its source path),
+// every file synced.
 func copyTree(src, dst string, seen func(string)) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -123,7 +124,7 @@ func copyTree(src, dst string, seen func(string)) error {
 		}
 		switch {
 		case d.IsDir():
-			return os.MkdirAll(to, 0o755)
+			return os.MkdirAll(to, info.Mode().Perm()|0o700)
 		case strings.HasPrefix(d.Name(), "llvmjit"):
 			return nil
 		case d.Type()&fs.ModeSymlink != 0:
@@ -150,11 +151,14 @@ func copyFile(src, dst string, mode fs.FileMode) error {
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		_ = out.Close()
-		return err
+	_, err = io.Copy(out, in)
+	if serr := out.Sync(); err == nil {
+		err = serr
 	}
-	return out.Close()
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func isELF(path string) bool {

@@ -27,13 +27,15 @@ import (
 // and more than half means archiving is behind or a setting outgrew the
 // volume.
 //
+// With a WAL volume of its own (spec.walStorage) the volume is that one.
+//
 // They are command-line settings, so that they follow the volume without a
 // change of the pod template: a volume expanded online raises them at the
 // server's next start.
 func (c Config) walBoundArgs() []string {
 	var size uint64
 	var fs syscall.Statfs_t
-	if err := syscall.Statfs(c.PGData, &fs); err == nil {
+	if err := syscall.Statfs(c.walVolume(), &fs); err == nil {
 		size = fs.Blocks * uint64(fs.Bsize)
 	}
 	// Without a data directory yet (a clone's first start is after it
@@ -63,8 +65,18 @@ func walSizeBound(size uint64) string {
 	return fmt.Sprintf("%dMB", min(max(size/4>>20, 64), 1024))
 }
 
-// storage measures the data volume and the WAL on it, for the report; nil
-// when the data directory cannot be read.
+// walVolume is a directory on the volume pg_wal is on: the WAL volume's
+// root (WALDir is below it, and exists only once the WAL moved there), or
+// the data directory.
+func (c Config) walVolume() string {
+	if c.WALDir != "" {
+		return filepath.Dir(c.WALDir)
+	}
+	return c.PGData
+}
+
+// storage measures the data volume, the WAL, and the WAL volume when it
+// has one, for the report; nil when the data directory cannot be read.
 func (c Config) storage() *contract.Storage {
 	var fs syscall.Statfs_t
 	if err := syscall.Statfs(c.PGData, &fs); err != nil {
@@ -73,6 +85,11 @@ func (c Config) storage() *contract.Storage {
 	s := &contract.Storage{
 		CapacityBytes:  int64(fs.Blocks) * fs.Bsize,
 		AvailableBytes: int64(fs.Bavail) * fs.Bsize,
+	}
+	if c.WALDir != "" {
+		if err := syscall.Statfs(c.walVolume(), &fs); err == nil {
+			s.WALCapacityBytes, s.WALAvailableBytes = int64(fs.Blocks)*fs.Bsize, int64(fs.Bavail)*fs.Bsize
+		}
 	}
 	entries, err := os.ReadDir(filepath.Join(c.PGData, "pg_wal"))
 	if err != nil {

@@ -76,14 +76,17 @@ func UserSuppliedCredentials(db *databasev1alpha1.MyDatabase) bool {
 	return db.Spec.Credentials != nil && db.Spec.Credentials.SecretName != ""
 }
 
-// DataVolumeName is the volumeClaimTemplate name; PVCs are named
-// <DataVolumeName>-<statefulset>-<ordinal>.
-const DataVolumeName = "data"
+// The volumeClaimTemplates' names (Volumes); PVCs are named
+// <name>-<statefulset>-<ordinal>.
+const (
+	DataVolumeName = "data"
+	WALVolumeName  = "wal"
+)
 
 // DataVolumeClaimName is the PVC the StatefulSet controller makes from the
 // data volumeClaimTemplate for the server of this ordinal.
 func DataVolumeClaimName(db *databasev1alpha1.MyDatabase, ordinal int32) string {
-	return fmt.Sprintf("%s-%s-%d", DataVolumeName, StatefulSetName(db), ordinal)
+	return Volumes(db)[0].ClaimName(db, ordinal)
 }
 
 // SelectorLabels select the pods of a MyDatabase. They never change over the

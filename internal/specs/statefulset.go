@@ -23,6 +23,11 @@ const (
 	// PGDATA is a directory below the volume root, so that a lost+found on a
 	// fresh filesystem never makes initdb refuse a non-empty directory.
 	PGDATA = DataMountPath + "/pgdata"
+	// WALMountPath is where the WAL volume is mounted (spec.walStorage),
+	// and WALDir the directory on it that PGDATA/pg_wal links to, below
+	// the volume root for the same reason.
+	WALMountPath = "/var/lib/postgresql/wal"
+	WALDir       = WALMountPath + "/pg_wal"
 	// SocketDir holds the Unix socket and the instance manager's copies of
 	// the certificates.
 	SocketDir = "/var/run/postgresql"
@@ -110,10 +115,52 @@ var DefaultStorageSize = resource.MustParse("1Gi")
 // StorageSize is the size every data volume should have: spec.storage.size,
 // DefaultStorageSize when unset.
 func StorageSize(db *databasev1alpha1.MyDatabase) resource.Quantity {
-	if db.Spec.Storage.Size.IsZero() {
+	return Volume{Spec: &db.Spec.Storage}.Size()
+}
+
+// Volume is one of the volumes every server has: its data volume, and its
+// WAL volume with spec.walStorage. Each is a volumeClaimTemplate of the
+// StatefulSet, and claims named <Name>-<statefulset>-<ordinal>.
+type Volume struct {
+	// Name of the volumeClaimTemplate: DataVolumeName or WALVolumeName.
+	Name string
+	// Field is the spec's field, for messages: spec.storage or spec.walStorage.
+	Field string
+	// What the volume holds, for messages: "data" or "WAL".
+	What string
+	// MountPath in the database container.
+	MountPath string
+	// Spec is the MyDatabase's spec of it.
+	Spec *databasev1alpha1.StorageSpec
+}
+
+// Volumes are the volumes of every server of db: the data volume first.
+func Volumes(db *databasev1alpha1.MyDatabase) []Volume {
+	vs := []Volume{{Name: DataVolumeName, Field: "spec.storage", What: "data", MountPath: DataMountPath, Spec: &db.Spec.Storage}}
+	if db.Spec.WALStorage != nil {
+		vs = append(vs, Volume{Name: WALVolumeName, Field: "spec.walStorage", What: "WAL", MountPath: WALMountPath, Spec: db.Spec.WALStorage})
+	}
+	return vs
+}
+
+// Size is the size the volumes should have: the spec's size,
+// DefaultStorageSize when unset.
+func (v Volume) Size() resource.Quantity {
+	if v.Spec.Size.IsZero() {
 		return DefaultStorageSize
 	}
-	return db.Spec.Storage.Size
+	return v.Spec.Size
+}
+
+// ClaimName is the PVC the StatefulSet controller makes from the volume's
+// template for the server of this ordinal.
+func (v Volume) ClaimName(db *databasev1alpha1.MyDatabase, ordinal int32) string {
+	return v.ClaimPrefix(db) + fmt.Sprint(ordinal)
+}
+
+// ClaimPrefix is what the names of the volume's claims start with.
+func (v Volume) ClaimPrefix(db *databasev1alpha1.MyDatabase) string {
+	return v.Name + "-" + StatefulSetName(db) + "-"
 }
 
 // StatefulSet runs the servers. Ordinal 0 makes the data of a new
@@ -140,7 +187,7 @@ func StatefulSet(db *databasev1alpha1.MyDatabase, p Platform) *appsv1ac.Stateful
 				WithType(appsv1.OnDeleteStatefulSetStrategyType)).
 			WithPersistentVolumeClaimRetentionPolicy(pvcRetentionPolicy(db)).
 			WithTemplate(podTemplate(db, p)).
-			WithVolumeClaimTemplates(dataVolumeClaim(db)))
+			WithVolumeClaimTemplates(volumeClaims(db)...))
 }
 
 // pvcRetentionPolicy follows deletionPolicy: Retain keeps every volume, on
@@ -155,21 +202,34 @@ func pvcRetentionPolicy(db *databasev1alpha1.MyDatabase) *appsv1ac.StatefulSetPe
 		WithWhenDeleted(policy).WithWhenScaled(policy)
 }
 
-func dataVolumeClaim(db *databasev1alpha1.MyDatabase) *corev1ac.PersistentVolumeClaimApplyConfiguration {
-	spec := corev1ac.PersistentVolumeClaimSpec().
-		WithAccessModes(corev1.ReadWriteOnce).
-		WithResources(corev1ac.VolumeResourceRequirements().
-			WithRequests(corev1.ResourceList{corev1.ResourceStorage: StorageSize(db)}))
-	if db.Spec.Storage.StorageClassName != nil {
-		spec.WithStorageClassName(*db.Spec.Storage.StorageClassName)
+func volumeClaims(db *databasev1alpha1.MyDatabase) []*corev1ac.PersistentVolumeClaimApplyConfiguration {
+	var claims []*corev1ac.PersistentVolumeClaimApplyConfiguration
+	for _, v := range Volumes(db) {
+		spec := corev1ac.PersistentVolumeClaimSpec().
+			WithAccessModes(corev1.ReadWriteOnce).
+			WithResources(corev1ac.VolumeResourceRequirements().
+				WithRequests(corev1.ResourceList{corev1.ResourceStorage: v.Size()}))
+		if v.Spec.StorageClassName != nil {
+			spec.WithStorageClassName(*v.Spec.StorageClassName)
+		}
+		// Not corev1ac.PersistentVolumeClaim(), which sets apiVersion and
+		// kind: the server drops those from a template, and the live object
+		// must be able to agree with the desired one.
+		claims = append(claims, (&corev1ac.PersistentVolumeClaimApplyConfiguration{}).
+			WithName(v.Name).
+			WithLabels(Labels(db, ComponentDatabase)).
+			WithSpec(spec))
 	}
-	// Not corev1ac.PersistentVolumeClaim(), which sets apiVersion and kind:
-	// the server drops those from a template, and the live object must be
-	// able to agree with the desired one.
-	return (&corev1ac.PersistentVolumeClaimApplyConfiguration{}).
-		WithName(DataVolumeName).
-		WithLabels(Labels(db, ComponentDatabase)).
-		WithSpec(spec)
+	return claims
+}
+
+// volumeMounts mount every volume of Volumes(db).
+func volumeMounts(db *databasev1alpha1.MyDatabase) []*corev1ac.VolumeMountApplyConfiguration {
+	var mounts []*corev1ac.VolumeMountApplyConfiguration
+	for _, v := range Volumes(db) {
+		mounts = append(mounts, corev1ac.VolumeMount().WithName(v.Name).WithMountPath(v.MountPath))
+	}
+	return mounts
 }
 
 // podTemplate is the servers' pod template, with its PodTemplateDigest:
@@ -299,14 +359,14 @@ func container(db *databasev1alpha1.MyDatabase) *corev1ac.ContainerApplyConfigur
 		WithPorts(corev1ac.ContainerPort().WithName(portName).WithContainerPort(containerPort).WithProtocol(corev1.ProtocolTCP),
 			metricsPort()).
 		WithEnv(Env(db)...).
+		WithVolumeMounts(volumeMounts(db)...).
 		WithVolumeMounts(
-									corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(DataMountPath),
-									corev1ac.VolumeMount().WithName("config").WithMountPath(ConfigDir).WithReadOnly(true),
-									corev1ac.VolumeMount().WithName(instanceManagerVolume).WithMountPath(InstanceManagerDir).WithReadOnly(true),
-									corev1ac.VolumeMount().WithName(tlsVolume).WithMountPath(TLSDir).WithReadOnly(true),
-									corev1ac.VolumeMount().WithName(replicationTLSVolume).WithMountPath(ReplicationTLSDir).WithReadOnly(true),
-									corev1ac.VolumeMount().WithName("run").WithMountPath(SocketDir),
-									corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp")).
+			corev1ac.VolumeMount().WithName("config").WithMountPath(ConfigDir).WithReadOnly(true),
+			corev1ac.VolumeMount().WithName(instanceManagerVolume).WithMountPath(InstanceManagerDir).WithReadOnly(true),
+			corev1ac.VolumeMount().WithName(tlsVolume).WithMountPath(TLSDir).WithReadOnly(true),
+			corev1ac.VolumeMount().WithName(replicationTLSVolume).WithMountPath(ReplicationTLSDir).WithReadOnly(true),
+			corev1ac.VolumeMount().WithName("run").WithMountPath(SocketDir),
+			corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp")).
 		WithStartupProbe(execProbe(ReadinessCommand, 5, 720)). // up to an hour for initdb or a clone
 		WithReadinessProbe(execProbe(ReadinessCommand, 5, 3)).
 		WithLivenessProbe(execProbe(LivenessCommand, 10, 6)).
@@ -347,7 +407,7 @@ func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 	env := func(name, value string) *corev1ac.EnvVarApplyConfiguration {
 		return corev1ac.EnvVar().WithName(name).WithValue(value)
 	}
-	return append([]*corev1ac.EnvVarApplyConfiguration{
+	vars := []*corev1ac.EnvVarApplyConfiguration{
 		corev1ac.EnvVar().WithName(contract.EnvPodName).WithValueFrom(corev1ac.EnvVarSource().
 			WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.name"))),
 		env(contract.EnvPGData, PGDATA),
@@ -376,7 +436,11 @@ func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 		env(contract.EnvAdvertiseAddress, fmt.Sprintf("$(POD_NAME).%s.%s.svc:%d", HeadlessServiceName(db), db.Namespace, containerPort)),
 		env(contract.EnvLeaseDurationSeconds, fmt.Sprint(LeaseDurationSeconds(db))),
 		env(contract.EnvPasswordSecrets, PasswordSources(db)),
-	}, append(metricsEnv(db), backupEnv(db)...)...)
+	}
+	if db.Spec.WALStorage != nil {
+		vars = append(vars, env(contract.EnvWALDir, WALDir))
+	}
+	return append(vars, append(metricsEnv(db), backupEnv(db)...)...)
 }
 
 // InstanceSelector selects the pods of this MyDatabase and no other of the

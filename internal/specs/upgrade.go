@@ -49,7 +49,6 @@ const (
 func UpgradeJob(db *databasev1alpha1.MyDatabase, up *databasev1alpha1.MajorUpgradeStatus, p Platform) *batchv1ac.JobApplyConfiguration {
 	from, to := strconv.Itoa(Major(up.From)), strconv.Itoa(Major(up.To))
 	labels := Labels(db, databasev1alpha1.ComponentUpgrade)
-	claim := DataVolumeName + "-" + up.Primary
 	mounts := func(extra ...*corev1ac.VolumeMountApplyConfiguration) []*corev1ac.VolumeMountApplyConfiguration {
 		return append([]*corev1ac.VolumeMountApplyConfiguration{
 			corev1ac.VolumeMount().WithName(instanceManagerVolume).WithMountPath(InstanceManagerDir).WithReadOnly(true),
@@ -64,7 +63,7 @@ func UpgradeJob(db *databasev1alpha1.MyDatabase, up *databasev1alpha1.MajorUpgra
 		WithEnv(corev1ac.EnvVar().WithName(contract.EnvPGData).WithValue(PGDATA),
 			corev1ac.EnvVar().WithName(contract.EnvPodName).WithValueFrom(corev1ac.EnvVarSource().
 				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.name")))).
-		WithVolumeMounts(mounts(corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(DataMountPath))...).
+		WithVolumeMounts(mounts(volumeMounts(db)...)...).
 		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
 		WithSecurityContext(restrictedContainer())
 	if r := resources(db); r != nil {
@@ -91,11 +90,16 @@ func UpgradeJob(db *databasev1alpha1.MyDatabase, up *databasev1alpha1.MajorUpgra
 		WithInitContainers(instanceManagerInstaller(p), stage).
 		WithContainers(upgrade).
 		WithVolumes(
-			corev1ac.Volume().WithName(DataVolumeName).WithPersistentVolumeClaim(
-				corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(claim)),
 			corev1ac.Volume().WithName(instanceManagerVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName(stageVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
+	// The primary's volumes, mounted where its pod mounts them: pg_wal
+	// links to the WAL volume's directory, which the old server pg_upgrade
+	// starts reads.
+	for _, v := range Volumes(db) {
+		spec.WithVolumes(corev1ac.Volume().WithName(v.Name).WithPersistentVolumeClaim(
+			corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(v.Name + "-" + up.Primary)))
+	}
 	if len(db.Spec.NodeSelector) > 0 {
 		spec.WithNodeSelector(db.Spec.NodeSelector)
 	}

@@ -14,9 +14,10 @@ import (
 	"example.com/myoperator/internal/specs"
 )
 
-// Auto-growth (spec.storage.autoGrow). The size the data volumes should
-// have is spec.storage.size, or what auto-growth grew the claims to: the
-// claims remember it in their requests, so nothing else has to. A new
+// Auto-growth (spec.storage.autoGrow for the data volumes,
+// spec.walStorage.autoGrow for the WAL volumes). The size the volumes
+// should have is the spec's size, or what auto-growth grew the claims to:
+// the claims remember it in their requests, so nothing else has to. A new
 // growth is asked for only
 //
 //   - when there are claims, and every one has the capacity it asks for
@@ -30,7 +31,7 @@ import (
 //
 // Each growth adds stepPercent of the current size, rounded up to a MiB,
 // and never asks for more than maxSize. The rest is the expansion of a
-// larger spec.storage.size (alignVolumes).
+// larger size in the spec (alignVolumes).
 
 // volumeSlack is the least share of its claim's size a file system
 // reports (ext4 and xfs keep a few percent for their metadata).
@@ -42,13 +43,13 @@ type storageState struct {
 	growth *databasev1alpha1.AutoGrowth // the growth this pass asked for, nil for none
 }
 
-// volumeSize is the size the data volumes should have, and the growth
-// that makes it larger than the claims' now, if any; atMax says why a full
+// volumeSize is the size the volumes v should have, and the growth that
+// makes it larger than the claims' now, if any; atMax says why a full
 // volume cannot grow, "" when none is full or it could.
-func volumeSize(db *databasev1alpha1.MyDatabase, claims []corev1.PersistentVolumeClaim, pods []corev1.Pod, now time.Time) (
+func volumeSize(v specs.Volume, claims []corev1.PersistentVolumeClaim, pods []corev1.Pod, now time.Time) (
 	size resource.Quantity, growth *databasev1alpha1.AutoGrowth, atMax string) {
-	size = specs.StorageSize(db)
-	grow := db.Spec.Storage.AutoGrow
+	size = v.Size()
+	grow := v.Spec.AutoGrow
 	if grow == nil {
 		return size, nil, ""
 	}
@@ -65,14 +66,14 @@ func volumeSize(db *databasev1alpha1.MyDatabase, claims []corev1.PersistentVolum
 	if !settled || len(claims) == 0 {
 		return size, nil, ""
 	}
-	server, used := fullest(pods, size)
+	server, used := fullest(pods, v, size)
 	if server == "" || used*100 <= float64(grow.UsedPercent) {
 		return size, nil, ""
 	}
-	reason := fmt.Sprintf("the data volume of %s is %.0f%% full (autoGrow at %d%%)", server, math.Floor(used*100), grow.UsedPercent)
+	reason := fmt.Sprintf("the %s volume of %s is %.0f%% full (autoGrow at %d%%)", v.What, server, math.Floor(used*100), grow.UsedPercent)
 	if size.Cmp(grow.MaxSize) >= 0 {
-		return size, nil, fmt.Sprintf("%s, and the volumes are at spec.storage.autoGrow.maxSize (%s): raise it, "+
-			"or make room in the database", reason, grow.MaxSize.String())
+		return size, nil, fmt.Sprintf("%s, and the volumes are at %s.autoGrow.maxSize (%s): raise it, "+
+			"or make room in the database", reason, v.Field, grow.MaxSize.String())
 	}
 	const mib = 1 << 20
 	step := (size.Value()*int64(grow.StepPercent)/100 + mib - 1) / mib * mib
@@ -83,17 +84,23 @@ func volumeSize(db *databasev1alpha1.MyDatabase, claims []corev1.PersistentVolum
 	return *to, &databasev1alpha1.AutoGrowth{Time: metav1.NewTime(now), From: size, To: *to, Reason: reason}, ""
 }
 
-// fullest is the server whose reported data volume is the fullest, and how
+// fullest is the server whose reported volume v is the fullest, and how
 // full (0 to 1), counting only reports whose file system has the claims'
 // size; "" when none does.
-func fullest(pods []corev1.Pod, size resource.Quantity) (server string, used float64) {
+func fullest(pods []corev1.Pod, v specs.Volume, size resource.Quantity) (server string, used float64) {
 	for i := range pods {
 		rep, err := contract.Parse(pods[i].Annotations[contract.AnnotationInstance])
-		s := rep.Storage
-		if err != nil || s == nil || float64(s.CapacityBytes) < volumeSlack*float64(size.Value()) {
+		if err != nil || rep.Storage == nil {
 			continue
 		}
-		if u := 1 - float64(s.AvailableBytes)/float64(s.CapacityBytes); u > used {
+		capacity, available := rep.Storage.CapacityBytes, rep.Storage.AvailableBytes
+		if v.Name == specs.WALVolumeName {
+			capacity, available = rep.Storage.WALCapacityBytes, rep.Storage.WALAvailableBytes
+		}
+		if capacity == 0 || float64(capacity) < volumeSlack*float64(size.Value()) {
+			continue
+		}
+		if u := 1 - float64(available)/float64(capacity); u > used {
 			server, used = pods[i].Name, u
 		}
 	}

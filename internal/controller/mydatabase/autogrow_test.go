@@ -16,6 +16,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
 
@@ -60,7 +61,7 @@ func TestVolumeSize(t *testing.T) {
 				db.Spec.Storage.Size = resource.MustParse("1Gi")
 				db.Spec.Storage.AutoGrow = tc.grow
 			})
-			size, growth, atMax := volumeSize(db, tc.claims, tc.pods, time.Now())
+			size, growth, atMax := volumeSize(specs.Volumes(db)[0], tc.claims, tc.pods, time.Now())
 			if size.String() != tc.want || (growth != nil) != tc.growth || !strings.Contains(atMax, tc.atMax) || (atMax == "") != (tc.atMax == "") {
 				t.Fatalf("volumeSize = %s, growth %+v, atMax %q; want %s, growth %v, atMax %q", size.String(), growth, atMax, tc.want, tc.growth, tc.atMax)
 			}
@@ -68,6 +69,37 @@ func TestVolumeSize(t *testing.T) {
 				t.Errorf("growth %+v", growth)
 			}
 		})
+	}
+}
+
+// The WAL volumes grow on the servers' reports of their WAL volume, not of
+// their data volume.
+func TestWALVolumeSize(t *testing.T) {
+	const gib = int64(1) << 30
+	report := func(data, wal float64) corev1.Pod {
+		r := reportedVolume(gib, data)
+		r.Storage.WALCapacityBytes, r.Storage.WALAvailableBytes = gib, int64(float64(gib)*(1-wal))
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Annotations: map[string]string{contract.AnnotationInstance: r.String()}}}
+	}
+	db := newDB("shop", "db", func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Storage.Size = resource.MustParse("1Gi")
+		db.Spec.WALStorage = &databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi"),
+			AutoGrow: &databasev1alpha1.AutoGrowSpec{UsedPercent: 80, StepPercent: 50, MaxSize: resource.MustParse("4Gi")}}
+	})
+	data, wal := specs.Volumes(db)[0], specs.Volumes(db)[1]
+	claims := func(v specs.Volume) []corev1.PersistentVolumeClaim {
+		return []corev1.PersistentVolumeClaim{claim(v.ClaimName(db, 0), "1Gi", corev1.ClaimBound, "1Gi")}
+	}
+	full := []corev1.Pod{report(0.3, 0.85)}
+	if size, growth, _ := volumeSize(wal, claims(wal), full, time.Now()); size.String() != "1536Mi" || growth == nil ||
+		!strings.Contains(growth.Reason, "the WAL volume of db-0 is 85% full") {
+		t.Errorf("the WAL volume 85%% full: size %s, growth %+v; want 1536Mi, a growth for the WAL volume", size.String(), growth)
+	}
+	if size, growth, _ := volumeSize(wal, claims(wal), []corev1.Pod{report(0.95, 0.3)}, time.Now()); size.String() != "1Gi" || growth != nil {
+		t.Errorf("the data volume 95%% full: the WAL volumes are %s, growth %+v; want 1Gi, none", size.String(), growth)
+	}
+	if size, growth, _ := volumeSize(data, claims(data), full, time.Now()); size.String() != "1Gi" || growth != nil {
+		t.Errorf("the data volumes without autoGrow: %s, growth %+v; want 1Gi, none", size.String(), growth)
 	}
 }
 

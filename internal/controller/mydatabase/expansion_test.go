@@ -18,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/specs"
 )
 
 // envtest has no storage driver, kubelet, garbage collector or StatefulSet
@@ -377,5 +379,69 @@ func TestStorageGrowthStallsWhenVolumesCannotGrow(t *testing.T) {
 			claimAsks(t, ns, "data-still-0", "5Gi")
 			replaced(t, old, "5Gi")
 		})
+	}
+}
+
+// spec.walStorage added to a running MyDatabase: the StatefulSet is
+// replaced (its volumeClaimTemplates are immutable) with a WAL volume's
+// template, and a pod template that mounts it and tells the instance
+// manager where the WAL goes, which rolls the servers; the data claims
+// are untouched. A larger spec.walStorage.size then grows the WAL claims
+// alone, as a larger spec.storage.size grows the data claims.
+func TestWALStorageAddedAndGrown(t *testing.T) {
+	ns := namespace(t)
+	class := newStorageClass(t, "expandable-"+ns, true)
+	db, old, pods := readyDatabase(t, ns, "wal", &class)
+
+	update(t, db, func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.WALStorage = &databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi"), StorageClassName: &class}
+	})
+	waitFor(t, db, "Reconciling while the StatefulSet is replaced", resizingWith(
+		"re-creating StatefulSet wal so that its volumeClaimTemplates ask for a WAL volume of 1Gi for every server", "pods keep running"))
+	sts := replaced(t, old, "1Gi")
+	if got := claimSize(sts, specs.WALVolumeName); got == nil || got.String() != "1Gi" {
+		t.Fatalf("the new StatefulSet's WAL template asks for %v, want 1Gi", got)
+	}
+	ctr := sts.Spec.Template.Spec.Containers[0]
+	if !slices.ContainsFunc(ctr.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == specs.WALVolumeName && m.MountPath == specs.WALMountPath
+	}) || !slices.ContainsFunc(ctr.Env, func(e corev1.EnvVar) bool { return e.Name == contract.EnvWALDir && e.Value == specs.WALDir }) {
+		t.Errorf("the database container mounts %+v with env %+v: want the WAL volume at %s and %s=%s",
+			ctr.VolumeMounts, ctr.Env, specs.WALMountPath, contract.EnvWALDir, specs.WALDir)
+	}
+	if sts.Spec.Template.Annotations[databasev1alpha1.AnnotationPodTemplate] == pods[0].Annotations[databasev1alpha1.AnnotationPodTemplate] {
+		t.Error("the pod template digest did not change with the WAL volume: the servers would not roll onto it")
+	}
+	waitFor(t, db, "status.walStorage", func(db *databasev1alpha1.MyDatabase) error {
+		if w := db.Status.WALStorage; w == nil || w.Size == nil || w.Size.String() != "1Gi" {
+			return fmt.Errorf("status.walStorage %+v", w)
+		}
+		return nil
+	})
+
+	// The StatefulSet controller makes the WAL claims with the new pods.
+	for i := range 2 {
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("wal-wal-%d", i),
+			Labels: sts.Spec.VolumeClaimTemplates[1].Labels}, Spec: sts.Spec.VolumeClaimTemplates[1].Spec}
+		if err := k8s.Create(context.Background(), pvc); err != nil {
+			t.Fatal(err)
+		}
+		setClaimStatus(t, ns, pvc.Name, func(s *corev1.PersistentVolumeClaimStatus) {
+			s.Phase, s.Capacity = corev1.ClaimBound, corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+		})
+	}
+	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.WALStorage.Size = resource.MustParse("2Gi") })
+	claimAsks(t, ns, "wal-wal-0", "2Gi")
+	claimAsks(t, ns, "wal-wal-1", "2Gi")
+	waitFor(t, db, "Reconciling while the StatefulSet is replaced again", resizingWith(
+		"so that its volumeClaimTemplates ask for WAL volumes of 2Gi", "wal-wal-0 (1Gi of 2Gi)"))
+	grown := replaced(t, sts, "1Gi")
+	if got := claimSize(grown, specs.WALVolumeName); got == nil || got.String() != "2Gi" {
+		t.Errorf("the WAL template asks for %v, want 2Gi", got)
+	}
+	for i := range 2 {
+		if got, err := claimRequest(ns, fmt.Sprintf("data-wal-%d", i)); err != nil || got != "1Gi" {
+			t.Errorf("data-wal-%d asks for %s (%v), want 1Gi: untouched", i, got, err)
+		}
 	}
 }

@@ -92,7 +92,8 @@ func instanceStatuses(pods []corev1.Pod, primary string) []databasev1alpha1.Inst
 		st := databasev1alpha1.InstanceStatus{Name: pods[i].Name, Role: rep.Role, Ready: rep.Ready,
 			Timeline: rep.Timeline, LSN: rep.LSN, ReportedAt: new(metav1.NewTime(rep.Time)), Manager: short(rep.Manager)}
 		if s := rep.Storage; s != nil {
-			st.Storage = &databasev1alpha1.InstanceStorage{CapacityBytes: s.CapacityBytes, AvailableBytes: s.AvailableBytes, WALBytes: s.WALBytes}
+			st.Storage = &databasev1alpha1.InstanceStorage{CapacityBytes: s.CapacityBytes, AvailableBytes: s.AvailableBytes,
+				WALBytes: s.WALBytes, WALCapacityBytes: s.WALCapacityBytes, WALAvailableBytes: s.WALAvailableBytes}
 		}
 		if rep.Role == databasev1alpha1.RoleReplica && primaryLSN > 0 {
 			st.LSN = rep.Replayed

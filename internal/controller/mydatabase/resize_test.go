@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
 )
 
 // claim is a data PVC as the API server shows it: requests, phase,
@@ -113,25 +114,33 @@ func TestClaimSizeAndTheSizeApplied(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "data"}, Spec: corev1.PersistentVolumeClaimSpec{Resources: corev1.VolumeResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}},
 	}}}
-	live := claimSize(sts)
+	live := claimSize(sts, specs.DataVolumeName)
 	if live == nil || live.String() != "1Gi" {
 		t.Fatalf("claimSize = %v, want the data template's 1Gi", live)
 	}
-	if claimSize(nil) != nil {
-		t.Error("claimSize without a StatefulSet is not nil")
+	if claimSize(nil, specs.DataVolumeName) != nil || claimSize(sts, specs.WALVolumeName) != nil {
+		t.Error("claimSize without a StatefulSet or a WAL template is not nil")
 	}
 
-	db := newDB("shop", "orders", func(db *databasev1alpha1.MyDatabase) { db.Spec.Storage.Size = resource.MustParse("2Gi") })
-	kept := withClaimSize(db, live)
-	if kept == db || kept.Spec.Storage.Size.String() != "1Gi" || db.Spec.Storage.Size.String() != "2Gi" {
+	db := newDB("shop", "orders", func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Storage.Size = resource.MustParse("2Gi")
+		db.Spec.WALStorage = &databasev1alpha1.StorageSpec{Size: resource.MustParse("3Gi")}
+	})
+	data, wal := specs.Volumes(db)[0], specs.Volumes(db)[1]
+	kept := withClaimSize(db, data, live)
+	if kept == db || kept.Spec.Storage.Size.String() != "1Gi" || db.Spec.Storage.Size.String() != "2Gi" || kept.Spec.WALStorage.Size.String() != "3Gi" {
 		t.Errorf("withClaimSize: %s (spec now %s), want a copy with 1Gi and the spec untouched",
 			kept.Spec.Storage.Size.String(), db.Spec.Storage.Size.String())
 	}
-	if got := withClaimSize(db, nil); got != db {
+	if kept := withClaimSize(db, wal, live); kept.Spec.WALStorage.Size.String() != "1Gi" || kept.Spec.Storage.Size.String() != "2Gi" ||
+		db.Spec.WALStorage.Size.String() != "3Gi" {
+		t.Errorf("withClaimSize of the WAL volumes: WAL %s, data %s; want 1Gi, 2Gi", kept.Spec.WALStorage.Size.String(), kept.Spec.Storage.Size.String())
+	}
+	if got := withClaimSize(db, data, nil); got != db {
 		t.Error("withClaimSize without a StatefulSet changed the MyDatabase")
 	}
 	same := resource.MustParse("2048Mi")
-	if got := withClaimSize(db, &same); got != db {
+	if got := withClaimSize(db, data, &same); got != db {
 		t.Error("withClaimSize of an equal quantity made a copy")
 	}
 }

@@ -44,7 +44,7 @@ func (r *servers) reconcile(ctx context.Context, obs *observation) error {
 		return err
 	}
 	if view := r.upgrade.view(); view != db { // a major upgrade (upgrade.go)
-		view.Spec.Storage = want.Spec.Storage
+		view.Spec.Storage, view.Spec.WALStorage = want.Spec.Storage, want.Spec.WALStorage
 		want = view
 	}
 	if r.hibernation.stopped() {
@@ -89,51 +89,76 @@ func (r *servers) reconcile(ctx context.Context, obs *observation) error {
 // the new size in status.capacity, the MyDatabase is Reconciling
 // (StorageResizing) with the claims not there yet.
 
-// alignVolumes grows the data volumes to spec.storage.size and returns the
-// MyDatabase to build the StatefulSet from: db itself, a copy with the live
-// template's size when the volumes cannot grow (Stalled; every other change
-// is still applied), or nil while the StatefulSet is being replaced and must
-// not be applied.
+// alignVolumes grows the volumes (data, and WAL with spec.walStorage) to
+// their spec's size and returns the MyDatabase to build the StatefulSet
+// from: db itself, a copy with the live template's size for volumes that
+// cannot grow (Stalled; every other change is still applied), or nil while
+// the StatefulSet is being replaced and must not be applied. A StatefulSet
+// without the WAL volume's template is replaced the same way when
+// spec.walStorage is added; its new pod template then rolls the servers
+// (rollout), each moving its WAL to its new volume as it starts.
 func (r *servers) alignVolumes(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (*databasev1alpha1.MyDatabase, error) {
-	claims, err := r.dataClaims(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	want, growth, atMax := volumeSize(db, claims, r.pods, r.Clock.Now())
-	if atMax != "" {
-		r.event(db, corev1.EventTypeWarning, databasev1alpha1.ReasonAutoGrowAtMax, "%s", atMax)
-	}
-	plan := planVolumes(claims, want)
-	template := claimSize(r.sts)
-	if len(plan.grow) > 0 {
-		if b, err := r.growClaims(ctx, db, plan.grow, want); err != nil || b != nil {
-			obs.stalled = b
-			return withClaimSize(db, template), err
+	want, replace := db, []string{}
+	var progress []string
+	for _, v := range specs.Volumes(db) {
+		claims, err := r.claims(ctx, db, v)
+		if err != nil {
+			return nil, err
 		}
-		// Recorded once the claims ask for it: a growth refused is asked
-		// again on the next pass, and must not write the status each time.
-		if growth != nil {
-			r.event(db, corev1.EventTypeNormal, "AutoGrowing", "Growing the data volumes from %s to %s: %s",
-				growth.From.String(), growth.To.String(), growth.Reason)
+		size, growth, atMax := volumeSize(v, claims, r.pods, r.Clock.Now())
+		if atMax != "" {
+			r.event(db, corev1.EventTypeWarning, databasev1alpha1.ReasonAutoGrowAtMax, "%s", atMax)
 		}
+		plan := planVolumes(claims, size)
+		template := claimSize(r.sts, v.Name)
+		if len(plan.grow) > 0 {
+			if b, err := r.growClaims(ctx, db, v, plan.grow, size); err != nil || b != nil {
+				obs.stalled = b
+				want = withClaimSize(want, v, template)
+				if err != nil {
+					return want, err
+				}
+				continue
+			}
+			// Recorded once the claims ask for it: a growth refused is
+			// asked again on the next pass, and must not write the status
+			// each time.
+			if growth != nil {
+				r.event(db, corev1.EventTypeNormal, "AutoGrowing", "Growing the %s volumes from %s to %s: %s",
+					v.What, growth.From.String(), growth.To.String(), growth.Reason)
+			}
+		}
+		if obs.storage == nil {
+			obs.storage = map[string]*storageState{}
+		}
+		obs.storage[v.Name] = &storageState{size: size, growth: growth}
+		if len(plan.failed) > 0 {
+			obs.stalled = &blocker{databasev1alpha1.ReasonStorageResizeFailed, fmt.Sprintf(
+				"the storage driver cannot expand %s to %s: see the events of each claim (kubectl describe pvc -n %s) and "+
+					"make room in the storage behind its StorageClass; the operator looks again on its own",
+				strings.Join(plan.failed, ", "), size.String(), db.Namespace)}
+		}
+		if p := plan.progress(size); p != "" {
+			progress = append(progress, fmt.Sprintf("expanding the %s volumes%s", v.What, p))
+		}
+		switch {
+		case r.sts == nil:
+		case template == nil:
+			replace = append(replace, fmt.Sprintf("a %s volume of %s for every server", v.What, size.String()))
+		case template.Cmp(size) != 0:
+			replace = append(replace, fmt.Sprintf("%s volumes of %s", v.What, size.String()))
+		}
+		want = withClaimSize(want, v, &size)
 	}
-	obs.storage = &storageState{size: want, growth: growth}
-	if len(plan.failed) > 0 {
-		obs.stalled = &blocker{databasev1alpha1.ReasonStorageResizeFailed, fmt.Sprintf(
-			"the storage driver cannot expand %s to %s: see the events of each claim (kubectl describe pvc -n %s) and "+
-				"make room in the storage behind its StorageClass; the operator looks again on its own",
-			strings.Join(plan.failed, ", "), want.String(), db.Namespace)}
-	}
-	progress := plan.progress(want)
-	if template != nil && template.Cmp(want) != 0 {
+	if len(replace) > 0 {
 		setWaiting(obs, fmt.Sprintf("re-creating StatefulSet %s so that its volumeClaimTemplates ask for %s; "+
-			"its pods keep running%s", r.sts.Name, want.String(), progress))
-		return nil, r.replaceStatefulSet(ctx, db, r.sts, want)
+			"its pods keep running%s", r.sts.Name, strings.Join(replace, " and "), strings.Join(append([]string{""}, progress...), "; ")))
+		return nil, r.replaceStatefulSet(ctx, db, r.sts, strings.Join(replace, " and "))
 	}
-	if progress != "" {
-		setWaiting(obs, "expanding the data volumes"+progress)
+	if len(progress) > 0 {
+		setWaiting(obs, strings.Join(progress, "; "))
 	}
-	return withClaimSize(db, &want), nil
+	return want, nil
 }
 
 // setWaiting reports the resize as progress, unless the pass already waits
@@ -144,12 +169,12 @@ func setWaiting(obs *observation, message string) {
 	}
 }
 
-// dataClaims lists the data claims of the servers the spec asks for, by
+// claims lists the claims of volume v of the servers the spec asks for, by
 // ordinal, from the cache. Retained claims of higher ordinals (scaled away
 // under Retain) are left as they are until a scale-up mounts them again;
 // claims of an older MyDatabase of the same name are this one's once
 // retainedVolumes has relabelled them.
-func (r *servers) dataClaims(ctx context.Context, db *databasev1alpha1.MyDatabase) ([]corev1.PersistentVolumeClaim, error) {
+func (r *servers) claims(ctx context.Context, db *databasev1alpha1.MyDatabase, v specs.Volume) ([]corev1.PersistentVolumeClaim, error) {
 	list := &corev1.PersistentVolumeClaimList{}
 	selector := specs.InstanceLabels(db)
 	selector[databasev1alpha1.LabelOwnerUID] = string(db.UID)
@@ -158,7 +183,7 @@ func (r *servers) dataClaims(ctx context.Context, db *databasev1alpha1.MyDatabas
 	}
 	servers := map[string]bool{}
 	for i := range specs.Replicas(db) {
-		servers[specs.DataVolumeClaimName(db, i)] = true
+		servers[v.ClaimName(db, i)] = true
 	}
 	claims := slices.DeleteFunc(list.Items, func(pvc corev1.PersistentVolumeClaim) bool {
 		return !servers[pvc.Name] || !pvc.DeletionTimestamp.IsZero()
@@ -237,9 +262,9 @@ func fileSystemResizePending(pvc *corev1.PersistentVolumeClaim) bool {
 // so that the servers never end up with volumes of different sizes. The
 // patch carries the resourceVersion read: a claim someone changed since is
 // read again (a conflict) rather than overwritten.
-func (r *servers) growClaims(ctx context.Context, db *databasev1alpha1.MyDatabase,
+func (r *servers) growClaims(ctx context.Context, db *databasev1alpha1.MyDatabase, v specs.Volume,
 	claims []*corev1.PersistentVolumeClaim, want resource.Quantity) (*blocker, error) {
-	if b, err := r.checkExpandable(ctx, db, claims, want); err != nil || b != nil {
+	if b, err := r.checkExpandable(ctx, v, claims, want); err != nil || b != nil {
 		return b, err
 	}
 	names := make([]string, 0, len(claims))
@@ -253,7 +278,7 @@ func (r *servers) growClaims(ctx context.Context, db *databasev1alpha1.MyDatabas
 				"the API server refuses to expand PVC %s (StorageClass %q) from %s to %s: %s. Ask a cluster admin to set "+
 					"allowVolumeExpansion: true on its StorageClass if its driver can expand volumes, or %s; "+
 					"the volumes keep their size and every other change is applied",
-				pvc.Name, ptr.Deref(pvc.Spec.StorageClassName, ""), from.String(), want.String(), quote(err.Error()), undoGrowth(db, from))}, nil
+				pvc.Name, ptr.Deref(pvc.Spec.StorageClassName, ""), from.String(), want.String(), quote(err.Error()), undoGrowth(v, from))}, nil
 		}
 		if err != nil {
 			return nil, objectError("patch", pvc, pvc.Name, err)
@@ -265,12 +290,12 @@ func (r *servers) growClaims(ctx context.Context, db *databasev1alpha1.MyDatabas
 }
 
 // undoGrowth says how to take back a growth to a size the volumes cannot
-// have: one auto-growth asked for, or a larger spec.storage.size.
-func undoGrowth(db *databasev1alpha1.MyDatabase, from resource.Quantity) string {
-	if size := specs.StorageSize(db); db.Spec.Storage.AutoGrow != nil && size.Cmp(from) <= 0 {
-		return fmt.Sprintf("set spec.storage.autoGrow.maxSize to %s, or remove autoGrow", from.String())
+// have: one auto-growth asked for, or a larger size in the spec.
+func undoGrowth(v specs.Volume, from resource.Quantity) string {
+	if size := v.Size(); v.Spec.AutoGrow != nil && size.Cmp(from) <= 0 {
+		return fmt.Sprintf("set %s.autoGrow.maxSize to %s, or remove autoGrow", v.Field, from.String())
 	}
-	return fmt.Sprintf("set spec.storage.size back to %s", from.String())
+	return fmt.Sprintf("set %s.size back to %s", v.Field, from.String())
 }
 
 // expansionRefused tells the API server's refusal to expand a claim whose
@@ -284,12 +309,12 @@ func expansionRefused(err error) bool {
 // claims of a class with allowVolumeExpansion: true. Where the operator may
 // not read StorageClasses (a namespace-scoped install), the API server's
 // answer to the patch decides instead.
-func (r *servers) checkExpandable(ctx context.Context, db *databasev1alpha1.MyDatabase,
+func (r *servers) checkExpandable(ctx context.Context, v specs.Volume,
 	claims []*corev1.PersistentVolumeClaim, want resource.Quantity) (*blocker, error) {
 	checked := map[string]bool{}
 	for _, pvc := range claims {
 		name, from := ptr.Deref(pvc.Spec.StorageClassName, ""), pvc.Spec.Resources.Requests[corev1.ResourceStorage]
-		keep := undoGrowth(db, from) + "; the volumes keep their size and every other change is applied"
+		keep := undoGrowth(v, from) + "; the volumes keep their size and every other change is applied"
 		if checked[name] {
 			continue
 		}
@@ -312,10 +337,10 @@ func (r *servers) checkExpandable(ctx context.Context, db *databasev1alpha1.MyDa
 			return nil, objectError("get", class, name, err)
 		case !ptr.Deref(class.AllowVolumeExpansion, false):
 			return &blocker{databasev1alpha1.ReasonStorageClassNotExpandable, fmt.Sprintf(
-				"StorageClass %q of the data volumes does not allow volume expansion, so they cannot grow from %s to %s: "+
+				"StorageClass %q of the %s volumes does not allow volume expansion, so they cannot grow from %s to %s: "+
 					"if its driver can expand volumes, have a cluster admin set it "+
 					"(kubectl patch storageclass %s -p '{\"allowVolumeExpansion\":true}'); otherwise %s",
-				name, from.String(), want.String(), name, keep)}, nil
+				name, v.What, from.String(), want.String(), name, keep)}, nil
 		}
 	}
 	return nil, nil
@@ -328,7 +353,7 @@ func (r *servers) checkExpandable(ctx context.Context, db *databasev1alpha1.MyDa
 // garbage collector orphans the pods, the StatefulSet carries a deletion
 // timestamp and nothing is done; its deletion wakes the next pass.
 func (r *servers) replaceStatefulSet(ctx context.Context, db *databasev1alpha1.MyDatabase,
-	sts *appsv1.StatefulSet, want resource.Quantity) error {
+	sts *appsv1.StatefulSet, want string) error {
 	if !sts.DeletionTimestamp.IsZero() {
 		return nil
 	}
@@ -341,7 +366,7 @@ func (r *servers) replaceStatefulSet(ctx context.Context, db *databasev1alpha1.M
 		return objectError("delete", sts, sts.Name, err)
 	}
 	r.event(db, corev1.EventTypeNormal, "ReplacingStatefulSet",
-		"Deleted StatefulSet %s, leaving its pods running, to create it again with volumeClaimTemplates of %s", sts.Name, want.String())
+		"Deleted StatefulSet %s, leaving its pods running, to create it again with volumeClaimTemplates for %s", sts.Name, want)
 	return nil
 }
 
@@ -379,14 +404,14 @@ func resizeConditions(pvc *corev1.PersistentVolumeClaim) string {
 	return b.String()
 }
 
-// claimSize is the size the live StatefulSet's data volumeClaimTemplate
-// asks for, nil when there is no StatefulSet.
-func claimSize(sts *appsv1.StatefulSet) *resource.Quantity {
+// claimSize is the size the live StatefulSet's volumeClaimTemplate of this
+// name asks for, nil when there is no StatefulSet or no such template.
+func claimSize(sts *appsv1.StatefulSet, name string) *resource.Quantity {
 	if sts == nil {
 		return nil
 	}
 	for _, t := range sts.Spec.VolumeClaimTemplates {
-		if t.Name == specs.DataVolumeName {
+		if t.Name == name {
 			if q, ok := t.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
 				return &q
 			}
@@ -395,13 +420,18 @@ func claimSize(sts *appsv1.StatefulSet) *resource.Quantity {
 	return nil
 }
 
-// withClaimSize is db with the data volumes of the given size, so that a
-// StatefulSet that cannot be replaced is applied with every other change.
-func withClaimSize(db *databasev1alpha1.MyDatabase, size *resource.Quantity) *databasev1alpha1.MyDatabase {
-	if size == nil || size.Cmp(specs.StorageSize(db)) == 0 {
+// withClaimSize is db with the volumes v of the given size: what they
+// grew to, or what the live template asks for when they cannot grow, so
+// that the StatefulSet is applied with every other change.
+func withClaimSize(db *databasev1alpha1.MyDatabase, v specs.Volume, size *resource.Quantity) *databasev1alpha1.MyDatabase {
+	if size == nil || size.Cmp(v.Size()) == 0 {
 		return db
 	}
 	keep := db.DeepCopy()
-	keep.Spec.Storage.Size = *size
+	for _, kept := range specs.Volumes(keep) {
+		if kept.Name == v.Name {
+			kept.Spec.Size = *size
+		}
+	}
 	return keep
 }

@@ -69,9 +69,10 @@ type observation struct {
 	// hibernation is status.hibernation (hibernation), nil when the pass
 	// did not get to it or there never was one.
 	hibernation *databasev1alpha1.HibernationStatus
-	// storage is the size of the data volumes and an auto-growth (servers),
-	// nil when the pass did not get to it (the status keeps what it had).
-	storage *storageState
+	// storage is the size of the volumes and an auto-growth, by volume
+	// name (servers), nil when the pass did not get to it (the status
+	// keeps what it had).
+	storage map[string]*storageState
 	// schedule is spec.backup.schedule's last and next times (schedule),
 	// nil when the pass did not get to it (the status keeps what it had).
 	schedule *scheduleState
@@ -285,13 +286,17 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	setMonitoringCondition(db, obs.monitoring, now)
 	setArchivingStatus(db, obs.pods, st.CurrentPrimary, obs.schedule, now)
 	setWALSpaceCondition(db, now)
-	if obs.storage != nil {
-		if st.Storage == nil {
-			st.Storage = &databasev1alpha1.StorageStatus{}
+	for name, s := range obs.storage {
+		to := &st.Storage
+		if name == specs.WALVolumeName {
+			to = &st.WALStorage
 		}
-		st.Storage.Size = &obs.storage.size
-		if obs.storage.growth != nil {
-			st.Storage.LastAutoGrowth = obs.storage.growth
+		if *to == nil {
+			*to = &databasev1alpha1.StorageStatus{}
+		}
+		(*to).Size = &s.size
+		if s.growth != nil {
+			(*to).LastAutoGrowth = s.growth
 		}
 	}
 	st.Endpoint = fmt.Sprintf("%s:%d", specs.ReadWriteHost(db), specs.ServicePort(db))

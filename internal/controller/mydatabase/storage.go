@@ -62,7 +62,7 @@ type retainedVolumes struct {
 	*scope
 }
 
-// reconcile takes over the data volumes that a deleted
+// reconcile takes over the volumes (data and WAL) that a deleted
 // MyDatabase of the same name retained: the new StatefulSet mounts them by
 // name, and relabelling them with the new owner's UID puts them under the
 // new deletion policy. Volumes that still have an owner (a StatefulSet
@@ -73,11 +73,18 @@ func (r *retainedVolumes) reconcile(ctx context.Context, obs *observation) error
 	if err := r.listOwn(ctx, pvcs, db, specs.InstanceLabels(db)); err != nil {
 		return objectError("list", &corev1.PersistentVolumeClaim{}, "", err)
 	}
-	prefix := specs.DataVolumeName + "-" + specs.StatefulSetName(db) + "-"
+	ours := func(name string) bool {
+		for _, v := range specs.Volumes(db) {
+			if strings.HasPrefix(name, v.ClaimPrefix(db)) {
+				return true
+			}
+		}
+		return false
+	}
 	for i := range pvcs.Items {
 		pvc := &pvcs.Items[i]
 		if pvc.Labels[databasev1alpha1.LabelOwnerUID] == string(db.UID) || len(pvc.OwnerReferences) > 0 ||
-			!strings.HasPrefix(pvc.Name, prefix) || !pvc.DeletionTimestamp.IsZero() {
+			!ours(pvc.Name) || !pvc.DeletionTimestamp.IsZero() {
 			continue
 		}
 		if err := r.alignMetadata(ctx, pvc, map[string]string{databasev1alpha1.LabelOwnerUID: string(db.UID)}, nil, nil, db); err != nil {
@@ -88,7 +95,8 @@ func (r *retainedVolumes) reconcile(ctx context.Context, obs *observation) error
 }
 
 // setWALSpaceCondition reports whether the WAL on every server stays within
-// half its data volume (ConditionWALSpace), from status.instances. For the
+// half its volume (ConditionWALSpace): the WAL volume where the server
+// reports one, the data volume otherwise, from status.instances. For the
 // primary, the cause it names comes from the ContinuousArchiving condition,
 // so it runs after setArchivingStatus.
 func setWALSpaceCondition(db *databasev1alpha1.MyDatabase, now time.Time) {
@@ -101,28 +109,46 @@ func setWALSpaceCondition(db *databasev1alpha1.MyDatabase, now time.Time) {
 	}
 	// The server whose WAL takes the largest share of its volume.
 	var worst *databasev1alpha1.InstanceStatus
-	share := func(s *databasev1alpha1.InstanceStorage) float64 {
-		return float64(s.WALBytes) / float64(s.CapacityBytes)
-	}
+	var worstVolume walVolume
 	for i := range st.Instances {
-		if s := st.Instances[i].Storage; s != nil && s.CapacityBytes > 0 && (worst == nil || share(s) > share(worst.Storage)) {
-			worst = &st.Instances[i]
+		if s := st.Instances[i].Storage; s != nil {
+			if v := walVolumeOf(s); v.capacity > 0 && (worst == nil || v.share(s) > worstVolume.share(worst.Storage)) {
+				worst, worstVolume = &st.Instances[i], v
+			}
 		}
 	}
 	if worst != nil {
-		s := worst.Storage
-		holds := fmt.Sprintf("pg_wal on %s holds %s, %d%% of its %s data volume", worst.Name, iecBytes(s.WALBytes),
-			int(math.Round(100*share(s))), iecBytes(s.CapacityBytes))
-		if 2*s.WALBytes <= s.CapacityBytes {
+		s, v := worst.Storage, worstVolume
+		holds := fmt.Sprintf("pg_wal on %s holds %s, %d%% of its %s %s volume", worst.Name, iecBytes(s.WALBytes),
+			int(math.Round(100*v.share(s))), iecBytes(v.capacity), v.what)
+		if 2*s.WALBytes <= v.capacity {
 			cond.Status, cond.Reason = metav1.ConditionTrue, databasev1alpha1.ReasonWALWithinBound
 			cond.Message = holds + ", within the half checkpoints and replication slots may keep"
 		} else {
 			cond.Status, cond.Reason = metav1.ConditionFalse, databasev1alpha1.ReasonWALAccumulating
 			cond.Message = fmt.Sprintf("%s, more than the half checkpoints and replication slots may keep; %s is free. %s",
-				holds, iecBytes(s.AvailableBytes), walCause(db, worst.Name))
+				holds, iecBytes(v.available), walCause(db, worst.Name))
 		}
 	}
 	meta.SetStatusCondition(&st.Conditions, cond)
+}
+
+// walVolume is the volume a server's WAL is on, as it reported it.
+type walVolume struct {
+	what                string // "WAL" or "data"
+	capacity, available int64
+}
+
+func walVolumeOf(s *databasev1alpha1.InstanceStorage) walVolume {
+	if s.WALCapacityBytes > 0 {
+		return walVolume{"WAL", s.WALCapacityBytes, s.WALAvailableBytes}
+	}
+	return walVolume{"data", s.CapacityBytes, s.AvailableBytes}
+}
+
+// share is the WAL's share of the volume.
+func (v walVolume) share(s *databasev1alpha1.InstanceStorage) float64 {
+	return float64(s.WALBytes) / float64(v.capacity)
 }
 
 // iecBytes writes a byte count in MiB or GiB, one decimal.
@@ -135,7 +161,10 @@ func iecBytes(b int64) string {
 
 // walCause says why a server keeps more WAL than its bounds, and what to do.
 func walCause(db *databasev1alpha1.MyDatabase, pod string) string {
-	const grow = "Growing spec.storage.size buys time meanwhile."
+	grow := "Growing spec.storage.size buys time meanwhile."
+	if db.Spec.WALStorage != nil {
+		grow = "Growing spec.walStorage.size buys time meanwhile."
+	}
 	if pod != db.Status.CurrentPrimary {
 		return "A replica keeps the WAL it received until its next restartpoint: its replay may be stuck behind a long query " +
 			"or a conflict (see its lagBytes and its log). " + grow
