@@ -29,6 +29,7 @@ func full() *databasev1alpha1.MyDatabase {
 	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: store,
 		Retention: &databasev1alpha1.BackupRetention{RecoveryWindow: "7d", Keep: ptr.To[int32](3)}}
 	db.Spec.Monitoring.CustomQueriesConfigMap = "queries"
+	db.Spec.WALStorage = &databasev1alpha1.StorageSpec{}
 	db.Spec.Bootstrap = &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: store, BackupID: "20261203T120000",
 		Target: &databasev1alpha1.RecoveryTarget{Time: &metav1.Time{Time: time.Date(2026, 12, 3, 12, 30, 0, 0, time.UTC)}}}}
 	return db

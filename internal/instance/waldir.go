@@ -49,10 +49,16 @@ func (m *manager) placeWAL() error {
 // when pg_wal is a directory; nothing without a WAL volume. It reports
 // whether it moved the WAL.
 func (c Config) placeWAL() (bool, error) {
+	link := filepath.Join(c.PGData, "pg_wal")
 	if c.WALDir == "" {
+		if target, err := os.Readlink(link); err == nil {
+			if _, err := os.Stat(link); err != nil {
+				return false, fmt.Errorf("%s links to %s, which this pod does not mount: the data was made with "+
+					"spec.walStorage, which this MyDatabase lacks; give it spec.walStorage again", link, target)
+			}
+		}
 		return false, nil
 	}
-	link := filepath.Join(c.PGData, "pg_wal")
 	moving := link + movingSuffix
 	if _, err := os.Lstat(link); errors.Is(err, fs.ErrNotExist) {
 		if _, err := os.Lstat(moving); err == nil {

@@ -133,6 +133,9 @@ func TestPlaceWALRefusesALinkElsewhereOrDangling(t *testing.T) {
 	if _, err := c.placeWAL(); err == nil || !strings.Contains(err.Error(), "which is gone") {
 		t.Errorf("placeWAL with the WAL volume emptied: %v, want a refusal", err)
 	}
+	if _, err := (Config{PGData: c.PGData}).placeWAL(); err == nil || !strings.Contains(err.Error(), "give it spec.walStorage again") {
+		t.Errorf("placeWAL without the WAL volume the data was made with: %v, want a refusal", err)
+	}
 }
 
 func writeFile(t *testing.T, path, content string) {

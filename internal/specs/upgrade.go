@@ -69,6 +69,14 @@ func UpgradeJob(db *databasev1alpha1.MyDatabase, up *databasev1alpha1.MajorUpgra
 	if r := resources(db); r != nil {
 		upgrade.WithResources(r)
 	}
+	// The primary's volumes, mounted where its pod mounts them: pg_wal
+	// links to the WAL volume's directory, which the old server pg_upgrade
+	// starts reads.
+	var claimVolumes []*corev1ac.VolumeApplyConfiguration
+	for _, v := range Volumes(db) {
+		claimVolumes = append(claimVolumes, corev1ac.Volume().WithName(v.Name).WithPersistentVolumeClaim(
+			corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(v.Name+"-"+up.Primary)))
+	}
 	stage := corev1ac.Container().
 		WithName("stage-old-binaries").
 		WithImage(up.FromImage).
@@ -89,17 +97,11 @@ func UpgradeJob(db *databasev1alpha1.MyDatabase, up *databasev1alpha1.MajorUpgra
 			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
 		WithInitContainers(instanceManagerInstaller(p), stage).
 		WithContainers(upgrade).
+		WithVolumes(claimVolumes...).
 		WithVolumes(
 			corev1ac.Volume().WithName(instanceManagerVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName(stageVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
-	// The primary's volumes, mounted where its pod mounts them: pg_wal
-	// links to the WAL volume's directory, which the old server pg_upgrade
-	// starts reads.
-	for _, v := range Volumes(db) {
-		spec.WithVolumes(corev1ac.Volume().WithName(v.Name).WithPersistentVolumeClaim(
-			corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(v.Name + "-" + up.Primary)))
-	}
 	if len(db.Spec.NodeSelector) > 0 {
 		spec.WithNodeSelector(db.Spec.NodeSelector)
 	}

@@ -65,6 +65,27 @@ func TestUpgradeJob(t *testing.T) {
 	if claim != DataVolumeClaimName(d, 0) {
 		t.Errorf("the Job mounts claim %q, want %q", claim, DataVolumeClaimName(d, 0))
 	}
+
+	// With a WAL volume, the Job mounts the primary's where its pod does:
+	// the old server pg_upgrade starts follows pg_wal's link there.
+	d.Spec.WALStorage = &databasev1alpha1.StorageSpec{}
+	walled := typed[batchv1.Job](t, UpgradeJob(d, up, Platform{InstanceManagerImage: "op:1"})).Spec.Template.Spec
+	mounts := map[string]string{}
+	for _, m := range walled.Containers[0].VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	claims := map[string]string{}
+	for _, v := range walled.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims[v.Name] = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	if diff := cmp.Diff(map[string]string{DataVolumeName: DataVolumeClaimName(d, 0), WALVolumeName: "wal-" + d.Name + "-0"}, claims); diff != "" {
+		t.Errorf("the Job's claims with a WAL volume (-want +got):\n%s", diff)
+	}
+	if mounts[DataVolumeName] != DataMountPath || mounts[WALVolumeName] != WALMountPath {
+		t.Errorf("the upgrade container mounts %v, want the data volume at %s and the WAL volume at %s", mounts, DataMountPath, WALMountPath)
+	}
 	if pod.RestartPolicy != corev1.RestartPolicyNever || ptr.Deref(pod.AutomountServiceAccountToken, true) {
 		t.Errorf("restartPolicy %s, token %v: want Never and no token", pod.RestartPolicy, pod.AutomountServiceAccountToken)
 	}

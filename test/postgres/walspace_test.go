@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,31 +23,42 @@ import (
 	"example.com/myoperator/internal/specs"
 )
 
-// TestWALSpace runs a primary on a data volume of its own size (a 1 GiB
-// tmpfs, the default spec.storage.size) with archiving to a store that
-// then goes away, and writes WAL: the operator's WALSpace condition turns
-// False, naming the archiving failure, while the server still takes
-// writes and the volume has room; past autoGrow's usedPercent the operator
-// asks for a larger claim, which the test grows under the running server
-// as a storage driver would, once; with the store back, the backlog is
-// archived and removed and the condition turns True again.
+// TestWALSpace runs a primary whose WAL is on a volume of its own size (a
+// 1 GiB tmpfs, the default size): the data volume, or with
+// spec.walStorage the WAL volume, with the data beside it on the host's
+// disk. Archiving goes to a store that then goes away, and the test writes
+// WAL: the operator's WALSpace condition turns False, naming the archiving
+// failure, while the server still takes writes and the volume has room;
+// past autoGrow's usedPercent the operator asks for a larger claim, which
+// the test grows under the running server as a storage driver would,
+// once; with the store back, the backlog is archived and removed and the
+// condition turns True again.
 func TestWALSpace(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a data volume of a given size needs root; CI runs as root")
 	}
+	t.Run("on the data volume", func(t *testing.T) { testWALSpace(t, false) })
+	t.Run("on a WAL volume", func(t *testing.T) { testWALSpace(t, true) })
+}
+
+func testWALSpace(t *testing.T, walVolume bool) {
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
 	store := startStore(t, t.TempDir())
 	db := newDatabase(srv.major, nil)
 	db.Spec.Replicas = new(int32(1))
 	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
+	if walVolume {
+		db.Spec.WALStorage = &databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi")}
+	}
+	vol := specs.Volumes(db)[len(specs.Volumes(db))-1] // the volume the WAL is on
 	password := "password-of-the-wal-test"
 	c := newCluster(t, srv, db, specs.CredentialsSecret(db, password), storeSecret(store, db.Namespace))
 	p := c.newPod(0, freePorts(t, 1)[0])
-	volume := p.hostPath(t, specs.DataMountPath)
+	volume := p.hostPath(t, vol.MountPath)
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o",
 		fmt.Sprintf("size=1g,mode=0700,uid=%d,gid=%d", c.user.uid, c.user.gid), "tmpfs", volume).CombinedOutput(); err != nil {
-		t.Fatalf("mounting a 1 GiB tmpfs as the data volume: %v\n%s", err, out)
+		t.Fatalf("mounting a 1 GiB tmpfs as the %s volume: %v\n%s", vol.What, err, out)
 	}
 	// Lazily: the server may still hold it when this runs.
 	t.Cleanup(func() { _ = exec.Command("umount", "-l", volume).Run() })
@@ -57,6 +69,12 @@ func TestWALSpace(t *testing.T) {
 
 	if got := c.query(t, superuser, "", "SHOW max_wal_size"); got != "256MB" {
 		t.Errorf("max_wal_size = %s on a 1 GiB volume, want 256MB (a quarter)", got)
+	}
+	if walVolume {
+		pgWAL := filepath.Join(p.hostPath(t, specs.PGDATA), "pg_wal")
+		if target, err := os.Readlink(pgWAL); err != nil || target != p.hostPath(t, specs.WALDir) {
+			t.Fatalf("pg_wal links to %q (%v), want the WAL volume's %s", target, err, p.hostPath(t, specs.WALDir))
+		}
 	}
 	walSpace := func() *metav1.Condition {
 		return meta.FindStatusCondition(c.database(t).Status.Conditions, databasev1alpha1.ConditionWALSpace)
@@ -105,18 +123,25 @@ func TestWALSpace(t *testing.T) {
 		}
 	}
 	st := instanceStorage(c.database(t), p.name)
+	if st == nil {
+		t.Fatalf("status.instances has no storage for %s", p.name)
+	}
+	capacity, available := st.CapacityBytes, st.AvailableBytes
+	if walVolume {
+		capacity, available = st.WALCapacityBytes, st.WALAvailableBytes
+	}
 	switch {
-	case st == nil:
-		t.Errorf("status.instances has no storage for %s", p.name)
-	case st.CapacityBytes != 1<<30 || 2*st.WALBytes <= st.CapacityBytes || st.AvailableBytes < 64<<20:
-		t.Errorf("storage %+v: want the 1 GiB volume, WAL past half of it, and room left", *st)
+	case capacity != 1<<30 || 2*st.WALBytes <= capacity || available < 64<<20:
+		t.Errorf("storage %+v: want the 1 GiB %s volume, WAL past half of it, and room left", *st, vol.What)
+	case walVolume && (st.CapacityBytes == 1<<30 || st.AvailableBytes < 2*st.WALBytes):
+		t.Errorf("storage %+v: want the data volume on the host's disk, with room for the WAL it does not hold", *st)
 	}
 	c.query(t, superuser, "", "INSERT INTO filler VALUES (clock_timestamp())") // still takes writes
 
 	// The WAL keeps growing: spec.storage.autoGrow asks for a larger claim
 	// past usedPercent, and the test, as the storage driver, grows the
 	// tmpfs under the running server.
-	claim := autoGrowing(t, c)
+	claim := autoGrowing(t, c, vol)
 	for n := 0; used(t, volume) < 0.82; n++ {
 		if n == 30 {
 			t.Fatalf("the volume is %.0f%% used after %d more segments", 100*used(t, volume), n)
@@ -148,12 +173,13 @@ func TestWALSpace(t *testing.T) {
 		c.query(t, superuser, "", "INSERT INTO filler VALUES (clock_timestamp())")
 		db := c.database(t)
 		st := instanceStorage(db, p.name)
-		g := db.Status.Storage
-		return st != nil && st.CapacityBytes == grown.Value() && g != nil && g.LastAutoGrowth != nil,
-			fmt.Sprintf("instance %+v, status.storage %+v", st, g)
+		g := storageStatus(db, walVolume)
+		return st != nil && (st.CapacityBytes == grown.Value()) != walVolume && (st.WALCapacityBytes == grown.Value()) == walVolume &&
+			g != nil && g.LastAutoGrowth != nil, fmt.Sprintf("instance %+v, status %+v", st, g)
 	})
-	if g := c.database(t).Status.Storage.LastAutoGrowth; g.To.Cmp(grown) != 0 || !strings.Contains(g.Reason, p.name) {
-		t.Errorf("lastAutoGrowth %+v, want to %s for %s", g, grown.String(), p.name)
+	if g := storageStatus(c.database(t), walVolume).LastAutoGrowth; g.To.Cmp(grown) != 0 || !strings.Contains(g.Reason, p.name) ||
+		!strings.Contains(g.Reason, "the "+vol.What+" volume") {
+		t.Errorf("lastAutoGrowth %+v, want to %s for the %s volume of %s", g, grown.String(), vol.What, p.name)
 	}
 
 	if err := store.Restart(); err != nil {
@@ -178,6 +204,14 @@ func TestWALSpace(t *testing.T) {
 	}
 }
 
+// storageStatus is status.storage, or status.walStorage.
+func storageStatus(db *databasev1alpha1.MyDatabase, wal bool) *databasev1alpha1.StorageStatus {
+	if wal {
+		return db.Status.WALStorage
+	}
+	return db.Status.Storage
+}
+
 func instanceStorage(db *databasev1alpha1.MyDatabase, pod string) *databasev1alpha1.InstanceStorage {
 	for _, in := range db.Status.Instances {
 		if in.Name == pod {
@@ -196,10 +230,10 @@ func used(t *testing.T, path string) float64 {
 	return 1 - float64(fs.Bavail)/float64(fs.Blocks)
 }
 
-// autoGrowing gives ordinal 0 its data claim, bound at 1 GiB in a class
-// that allows expansion (the harness runs no provisioner), and turns on
-// spec.storage.autoGrow.
-func autoGrowing(t *testing.T, c *cluster) *corev1.PersistentVolumeClaim {
+// autoGrowing gives ordinal 0 its claim of volume v, bound at 1 GiB in a
+// class that allows expansion (the harness runs no provisioner), and turns
+// on v's autoGrow.
+func autoGrowing(t *testing.T, c *cluster, v specs.Volume) *corev1.PersistentVolumeClaim {
 	ctx := context.Background()
 	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "tmpfs-" + c.db.Namespace},
 		Provisioner: "example.com/tmpfs", AllowVolumeExpansion: new(true)}
@@ -210,7 +244,7 @@ func autoGrowing(t *testing.T, c *cluster) *corev1.PersistentVolumeClaim {
 	labels[databasev1alpha1.LabelOwnerUID] = string(c.db.UID)
 	size := resource.MustParse("1Gi")
 	claim := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: specs.DataVolumeClaimName(c.db, 0), Namespace: c.db.Namespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: v.ClaimName(c.db, 0), Namespace: c.db.Namespace, Labels: labels},
 		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class.Name,
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}}},
@@ -225,7 +259,12 @@ func autoGrowing(t *testing.T, c *cluster) *corev1.PersistentVolumeClaim {
 	}
 	eventually(t, 30*time.Second, "autoGrow in the spec", func() (bool, string) {
 		db := c.database(t)
-		db.Spec.Storage.AutoGrow = &databasev1alpha1.AutoGrowSpec{UsedPercent: 80, StepPercent: 20, MaxSize: resource.MustParse("2Gi")}
+		grow := &databasev1alpha1.AutoGrowSpec{UsedPercent: 80, StepPercent: 20, MaxSize: resource.MustParse("2Gi")}
+		if v.Name == specs.WALVolumeName {
+			db.Spec.WALStorage.AutoGrow = grow
+		} else {
+			db.Spec.Storage.AutoGrow = grow
+		}
 		err := c.api.Client.Update(ctx, db)
 		return err == nil, fmt.Sprint(err)
 	})

@@ -106,6 +106,29 @@ func waitRolled(t *testing.T, ns string, before map[string]string, timeout time.
 	waitReady(t, ns, int32(len(before)), timeout)
 }
 
+// rolledWithOneSwitchover stops the writer of a roll of every pod and
+// checks that every acknowledged write is there (a failed one may be too)
+// and that the primary moved once, by a rolling-update switchover from
+// primary; it reports the longest write gap and returns the rows now.
+func rolledWithOneSwitchover(t *testing.T, ns, uri string, w *writer, rows int, primary, what, result string) int {
+	t.Helper()
+	acked, failed := w.stop(), w.unacknowledged()
+	n := count(t, uri)
+	if n < rows+acked || n > rows+acked+failed {
+		t.Fatalf("%d rows after the roll, want %d to %d: %d writes acknowledged during it, %d failed", n, rows+acked, rows+acked+failed, acked, failed)
+	}
+	db := getDB(t, ns)
+	if sw := db.Status.Switchover; sw == nil || sw.Reason != databasev1alpha1.SwitchoverRollingUpdate ||
+		sw.Phase != databasev1alpha1.SwitchoverSucceeded || sw.From != primary || db.Status.CurrentPrimary != sw.To {
+		t.Fatalf("after the roll: primary %s (was %s), switchover %+v; want one rolling-update switchover from %s", db.Status.CurrentPrimary, primary, sw, primary)
+	}
+	gap := w.longestGap()
+	t.Logf("WRITE GAP during %s (one switchover, %s -> %s): %s; %d writes acknowledged, %d failed",
+		what, primary, db.Status.CurrentPrimary, gap.Round(10*time.Millisecond), acked, failed)
+	writeResult(t, result, gap)
+	return n
+}
+
 func podsOf(t *testing.T, ns string) []corev1.Pod {
 	t.Helper()
 	var pods corev1.PodList

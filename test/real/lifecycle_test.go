@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -186,27 +187,12 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		w := startWriter(ctx, uri)
 		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Version = version })
 		waitRolled(t, ns, before, 5*time.Minute)
-		acked, failed := w.stop(), w.unacknowledged()
 		for _, p := range podsOf(t, ns) {
 			if img := p.Spec.Containers[0].Image; img != "postgres:"+version {
 				t.Errorf("pod %s runs %s, want postgres:%s", p.Name, img, version)
 			}
 		}
-		// Every acknowledged write is there; a failed one may be too.
-		n := count(t, uri)
-		if n < rows+acked || n > rows+acked+failed {
-			t.Fatalf("%d rows after the roll, want %d to %d: %d writes acknowledged during it, %d failed", n, rows+acked, rows+acked+failed, acked, failed)
-		}
-		rows = n
-		db := getDB(t, ns)
-		if sw := db.Status.Switchover; sw == nil || sw.Reason != databasev1alpha1.SwitchoverRollingUpdate ||
-			sw.Phase != databasev1alpha1.SwitchoverSucceeded || sw.From != primary || db.Status.CurrentPrimary != sw.To {
-			t.Fatalf("after the roll: primary %s (was %s), switchover %+v; want one rolling-update switchover from %s", db.Status.CurrentPrimary, primary, sw, primary)
-		}
-		gap := w.longestGap()
-		t.Logf("WRITE GAP during the rolling minor update (one switchover, %s -> %s): %s; %d writes acknowledged, %d failed",
-			primary, db.Status.CurrentPrimary, gap.Round(10*time.Millisecond), acked, failed)
-		writeResult(t, "write-gap-rolling-minor-update", gap)
+		rows = rolledWithOneSwitchover(t, ns, uri, w, rows, primary, "the rolling minor update", "write-gap-rolling-minor-update")
 	})
 
 	step("a new operator version replaces every instance manager in place under writes: no server restarts, no write fails", func(t *testing.T) {
@@ -422,6 +408,36 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		}
 	})
 
+	step("spec.walStorage added under writes: every server rolls once with one switchover, its WAL moved to its own claim, none lost", func(t *testing.T) {
+		before := podUIDs(t, ns)
+		primary := getDB(t, ns).Status.CurrentPrimary
+		w := startWriter(ctx, uri)
+		db.Spec.WALStorage = &databasev1alpha1.StorageSpec{Size: resource.MustParse("2Gi")} // for the re-create below
+		patch(t, ns, func(d *databasev1alpha1.MyDatabase) { d.Spec.WALStorage = db.Spec.WALStorage.DeepCopy() })
+		waitRolled(t, ns, before, 6*time.Minute)
+		rows = rolledWithOneSwitchover(t, ns, uri, w, rows, primary, "the move of the WAL to its own volumes", "write-gap-wal-volume-added")
+		for _, p := range podsOf(t, ns) {
+			if !slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool {
+				return v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == "wal-"+p.Name
+			}) {
+				t.Errorf("pod %s does not mount claim wal-%s", p.Name, p.Name)
+			}
+			if got, err := podExec(ns, p.Name, "readlink", specs.PGDATA+"/pg_wal"); err != nil || got != specs.WALDir {
+				t.Errorf("pg_wal on %s links to %q (%v), want %s", p.Name, got, err, specs.WALDir)
+			}
+			// The WAL volume is a file system of its own, where the server writes.
+			if got, err := podExec(ns, p.Name, "df", "--output=target", specs.WALDir+"/"); err != nil || !strings.HasSuffix(got, specs.WALMountPath) {
+				t.Errorf("df of %s on %s: %q (%v), want the mount %s", specs.WALDir, p.Name, got, err, specs.WALMountPath)
+			}
+			if log := podLogs(t, ns, p.Name); !strings.Contains(log, "moved pg_wal to the WAL volume") {
+				t.Errorf("%s did not log the move of its WAL:\n%s", p.Name, log)
+			}
+		}
+		if s := getDB(t, ns).Status.WALStorage; s == nil || s.Size == nil || s.Size.String() != "2Gi" {
+			t.Errorf("status.walStorage %+v, want a size of 2Gi", s)
+		}
+	})
+
 	step("hibernate with the primary at ordinal 2: it moves to 0, every server stops, the claims stay; resumed, the same primary, rows and password", func(t *testing.T) {
 		if getDB(t, ns).Status.CurrentPrimary != dbName+"-2" {
 			patch(t, ns, func(db *databasev1alpha1.MyDatabase) {
@@ -504,8 +520,8 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		if err := env.c.List(ctx, &pvcs, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
 		}
-		if len(pvcs.Items) != 3 {
-			t.Fatalf("%d claims after delete under Retain, want 3", len(pvcs.Items))
+		if len(pvcs.Items) != 6 {
+			t.Fatalf("%d claims after delete under Retain, want 6 (data and WAL of 3 servers)", len(pvcs.Items))
 		}
 		recreated := db.DeepCopy()
 		recreated.Spec.Replicas = ptr.To[int32](3)
