@@ -49,7 +49,9 @@ func TestWriteStatus(t *testing.T) {
 			Instances: []databasev1alpha1.InstanceStatus{
 				{Name: "orders-0", Role: "replica", Ready: true, Timeline: 2, LSN: "0/5000000", LagBytes: ptr.To[int64](256), ReportedAt: ago(3 * time.Second),
 					Storage: &databasev1alpha1.InstanceStorage{CapacityBytes: 1 << 30, AvailableBytes: 768 << 20, WALBytes: 80 << 20}, Manager: "0123456789ab"},
-				{Name: "orders-1", Role: "primary", Ready: true, Timeline: 2, LSN: "0/5000100", ReportedAt: ago(2 * time.Second)},
+				{Name: "orders-1", Role: "primary", Ready: true, Timeline: 2, LSN: "0/5000100", ReportedAt: ago(2 * time.Second),
+					Storage: &databasev1alpha1.InstanceStorage{CapacityBytes: 4 << 30, AvailableBytes: 3 << 30, WALBytes: 128 << 20,
+						WALCapacityBytes: 512 << 20, WALAvailableBytes: 384 << 20}},
 			},
 			Switchover: &databasev1alpha1.SwitchoverStatus{Reason: "Requested", From: "orders-0", To: "orders-1",
 				Phase: databasev1alpha1.SwitchoverSucceeded, Message: "orders-1 is the primary",
@@ -84,9 +86,9 @@ Conditions:
   Ready  True    Available  5m   2/2 servers ready
 
 Instances (as their instance managers report them):
-  NAME      ROLE     READY  TIMELINE  LSN        LAG (BYTES)  VOLUME USED    WAL   MANAGER       REPORTED
-  orders-0  replica  true   2         0/5000000  256          25% of 1024Mi  80Mi  0123456789ab  3s ago
-  orders-1  primary  true   2         0/5000100  -            -              -     -             2s ago
+  NAME      ROLE     READY  TIMELINE  LSN        LAG (BYTES)  VOLUME USED    WAL                  MANAGER       REPORTED
+  orders-0  replica  true   2         0/5000000  256          25% of 1024Mi  80Mi                 0123456789ab  3s ago
+  orders-1  primary  true   2         0/5000100  -            25% of 4096Mi  128Mi, 25% of 512Mi  -             2s ago
 
 Pods:
   NAME      ROLE LABEL  PHASE    READY  NODE    AGE

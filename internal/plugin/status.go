@@ -159,6 +159,9 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 			if s := i.Storage; s != nil && s.CapacityBytes > 0 {
 				used = fmt.Sprintf("%d%% of %s", 100-100*s.AvailableBytes/s.CapacityBytes, mib(s.CapacityBytes))
 				wal = mib(s.WALBytes)
+				if s.WALCapacityBytes > 0 { // on a WAL volume of its own
+					wal += fmt.Sprintf(", %d%% of %s", 100-100*s.WALAvailableBytes/s.WALCapacityBytes, mib(s.WALCapacityBytes))
+				}
 			}
 			fmt.Fprintf(w, "  %s\t%s\t%t\t%d\t%s\t%s\t%s\t%s\t%s\t%s ago\n", i.Name, orDash(i.Role), i.Ready, i.Timeline, orDash(i.LSN),
 				lag, used, wal, orDash(i.Manager), age(i.ReportedAt))
