@@ -192,7 +192,7 @@ func TestLifecycleOnRealPods(t *testing.T) {
 				t.Errorf("pod %s runs %s, want postgres:%s", p.Name, img, version)
 			}
 		}
-		rows = rolledWithOneSwitchover(t, ns, uri, w, rows, primary, "the rolling minor update", "write-gap-rolling-minor-update")
+		rows = rolledUnderWrites(t, ns, uri, w, rows, primary, "the rolling minor update", "write-gap-rolling-minor-update")
 	})
 
 	step("a new operator version replaces every instance manager in place under writes: no server restarts, no write fails", func(t *testing.T) {
@@ -408,14 +408,14 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		}
 	})
 
-	step("spec.walStorage added under writes: every server rolls once with one switchover, its WAL moved to its own claim, none lost", func(t *testing.T) {
+	step("spec.walStorage added under writes: every server rolls once, lowest ordinal first, the primary by switchover, its WAL moved to its own claim, none lost", func(t *testing.T) {
 		before := podUIDs(t, ns)
-		primary := getDB(t, ns).Status.CurrentPrimary
 		w := startWriter(ctx, uri)
 		db.Spec.WALStorage = &databasev1alpha1.StorageSpec{Size: resource.MustParse("2Gi")} // for the re-create below
 		patch(t, ns, func(d *databasev1alpha1.MyDatabase) { d.Spec.WALStorage = db.Spec.WALStorage.DeepCopy() })
 		waitRolled(t, ns, before, 6*time.Minute)
-		rows = rolledWithOneSwitchover(t, ns, uri, w, rows, primary, "the move of the WAL to its own volumes", "write-gap-wal-volume-added")
+		// Two switchovers when the primary is not the highest ordinal.
+		rows = rolledUnderWrites(t, ns, uri, w, rows, "", "the move of the WAL to its own volumes", "write-gap-wal-volume-added")
 		for _, p := range podsOf(t, ns) {
 			if !slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool {
 				return v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == "wal-"+p.Name

@@ -23,7 +23,9 @@ import (
 //  3. the old primary, now a replica, is deleted as in 1.
 //
 // So a minor version or a setting that needs a restart costs one
-// switchover, never a primary restart. A primary is restarted in place
+// switchover, never a primary restart. Pods that lack a volume the
+// StatefulSet's claim templates gained (spec.walStorage added) go in
+// ordinal order instead (replaceLacking), which may cost two. A primary is restarted in place
 // only when there is no replica that reports itself ready to take over (a
 // single server, or pods that run no instance manager); a switchover that
 // fails is tried again.
@@ -60,6 +62,9 @@ func (r *rollout) reconcile(ctx context.Context, obs *observation) error {
 		return nil
 	}
 	primary := r.primaryPod()
+	if lacking := lackingVolumes(sts, outdated); lacking != nil {
+		return r.replaceLacking(ctx, obs, lacking, primary)
+	}
 	// Replicas first, the highest ordinal first (the StatefulSet's order).
 	slices.Reverse(outdated)
 	for _, pod := range outdated {
@@ -73,4 +78,48 @@ func (r *rollout) reconcile(ctx context.Context, obs *observation) error {
 	}
 	r.event(db, corev1.EventTypeNormal, "RollingUpdate", "Restarting the primary %s with the new spec: no replica is ready to take over", primary)
 	return r.deleteExact(ctx, outdated[0])
+}
+
+// lackingVolumes is the first of the pods (in ordinal order) that does not
+// mount a claim of every volumeClaimTemplate of the StatefulSet, nil when
+// each does.
+func lackingVolumes(sts *appsv1.StatefulSet, pods []*corev1.Pod) *corev1.Pod {
+	for _, pod := range pods {
+		for _, t := range sts.Spec.VolumeClaimTemplates {
+			if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool {
+				return v.Name == t.Name && v.PersistentVolumeClaim != nil
+			}) {
+				return pod
+			}
+		}
+	}
+	return nil
+}
+
+// replaceLacking replaces the pod of the lowest ordinal that lacks a volume
+// of the StatefulSet's claim templates. The StatefulSet controller stops at
+// such a pod: it tries to add the volume to it, which the API server
+// refuses (a pod's volumes are immutable), and goes no further in ordinal
+// order, so a pod of a higher ordinal deleted before it would not come
+// back. The lowest goes first, then; a primary after a switchover to the
+// highest ordinal, which goes last (one more switchover when its turn
+// comes).
+func (r *rollout) replaceLacking(ctx context.Context, obs *observation, pod *corev1.Pod, primary string) error {
+	db := r.db
+	if pod.Name != primary {
+		r.event(db, corev1.EventTypeNormal, "RollingUpdate", "Restarting replica %s with the new spec and its new volumes", pod.Name)
+		return r.deleteExact(ctx, pod)
+	}
+	target, why := "", "the highest ordinal is the primary"
+	if last := r.pods[len(r.pods)-1].Name; last != primary {
+		target, why = pickTarget(r.scope, last)
+	}
+	if why != "" {
+		target, why = pickTarget(r.scope, "")
+	}
+	if why == "" {
+		return r.switchover.startSwitchover(ctx, db, obs, target, databasev1alpha1.SwitchoverRollingUpdate)
+	}
+	r.event(db, corev1.EventTypeNormal, "RollingUpdate", "Restarting the primary %s with the new spec: no replica is ready to take over", primary)
+	return r.deleteExact(ctx, pod)
 }

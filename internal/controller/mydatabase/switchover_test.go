@@ -31,6 +31,11 @@ func instancePod(t *testing.T, db *databasev1alpha1.MyDatabase, name, revision, 
 			contract.AnnotationInstance: fmt.Sprintf(`{"role":%q,"ready":true,"timeline":1,"lsn":%q,"replayed":%q,"time":"2026-01-02T03:04:05Z"}`, role, lsn, lsn)}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres:17"}}},
 	}
+	// Its claims, as the StatefulSet controller mounts them.
+	for _, v := range specs.Volumes(db) {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.Name + "-" + name}}})
+	}
 	// AlreadyExists: client-go retries a create the API server answered
 	// with Retry-After (a loaded machine's timeout), which may have
 	// created the pod the first time.
@@ -176,6 +181,57 @@ func TestRequestedSwitchover(t *testing.T) {
 		return nil
 	})
 	switchoverAsked(t, db, "")
+}
+
+// TestRollingUpdateForANewVolumeGoesInOrdinalOrder: pods that lack the
+// WAL volume the StatefulSet gained are replaced lowest ordinal first (the
+// StatefulSet controller stops at the first such pod), the primary at
+// ordinal 0 after a switchover to the highest ordinal, which goes last.
+func TestRollingUpdateForANewVolumeGoesInOrdinalOrder(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "vol", func(db *databasev1alpha1.MyDatabase) { db.Spec.Replicas = ptr.To[int32](3) }))
+	old := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", exists(ns, "vol", old))
+	for i, role := range []string{databasev1alpha1.RolePrimary, databasev1alpha1.RoleReplica, databasev1alpha1.RoleReplica} {
+		instancePod(t, db, fmt.Sprintf("vol-%d", i), "r1", role, "0/5000100")
+	}
+	holdLease(t, db, "vol-0")
+	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.WALStorage = &databasev1alpha1.StorageSpec{} })
+	collectStatefulSet(t, old)
+	updated := int32(0)
+	counted := func() {
+		t.Helper()
+		eventually(t, "the new StatefulSet's status", func() error {
+			sts := &appsv1.StatefulSet{}
+			if err := get(ns, "vol", sts); err != nil {
+				return err
+			}
+			if len(sts.Spec.VolumeClaimTemplates) != 2 {
+				return fmt.Errorf("%d volumeClaimTemplates, want data and WAL", len(sts.Spec.VolumeClaimTemplates))
+			}
+			sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: 3, ReadyReplicas: 3,
+				CurrentRevision: "r1", UpdateRevision: "r2", CurrentReplicas: 3 - updated, UpdatedReplicas: updated}
+			return k8s.Status().Update(context.Background(), sts)
+		})
+	}
+	counted()
+	switchoverAsked(t, db, "vol-2")
+	for _, name := range []string{"vol-1", "vol-2"} {
+		pod := &corev1.Pod{}
+		if err := get(ns, name, pod); err != nil || !pod.DeletionTimestamp.IsZero() {
+			t.Fatalf("%s was deleted before the primary, vol-0 (err %v): the StatefulSet controller would never bring it back", name, err)
+		}
+	}
+	holdLease(t, db, "vol-2")
+	reportRole(t, db, "vol-2", databasev1alpha1.RolePrimary, "0/5000100")
+	eventually(t, "vol-0 deleted first", gone(ns, "vol-0", &corev1.Pod{}))
+	instancePod(t, db, "vol-0", "r2", databasev1alpha1.RoleReplica, "0/5000100")
+	updated++
+	counted()
+	eventually(t, "then vol-1", gone(ns, "vol-1", &corev1.Pod{}))
+	if pod := (&corev1.Pod{}); get(ns, "vol-2", pod) != nil || !pod.DeletionTimestamp.IsZero() {
+		t.Fatal("vol-2, the primary, was deleted with vol-1")
+	}
 }
 
 // TestRollingUpdateSwitchesOverOnce: a new template restarts the replicas
