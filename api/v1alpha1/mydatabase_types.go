@@ -97,7 +97,7 @@ type MyDatabaseSpec struct {
 	// so that WAL kept by failing archiving or a slot cannot fill the data
 	// volume, and data files cannot starve the WAL. Its storageClassName
 	// is the cluster default when unset. Adding it to a running
-	// MyDatabase restarts every server once, replicas first and the
+	// MyDatabase restarts every server once, lowest ordinal first and the
 	// primary after a switchover, each moving its WAL to the new volume
 	// while it is stopped. It cannot be removed.
 	// +optional
