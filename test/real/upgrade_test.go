@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
 
@@ -44,7 +45,10 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 			// replicas that have none to stand.
 			Replication: databasev1alpha1.ReplicationSpec{Synchronous: &databasev1alpha1.SynchronousReplication{
 				Number: 1, Durability: databasev1alpha1.DurabilityRequired}},
-			Storage:        databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
+			Storage: databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
+			// WAL on its own volumes: the upgrade Job mounts the primary's,
+			// and the upgraded data moves its WAL there.
+			WALStorage:     &databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
 			DeletionPolicy: databasev1alpha1.DeletionPolicyDelete,
 		},
 	}
@@ -169,6 +173,12 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 		}
 		if v := serverVersion(t); v/10000 != 17 {
 			t.Fatalf("server_version_num %d, want 17", v)
+		}
+		if got, err := podExec(ns, dbName+"-0", "readlink", specs.PGDATA+"/pg_wal"); err != nil || got != specs.WALDir {
+			t.Errorf("pg_wal of the upgraded data links to %q (%v), want the WAL volume's %s", got, err, specs.WALDir)
+		}
+		if log := podLogs(t, ns, dbName+"-0"); !strings.Contains(log, "moved pg_wal to the WAL volume") {
+			t.Errorf("the upgraded primary did not move its new data's WAL to the WAL volume:\n%s", log)
 		}
 		if n := count(t, uri); n != rows {
 			t.Fatalf("%d rows, want %d", n, rows)
