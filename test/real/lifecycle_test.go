@@ -494,8 +494,8 @@ func TestLifecycleOnRealPods(t *testing.T) {
 			t.Errorf("hibernation %+v, want %s-0 the primary", h, dbName)
 		}
 		var pvcs corev1.PersistentVolumeClaimList
-		if err := env.c.List(ctx, &pvcs, client.InNamespace(ns)); err != nil || len(pvcs.Items) != 3 {
-			t.Fatalf("%d claims while hibernated (%v), want 3", len(pvcs.Items), err)
+		if err := env.c.List(ctx, &pvcs, client.InNamespace(ns)); err != nil || len(pvcs.Items) != 6 {
+			t.Fatalf("%d claims while hibernated (%v), want 6 (data and WAL of 3 servers)", len(pvcs.Items), err)
 		}
 
 		if out, err := kubectlMydb(t, "hibernate", dbName, "--off", "-n", ns, "--wait=5m"); err != nil || !strings.Contains(out, "Resumed: pg is Ready.") {

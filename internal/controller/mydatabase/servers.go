@@ -98,8 +98,8 @@ func (r *servers) reconcile(ctx context.Context, obs *observation) error {
 // spec.walStorage is added; its new pod template then rolls the servers
 // (rollout), each moving its WAL to its new volume as it starts.
 func (r *servers) alignVolumes(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (*databasev1alpha1.MyDatabase, error) {
-	want, replace := db, []string{}
-	var progress []string
+	want := db
+	var replace, progress []string
 	for _, v := range specs.Volumes(db) {
 		claims, err := r.claims(ctx, db, v)
 		if err != nil {
