@@ -70,10 +70,6 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 		return 1, err
 	}
 	c.Self = self
-	digest, err := contract.Digest(self)
-	if err != nil {
-		return 1, err
-	}
 	removeOldCluster(c, log)
 	if c.Backup != nil {
 		if err := backup.WriteConfig(c.backupConfigFile(), *c.Backup); err != nil {
@@ -85,9 +81,14 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 		return 1, err
 	}
 	defer m.procs.stop()
-	m.digest = digest
+	// Adopted first: after a re-execution, commits wait until the fence's
+	// standby runs again (adopt starts it), and the digest of this binary
+	// takes a while.
 	if err := m.adopt(); err != nil {
 		log("%v", err)
+	}
+	if m.digest, err = contract.Digest(self); err != nil {
+		return 1, err
 	}
 	if err := m.announce(); err != nil {
 		log("this instance manager cannot be replaced in place: %v", err)

@@ -549,8 +549,8 @@ func TestLifecycleOnRealPods(t *testing.T) {
 				dirs = append(dirs, pv.Spec.Local.Path)
 			}
 		}
-		if len(dirs) != 3 {
-			t.Fatalf("found %d local volumes of %s, want 3", len(dirs), ns)
+		if len(dirs) != 6 {
+			t.Fatalf("found %d local volumes of %s, want 6 (data and WAL of 3 servers)", len(dirs), ns)
 		}
 		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete })
 		deleteAndWait(t, ns)
