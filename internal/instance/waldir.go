@@ -3,7 +3,7 @@ package instance
 import (
 	"errors"
 	"fmt"
-		"io/fs"
+	"io/fs"
 	"os"
 	"path/filepath"
 )

@@ -361,12 +361,12 @@ func container(db *databasev1alpha1.MyDatabase) *corev1ac.ContainerApplyConfigur
 		WithEnv(Env(db)...).
 		WithVolumeMounts(volumeMounts(db)...).
 		WithVolumeMounts(
-			corev1ac.VolumeMount().WithName("config").WithMountPath(ConfigDir).WithReadOnly(true),
-			corev1ac.VolumeMount().WithName(instanceManagerVolume).WithMountPath(InstanceManagerDir).WithReadOnly(true),
-			corev1ac.VolumeMount().WithName(tlsVolume).WithMountPath(TLSDir).WithReadOnly(true),
-			corev1ac.VolumeMount().WithName(replicationTLSVolume).WithMountPath(ReplicationTLSDir).WithReadOnly(true),
-			corev1ac.VolumeMount().WithName("run").WithMountPath(SocketDir),
-			corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp")).
+									corev1ac.VolumeMount().WithName("config").WithMountPath(ConfigDir).WithReadOnly(true),
+									corev1ac.VolumeMount().WithName(instanceManagerVolume).WithMountPath(InstanceManagerDir).WithReadOnly(true),
+									corev1ac.VolumeMount().WithName(tlsVolume).WithMountPath(TLSDir).WithReadOnly(true),
+									corev1ac.VolumeMount().WithName(replicationTLSVolume).WithMountPath(ReplicationTLSDir).WithReadOnly(true),
+									corev1ac.VolumeMount().WithName("run").WithMountPath(SocketDir),
+									corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp")).
 		WithStartupProbe(execProbe(ReadinessCommand, 5, 720)). // up to an hour for initdb or a clone
 		WithReadinessProbe(execProbe(ReadinessCommand, 5, 3)).
 		WithLivenessProbe(execProbe(LivenessCommand, 10, 6)).
