@@ -183,6 +183,24 @@ func TestRequestedSwitchover(t *testing.T) {
 	switchoverAsked(t, db, "")
 }
 
+// countRevisions plays the StatefulSet controller of three ready pods
+// with a new revision r2, which updated of them run, once check passes.
+func countRevisions(t *testing.T, ns, name string, updated int32, check func(*appsv1.StatefulSet) error) {
+	t.Helper()
+	eventually(t, "the StatefulSet's status", func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := get(ns, name, sts); err != nil {
+			return err
+		}
+		if err := check(sts); err != nil {
+			return err
+		}
+		sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: 3, ReadyReplicas: 3,
+			CurrentRevision: "r1", UpdateRevision: "r2", CurrentReplicas: 3 - updated, UpdatedReplicas: updated}
+		return k8s.Status().Update(context.Background(), sts)
+	})
+}
+
 // TestRollingUpdateForANewVolumeGoesInOrdinalOrder: pods that lack the
 // WAL volume the StatefulSet gained are replaced lowest ordinal first (the
 // StatefulSet controller stops at the first such pod), the primary at
@@ -201,17 +219,11 @@ func TestRollingUpdateForANewVolumeGoesInOrdinalOrder(t *testing.T) {
 	updated := int32(0)
 	counted := func() {
 		t.Helper()
-		eventually(t, "the new StatefulSet's status", func() error {
-			sts := &appsv1.StatefulSet{}
-			if err := get(ns, "vol", sts); err != nil {
-				return err
-			}
+		countRevisions(t, ns, "vol", updated, func(sts *appsv1.StatefulSet) error {
 			if len(sts.Spec.VolumeClaimTemplates) != 2 {
 				return fmt.Errorf("%d volumeClaimTemplates, want data and WAL", len(sts.Spec.VolumeClaimTemplates))
 			}
-			sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: 3, ReadyReplicas: 3,
-				CurrentRevision: "r1", UpdateRevision: "r2", CurrentReplicas: 3 - updated, UpdatedReplicas: updated}
-			return k8s.Status().Update(context.Background(), sts)
+			return nil
 		})
 	}
 	counted()
@@ -250,15 +262,7 @@ func TestRollingUpdateSwitchesOverOnce(t *testing.T) {
 	updated := int32(0)
 	counted := func() {
 		t.Helper()
-		eventually(t, "the StatefulSet's status", func() error {
-			sts := &appsv1.StatefulSet{}
-			if err := get(ns, "roll", sts); err != nil {
-				return err
-			}
-			sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: 3, ReadyReplicas: 3,
-				CurrentRevision: "r1", UpdateRevision: "r2", CurrentReplicas: 3 - updated, UpdatedReplicas: updated}
-			return k8s.Status().Update(context.Background(), sts)
-		})
+		countRevisions(t, ns, "roll", updated, func(*appsv1.StatefulSet) error { return nil })
 	}
 	counted()
 	replaced := func(name string) {
