@@ -23,12 +23,12 @@ import (
 //  3. the old primary, now a replica, is deleted as in 1.
 //
 // So a minor version or a setting that needs a restart costs one
-// switchover, never a primary restart. Pods that lack a volume the
-// StatefulSet's claim templates gained (spec.walStorage added) go in
-// ordinal order instead (replaceLacking), which may cost two. A primary is restarted in place
+// switchover, never a primary restart. A primary is restarted in place
 // only when there is no replica that reports itself ready to take over (a
 // single server, or pods that run no instance manager); a switchover that
-// fails is tried again.
+// fails is tried again. Pods that lack a volume the StatefulSet's claim
+// templates gained (spec.walStorage added) go in ordinal order instead
+// (replaceLacking), which may cost two switchovers.
 
 // +kubebuilder:rbac:groups=core,resources=pods,verbs=delete
 
