@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,9 +26,20 @@ import (
 // by the StatefulSet.
 func dataVolume(t *testing.T, db *databasev1alpha1.MyDatabase, ordinal int, ownedBySts bool) *corev1.PersistentVolumeClaim {
 	t.Helper()
+	return volumeClaim(t, db, specs.DataVolumeName, ordinal, ownedBySts)
+}
+
+// volumeClaim creates the claim of the StatefulSet's volumeClaimTemplate
+// of this name for the server of this ordinal, as its controller would.
+func volumeClaim(t *testing.T, db *databasev1alpha1.MyDatabase, name string, ordinal int, ownedBySts bool) *corev1.PersistentVolumeClaim {
+	t.Helper()
 	sts := &appsv1.StatefulSet{}
 	eventually(t, "the StatefulSet", exists(db.Namespace, db.Name, sts))
-	tmpl := sts.Spec.VolumeClaimTemplates[0]
+	i := slices.IndexFunc(sts.Spec.VolumeClaimTemplates, func(c corev1.PersistentVolumeClaim) bool { return c.Name == name })
+	if i < 0 {
+		t.Fatalf("the StatefulSet has no volumeClaimTemplate %s", name)
+	}
+	tmpl := sts.Spec.VolumeClaimTemplates[i]
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: db.Namespace,
@@ -61,11 +73,13 @@ func deleteDB(t *testing.T, db *databasev1alpha1.MyDatabase) {
 
 func TestDeleteUnderRetainKeepsDataAndAdoptsIt(t *testing.T) {
 	ns := namespace(t)
-	db := create(t, newDB(ns, "keep"))
+	withWAL := func(db *databasev1alpha1.MyDatabase) { db.Spec.WALStorage = &databasev1alpha1.StorageSpec{} }
+	db := create(t, newDB(ns, "keep", withWAL))
 	eventually(t, "the credentials", exists(ns, "keep-credentials", &corev1.Secret{}))
 	// A PVC still owned by the StatefulSet, as after a switch from Delete:
 	// the finalizer must release it too.
 	pvc := dataVolume(t, db, 0, true)
+	wal := volumeClaim(t, db, specs.WALVolumeName, 0, false)
 	oldUID := db.UID
 	password := secretValue(t, ns, "keep-credentials")
 
@@ -101,7 +115,7 @@ func TestDeleteUnderRetainKeepsDataAndAdoptsIt(t *testing.T) {
 
 	// The same name again: the Secrets and volume are adopted, the password
 	// is the one the data knows.
-	db2 := create(t, newDB(ns, "keep"))
+	db2 := create(t, newDB(ns, "keep", withWAL))
 	eventually(t, "adoption of the Secret and PVC", func() error {
 		s := &corev1.Secret{}
 		if err := get(ns, "keep-credentials", s); err != nil {
@@ -115,6 +129,13 @@ func TestDeleteUnderRetainKeepsDataAndAdoptsIt(t *testing.T) {
 		}
 		if kept.Labels[databasev1alpha1.LabelOwnerUID] != string(db2.UID) {
 			return fmt.Errorf("PVC owner-uid %q, want %q", kept.Labels[databasev1alpha1.LabelOwnerUID], db2.UID)
+		}
+		keptWAL := &corev1.PersistentVolumeClaim{}
+		if err := get(ns, wal.Name, keptWAL); err != nil {
+			return err
+		}
+		if keptWAL.Labels[databasev1alpha1.LabelOwnerUID] != string(db2.UID) {
+			return fmt.Errorf("WAL PVC owner-uid %q, want %q", keptWAL.Labels[databasev1alpha1.LabelOwnerUID], db2.UID)
 		}
 		return nil
 	})
