@@ -106,9 +106,8 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 		if ctx.Err() != nil {
 			return m.shutdown(), nil
 		}
-		if err := m.reexec(ctx); err != nil {
-			log("not replaced: %v", err)
-		}
+		// reexec returns only when it could not execute the new binary.
+		log("not replaced: %v", m.reexec(ctx))
 	}
 }
 

@@ -203,8 +203,9 @@ func pvcRetentionPolicy(db *databasev1alpha1.MyDatabase) *appsv1ac.StatefulSetPe
 }
 
 func volumeClaims(db *databasev1alpha1.MyDatabase) []*corev1ac.PersistentVolumeClaimApplyConfiguration {
-	var claims []*corev1ac.PersistentVolumeClaimApplyConfiguration
-	for _, v := range Volumes(db) {
+	volumes := Volumes(db)
+	claims := make([]*corev1ac.PersistentVolumeClaimApplyConfiguration, 0, len(volumes))
+	for _, v := range volumes {
 		spec := corev1ac.PersistentVolumeClaimSpec().
 			WithAccessModes(corev1.ReadWriteOnce).
 			WithResources(corev1ac.VolumeResourceRequirements().
@@ -225,8 +226,9 @@ func volumeClaims(db *databasev1alpha1.MyDatabase) []*corev1ac.PersistentVolumeC
 
 // volumeMounts mount every volume of Volumes(db).
 func volumeMounts(db *databasev1alpha1.MyDatabase) []*corev1ac.VolumeMountApplyConfiguration {
-	var mounts []*corev1ac.VolumeMountApplyConfiguration
-	for _, v := range Volumes(db) {
+	volumes := Volumes(db)
+	mounts := make([]*corev1ac.VolumeMountApplyConfiguration, 0, len(volumes))
+	for _, v := range volumes {
 		mounts = append(mounts, corev1ac.VolumeMount().WithName(v.Name).WithMountPath(v.MountPath))
 	}
 	return mounts

@@ -72,8 +72,9 @@ func UpgradeJob(db *databasev1alpha1.MyDatabase, up *databasev1alpha1.MajorUpgra
 	// The primary's volumes, mounted where its pod mounts them: pg_wal
 	// links to the WAL volume's directory, which the old server pg_upgrade
 	// starts reads.
-	var claimVolumes []*corev1ac.VolumeApplyConfiguration
-	for _, v := range Volumes(db) {
+	volumes := Volumes(db)
+	claimVolumes := make([]*corev1ac.VolumeApplyConfiguration, 0, len(volumes))
+	for _, v := range volumes {
 		claimVolumes = append(claimVolumes, corev1ac.Volume().WithName(v.Name).WithPersistentVolumeClaim(
 			corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(v.Name+"-"+up.Primary)))
 	}

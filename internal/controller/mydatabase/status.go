@@ -286,19 +286,7 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	setMonitoringCondition(db, obs.monitoring, now)
 	setArchivingStatus(db, obs.pods, st.CurrentPrimary, obs.schedule, now)
 	setWALSpaceCondition(db, now)
-	for name, s := range obs.storage {
-		to := &st.Storage
-		if name == specs.WALVolumeName {
-			to = &st.WALStorage
-		}
-		if *to == nil {
-			*to = &databasev1alpha1.StorageStatus{}
-		}
-		(*to).Size = &s.size
-		if s.growth != nil {
-			(*to).LastAutoGrowth = s.growth
-		}
-	}
+	setStorageStatus(st, obs.storage)
 	st.Endpoint = fmt.Sprintf("%s:%d", specs.ReadWriteHost(db), specs.ServicePort(db))
 	st.ReadEndpoint = ""
 	if desired > 1 {
@@ -445,4 +433,23 @@ func restoreStalled(db *databasev1alpha1.MyDatabase, pods []corev1.Pod) *blocker
 	return &blocker{reason, fmt.Sprintf("the restore of base backup %s on %s %s: %s. Make the object store of "+
 		"spec.bootstrap.recovery hold the WAL the restore needs, or create the MyDatabase again with another "+
 		"spec.bootstrap.recovery.target (kubectl logs %s shows the server's own words)", r.BackupID, r.pod, what, r.Message, r.pod)}
+}
+
+// setStorageStatus writes status.storage and status.walStorage from what
+// the servers component saw of each volume; a volume it did not get to
+// keeps what the status had.
+func setStorageStatus(st *databasev1alpha1.MyDatabaseStatus, storage map[string]*storageState) {
+	for name, s := range storage {
+		to := &st.Storage
+		if name == specs.WALVolumeName {
+			to = &st.WALStorage
+		}
+		if *to == nil {
+			*to = &databasev1alpha1.StorageStatus{}
+		}
+		(*to).Size = &s.size
+		if s.growth != nil {
+			(*to).LastAutoGrowth = s.growth
+		}
+	}
 }
