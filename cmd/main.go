@@ -239,9 +239,10 @@ func main() {
 		os.Exit(1)
 	}
 	if err := (&mydatabasebackup.Reconciler{
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("mydatabasebackup-controller"),
-		Clock:    clock.RealClock{},
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("mydatabasebackup-controller"),
+		Clock:     clock.RealClock{},
 	}).SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Failed to create controller", "controller", "mydatabasebackup")
 		os.Exit(1)

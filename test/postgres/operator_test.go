@@ -72,7 +72,7 @@ func (c *cluster) startOperator(t *testing.T) *operator {
 	if err := r.SetupWithManager(mgr, 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := (&mydatabasebackup.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("mydatabasebackup-controller"),
+	if err := (&mydatabasebackup.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("mydatabasebackup-controller"),
 		Clock: clock.RealClock{}}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

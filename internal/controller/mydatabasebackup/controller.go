@@ -31,8 +31,11 @@ import (
 // Reconciler reconciles MyDatabaseBackup objects.
 type Reconciler struct {
 	client.Client
-	Recorder events.EventRecorder
-	Clock    clock.PassiveClock
+	// APIReader reads around the cache: a backup is failed for good only
+	// on what the API server says (see database).
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
 }
 
 // +kubebuilder:rbac:groups=database.example.com,resources=mydatabasebackups,verbs=get;list;watch
@@ -85,10 +88,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return res, nil
 }
 
+// database reads the MyDatabase the backup names. The cache may lag
+// behind the API server: a MyDatabase created (or given spec.backup) a
+// moment before the backup, as one `kubectl apply` of both does, is not
+// in it yet. So what would fail the backup for good (no MyDatabase, no
+// spec.backup, being deleted) is read again from the API server, and only
+// its answer fails it.
+func (r *Reconciler) database(ctx context.Context, b *databasev1alpha1.MyDatabaseBackup) (*databasev1alpha1.MyDatabase, error) {
+	key := client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.Database}
+	db := &databasev1alpha1.MyDatabase{}
+	err := r.Get(ctx, key, db)
+	if err == nil && db.Spec.Backup != nil && db.DeletionTimestamp.IsZero() {
+		return db, nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	db = &databasev1alpha1.MyDatabase{}
+	return db, r.APIReader.Get(ctx, key, db)
+}
+
 func (r *Reconciler) step(ctx context.Context, b *databasev1alpha1.MyDatabaseBackup) (ctrl.Result, error) {
 	st := &b.Status
-	db := &databasev1alpha1.MyDatabase{}
-	switch err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.Database}, db); {
+	db, err := r.database(ctx, b)
+	switch {
 	case apierrors.IsNotFound(err):
 		r.fail(b, fmt.Sprintf("there is no MyDatabase %q in namespace %q", b.Spec.Database, b.Namespace))
 		return ctrl.Result{}, nil
@@ -125,7 +148,7 @@ func (r *Reconciler) step(ctx context.Context, b *databasev1alpha1.MyDatabaseBac
 		return ctrl.Result{}, nil
 	}
 	pod := &corev1.Pod{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: st.Instance}, pod)
+	err = r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: st.Instance}, pod)
 	if apierrors.IsNotFound(err) || (err == nil && string(pod.UID) != st.InstanceUID) {
 		r.fail(b, fmt.Sprintf("pod %s, which was taking the backup, was deleted or replaced: create a new MyDatabaseBackup", st.Instance))
 		return ctrl.Result{}, nil

@@ -111,7 +111,7 @@ func TestFinishedWithoutConditions(t *testing.T) {
 				Spec: databasev1alpha1.MyDatabaseBackupSpec{Database: "db"}, Status: tc.status}
 			c := fake.NewClientBuilder().WithScheme(testenv.Scheme()).WithObjects(old).WithStatusSubresource(old).Build()
 			recorder := events.NewFakeRecorder(10)
-			r := &Reconciler{Client: c, Recorder: recorder, Clock: clocktesting.NewFakePassiveClock(testNow)}
+			r := &Reconciler{Client: c, APIReader: c, Recorder: recorder, Clock: clocktesting.NewFakePassiveClock(testNow)}
 			pass := func() *databasev1alpha1.MyDatabaseBackup {
 				t.Helper()
 				if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(old)}); err != nil {
@@ -181,6 +181,53 @@ func finishedAs(t *testing.T, b *databasev1alpha1.MyDatabaseBackup, want status.
 	}
 	if s := kstatusOf(t, b); s != want {
 		t.Errorf("kstatus %s, want %s", s, want)
+	}
+}
+
+// TestCacheBehindTheAPIServer: a MyDatabase created, or given
+// spec.backup, a moment before its backup may not be in the cache yet (one
+// `kubectl apply` of both): the backup waits for an instance instead of
+// failing for good on what the cache says. Only the API server's answer
+// fails it.
+func TestCacheBehindTheAPIServer(t *testing.T) {
+	backedUp := testenv.NewDatabase("shop", "db")
+	withBackup(backedUp)
+	for name, tc := range map[string]struct {
+		cached, live *databasev1alpha1.MyDatabase // nil: not there
+		want         string                       // the message the pass leaves
+	}{
+		"created a moment before":           {nil, backedUp, "waiting for a ready primary or replica"},
+		"given spec.backup a moment before": {testenv.NewDatabase("shop", "db"), backedUp, "waiting for a ready primary or replica"},
+		"gone from the API server too":      {nil, nil, `there is no MyDatabase "db"`},
+		"without spec.backup in both":       {testenv.NewDatabase("shop", "db"), testenv.NewDatabase("shop", "db"), "has no spec.backup"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := &databasev1alpha1.MyDatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "b", Generation: 1},
+				Spec: databasev1alpha1.MyDatabaseBackupSpec{Database: "db"}}
+			objects := func(db *databasev1alpha1.MyDatabase) client.Client {
+				o := []client.Object{b.DeepCopy()}
+				if db != nil {
+					o = append(o, db.DeepCopy())
+				}
+				return fake.NewClientBuilder().WithScheme(testenv.Scheme()).WithObjects(o...).WithStatusSubresource(b).Build()
+			}
+			cache := objects(tc.cached)
+			r := &Reconciler{Client: cache, APIReader: objects(tc.live), Recorder: events.NewFakeRecorder(10),
+				Clock: clocktesting.NewFakePassiveClock(testNow)}
+			if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
+				t.Fatal(err)
+			}
+			got := &databasev1alpha1.MyDatabaseBackup{}
+			if err := cache.Get(context.Background(), client.ObjectKeyFromObject(b), got); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(got.Status.Message, tc.want) {
+				t.Errorf("phase %s, message %q, want it to say %q", got.Status.Phase, got.Status.Message, tc.want)
+			}
+			if failed := got.Status.Phase == databasev1alpha1.BackupFailed; failed != (tc.live == nil || tc.live.Spec.Backup == nil) {
+				t.Errorf("phase %s: want Failed exactly when the API server has no MyDatabase with spec.backup", got.Status.Phase)
+			}
+		})
 	}
 }
 

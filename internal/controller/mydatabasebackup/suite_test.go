@@ -65,7 +65,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := (&Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("mydatabasebackup-controller"),
+	if err := (&Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("mydatabasebackup-controller"),
 		Clock: clocktesting.NewFakePassiveClock(testNow)}).SetupWithManager(mgr); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
