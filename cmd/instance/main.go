@@ -15,6 +15,9 @@
 //	instance version                           print this binary's digest (SHA-256), its version
 //	instance replace --digest HEX              replace the running instance manager by the binary
 //	                                           on stdin, keeping the server running (run by the operator)
+//	instance fence-bridge --until-mono NS --quorum JSON
+//	                                           hold a primary's fence while its instance manager
+//	                                           re-executes (started by the instance manager)
 package main
 
 import (
@@ -25,8 +28,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"time"
 
 	"example.com/myoperator/internal/backup"
@@ -83,6 +88,8 @@ func main() {
 			fmt.Fprintf(os.Stderr, "instance replace: %v\n", err)
 			os.Exit(1)
 		}
+	case instance.BridgeCommand:
+		os.Exit(fenceBridge(os.Args[2:]))
 	case "backup":
 		m, err := instance.Backup(context.Background())
 		if err != nil {
@@ -151,11 +158,39 @@ const (
 	walFetch = "wal-fetch"
 )
 
+// fenceBridge runs the fence bridge (internal/instance, bridge.go) until
+// its deadline or SIGTERM; it says on BridgeReadyFD when it streams.
+func fenceBridge(args []string) int {
+	flags := flag.NewFlagSet(instance.BridgeCommand, flag.ContinueOnError)
+	until := flags.Int64("until-mono", 0, "when the fence closes, on CLOCK_MONOTONIC in nanoseconds")
+	quorum := flags.String("quorum", "{}", "the quorum the fence confirms at (contract.Quorum, JSON)")
+	if err := flags.Parse(args); err != nil || flags.NArg() != 0 {
+		usage()
+	}
+	c, err := instance.ConfigFromEnv()
+	log := instance.NewLogger(c.PodName)
+	var q contract.Quorum
+	if err == nil {
+		err = json.Unmarshal([]byte(*quorum), &q)
+	}
+	if err != nil {
+		log("fence bridge: %v", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := instance.RunBridge(ctx, c, *until, q, os.NewFile(instance.BridgeReadyFD, "ready"), log); err != nil {
+		log("fence bridge: %v", err)
+		return 1
+	}
+	return 0
+}
+
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: instance install DEST | run | backup | "+
 		walPush+" --config FILE PATH | "+walFetch+" --config FILE NAME DEST | "+
 		"stage --major N DEST | upgrade --old-major N --new-major M --staged DEST [--copy] | "+
-		"version | replace --digest HEX")
+		"version | replace --digest HEX | "+instance.BridgeCommand+" --until-mono NS --quorum JSON")
 	os.Exit(2)
 }
 

@@ -113,6 +113,13 @@ func (f *fence) close() {
 	f.until = time.Time{}
 }
 
+// left is how long the fence stays open from now; 0 when it is shut.
+func (f *fence) left() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return max(f.until.Sub(f.now()), 0)
+}
+
 // open tells whether a commit may be acknowledged now.
 func (f *fence) open() bool {
 	f.mu.Lock()
@@ -145,6 +152,7 @@ func witness(ctx context.Context, c Config, f *fence) error {
 	defer replicas.close()
 	received := sys.XLogPos
 	confirmed := pglogrepl.LSN(0)
+	var sent time.Time
 	for {
 		q := f.quorumNow()
 		wake := witnessWake
@@ -168,7 +176,12 @@ func witness(ctx context.Context, c Config, f *fence) error {
 			}
 		}
 		upto = max(upto, confirmed)
-		if upto == confirmed && !reply {
+		// A confirmation is repeated every witnessWake even when nothing
+		// is new: the server releases waiting commits only when a standby
+		// it takes as the fence replies, and while two stream (the fence
+		// bridge and a witness, bridge.go) it takes the other one until
+		// that one leaves.
+		if upto == confirmed && !reply && time.Since(sent) < witnessWake {
 			continue
 		}
 		if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
@@ -176,7 +189,7 @@ func witness(ctx context.Context, c Config, f *fence) error {
 		}); err != nil {
 			return err
 		}
-		confirmed = upto
+		confirmed, sent = upto, time.Now()
 	}
 }
 

@@ -20,12 +20,12 @@ func TestFenceClosesAtItsDeadline(t *testing.T) {
 	}
 	f.extend(now.Add(-time.Second), 3*time.Second) // an older renewal never shortens it
 	f.now = func() time.Time { return now.Add(2999 * time.Millisecond) }
-	if !f.open() {
-		t.Fatal("closed before its deadline")
+	if !f.open() || f.left() != time.Millisecond {
+		t.Fatalf("closed before its deadline, or open for %s more, not 1ms (the fence bridge's deadline)", f.left())
 	}
 	f.now = func() time.Time { return now.Add(3 * time.Second) }
-	if f.open() {
-		t.Fatal("open at its deadline")
+	if f.open() || f.left() != 0 {
+		t.Fatalf("open at its deadline, for %s more", f.left())
 	}
 	f.now = func() time.Time { return now }
 	f.close()

@@ -52,6 +52,7 @@ type manager struct {
 	stranded  stranding // a replica that neither streams nor replays (stranded.go)
 	renewed   time.Time // start of the last successful renewal or take
 	stopFence context.CancelFunc
+	bridge    *bridge // the previous process's fence bridge, until stopped (bridge.go)
 
 	pw       *passwords      // password rotation (rotate.go)
 	slots    slotKeeping     // the replication slots (slots.go)
@@ -201,6 +202,9 @@ func (m *manager) turn(ctx context.Context) {
 		}
 	}
 	s.stranded = m.strandedNow(ctx, s, obs)
+	if m.bridge != nil && m.bridge.Quorum != s.lease.quorum {
+		m.bridge.stop("the quorum changed")
+	}
 	m.fence.setQuorum(s.lease.quorum)
 	if s.lease.quorumErr != nil {
 		m.logOnce(s.lease.quorumErr)

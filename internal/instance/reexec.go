@@ -45,11 +45,12 @@ import (
 //     wrote, and fails after replaceWithin.
 //
 // What keeps a primary safe across it: the fence's standby is a
-// connection of the instance manager, gone with the old process, so the
-// server confirms no commit until the new process has started the fence
-// again, and the fence stays open only until the deadline of the last
-// renewal, measured across the exec on the system's monotonic clock (a
-// renewal made before the exec counts for no longer than it would have).
+// connection of the instance manager, gone with the old process; the
+// fence bridge (bridge.go) confirms commits meanwhile, and the new process
+// starts the fence again. Each keeps the fence open only until the
+// deadline of the last renewal, measured across the exec on the system's
+// monotonic clock (a renewal made before the exec counts for no longer
+// than it would have).
 // A replica keeps its promise to the primary (failsafe.go) for as long as
 // it gave it.
 const (
@@ -183,6 +184,9 @@ type handover struct {
 	// still holds.
 	PromiseLeft time.Duration `json:"promiseLeft"`
 	Mono        int64         `json:"mono"`
+	// Bridge is the primary's fence bridge (bridge.go), which the new
+	// process stops.
+	Bridge *bridge `json:"bridge,omitempty"`
 }
 
 func monotonicNow() int64 {
@@ -225,14 +229,20 @@ func (m *manager) reexec(ctx context.Context) error {
 	}
 	if m.role == asPrimary {
 		h.Lease, h.RenewedAgo = m.leases.lease, time.Since(m.renewed)
+		if h.Server != 0 && m.stopFence != nil {
+			if h.Bridge, err = m.startBridge(); err != nil {
+				m.log("re-executing without a fence bridge (%v): commits wait until the new process's fence streams", err)
+			}
+		}
 	}
 	h.PromiseLeft = m.failsafe.left()
-	b, err := json.Marshal(h)
-	if err != nil {
-		return err
-	}
 	path := filepath.Join(m.c.SocketDir, handoverFile)
-	if err := writeFileAtomic(path, b); err != nil {
+	b, err := json.Marshal(h)
+	if err == nil {
+		err = writeFileAtomic(path, b)
+	}
+	if err != nil {
+		h.Bridge.stopIfAny("the exec did not happen")
 		return err
 	}
 	m.log("re-executing as instance manager %s, keeping postgres (pid %d) running", digest, h.Server)
@@ -242,10 +252,12 @@ func (m *manager) reexec(ctx context.Context) error {
 	argv := append([]string{current}, os.Args[1:]...)
 	if err := ctx.Err(); err != nil { // asked to stop meanwhile: the new process would not know
 		_ = os.Remove(path)
+		h.Bridge.stopIfAny("the exec did not happen")
 		return err
 	}
 	onMainThread(func() { err = syscall.Exec(current, argv, m.c.environ) })
 	_ = os.Remove(path)
+	h.Bridge.stopIfAny("the exec did not happen")
 	return fmt.Errorf("executing %s: %w", current, err)
 }
 
@@ -285,7 +297,14 @@ func (m *manager) adopt() error {
 		m.leases.lease = h.Lease
 		m.renewed = time.Now().Add(-(h.RenewedAgo + since))
 		m.fence.extend(m.renewed, m.t.deadline)
+		// The quorum the Lease asked of the old process, at once: a fence
+		// started without it would confirm commits no replica has
+		// flushed until the first turn.
+		m.fence.setQuorum(m.leases.view().quorum)
 		m.startFence()
+		if h.Bridge != nil {
+			m.retire(h.Bridge)
+		}
 	}
 	m.log("adopted postgres (pid %d) as %v", h.Server, h.Role)
 	return nil
@@ -294,6 +313,17 @@ func (m *manager) adopt() error {
 // ownServer checks that pid is this process's child and the postmaster of
 // PGDATA.
 func (m *manager) ownServer(pid int) error {
+	if err := childOf(pid); err != nil {
+		return err
+	}
+	if holder, err := readPID(m.c.PGData + "/postmaster.pid"); err != nil || holder != pid {
+		return fmt.Errorf("not the postmaster of %s", m.c.PGData)
+	}
+	return nil
+}
+
+// childOf checks that pid is this process's child.
+func childOf(pid int) error {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return err
@@ -302,9 +332,6 @@ func (m *manager) ownServer(pid int) error {
 	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
 	if len(fields) < 2 || fields[1] != strconv.Itoa(os.Getpid()) {
 		return fmt.Errorf("not a child of this process")
-	}
-	if holder, err := readPID(m.c.PGData + "/postmaster.pid"); err != nil || holder != pid {
-		return fmt.Errorf("not the postmaster of %s", m.c.PGData)
 	}
 	return nil
 }

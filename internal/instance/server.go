@@ -63,6 +63,7 @@ func (m *manager) closeFence() {
 		m.stopFence()
 		m.stopFence = nil
 	}
+	m.bridge.stopIfAny("the fence is closed")
 }
 
 // startFence runs the fence's standby while the server is the primary.

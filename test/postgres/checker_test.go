@@ -164,8 +164,10 @@ type verdict struct {
 	servers     []string // servers that acknowledged writes, in order of first ack
 	splitBrain  []string // descriptions of overlapping writes
 	// longestGap is the longest time without an acknowledged write, after
-	// the first: the write unavailability.
+	// the first: the write unavailability; gapEnd the acknowledgement
+	// that ended it.
 	longestGap time.Duration
+	gapEnd     time.Time
 }
 
 // check stops the writers, reads every row from the primary at conninfo
@@ -220,7 +222,9 @@ func judge(acks []ack, present map[int64]bool) verdict {
 			v.servers = append(v.servers, a.server)
 		}
 		if i > 0 {
-			v.longestGap = max(v.longestGap, a.acked.Sub(acks[i-1].acked))
+			if gap := a.acked.Sub(acks[i-1].acked); gap > v.longestGap {
+				v.longestGap, v.gapEnd = gap, a.acked
+			}
 		}
 	}
 	for _, a := range acks {

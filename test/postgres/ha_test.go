@@ -196,6 +196,59 @@ func TestSynchronousReplication(t *testing.T) {
 	}
 	results.write(t, "HA_SYNC_RESULTS")
 	t.Run("a WAL stream that is not a member counts for no quorum", func(t *testing.T) { ha.foreignStream(t) })
+	t.Run("a commit waiting for the quorum still waits across the primary's instance manager replacement", func(t *testing.T) {
+		ha.quorumAcrossReplace(t)
+	})
+}
+
+// quorumAcrossReplace stops every replica, so that a commit waits for the
+// required quorum, and replaces the primary's instance manager meanwhile:
+// the fence bridge and the new process's fence must confirm at the
+// Lease's quorum from their first message, never at none, so the commit
+// goes on waiting until a member streams again.
+func (ha haCluster) quorumAcrossReplace(t *testing.T) {
+	c := ha.c
+	primary := c.labelledPrimary(context.Background(), ha.pods)
+	if primary == nil {
+		t.Fatal("no primary")
+	}
+	superuser := primary.socket("postgres", "postgres")
+	c.query(t, superuser, "", "CREATE TABLE quorum_across_replace (id int)")
+	replicas := without(ha.pods, primary)
+	for _, p := range replicas {
+		p.stop(t)
+	}
+	committed := make(chan error, 1)
+	go func() {
+		out, err := c.psql(superuser, "", "INSERT INTO quorum_across_replace VALUES (1)")
+		if err != nil {
+			err = fmt.Errorf("%w: %s", err, out)
+		}
+		committed <- err
+	}()
+	waiting := func(what string) {
+		t.Helper()
+		select {
+		case err := <-committed:
+			t.Fatalf("a commit was acknowledged %s with no member streaming (err %v)", what, err)
+		case <-time.After(2 * time.Second):
+		}
+	}
+	waiting("before the replacement")
+	bin, digest := c.nextInstanceManager(t)
+	primary.replaceManager(t, bin, digest)
+	waiting("across the replacement")
+	replicas[0].start(t)
+	select {
+	case err := <-committed:
+		if err != nil {
+			t.Fatalf("the commit once a member streams: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the commit still waits a minute after a member started")
+	}
+	replicas[1].start(t)
+	c.healthy(t, ha.pods)
 }
 
 // foreignStream stops every replica and streams the primary's WAL with
@@ -292,9 +345,10 @@ func (ha haCluster) faults() []haFault {
 		}, false, 0},
 		{"every instance manager replaced in place, the primary's last: no server restarts, no failover", false, true, func(t *testing.T, p *pod, others []*pod) {
 			bin, digest := c.nextInstanceManager(t)
-			for _, o := range append(slices.Clone(others), p) {
+			for _, o := range others {
 				o.replaceManager(t, bin, digest)
 			}
+			p.fenceHeldThrough(t, func() { p.replaceManager(t, bin, digest) })
 			time.Sleep(2 * lease) // the new primary's renewals keep the Lease
 		}, false, 2 * time.Second},
 		// The faults that follow run under the replaced instance managers
@@ -510,8 +564,8 @@ func (ha haCluster) inject(t *testing.T, f haFault, lossless bool, results *haRe
 		c.primaryReported(t, now, false)
 		v := w.check(t, conninfo)
 		results.add(f.name, primary.name, now.name, v)
-		t.Logf("%s: %d writes acknowledged by %v, %d lost, longest gap %s, primary %s -> %s",
-			f.name, v.acked, v.servers, v.lost, v.longestGap.Round(time.Millisecond), primary.name, now.name)
+		t.Logf("%s: %d writes acknowledged by %v, %d lost, longest gap %s (ended %s), primary %s -> %s",
+			f.name, v.acked, v.servers, v.lost, v.longestGap.Round(time.Millisecond), v.gapEnd.UTC().Format("15:04:05.000"), primary.name, now.name)
 		if len(v.splitBrain) > 0 {
 			t.Errorf("split brain: %d writes acknowledged by an older primary after a newer one had acknowledged one:\n%s",
 				len(v.splitBrain), strings.Join(v.splitBrain[:min(5, len(v.splitBrain))], "\n"))

@@ -22,16 +22,25 @@ import (
 )
 
 // nextInstanceManager is another version of the instance manager: the one
-// under test with bytes appended, which the loader ignores, so its digest
-// differs.
+// under test with the test's name appended, which the loader ignores, so
+// its digest differs from the running one's and from that of another
+// test's.
 func (c *cluster) nextInstanceManager(t *testing.T) (path, digest string) {
 	t.Helper()
-	path = filepath.Join(c.base, "instance-next")
 	b, err := os.ReadFile(c.instanceBin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, append(b, "\nnext version\n"...), 0o755); err != nil {
+	f, err := os.CreateTemp(c.base, "instance-next-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path = f.Name()
+	_ = f.Close()
+	if err := os.WriteFile(path, append(b, "\n"+t.Name()+"\n"...), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o755); err != nil { // CreateTemp made it 0600
 		t.Fatal(err)
 	}
 	if digest, err = contract.Digest(path); err != nil {
@@ -76,5 +85,52 @@ func (p *pod) replaceManager(t *testing.T, bin, digest string) {
 		}
 		r, err := contract.Parse(pod.Annotations[contract.AnnotationInstance])
 		return err == nil && r.Manager == digest, fmt.Sprint(r.Manager, err)
+	})
+}
+
+// fenceHeldThrough runs replace, which replaces the primary p's instance
+// manager, while one psql commits a row every 5 ms (\watch) that records
+// when it began and how many fence standbys streamed then. The fence
+// bridge must hold the fence across the exec: some commit must have begun
+// while two streamed (the bridge beside a witness; without a bridge the
+// old witness is gone before the new one streams, and the test fails),
+// none while none did. The longest time between two commits is the
+// write gap.
+func (p *pod) fenceHeldThrough(t *testing.T, replace func()) {
+	t.Helper()
+	c := p.c
+	superuser := p.socket("postgres", "postgres")
+	c.query(t, superuser, "", "CREATE TABLE fence_watch (began timestamptz, fences int)")
+	script := filepath.Join(c.base, "fence_watch.sql")
+	if err := os.WriteFile(script, []byte(`INSERT INTO fence_watch SELECT clock_timestamp(), count(*) FROM pg_stat_replication
+		WHERE application_name = 'mydatabase_fence' AND state = 'streaming' \watch 0.005`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	watched := make(chan string, 1)
+	go func() {
+		out, _ := c.run(ctx, c.baseEnv(), filepath.Join(c.srv.bin, "psql"), "--no-psqlrc", "--quiet", "--dbname="+superuser, "--file="+script)
+		watched <- out
+	}()
+	time.Sleep(time.Second) // committing before the replacement starts
+	off := p.logSize()
+	replace()
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	out := <-watched
+	got := c.query(t, superuser, "", `SELECT count(*), count(*) FILTER (WHERE fences = 0), count(*) FILTER (WHERE fences >= 2),
+		coalesce(round(extract(epoch FROM max(gap)) * 1000), 0)
+		FROM (SELECT fences, began - lag(began) OVER (ORDER BY began) AS gap FROM fence_watch) s`)
+	var commits, none, two, gap int
+	if _, err := fmt.Sscanf(got, "%d|%d|%d|%d", &commits, &none, &two, &gap); err != nil {
+		t.Fatalf("reading fence_watch (%q): %v; psql said %s", got, err, out)
+	}
+	t.Logf("while %s's instance manager was replaced: %d commits, %d begun with no fence standby streaming, %d with two; longest time between two commits %d ms",
+		p.name, commits, none, two, gap)
+	if commits < 100 || none > 0 || two == 0 {
+		t.Errorf("the fence bridge did not hold %s's fence across the exec (psql said %s):\n%s", p.name, out, p.log(off))
+	}
+	eventually(t, 10*time.Second, p.name+" stopping the fence bridge", func() (bool, string) {
+		return strings.Contains(p.log(off), "stopped: this process's fence streams"), ""
 	})
 }
