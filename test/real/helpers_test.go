@@ -464,13 +464,34 @@ func (w *writer) ackedAfter(at time.Time) bool {
 
 // longestGap is the longest time between two acknowledged writes.
 func (w *writer) longestGap() time.Duration {
+	gap, _ := w.longestGapEnded()
+	return gap
+}
+
+// gapAcross is the time between the last acknowledged write before at
+// and the first after it; 0 when there is no write on either side.
+func (w *writer) gapAcross(at time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(w.ok, at, time.Time.Compare)
+	if i == 0 || i == len(w.ok) {
+		return 0
+	}
+	return w.ok[i].Sub(w.ok[i-1])
+}
+
+// longestGapEnded is longestGap and the acknowledgement that ended it.
+func (w *writer) longestGapEnded() (time.Duration, time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var longest time.Duration
+	var ended time.Time
 	for i := 1; i < len(w.ok); i++ {
-		longest = max(longest, w.ok[i].Sub(w.ok[i-1]))
+		if gap := w.ok[i].Sub(w.ok[i-1]); gap > longest {
+			longest, ended = gap, w.ok[i]
+		}
 	}
-	return longest
+	return longest, ended
 }
 
 // unacknowledged is the number of writes that may or may not have

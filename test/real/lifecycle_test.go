@@ -245,9 +245,28 @@ func TestLifecycleOnRealPods(t *testing.T) {
 			t.Errorf("the template's instance manager image went from %s to %s: the next pod restart would roll", oldImage, image)
 		}
 		rows = count(t, uri)
-		gap := w.longestGap()
-		t.Logf("WRITE GAP while every instance manager was replaced in place: %s; %d writes acknowledged, %d failed", gap.Round(10*time.Millisecond), acked, failed)
+		gap, ended := w.longestGapEnded()
+		t.Logf("WRITE GAP while every instance manager was replaced in place: %s (ended %s); %d writes acknowledged, %d failed",
+			gap.Round(10*time.Millisecond), ended.UTC().Format("15:04:05.000"), acked, failed)
 		writeResult(t, "write-gap-instance-managers-replaced", gap)
+		// The primary's commits went on through its fence bridge, which
+		// its new instance manager stopped once its own fence streamed.
+		primary := getDB(t, ns).Status.CurrentPrimary
+		var exec []string
+		var execAt time.Time
+		for line := range strings.Lines(podLogs(t, ns, primary)) {
+			if strings.Contains(line, "fence bridge") || strings.Contains(line, "re-executing") || strings.Contains(line, "adopted postgres") {
+				exec = append(exec, strings.TrimSpace(line))
+			}
+			if stamp, _, ok := strings.Cut(line, " "); ok && strings.Contains(line, "re-executing") {
+				execAt, _ = time.Parse(time.RFC3339Nano, stamp)
+			}
+		}
+		t.Logf("the primary %s across its replacement (the writes either side of its exec %s apart):\n%s",
+			primary, w.gapAcross(execAt).Round(time.Millisecond), strings.Join(exec, "\n"))
+		if !slices.ContainsFunc(exec, func(l string) bool { return strings.Contains(l, "stopped: this process's fence streams") }) {
+			t.Errorf("the primary %s's fence bridge did not hold its fence until the new instance manager's streamed", primary)
+		}
 	})
 
 	step("deleting the primary pod: a replica takes over, none acknowledged is lost", func(t *testing.T) {
