@@ -201,72 +201,27 @@ func TestSynchronousReplication(t *testing.T) {
 	})
 }
 
-// quorumAcrossReplace stops every replica, so that a commit waits for the
-// required quorum, and replaces the primary's instance manager meanwhile:
-// the fence bridge and the new process's fence must confirm at the
-// Lease's quorum from their first message, never at none, so the commit
-// goes on waiting until a member streams again.
+// quorumAcrossReplace replaces the primary's instance manager while a
+// commit waits for the required quorum: the fence bridge and the new
+// process's fence must confirm at the Lease's quorum from their first
+// message, never at none, so the commit goes on waiting until a member
+// streams again.
 func (ha haCluster) quorumAcrossReplace(t *testing.T) {
-	c := ha.c
-	primary := c.labelledPrimary(context.Background(), ha.pods)
-	if primary == nil {
-		t.Fatal("no primary")
-	}
-	superuser := primary.socket("postgres", "postgres")
-	c.query(t, superuser, "", "CREATE TABLE quorum_across_replace (id int)")
-	replicas := without(ha.pods, primary)
-	for _, p := range replicas {
-		p.stop(t)
-	}
-	committed := make(chan error, 1)
-	go func() {
-		out, err := c.psql(superuser, "", "INSERT INTO quorum_across_replace VALUES (1)")
-		if err != nil {
-			err = fmt.Errorf("%w: %s", err, out)
-		}
-		committed <- err
-	}()
-	waiting := func(what string) {
-		t.Helper()
-		select {
-		case err := <-committed:
-			t.Fatalf("a commit was acknowledged %s with no member streaming (err %v)", what, err)
-		case <-time.After(2 * time.Second):
-		}
-	}
-	waiting("before the replacement")
-	bin, digest := c.nextInstanceManager(t)
+	primary, stillWaits, restart := ha.waitingCommit(t, "quorum_across_replace")
+	stillWaits("before the replacement")
+	bin, digest := ha.c.nextInstanceManager(t)
 	primary.replaceManager(t, bin, digest)
-	waiting("across the replacement")
-	replicas[0].start(t)
-	select {
-	case err := <-committed:
-		if err != nil {
-			t.Fatalf("the commit once a member streams: %v", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("the commit still waits a minute after a member started")
-	}
-	replicas[1].start(t)
-	c.healthy(t, ha.pods)
+	stillWaits("across the replacement")
+	restart()
 }
 
-// foreignStream stops every replica and streams the primary's WAL with
-// pg_receivewal --synchronous (which confirms each flush, as a re-clone's
-// pg_basebackup --wal-method=stream streams): a commit must still wait,
-// and is acknowledged only once a member streams again.
+// foreignStream streams the primary's WAL with pg_receivewal
+// --synchronous (which confirms each flush, as a re-clone's pg_basebackup
+// --wal-method=stream streams) while no member does: a commit must still
+// wait, and is acknowledged only once a member streams again.
 func (ha haCluster) foreignStream(t *testing.T) {
 	c := ha.c
-	primary := c.labelledPrimary(context.Background(), ha.pods)
-	if primary == nil {
-		t.Fatal("no primary")
-	}
-	superuser := primary.socket("postgres", "postgres")
-	c.query(t, superuser, "", "CREATE TABLE foreign_stream (id int)")
-	replicas := without(ha.pods, primary)
-	for _, p := range replicas {
-		p.stop(t)
-	}
+	primary, stillWaits, restart := ha.waitingCommit(t, "foreign_stream")
 	dir := filepath.Join(c.base, "receivewal")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -286,33 +241,61 @@ func (ha haCluster) foreignStream(t *testing.T) {
 		t.Logf("pg_receivewal: %s", <-streamed)
 	}()
 	eventually(t, 30*time.Second, "pg_receivewal streaming", func() (bool, string) {
-		out, err := c.psql(superuser, "", "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'pg_receivewal' AND state = 'streaming'")
+		out, err := c.psql(primary.socket("postgres", "postgres"), "",
+			"SELECT count(*) FROM pg_stat_replication WHERE application_name = 'pg_receivewal' AND state = 'streaming'")
 		return err == nil && out == "1", out
 	})
+	stillWaits("with only pg_receivewal streaming")
+	restart()
+}
+
+// waitingCommit stops every replica and starts a commit into a new table
+// on the primary, which must wait for the required quorum. stillWaits
+// fails the test if the commit was acknowledged (or is within 2 s);
+// restart starts the replicas again, and the commit must be acknowledged
+// once the first streams.
+func (ha haCluster) waitingCommit(t *testing.T, table string) (primary *pod, stillWaits func(what string), restart func()) {
+	c := ha.c
+	if primary = c.labelledPrimary(context.Background(), ha.pods); primary == nil {
+		t.Fatal("no primary")
+	}
+	superuser := primary.socket("postgres", "postgres")
+	c.query(t, superuser, "", "CREATE TABLE "+table+" (id int)")
+	replicas := without(ha.pods, primary)
+	for _, p := range replicas {
+		p.stop(t)
+	}
 	committed := make(chan error, 1)
 	go func() {
-		out, err := c.psql(superuser, "", "INSERT INTO foreign_stream VALUES (1)")
+		out, err := c.psql(superuser, "", "INSERT INTO "+table+" VALUES (1)")
 		if err != nil {
 			err = fmt.Errorf("%w: %s", err, out)
 		}
 		committed <- err
 	}()
-	select {
-	case err := <-committed:
-		t.Fatalf("a commit was acknowledged with no member streaming, only pg_receivewal (err %v)", err)
-	case <-time.After(3 * time.Second):
-	}
-	replicas[0].start(t)
-	select {
-	case err := <-committed:
-		if err != nil {
-			t.Fatalf("the commit once a member streams: %v", err)
+	stillWaits = func(what string) {
+		t.Helper()
+		select {
+		case err := <-committed:
+			t.Fatalf("a commit was acknowledged %s, no member streaming (err %v)", what, err)
+		case <-time.After(2 * time.Second):
 		}
-	case <-time.After(time.Minute):
-		t.Fatal("the commit still waits a minute after a member started")
 	}
-	replicas[1].start(t)
-	c.healthy(t, ha.pods)
+	restart = func() {
+		t.Helper()
+		replicas[0].start(t)
+		select {
+		case err := <-committed:
+			if err != nil {
+				t.Fatalf("the commit once a member streams: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("the commit still waits a minute after a member started")
+		}
+		replicas[1].start(t)
+		c.healthy(t, ha.pods)
+	}
+	return primary, stillWaits, restart
 }
 
 // haFault is one fault injected into a running haCluster.
