@@ -90,19 +90,20 @@ func (p *pod) replaceManager(t *testing.T, bin, digest string) {
 
 // fenceHeldThrough runs replace, which replaces the primary p's instance
 // manager, while one psql commits a row every 5 ms (\watch) that records
-// when it began and how many fence standbys streamed then. The fence
-// bridge must hold the fence across the exec: some commit must have begun
-// while two streamed (the bridge beside a witness; without a bridge the
-// old witness is gone before the new one streams, and the test fails),
-// none while none did. The longest time between two commits is the
-// write gap.
+// when it began and which walsenders served fence standbys that streamed
+// then. The fence bridge must hold the fence across the exec: a commit
+// must never begin with none streaming, and three fence standbys must be
+// seen in turn: the old process's witness, the bridge (alone from the
+// exec until the new process's fence streams, some 100 ms), the new
+// process's witness. Without the bridge there are two, and the test
+// fails. The longest time between two commits is the write gap.
 func (p *pod) fenceHeldThrough(t *testing.T, replace func()) {
 	t.Helper()
 	c := p.c
 	superuser := p.socket("postgres", "postgres")
-	c.query(t, superuser, "", "CREATE TABLE fence_watch (began timestamptz, fences int)")
+	c.query(t, superuser, "", "CREATE TABLE fence_watch (began timestamptz, senders int[])")
 	script := filepath.Join(c.base, "fence_watch.sql")
-	if err := os.WriteFile(script, []byte(`INSERT INTO fence_watch SELECT clock_timestamp(), count(*) FROM pg_stat_replication
+	if err := os.WriteFile(script, []byte(`INSERT INTO fence_watch SELECT clock_timestamp(), coalesce(array_agg(pid), '{}') FROM pg_stat_replication
 		WHERE application_name = 'mydatabase_fence' AND state = 'streaming' \watch 0.005`), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -118,16 +119,17 @@ func (p *pod) fenceHeldThrough(t *testing.T, replace func()) {
 	time.Sleep(200 * time.Millisecond)
 	cancel()
 	out := <-watched
-	got := c.query(t, superuser, "", `SELECT count(*), count(*) FILTER (WHERE fences = 0), count(*) FILTER (WHERE fences >= 2),
+	got := c.query(t, superuser, "", `SELECT count(*), count(*) FILTER (WHERE cardinality(senders) = 0),
+		(SELECT count(DISTINCT s) FROM fence_watch, unnest(senders) s),
 		coalesce(round(extract(epoch FROM max(gap)) * 1000), 0)
-		FROM (SELECT fences, began - lag(began) OVER (ORDER BY began) AS gap FROM fence_watch) s`)
-	var commits, none, two, gap int
-	if _, err := fmt.Sscanf(got, "%d|%d|%d|%d", &commits, &none, &two, &gap); err != nil {
+		FROM (SELECT senders, began - lag(began) OVER (ORDER BY began) AS gap FROM fence_watch) w`)
+	var commits, none, standbys, gap int
+	if _, err := fmt.Sscanf(got, "%d|%d|%d|%d", &commits, &none, &standbys, &gap); err != nil {
 		t.Fatalf("reading fence_watch (%q): %v; psql said %s", got, err, out)
 	}
-	t.Logf("while %s's instance manager was replaced: %d commits, %d begun with no fence standby streaming, %d with two; longest time between two commits %d ms",
-		p.name, commits, none, two, gap)
-	if commits < 100 || none > 0 || two == 0 {
+	t.Logf("while %s's instance manager was replaced: %d commits, %d begun with no fence standby streaming, %d fence standbys in turn; longest time between two commits %d ms",
+		p.name, commits, none, standbys, gap)
+	if commits < 100 || none > 0 || standbys < 3 {
 		t.Errorf("the fence bridge did not hold %s's fence across the exec (psql said %s):\n%s", p.name, out, p.log(off))
 	}
 	eventually(t, 10*time.Second, p.name+" stopping the fence bridge", func() (bool, string) {
