@@ -632,9 +632,7 @@ func (c *cluster) startPods(t *testing.T, n int) []*pod {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, p := range pods {
-				t.Logf("container log of %s:\n%s", p.name, p.log(0))
-			}
+			showLogs(t, pods)
 		}
 	})
 	for _, p := range pods {

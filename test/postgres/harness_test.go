@@ -798,34 +798,33 @@ func (p *pod) running() bool {
 	}
 }
 
-// kill stops what still runs of the pod: a fast shutdown (SIGINT) of every
-// server on its data (the container's and a scratch one the instance
-// manager started),
-// then SIGKILL to the container's process group if it still runs.
+// kill stops what still runs of the pod: SIGTERM to the container, as the
+// kubelet sends (its instance manager stops the server with a fast
+// shutdown and exits), SIGKILL to its process group if it still runs 20 s
+// later (a stopped or stuck instance manager), and a fast shutdown
+// (SIGINT) of any server left on its data (a scratch one the instance
+// manager started, or one whose instance manager was killed).
 func (p *pod) kill() {
-	signalled := false
+	if p.running() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.cmd.Process.Signal(syscall.SIGCONT) // if a test stopped it
+		select {
+		case <-p.exited:
+		case <-time.After(20 * time.Second):
+			pid := p.cmd.Process.Pid
+			p.c.t.Logf("%s still runs 20 s after SIGTERM: killing process group %d", p.name, pid)
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			<-p.exited
+		}
+	}
 	for _, dir := range []string{p.pgdata(), p.pgdata() + ".init", p.pgdata() + ".clone"} {
 		if pid := postmasterPID(dir); pid > 0 && cwdIn(pid, dir) {
 			_ = syscall.Kill(pid, syscall.SIGINT)
-			signalled = true
+			for deadline := time.Now().Add(10 * time.Second); cwdIn(pid, dir) && time.Now().Before(deadline); {
+				time.Sleep(50 * time.Millisecond)
+			}
 		}
 	}
-	if !p.running() {
-		return
-	}
-	wait := time.Second
-	if signalled {
-		wait = 20 * time.Second
-	}
-	select {
-	case <-p.exited:
-		return
-	case <-time.After(wait):
-	}
-	pid := p.cmd.Process.Pid
-	p.c.t.Logf("%s still runs: killing process group %d", p.name, pid)
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	<-p.exited
 }
 
 // cwdIn reports whether process pid runs in dir (postgres chdirs to its
@@ -1015,11 +1014,31 @@ func writeOwned(t *testing.T, c *cluster, path string, data []byte) {
 func (c *cluster) logsOnFailure(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, p := range c.pods {
-				t.Logf("container log of %s:\n%s", p.name, p.log(0))
-			}
+			showLogs(t, c.pods)
 		}
 	})
+}
+
+// showLogs writes the pods' whole container logs to files kept after the
+// test, and shows their last lines: the test's own failure messages, above
+// them, stay in view in the tail of a long output (as CI reports it).
+func showLogs(t *testing.T, pods []*pod) {
+	const tail = 15
+	dir, err := os.MkdirTemp("", "mydb-logs-")
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	for _, p := range pods {
+		log := p.log(0)
+		path := filepath.Join(dir, p.name+".log")
+		if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+			t.Log(err)
+		}
+		lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+		t.Logf("container log of %s, last %d lines (all of it in %s):\n%s", p.name, tail, path,
+			strings.Join(lines[max(0, len(lines)-tail):], "\n"))
+	}
 }
 
 // waitLogged waits until p's container log, from offset off, holds text.
