@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -102,6 +103,26 @@ func (c *cluster) database(t *testing.T) *databasev1alpha1.MyDatabase {
 	return db
 }
 
+// updateDatabase changes the MyDatabase's spec as kubectl edit does: on
+// the object as it is now, again if the operator wrote its status in
+// between (a conflict).
+func (c *cluster) updateDatabase(t *testing.T, change func(*databasev1alpha1.MyDatabase)) {
+	t.Helper()
+	tries := 0
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		tries++
+		db := c.database(t)
+		change(db)
+		return c.api.Client.Update(context.Background(), db)
+	})
+	if tries > 1 {
+		t.Logf("the MyDatabase changed under the update: %d tries", tries)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // requestSwitchover asks for a switchover to target in spec.switchover,
 // as a person does, and waits until the operator reports it done.
 func (c *cluster) requestSwitchover(t *testing.T, target *pod) {
@@ -117,11 +138,9 @@ func (c *cluster) requestSwitchover(t *testing.T, target *pod) {
 		return false, "not listed"
 	})
 	asked := metav1.NewTime(time.Now().Truncate(time.Second))
-	db := c.database(t)
-	db.Spec.Switchover = &databasev1alpha1.SwitchoverSpec{To: target.name, RequestedAt: asked}
-	if err := c.api.Client.Update(context.Background(), db); err != nil {
-		t.Fatal(err)
-	}
+	c.updateDatabase(t, func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Switchover = &databasev1alpha1.SwitchoverSpec{To: target.name, RequestedAt: asked}
+	})
 	eventually(t, time.Minute, "status.switchover Succeeded to "+target.name, func() (bool, string) {
 		sw := c.database(t).Status.Switchover
 		return sw != nil && sw.RequestedAt != nil && sw.RequestedAt.Equal(&asked) &&

@@ -257,16 +257,13 @@ func autoGrowing(t *testing.T, c *cluster, v specs.Volume) *corev1.PersistentVol
 	if err := c.api.Client.Status().Update(ctx, claim); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "autoGrow in the spec", func() (bool, string) {
-		db := c.database(t)
+	c.updateDatabase(t, func(db *databasev1alpha1.MyDatabase) {
 		grow := &databasev1alpha1.AutoGrowSpec{UsedPercent: 80, StepPercent: 20, MaxSize: resource.MustParse("2Gi")}
 		if v.Name == specs.WALVolumeName {
 			db.Spec.WALStorage.AutoGrow = grow
 		} else {
 			db.Spec.Storage.AutoGrow = grow
 		}
-		err := c.api.Client.Update(ctx, db)
-		return err == nil, fmt.Sprint(err)
 	})
 	return claim
 }
