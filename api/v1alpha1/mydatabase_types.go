@@ -50,6 +50,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(self.credentials) == has(oldSelf.credentials) && (!has(self.credentials) || self.credentials == oldSelf.credentials)",message="credentials is immutable: the data only knows the password it was created with"
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="bootstrap is immutable: it only says how the data was first made"
 // +kubebuilder:validation:XValidation:rule="!has(self.credentials) || !has(self.passwordRotation) || !has(self.passwordRotation.userRequestedAt)",message="passwordRotation.userRequestedAt rotates the generated Secret only: with credentials.secretName, change the password in your Secret and the operator sets it in PostgreSQL"
+// +kubebuilder:validation:XValidation:rule="!has(self.roles) || !has(self.user) || self.roles.all(r, r.name != self.user)",message="roles may not declare spec.user: that role is kept through spec.user and spec.credentials"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.walStorage) || has(self.walStorage)",message="walStorage cannot be removed: the servers' WAL lives on those volumes; to go back to one volume, restore a backup into a new MyDatabase without walStorage"
 type MyDatabaseSpec struct {
 	// engine is the database software. Only postgres is supported today.
@@ -140,6 +141,14 @@ type MyDatabaseSpec struct {
 	// one. Immutable.
 	// +optional
 	Credentials *CredentialsSpec `json:"credentials,omitempty"`
+
+	// roles are PostgreSQL roles kept as declared (RoleSpec), beside
+	// spec.user. Removing an entry drops nothing; ensure: absent drops.
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Roles []RoleSpec `json:"roles,omitempty"`
 
 	// passwordRotation asks for new passwords (PasswordRotationSpec).
 	// +optional
@@ -483,6 +492,13 @@ type MyDatabaseStatus struct {
 	// +listMapKey=role
 	// +optional
 	Passwords []PasswordStatus `json:"passwords,omitempty"`
+
+	// roles is where each declared role (spec.roles) stands on the
+	// primary.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Roles []RoleStatus `json:"roles,omitempty"`
 
 	// currentVersion is the version every server runs, once the rollout of
 	// spec.version has finished; its major is the one the data is on.

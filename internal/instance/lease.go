@@ -65,6 +65,8 @@ type leaseView struct {
 	// quorumErr says why it could not be read (it is then asynchronous).
 	quorum    contract.Quorum
 	quorumErr error
+	// roles is the declared roles (contract.AnnotationRoles), as written.
+	roles string
 }
 
 // timelineAnnotation on the Lease is the newest timeline any primary has
@@ -184,6 +186,7 @@ func (l *leases) view() leaseView {
 		handoff:      handoff,
 		quorum:       quorum,
 		quorumErr:    qerr,
+		roles:        l.lease.Annotations[contract.AnnotationRoles],
 	}
 }
 

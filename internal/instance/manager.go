@@ -55,6 +55,7 @@ type manager struct {
 	bridge    *bridge // the previous process's fence bridge, until stopped (bridge.go)
 
 	pw       *passwords      // password rotation (rotate.go)
+	roles    roleKeeping     // declared roles (roles.go)
 	slots    slotKeeping     // the replication slots (slots.go)
 	sent     contract.Report // the last report published
 	logged   string          // the last message of logOnce
@@ -219,6 +220,9 @@ func (m *manager) turn(ctx context.Context) {
 	}
 	m.keepPasswords(ctx, s.ready && (a == wait || a == renew || a == follow))
 	if s.ready && (a == wait || a == renew) {
+		m.keepRoles(ctx, s.lease.roles)
+	}
+	if s.ready && (a == wait || a == renew) {
 		m.keepSlots(ctx, s.lease.quorum)
 	}
 	m.keepCertificate()
@@ -309,6 +313,7 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs serverStat
 func (m *manager) report(ctx context.Context, candidate *contract.Candidacy, seen *serverState) {
 	r := contract.Report{Manager: m.digest, Address: m.c.AdvertiseAddress, Failsafe: m.c.failsafeAddress(), Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
 		Passwords: m.acceptedPasswords(), Backup: m.backupRun.Load(), Restore: m.restore.Load()}
+	r.Roles, r.RolesOf = m.roleOutcome()
 	if m.role != stopped && seen == nil {
 		if o, err := m.observe(ctx); err == nil && o.primary == (m.role == asPrimary) {
 			seen = &o

@@ -3,6 +3,7 @@ package specs
 import (
 	"maps"
 	"net/url"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -82,9 +83,15 @@ func PasswordSources(db *databasev1alpha1.MyDatabase) string {
 }
 
 // PasswordSecretNames are the Secrets an instance manager may read: the
-// sources above.
+// sources above, and the declared roles' (RolePasswordSecretName).
 func PasswordSecretNames(db *databasev1alpha1.MyDatabase) []string {
-	return []string{passwordSource(db)}
+	names := []string{passwordSource(db)}
+	for _, r := range db.Spec.Roles {
+		if name := RolePasswordSecretName(db, r); name != "" && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 func passwordSource(db *databasev1alpha1.MyDatabase) string {

@@ -73,6 +73,19 @@ func (r *objectStores) reconcile(ctx context.Context, obs *observation) error {
 // condition, which says in plain words what failed; and the schedule's
 // times, as this pass saw them (schedule; nil keeps the last). Without
 // spec.backup none is there (and no report is read).
+// reportOf is the report of the named pod, nil when it has none.
+func reportOf(pods []corev1.Pod, name string) *contract.Report {
+	for i := range pods {
+		if pods[i].Name != name {
+			continue
+		}
+		if r, err := contract.Parse(pods[i].Annotations[contract.AnnotationInstance]); err == nil {
+			return &r
+		}
+	}
+	return nil
+}
+
 func setArchivingStatus(db *databasev1alpha1.MyDatabase, pods []corev1.Pod, primaryPod string, schedule *scheduleState, now time.Time) {
 	st := &db.Status
 	if db.Spec.Backup == nil {
@@ -88,15 +101,7 @@ func setArchivingStatus(db *databasev1alpha1.MyDatabase, pods []corev1.Pod, prim
 	if schedule != nil {
 		last, next = schedule.last, schedule.next
 	}
-	var primary *contract.Report
-	for i := range pods {
-		if pods[i].Name != primaryPod {
-			continue
-		}
-		if r, err := contract.Parse(pods[i].Annotations[contract.AnnotationInstance]); err == nil {
-			primary = &r
-		}
-	}
+	primary := reportOf(pods, primaryPod)
 	cond := metav1.Condition{Type: databasev1alpha1.ConditionContinuousArchiving, ObservedGeneration: db.Generation,
 		LastTransitionTime: metav1.NewTime(now), Status: metav1.ConditionUnknown, Reason: databasev1alpha1.ReasonArchivingPending,
 		Message: "the primary has not reported on archiving yet"}

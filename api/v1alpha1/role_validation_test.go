@@ -1,0 +1,77 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+)
+
+// TestRoleValidation: spec.roles at admission, as a user meets it: every
+// refusal with its reason, and a declaration with the defaults filled in.
+func TestRoleValidation(t *testing.T) {
+	ctx := context.Background()
+	role := func(fields map[string]any) map[string]any {
+		r := map[string]any{"name": "analyst"}
+		for k, v := range fields {
+			r[k] = v
+		}
+		return r
+	}
+	roles := func(rs ...map[string]any) map[string]any {
+		list := make([]any, 0, len(rs))
+		for _, r := range rs {
+			list = append(list, r)
+		}
+		return map[string]any{"roles": list}
+	}
+	for name, tc := range map[string]struct {
+		spec map[string]any
+		want string
+	}{
+		"upper-case name":        {roles(role(map[string]any{"name": "Analyst"})), "spec.roles[0].name"},
+		"pg_ name":               {roles(role(map[string]any{"name": "pg_reader"})), "role names starting with pg_ are reserved"},
+		"postgres":               {roles(role(map[string]any{"name": "postgres"})), "the operator's or PostgreSQL's own roles"},
+		"replicator":             {roles(role(map[string]any{"name": "replicator"})), "the operator's or PostgreSQL's own roles"},
+		"spec.user":              {roles(role(map[string]any{"name": "app"})), "roles may not declare spec.user"},
+		"superuser":              {roles(role(map[string]any{"superuser": true})), "superuser roles are not managed"},
+		"replication":            {roles(role(map[string]any{"replication": true})), "replication roles are not managed"},
+		"member of itself":       {roles(role(map[string]any{"inRoles": []any{"analyst"}})), "a role cannot be a member of itself"},
+		"member of postgres":     {roles(role(map[string]any{"inRoles": []any{"pg_monitor", "postgres"}})), "inRoles may not name postgres"},
+		"twice the same name":    {roles(role(nil), role(nil)), "Duplicate value"},
+		"unknown ensure":         {roles(role(map[string]any{"ensure": "gone"})), `Unsupported value: "gone"`},
+		"connection limit -2":    {roles(role(map[string]any{"connectionLimit": int64(-2)})), "spec.roles[0].connectionLimit"},
+		"absent with a password": {roles(role(map[string]any{"ensure": "absent", "passwordSecret": map[string]any{"name": "s"}})), "a role being dropped has no password"},
+		"validUntil not a time":  {roles(role(map[string]any{"validUntil": "never"})), "spec.roles[0].validUntil"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := env.Client.Create(ctx, manifest("roles-invalid", tc.spec), client.DryRunAll)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("create: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+
+	// Accepted, with the defaults: present, login, inherit, no limit.
+	obj := manifest("roles-valid", roles(
+		role(map[string]any{"inRoles": []any{"pg_read_all_data"}, "superuser": false, "comment": "read-only, for the analysts"}),
+		map[string]any{"name": "migrator", "createdb": true, "passwordSecret": map[string]any{"name": "migrator-password"}},
+		map[string]any{"name": "old_app", "ensure": "absent"},
+	))
+	if err := env.Client.Create(ctx, obj); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, obj) })
+	var got databasev1alpha1.MyDatabase
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), &got); err != nil {
+		t.Fatal(err)
+	}
+	r := got.Spec.Roles[0]
+	if r.Ensure != databasev1alpha1.EnsurePresent || r.Login == nil || !*r.Login || r.Inherit == nil || !*r.Inherit ||
+		r.ConnectionLimit == nil || *r.ConnectionLimit != -1 {
+		t.Errorf("defaults not applied: %+v", r)
+	}
+}

@@ -1,0 +1,107 @@
+package mydatabase
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/specs"
+)
+
+// TestDeclaredRoles: the operator's part of spec.roles. The declaration
+// goes on the Lease, the instance managers may read the roles' Secrets, a
+// role that logs in without a passwordSecret gets a generated Secret
+// (once), and status.roles and RolesApplied say what the primary reports
+// of the declaration as it is now, never of an older one.
+func TestDeclaredRoles(t *testing.T) {
+	ns := namespace(t)
+	db := newDB(ns, "roles")
+	db.Spec.Roles = []databasev1alpha1.RoleSpec{
+		{Name: "analyst", InRoles: []string{"pg_read_all_data"}},
+		{Name: "migrator", PasswordSecret: &databasev1alpha1.SecretReference{Name: "migrator-password"}},
+		{Name: "nobody", Login: ptr.To(false)},
+	}
+	db = create(t, db)
+	rotationPods(t, db, 1)
+
+	generated := secretOf(t, ns, "roles-role-analyst")
+	if len(generated.Data[specs.SecretPasswordKey]) == 0 || string(generated.Data[specs.SecretUsernameKey]) != "analyst" {
+		t.Errorf("generated Secret %v", generated.Data)
+	}
+	first := string(generated.Data[specs.SecretPasswordKey])
+	if err := get(ns, "roles-role-nobody", &corev1.Secret{}); err == nil {
+		t.Error("a Secret was generated for a role that does not log in")
+	}
+	lease := &coordinationv1.Lease{}
+	eventually(t, "the roles on the Lease", func() error {
+		if err := get(ns, specs.LeaseName(db), lease); err != nil {
+			return err
+		}
+		roles, err := contract.ParseRoles(lease.Annotations[contract.AnnotationRoles])
+		if err != nil || len(roles) != 3 || roles[0].PasswordSecret != "roles-role-analyst" || !roles[0].Login ||
+			roles[1].PasswordSecret != "migrator-password" || roles[2].Login || roles[2].PasswordSecret != "" {
+			return fmt.Errorf("%s: %v", lease.Annotations[contract.AnnotationRoles], err)
+		}
+		return nil
+	})
+	eventually(t, "the instance Role reading the roles' Secrets", func() error {
+		role := &rbacv1.Role{}
+		if err := get(ns, specs.InstanceAccessName(db), role); err != nil {
+			return err
+		}
+		for _, rule := range role.Rules {
+			if slices.Contains(rule.Resources, "secrets") && slices.Contains(rule.ResourceNames, "roles-role-analyst") &&
+				slices.Contains(rule.ResourceNames, "migrator-password") {
+				return nil
+			}
+		}
+		return fmt.Errorf("rules %+v", role.Rules)
+	})
+	waitFor(t, db, "RolesApplied pending", rolesCondition(databasev1alpha1.ReasonRolesPending, "analyst, migrator, nobody"))
+
+	// The primary applied an older declaration: still pending.
+	declared := lease.Annotations[contract.AnnotationRoles]
+	publishReport(t, ns, "roles-0", contract.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Time: time.Now().UTC(),
+		Roles: map[string]string{"analyst": ""}, RolesOf: contract.RolesDigest("[]")})
+	waitFor(t, db, "RolesApplied still pending", rolesCondition(databasev1alpha1.ReasonRolesPending, "analyst, migrator, nobody"))
+	// This one: one role could not be applied.
+	publishReport(t, ns, "roles-0", contract.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Time: time.Now().UTC(),
+		Roles: map[string]string{"analyst": "", "migrator": "reading Secret migrator-password: not found", "nobody": ""}, RolesOf: contract.RolesDigest(declared)})
+	waitFor(t, db, "RolesApplied false", rolesCondition(databasev1alpha1.ReasonRoleNotApplied, "migrator: reading Secret migrator-password: not found"))
+	got := db // as waitFor read it
+	if len(got.Status.Roles) != 3 || !got.Status.Roles[0].Applied || got.Status.Roles[1].Applied ||
+		got.Status.Roles[0].PasswordSecret != "roles-role-analyst" || got.Status.Roles[2].PasswordSecret != "" {
+		t.Errorf("status.roles %+v", got.Status.Roles)
+	}
+	if c := condition(got, databasev1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Ready %+v: a role not applied must not take the database out of service", c)
+	}
+	publishReport(t, ns, "roles-0", contract.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Time: time.Now().UTC(),
+		Roles: map[string]string{"analyst": "", "migrator": "", "nobody": ""}, RolesOf: contract.RolesDigest(declared)})
+	waitFor(t, db, "RolesApplied", rolesCondition(databasev1alpha1.ReasonRolesApplied, "the 3 declared roles"))
+
+	// The generated Secret is never rewritten.
+	if again := secretOf(t, ns, "roles-role-analyst"); string(again.Data[specs.SecretPasswordKey]) != first {
+		t.Error("the generated Secret was rewritten")
+	}
+}
+
+func rolesCondition(reason, says string) func(*databasev1alpha1.MyDatabase) error {
+	return func(db *databasev1alpha1.MyDatabase) error {
+		c := condition(db, databasev1alpha1.ConditionRolesApplied)
+		if c == nil || c.Reason != reason || !strings.Contains(c.Message, says) || c.ObservedGeneration != db.Generation {
+			return fmt.Errorf("RolesApplied %+v, want %s saying %q", c, reason, says)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,274 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/instance/scram"
+)
+
+// Declared roles, the instance manager's part (spec.roles): the primary's
+// instance manager makes each role the Lease declares (contract.Roles) what
+// it says, in two phases so that a role another one joins exists first:
+// every role created, altered or dropped, then every membership granted or
+// revoked. A role that is not declared is never touched. Each role's
+// outcome (applied, or PostgreSQL's error) goes into the report.
+
+// pgRole is a role as the server has it.
+type pgRole struct {
+	login, createDB, createRole, inherit bool
+	connectionLimit                      int32
+	validUntil                           *time.Time // nil: never (NULL or infinity)
+	comment                              string
+	inRoles                              []string // sorted
+}
+
+// rolePlan is the statements that make the server's role (have, nil when
+// it does not exist) the declared one: those of the first phase (create,
+// alter, comment, drop) and of the second (memberships).
+func rolePlan(want contract.Role, have *pgRole) (first, second []string) {
+	name := pgx.Identifier{want.Name}.Sanitize()
+	if want.Absent {
+		if have != nil {
+			first = append(first, "DROP ROLE "+name)
+		}
+		return first, nil
+	}
+	options := roleOptions(want)
+	var member []string
+	switch {
+	case have == nil:
+		first = append(first, "CREATE ROLE "+name+" WITH "+options)
+		if want.Comment != "" {
+			first = append(first, "COMMENT ON ROLE "+name+" IS "+literal(want.Comment))
+		}
+	default:
+		if options != roleOptions(have.as(want.Name)) {
+			first = append(first, "ALTER ROLE "+name+" WITH "+options)
+		}
+		if want.Comment != have.comment {
+			first = append(first, "COMMENT ON ROLE "+name+" IS "+literalOrNull(want.Comment))
+		}
+		member = have.inRoles
+	}
+	for _, r := range want.InRoles {
+		if !slices.Contains(member, r) {
+			second = append(second, "GRANT "+pgx.Identifier{r}.Sanitize()+" TO "+name)
+		}
+	}
+	for _, r := range member {
+		if !slices.Contains(want.InRoles, r) {
+			second = append(second, "REVOKE "+pgx.Identifier{r}.Sanitize()+" FROM "+name)
+		}
+	}
+	return first, second
+}
+
+// as is the server's role in the terms of a declaration, for comparing
+// options.
+func (r *pgRole) as(name string) contract.Role {
+	return contract.Role{Name: name, Login: r.login, CreateDB: r.createDB, CreateRole: r.createRole, Inherit: r.inherit,
+		ConnectionLimit: r.connectionLimit, ValidUntil: r.validUntil}
+}
+
+// roleOptions are the options of CREATE and ALTER ROLE for a declared
+// role: all of them, so that two roles with the same options print the
+// same.
+func roleOptions(r contract.Role) string {
+	flag := func(on bool, name string) string {
+		if on {
+			return name
+		}
+		return "NO" + name
+	}
+	until := "'infinity'"
+	if r.ValidUntil != nil {
+		until = literal(r.ValidUntil.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("%s %s %s %s CONNECTION LIMIT %d VALID UNTIL %s",
+		flag(r.Login, "LOGIN"), flag(r.CreateDB, "CREATEDB"), flag(r.CreateRole, "CREATEROLE"), flag(r.Inherit, "INHERIT"),
+		r.ConnectionLimit, until)
+}
+
+// literal quotes s as a string constant.
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+func literalOrNull(s string) string {
+	if s == "" {
+		return "NULL"
+	}
+	return literal(s)
+}
+
+// roleKeeping is where the declared roles stand in this instance manager.
+type roleKeeping struct {
+	// applied is the declaration (the annotation's value) last applied
+	// and when: a new one is applied at once, the same one again once per
+	// Lease duration (a role changed by hand is put back, a password
+	// Secret's change applied).
+	applied string
+	polled  time.Time
+	// outcome maps each declared role to "" (applied) or why it is not.
+	outcome map[string]string
+}
+
+// keepRoles applies the declared roles, on the primary only, within half
+// a tick (like the passwords, rotate.go): what is left is done at the
+// next poll, and every step is idempotent.
+func (m *manager) keepRoles(ctx context.Context, declared string) {
+	if m.role != asPrimary || declared == "" {
+		m.roles = roleKeeping{}
+		return
+	}
+	if declared == m.roles.applied && time.Since(m.roles.polled) < m.t.lease {
+		return
+	}
+	roles, err := contract.ParseRoles(declared)
+	if err != nil {
+		m.logOnce(err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.t.tick/2)
+	defer cancel()
+	outcome, err := m.applyRoles(ctx, roles)
+	if err != nil {
+		m.log("declared roles: %v", err)
+		return
+	}
+	for name, why := range outcome {
+		if why != "" && why != m.roles.outcome[name] {
+			m.log("role %s: %s", name, why)
+		}
+	}
+	m.roles = roleKeeping{applied: declared, polled: time.Now(), outcome: outcome}
+}
+
+// roleOutcome is what the report says of the declared roles: the
+// primary's outcome of each, and the declaration it is of.
+func (m *manager) roleOutcome() (map[string]string, string) {
+	if m.role != asPrimary || m.roles.outcome == nil {
+		return nil, ""
+	}
+	return maps.Clone(m.roles.outcome), contract.RolesDigest(m.roles.applied)
+}
+
+// applyRoles makes the server's roles the declared ones and returns each
+// one's outcome.
+func (m *manager) applyRoles(ctx context.Context, roles contract.Roles) (map[string]string, error) {
+	outcome := make(map[string]string, len(roles))
+	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		have, err := serverRoles(ctx, conn, roles)
+		if err != nil {
+			return err
+		}
+		seconds := make([][]string, len(roles))
+		for i, r := range roles {
+			first, second := rolePlan(r, have[r.Name])
+			seconds[i] = second
+			outcome[r.Name] = plainError(inTransaction(ctx, conn, first))
+		}
+		for i, r := range roles {
+			if outcome[r.Name] == "" {
+				outcome[r.Name] = plainError(inTransaction(ctx, conn, seconds[i]))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range roles {
+		if outcome[r.Name] == "" && !r.Absent && r.PasswordSecret != "" {
+			outcome[r.Name] = plainError(m.keepRolePassword(ctx, r))
+		}
+	}
+	return outcome, nil
+}
+
+// keepRolePassword sets the role's password from its Secret unless the
+// server accepts it already.
+func (m *manager) keepRolePassword(ctx context.Context, r contract.Role) error {
+	secret, err := m.kube.secrets.Get(ctx, r.PasswordSecret, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading Secret %s: %w", r.PasswordSecret, err)
+	}
+	password := string(secret.Data["password"])
+	if !scram.Supported(password) {
+		return fmt.Errorf("the password in Secret %s: %w", r.PasswordSecret, scram.ErrUnsupported)
+	}
+	if ok, err := m.accepts(ctx, r.Name, password); err != nil || ok {
+		return err
+	}
+	if err := m.setPassword(ctx, r.Name, password); err != nil {
+		return err
+	}
+	m.log("set the password of role %s from Secret %s (resourceVersion %s)", r.Name, r.PasswordSecret, secret.ResourceVersion)
+	return nil
+}
+
+// serverRoles reads the declared roles that exist on the server.
+func serverRoles(ctx context.Context, conn *pgx.Conn, roles contract.Roles) (map[string]*pgRole, error) {
+	names := make([]string, len(roles))
+	for i, r := range roles {
+		names[i] = r.Name
+	}
+	rows, err := conn.Query(ctx, `SELECT r.rolname, r.rolcanlogin, r.rolcreatedb, r.rolcreaterole, r.rolinherit, r.rolconnlimit,
+			CASE WHEN r.rolvaliduntil = 'infinity' THEN NULL ELSE r.rolvaliduntil END,
+			coalesce(shobj_description(r.oid, 'pg_authid'), ''),
+			ARRAY(SELECT g.rolname::text FROM pg_auth_members a JOIN pg_roles g ON g.oid = a.roleid WHERE a.member = r.oid ORDER BY 1)
+		FROM pg_roles r WHERE r.rolname = ANY($1)`, names)
+	if err != nil {
+		return nil, err
+	}
+	have := map[string]*pgRole{}
+	for rows.Next() {
+		var name string
+		r := &pgRole{}
+		if err := rows.Scan(&name, &r.login, &r.createDB, &r.createRole, &r.inherit, &r.connectionLimit, &r.validUntil,
+			&r.comment, &r.inRoles); err != nil {
+			return nil, err
+		}
+		have[name] = r
+	}
+	return have, rows.Err()
+}
+
+// inTransaction runs statements in one transaction.
+func inTransaction(ctx context.Context, conn *pgx.Conn, statements []string) error {
+	if len(statements) == 0 {
+		return nil
+	}
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, s := range statements {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// plainError is PostgreSQL's message for err, without the severity and
+// code, "" for none.
+func plainError(err error) string {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &pgErr) && pgErr.Detail != "":
+		return pgErr.Message + ": " + pgErr.Detail
+	case errors.As(err, &pgErr):
+		return pgErr.Message
+	}
+	return err.Error()
+}

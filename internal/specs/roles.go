@@ -1,0 +1,93 @@
+package specs
+
+import (
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
+)
+
+// ComponentRole labels the Secrets the operator generates for declared
+// roles (spec.roles).
+const ComponentRole = "role"
+
+// RolePasswordSecretName is the Secret a declared role's password comes
+// from: its passwordSecret, or the one the operator generates for a role
+// that logs in, <mydatabase>-role-<name> (a role name's underscores, which
+// a Secret name cannot hold, as dashes: role names hold no dash, so two
+// roles never share one); "" for none.
+func RolePasswordSecretName(db *databasev1alpha1.MyDatabase, r databasev1alpha1.RoleSpec) string {
+	switch {
+	case r.Ensure == databasev1alpha1.EnsureAbsent:
+		return ""
+	case r.PasswordSecret != nil:
+		return r.PasswordSecret.Name
+	case ptr.Deref(r.Login, true):
+		return GeneratedRoleSecretName(db, r.Name)
+	}
+	return ""
+}
+
+// GeneratedRoleSecretName is the Secret the operator generates for role.
+func GeneratedRoleSecretName(db *databasev1alpha1.MyDatabase, role string) string {
+	return db.Name + "-role-" + strings.ReplaceAll(role, "_", "-")
+}
+
+// GeneratedRoles are the declared roles whose Secret the operator
+// generates.
+func GeneratedRoles(db *databasev1alpha1.MyDatabase) []databasev1alpha1.RoleSpec {
+	var out []databasev1alpha1.RoleSpec
+	for _, r := range db.Spec.Roles {
+		if RolePasswordSecretName(db, r) == GeneratedRoleSecretName(db, r.Name) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// RolesOf is spec.roles as the primary's instance manager applies them
+// (contract.AnnotationRoles on the Lease), the defaults resolved.
+func RolesOf(db *databasev1alpha1.MyDatabase) contract.Roles {
+	out := make(contract.Roles, 0, len(db.Spec.Roles))
+	for _, r := range db.Spec.Roles {
+		c := contract.Role{Name: r.Name, Absent: r.Ensure == databasev1alpha1.EnsureAbsent,
+			Login: ptr.Deref(r.Login, true), CreateDB: r.CreateDB, CreateRole: r.CreateRole, Inherit: ptr.Deref(r.Inherit, true),
+			ConnectionLimit: ptr.Deref(r.ConnectionLimit, -1), InRoles: r.InRoles, Comment: r.Comment,
+			PasswordSecret: RolePasswordSecretName(db, r)}
+		if r.ValidUntil != nil {
+			c.ValidUntil = ptr.To(r.ValidUntil.UTC())
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// RoleSecret is the generated Secret of a declared role: its name,
+// password and a connection URI to the primary's database
+// (spec.databaseName), as the credentials Secret has them.
+func RoleSecret(db *databasev1alpha1.MyDatabase, role, password string) *corev1.Secret {
+	uri := url.URL{
+		Scheme:   "postgresql",
+		User:     url.UserPassword(role, password),
+		Host:     net.JoinHostPort(ReadWriteHost(db), strconv.Itoa(int(ServicePort(db)))),
+		Path:     "/" + db.Spec.DatabaseName,
+		RawQuery: "sslmode=verify-full",
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            GeneratedRoleSecretName(db, role),
+			Namespace:       db.Namespace,
+			Labels:          Labels(db, ComponentRole),
+			OwnerReferences: SecretOwnerReferences(db),
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{SecretUsernameKey: []byte(role), SecretPasswordKey: []byte(password), SecretURIKey: []byte(uri.String())},
+	}
+}
