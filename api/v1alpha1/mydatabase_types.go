@@ -51,6 +51,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="bootstrap is immutable: it only says how the data was first made"
 // +kubebuilder:validation:XValidation:rule="!has(self.credentials) || !has(self.passwordRotation) || !has(self.passwordRotation.userRequestedAt)",message="passwordRotation.userRequestedAt rotates the generated Secret only: with credentials.secretName, change the password in your Secret and the operator sets it in PostgreSQL"
 // +kubebuilder:validation:XValidation:rule="!has(self.roles) || !has(self.user) || self.roles.all(r, r.name != self.user)",message="roles may not declare spec.user: that role is kept through spec.user and spec.credentials"
+// +kubebuilder:validation:XValidation:rule="!has(self.databases) || self.databases.all(d, !has(d.owner) || d.owner == self.user || (has(self.roles) && self.roles.exists(r, r.name == d.owner && r.ensure != 'absent')))",message="a database's owner must be spec.user or a role declared present in spec.roles"
+// +kubebuilder:validation:XValidation:rule="!has(self.databases) || self.databases.all(d, d.name != self.databaseName || (d.ensure != 'absent' && (!has(d.owner) || d.owner == self.user) && !has(d.encoding) && !has(d.locale) && !has(d.template)))",message="spec.databaseName may be listed in databases for its extensions and comment only: it is made at bootstrap, owned by spec.user, and never dropped"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.walStorage) || has(self.walStorage)",message="walStorage cannot be removed: the servers' WAL lives on those volumes; to go back to one volume, restore a backup into a new MyDatabase without walStorage"
 type MyDatabaseSpec struct {
 	// engine is the database software. Only postgres is supported today.
@@ -149,6 +151,15 @@ type MyDatabaseSpec struct {
 	// +listMapKey=name
 	// +optional
 	Roles []RoleSpec `json:"roles,omitempty"`
+
+	// databases are PostgreSQL databases kept as declared (DatabaseSpec),
+	// beside spec.databaseName, which may be listed for its extensions
+	// and comment. Removing an entry drops nothing; ensure: absent drops.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Databases []DatabaseSpec `json:"databases,omitempty"`
 
 	// passwordRotation asks for new passwords (PasswordRotationSpec).
 	// +optional
@@ -499,6 +510,13 @@ type MyDatabaseStatus struct {
 	// +listMapKey=name
 	// +optional
 	Roles []RoleStatus `json:"roles,omitempty"`
+
+	// databases is where each declared database (spec.databases) stands
+	// on the primary.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Databases []DatabaseStatus `json:"databases,omitempty"`
 
 	// currentVersion is the version every server runs, once the rollout of
 	// spec.version has finished; its major is the one the data is on.

@@ -75,3 +75,64 @@ func TestRoleValidation(t *testing.T) {
 		t.Errorf("defaults not applied: %+v", r)
 	}
 }
+
+// TestDatabaseValidation: spec.databases at admission: every refusal with
+// its reason, the defaults, and the creation-only fields immutable.
+func TestDatabaseValidation(t *testing.T) {
+	ctx := context.Background()
+	spec := func(databases ...map[string]any) map[string]any {
+		list := make([]any, 0, len(databases))
+		for _, d := range databases {
+			list = append(list, d)
+		}
+		return map[string]any{"roles": []any{map[string]any{"name": "analyst"}, map[string]any{"name": "gone", "ensure": "absent"}},
+			"databases": list}
+	}
+	for name, tc := range map[string]struct {
+		spec map[string]any
+		want string
+	}{
+		"template1":                {spec(map[string]any{"name": "template1"}), "PostgreSQL's own databases"},
+		"upper-case name":          {spec(map[string]any{"name": "Reports"}), "spec.databases[0].name"},
+		"owner not declared":       {spec(map[string]any{"name": "reports", "owner": "someone"}), "a database's owner must be spec.user or a role declared present"},
+		"owner declared absent":    {spec(map[string]any{"name": "reports", "owner": "gone"}), "a database's owner must be spec.user or a role declared present"},
+		"the app database dropped": {spec(map[string]any{"name": "app", "ensure": "absent"}), "spec.databaseName may be listed in databases for its extensions and comment only"},
+		"the app database's owner": {spec(map[string]any{"name": "app", "owner": "analyst"}), "spec.databaseName may be listed in databases for its extensions and comment only"},
+		"the app database's locale": {spec(map[string]any{"name": "app", "locale": "C"}),
+			"spec.databaseName may be listed in databases for its extensions and comment only"},
+		"dropped with an extension present": {spec(map[string]any{"name": "reports", "ensure": "absent", "extensions": []any{map[string]any{"name": "vector"}}}),
+			"a database with ensure: absent is dropped with its extensions"},
+		"an extension twice": {spec(map[string]any{"name": "reports", "extensions": []any{map[string]any{"name": "vector"}, map[string]any{"name": "vector"}}}),
+			"Duplicate value"},
+		"a version with a quote": {spec(map[string]any{"name": "reports", "extensions": []any{map[string]any{"name": "vector", "version": "1'"}}}),
+			"spec.databases[0].extensions[0].version"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := env.Client.Create(ctx, manifest("databases-invalid", tc.spec), client.DryRunAll)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("create: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+
+	obj := manifest("databases-valid", spec(
+		map[string]any{"name": "app", "extensions": []any{map[string]any{"name": "pg_stat_statements"}}},
+		map[string]any{"name": "reports", "owner": "analyst", "locale": "C", "template": "template0",
+			"extensions": []any{map[string]any{"name": "uuid-ossp", "schema": "ext"}}},
+	))
+	if err := env.Client.Create(ctx, obj); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, obj) })
+	var got databasev1alpha1.MyDatabase
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), &got); err != nil {
+		t.Fatal(err)
+	}
+	if d := got.Spec.Databases[1]; d.Ensure != databasev1alpha1.EnsurePresent || d.Extensions[0].Ensure != databasev1alpha1.EnsurePresent {
+		t.Errorf("defaults not applied: %+v", d)
+	}
+	got.Spec.Databases[1].Locale = "en_US.UTF-8"
+	if err := env.Client.Update(ctx, &got, client.DryRunAll); err == nil || !strings.Contains(err.Error(), "locale applies when the database is created and cannot change") {
+		t.Errorf("locale changed: %v", err)
+	}
+}

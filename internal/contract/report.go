@@ -41,12 +41,14 @@ type Report struct {
 	// (internal/instance, rotate.go): never a password, nor anything
 	// derived from one.
 	Passwords map[string]string `json:"passwords,omitempty"`
-	// Roles maps each declared role (AnnotationRoles) to "" once the
-	// primary has applied it, or to why it could not (PostgreSQL's
-	// error, in plain words). The primary's only.
-	Roles map[string]string `json:"roles,omitempty"`
-	// RolesOf is the RolesDigest of the declaration Roles is the outcome of.
-	RolesOf string `json:"rolesOf,omitempty"`
+	// Declared maps each declared role, database and extension
+	// (AnnotationDeclared; keys RoleKey, DatabaseKey, ExtensionKey) to ""
+	// once the primary has applied it, or to why it could not
+	// (PostgreSQL's error, in plain words). The primary's only.
+	Declared map[string]string `json:"declared,omitempty"`
+	// DeclaredOf is the DeclaredDigest of the declaration Declared is the
+	// outcome of.
+	DeclaredOf string `json:"declaredOf,omitempty"`
 	// Archive is the primary's continuous archiving, with spec.backup.
 	Archive *Archive `json:"archive,omitempty"`
 	// Backup is the last base backup this instance was asked to take (a

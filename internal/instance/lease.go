@@ -65,8 +65,9 @@ type leaseView struct {
 	// quorumErr says why it could not be read (it is then asynchronous).
 	quorum    contract.Quorum
 	quorumErr error
-	// roles is the declared roles (contract.AnnotationRoles), as written.
-	roles string
+	// declared is what the MyDatabase declares inside PostgreSQL
+	// (contract.AnnotationDeclared), as written.
+	declared string
 }
 
 // timelineAnnotation on the Lease is the newest timeline any primary has
@@ -186,7 +187,7 @@ func (l *leases) view() leaseView {
 		handoff:      handoff,
 		quorum:       quorum,
 		quorumErr:    qerr,
-		roles:        l.lease.Annotations[contract.AnnotationRoles],
+		declared:     l.lease.Annotations[contract.AnnotationDeclared],
 	}
 }
 

@@ -55,7 +55,7 @@ type manager struct {
 	bridge    *bridge // the previous process's fence bridge, until stopped (bridge.go)
 
 	pw       *passwords      // password rotation (rotate.go)
-	roles    roleKeeping     // declared roles (roles.go)
+	declared *declaredKeeper // declared roles and databases (declared.go)
 	slots    slotKeeping     // the replication slots (slots.go)
 	sent     contract.Report // the last report published
 	logged   string          // the last message of logOnce
@@ -72,7 +72,7 @@ func newManager(c Config, log Logger) (*manager, error) {
 		return nil, err
 	}
 	return &manager{c: c, log: log, t: t, procs: startReaper(), kube: k, leases: newLeases(k, t), fence: newFence(),
-		failsafe: newFailsafe(c.PodName)}, nil
+		failsafe: newFailsafe(c.PodName), declared: newDeclaredKeeper()}, nil
 }
 
 // loop runs a turn every tick, and at once when the server exits, the
@@ -86,6 +86,7 @@ func (m *manager) loop(ctx context.Context, reload, replace <-chan struct{}) {
 	defer stopWatch()
 	seen := make(chan *coordinationv1.Lease, 1)
 	go m.kube.watchLease(watchCtx, seen)
+	go m.keepDeclared(watchCtx)
 	replacing := false
 	for ctx.Err() == nil {
 		m.turn(ctx)
@@ -219,9 +220,7 @@ func (m *manager) turn(ctx context.Context) {
 		m.log("%s: %v", a, err)
 	}
 	m.keepPasswords(ctx, s.ready && (a == wait || a == renew || a == follow))
-	if s.ready && (a == wait || a == renew) {
-		m.keepRoles(ctx, s.lease.roles)
-	}
+	m.declared.offer(declaredWork{primary: s.ready && (a == wait || a == renew), annotation: s.lease.declared})
 	if s.ready && (a == wait || a == renew) {
 		m.keepSlots(ctx, s.lease.quorum)
 	}
@@ -313,7 +312,7 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs serverStat
 func (m *manager) report(ctx context.Context, candidate *contract.Candidacy, seen *serverState) {
 	r := contract.Report{Manager: m.digest, Address: m.c.AdvertiseAddress, Failsafe: m.c.failsafeAddress(), Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
 		Passwords: m.acceptedPasswords(), Backup: m.backupRun.Load(), Restore: m.restore.Load()}
-	r.Roles, r.RolesOf = m.roleOutcome()
+	r.Declared, r.DeclaredOf = m.declared.outcome(m.role == asPrimary)
 	if m.role != stopped && seen == nil {
 		if o, err := m.observe(ctx); err == nil && o.primary == (m.role == asPrimary) {
 			seen = &o

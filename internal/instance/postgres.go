@@ -256,16 +256,28 @@ func (m *manager) connect(ctx context.Context) (*pgx.Conn, error) {
 }
 
 func (m *manager) connectAt(ctx context.Context, dir string) (*pgx.Conn, error) {
-	return pgx.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres application_name=mydatabase_instance synchronous_commit=local",
-		dir, m.c.Port))
+	return m.connectTo(ctx, dir, "postgres")
+}
+
+// connectTo connects to the database dbname (a declared name: lower-case
+// letters, digits and underscores) of the server whose socket is in dir.
+func (m *manager) connectTo(ctx context.Context, dir, dbname string) (*pgx.Conn, error) {
+	return pgx.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres dbname=%s application_name=mydatabase_instance synchronous_commit=local",
+		dir, m.c.Port, dbname))
 }
 
 // withServer runs f on a connection to the local server, within a
 // minute.
 func (m *manager) withServer(ctx context.Context, f func(context.Context, *pgx.Conn) error) error {
+	return m.withDatabase(ctx, "postgres", f)
+}
+
+// withDatabase runs f on a connection to the database dbname of the local
+// server, within a minute.
+func (m *manager) withDatabase(ctx context.Context, dbname string, f func(context.Context, *pgx.Conn) error) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	conn, err := m.connect(ctx)
+	conn, err := m.connectTo(ctx, m.c.SocketDir, dbname)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -17,12 +16,12 @@ import (
 	"example.com/myoperator/internal/instance/scram"
 )
 
-// Declared roles, the instance manager's part (spec.roles): the primary's
-// instance manager makes each role the Lease declares (contract.Roles) what
-// it says, in two phases so that a role another one joins exists first:
-// every role created, altered or dropped, then every membership granted or
-// revoked. A role that is not declared is never touched. Each role's
-// outcome (applied, or PostgreSQL's error) goes into the report.
+// Declared roles (spec.roles): the primary's instance manager makes each
+// role the Lease declares (contract.Role) what it says, in two phases so
+// that a role another one joins exists first: every role created, altered
+// or dropped, then every membership granted or revoked. A role that is not
+// declared is never touched. Each role's outcome (applied, or PostgreSQL's
+// error) goes into the report (declared.go).
 
 // pgRole is a role as the server has it.
 type pgRole struct {
@@ -110,62 +109,9 @@ func literalOrNull(s string) string {
 	return literal(s)
 }
 
-// roleKeeping is where the declared roles stand in this instance manager.
-type roleKeeping struct {
-	// applied is the declaration (the annotation's value) last applied
-	// and when: a new one is applied at once, the same one again once per
-	// Lease duration (a role changed by hand is put back, a password
-	// Secret's change applied).
-	applied string
-	polled  time.Time
-	// outcome maps each declared role to "" (applied) or why it is not.
-	outcome map[string]string
-}
-
-// keepRoles applies the declared roles, on the primary only, within half
-// a tick (like the passwords, rotate.go): what is left is done at the
-// next poll, and every step is idempotent.
-func (m *manager) keepRoles(ctx context.Context, declared string) {
-	if m.role != asPrimary || declared == "" {
-		m.roles = roleKeeping{}
-		return
-	}
-	if declared == m.roles.applied && time.Since(m.roles.polled) < m.t.lease {
-		return
-	}
-	roles, err := contract.ParseRoles(declared)
-	if err != nil {
-		m.logOnce(err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, m.t.tick/2)
-	defer cancel()
-	outcome, err := m.applyRoles(ctx, roles)
-	if err != nil {
-		m.log("declared roles: %v", err)
-		return
-	}
-	for name, why := range outcome {
-		if why != "" && why != m.roles.outcome[name] {
-			m.log("role %s: %s", name, why)
-		}
-	}
-	m.roles = roleKeeping{applied: declared, polled: time.Now(), outcome: outcome}
-}
-
-// roleOutcome is what the report says of the declared roles: the
-// primary's outcome of each, and the declaration it is of.
-func (m *manager) roleOutcome() (map[string]string, string) {
-	if m.role != asPrimary || m.roles.outcome == nil {
-		return nil, ""
-	}
-	return maps.Clone(m.roles.outcome), contract.RolesDigest(m.roles.applied)
-}
-
-// applyRoles makes the server's roles the declared ones and returns each
-// one's outcome.
-func (m *manager) applyRoles(ctx context.Context, roles contract.Roles) (map[string]string, error) {
-	outcome := make(map[string]string, len(roles))
+// applyRoles makes the server's roles the declared ones and records each
+// one's outcome (contract.RoleKey).
+func (m *manager) applyRoles(ctx context.Context, roles []contract.Role, outcome map[string]string) error {
 	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		have, err := serverRoles(ctx, conn, roles)
 		if err != nil {
@@ -175,24 +121,24 @@ func (m *manager) applyRoles(ctx context.Context, roles contract.Roles) (map[str
 		for i, r := range roles {
 			first, second := rolePlan(r, have[r.Name])
 			seconds[i] = second
-			outcome[r.Name] = plainError(inTransaction(ctx, conn, first))
+			outcome[contract.RoleKey(r.Name)] = plainError(inTransaction(ctx, conn, first))
 		}
 		for i, r := range roles {
-			if outcome[r.Name] == "" {
-				outcome[r.Name] = plainError(inTransaction(ctx, conn, seconds[i]))
+			if outcome[contract.RoleKey(r.Name)] == "" {
+				outcome[contract.RoleKey(r.Name)] = plainError(inTransaction(ctx, conn, seconds[i]))
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, r := range roles {
-		if outcome[r.Name] == "" && !r.Absent && r.PasswordSecret != "" {
-			outcome[r.Name] = plainError(m.keepRolePassword(ctx, r))
+		if key := contract.RoleKey(r.Name); outcome[key] == "" && !r.Absent && r.PasswordSecret != "" {
+			outcome[key] = plainError(m.keepRolePassword(ctx, r))
 		}
 	}
-	return outcome, nil
+	return nil
 }
 
 // keepRolePassword sets the role's password from its Secret unless the
@@ -217,7 +163,7 @@ func (m *manager) keepRolePassword(ctx context.Context, r contract.Role) error {
 }
 
 // serverRoles reads the declared roles that exist on the server.
-func serverRoles(ctx context.Context, conn *pgx.Conn, roles contract.Roles) (map[string]*pgRole, error) {
+func serverRoles(ctx context.Context, conn *pgx.Conn, roles []contract.Role) (map[string]*pgRole, error) {
 	names := make([]string, len(roles))
 	for i, r := range roles {
 		names[i] = r.Name

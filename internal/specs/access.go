@@ -18,15 +18,15 @@ const ComponentInstance = "instance"
 // creates it, so that it carries an owner reference and goes with the
 // MyDatabase, reads its holder, and keeps on it the quorum the instance
 // managers replicate and elect by (contract.AnnotationQuorum), and the
-// declared roles the primary's applies (contract.AnnotationRoles): there a
-// change needs no pod restart. sole, when set, is the member that alone holds data
+// roles and databases the primary's applies (contract.AnnotationDeclared):
+// there a change needs no pod restart. sole, when set, is the member that alone holds data
 // (contract.Quorum.Sole).
 func Lease(db *databasev1alpha1.MyDatabase, sole string) *coordinationv1ac.LeaseApplyConfiguration {
 	q := QuorumOf(db)
 	q.Sole = sole
 	annotations := map[string]string{contract.AnnotationQuorum: q.String()}
-	if len(db.Spec.Roles) > 0 {
-		annotations[contract.AnnotationRoles] = RolesOf(db).String()
+	if d := DeclaredOf(db); d != nil {
+		annotations[contract.AnnotationDeclared] = d.String()
 	}
 	return coordinationv1ac.Lease(LeaseName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentInstance)).

@@ -1,6 +1,7 @@
 package specs
 
 import (
+	"cmp"
 	"net"
 	"net/url"
 	"strconv"
@@ -52,10 +53,14 @@ func GeneratedRoles(db *databasev1alpha1.MyDatabase) []databasev1alpha1.RoleSpec
 	return out
 }
 
-// RolesOf is spec.roles as the primary's instance manager applies them
-// (contract.AnnotationRoles on the Lease), the defaults resolved.
-func RolesOf(db *databasev1alpha1.MyDatabase) contract.Roles {
-	out := make(contract.Roles, 0, len(db.Spec.Roles))
+// DeclaredOf is spec.roles and spec.databases as the primary's instance
+// manager applies them (contract.AnnotationDeclared on the Lease), the
+// defaults resolved; nil when the spec declares neither.
+func DeclaredOf(db *databasev1alpha1.MyDatabase) *contract.Declared {
+	if len(db.Spec.Roles) == 0 && len(db.Spec.Databases) == 0 {
+		return nil
+	}
+	d := &contract.Declared{}
 	for _, r := range db.Spec.Roles {
 		c := contract.Role{Name: r.Name, Absent: r.Ensure == databasev1alpha1.EnsureAbsent,
 			Login: ptr.Deref(r.Login, true), CreateDB: r.CreateDB, CreateRole: r.CreateRole, Inherit: ptr.Deref(r.Inherit, true),
@@ -64,9 +69,18 @@ func RolesOf(db *databasev1alpha1.MyDatabase) contract.Roles {
 		if r.ValidUntil != nil {
 			c.ValidUntil = ptr.To(r.ValidUntil.UTC())
 		}
-		out = append(out, c)
+		d.Roles = append(d.Roles, c)
 	}
-	return out
+	for _, s := range db.Spec.Databases {
+		c := contract.Database{Name: s.Name, Absent: s.Ensure == databasev1alpha1.EnsureAbsent, Owner: cmp.Or(s.Owner, db.Spec.User),
+			Encoding: s.Encoding, Locale: s.Locale, Template: s.Template, Comment: s.Comment}
+		for _, e := range s.Extensions {
+			c.Extensions = append(c.Extensions, contract.Extension{Name: e.Name, Absent: e.Ensure == databasev1alpha1.EnsureAbsent,
+				Version: e.Version, Schema: e.Schema})
+		}
+		d.Databases = append(d.Databases, c)
+	}
+	return d
 }
 
 // RoleSecret is the generated Secret of a declared role: its name,

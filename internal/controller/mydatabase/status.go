@@ -286,7 +286,7 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	setMonitoringCondition(db, obs.monitoring, now)
 	setArchivingStatus(db, obs.pods, st.CurrentPrimary, obs.schedule, now)
 	if obs.pods != nil { // else the pass did not look: the status keeps what it had
-		setRolesStatus(db, reportOf(obs.pods, st.CurrentPrimary), now)
+		setDeclaredStatus(db, reportOf(obs.pods, st.CurrentPrimary), now)
 	}
 	setWALSpaceCondition(db, now)
 	setStorageStatus(st, obs.storage)

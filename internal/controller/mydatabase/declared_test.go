@@ -18,18 +18,22 @@ import (
 	"example.com/myoperator/internal/specs"
 )
 
-// TestDeclaredRoles: the operator's part of spec.roles. The declaration
-// goes on the Lease, the instance managers may read the roles' Secrets, a
-// role that logs in without a passwordSecret gets a generated Secret
-// (once), and status.roles and RolesApplied say what the primary reports
-// of the declaration as it is now, never of an older one.
-func TestDeclaredRoles(t *testing.T) {
+// TestDeclaredRoles: the operator's part of spec.roles and
+// spec.databases. The declaration goes on the Lease, the instance managers
+// may read the roles' Secrets, a role that logs in without a
+// passwordSecret gets a generated Secret (once), and status.roles,
+// status.databases, RolesApplied and DatabasesApplied say what the primary
+// reports of the declaration as it is now, never of an older one.
+func TestDeclaredRolesAndDatabases(t *testing.T) {
 	ns := namespace(t)
 	db := newDB(ns, "roles")
 	db.Spec.Roles = []databasev1alpha1.RoleSpec{
 		{Name: "analyst", InRoles: []string{"pg_read_all_data"}},
 		{Name: "migrator", PasswordSecret: &databasev1alpha1.SecretReference{Name: "migrator-password"}},
 		{Name: "nobody", Login: ptr.To(false)},
+	}
+	db.Spec.Databases = []databasev1alpha1.DatabaseSpec{
+		{Name: "reports", Owner: "analyst", Extensions: []databasev1alpha1.ExtensionSpec{{Name: "vector"}}},
 	}
 	db = create(t, db)
 	rotationPods(t, db, 1)
@@ -43,14 +47,16 @@ func TestDeclaredRoles(t *testing.T) {
 		t.Error("a Secret was generated for a role that does not log in")
 	}
 	lease := &coordinationv1.Lease{}
-	eventually(t, "the roles on the Lease", func() error {
+	eventually(t, "the roles and databases on the Lease", func() error {
 		if err := get(ns, specs.LeaseName(db), lease); err != nil {
 			return err
 		}
-		roles, err := contract.ParseRoles(lease.Annotations[contract.AnnotationRoles])
+		d, err := contract.ParseDeclared(lease.Annotations[contract.AnnotationDeclared])
+		roles := d.Roles
 		if err != nil || len(roles) != 3 || roles[0].PasswordSecret != "roles-role-analyst" || !roles[0].Login ||
-			roles[1].PasswordSecret != "migrator-password" || roles[2].Login || roles[2].PasswordSecret != "" {
-			return fmt.Errorf("%s: %v", lease.Annotations[contract.AnnotationRoles], err)
+			roles[1].PasswordSecret != "migrator-password" || roles[2].Login || roles[2].PasswordSecret != "" ||
+			len(d.Databases) != 1 || d.Databases[0].Owner != "analyst" || len(d.Databases[0].Extensions) != 1 {
+			return fmt.Errorf("%s: %v", lease.Annotations[contract.AnnotationDeclared], err)
 		}
 		return nil
 	})
@@ -70,14 +76,24 @@ func TestDeclaredRoles(t *testing.T) {
 	waitFor(t, db, "RolesApplied pending", rolesCondition(databasev1alpha1.ReasonRolesPending, "analyst, migrator, nobody"))
 
 	// The primary applied an older declaration: still pending.
-	declared := lease.Annotations[contract.AnnotationRoles]
+	declared := lease.Annotations[contract.AnnotationDeclared]
 	publishReport(t, ns, "roles-0", contract.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Time: time.Now().UTC(),
-		Roles: map[string]string{"analyst": ""}, RolesOf: contract.RolesDigest("[]")})
+		Declared: map[string]string{"role/analyst": ""}, DeclaredOf: contract.DeclaredDigest("{}")})
 	waitFor(t, db, "RolesApplied still pending", rolesCondition(databasev1alpha1.ReasonRolesPending, "analyst, migrator, nobody"))
 	// This one: one role could not be applied.
 	publishReport(t, ns, "roles-0", contract.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Time: time.Now().UTC(),
-		Roles: map[string]string{"analyst": "", "migrator": "reading Secret migrator-password: not found", "nobody": ""}, RolesOf: contract.RolesDigest(declared)})
+		Declared: map[string]string{"role/analyst": "", "role/migrator": "reading Secret migrator-password: not found", "role/nobody": "",
+			"database/reports": "", "database/reports/extension/vector": "the image holds no extension"},
+		DeclaredOf: contract.DeclaredDigest(declared)})
 	waitFor(t, db, "RolesApplied false", rolesCondition(databasev1alpha1.ReasonRoleNotApplied, "migrator: reading Secret migrator-password: not found"))
+	if c := condition(db, databasev1alpha1.ConditionDatabasesApplied); c == nil || c.Reason != databasev1alpha1.ReasonDatabaseNotApplied ||
+		c.Message != "the primary could not apply reports extension vector: the image holds no extension; change spec.databases or the database, and it tries again" {
+		t.Errorf("DatabasesApplied %+v", c)
+	}
+	if ds := db.Status.Databases; len(ds) != 1 || !ds[0].Applied || len(ds[0].Extensions) != 1 || ds[0].Extensions[0].Applied ||
+		ds[0].Extensions[0].Message != "the image holds no extension" {
+		t.Errorf("status.databases %+v", ds)
+	}
 	got := db // as waitFor read it
 	if len(got.Status.Roles) != 3 || !got.Status.Roles[0].Applied || got.Status.Roles[1].Applied ||
 		got.Status.Roles[0].PasswordSecret != "roles-role-analyst" || got.Status.Roles[2].PasswordSecret != "" {
@@ -87,8 +103,13 @@ func TestDeclaredRoles(t *testing.T) {
 		t.Errorf("Ready %+v: a role not applied must not take the database out of service", c)
 	}
 	publishReport(t, ns, "roles-0", contract.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Time: time.Now().UTC(),
-		Roles: map[string]string{"analyst": "", "migrator": "", "nobody": ""}, RolesOf: contract.RolesDigest(declared)})
+		Declared:   map[string]string{"role/analyst": "", "role/migrator": "", "role/nobody": "", "database/reports": "", "database/reports/extension/vector": ""},
+		DeclaredOf: contract.DeclaredDigest(declared)})
 	waitFor(t, db, "RolesApplied", rolesCondition(databasev1alpha1.ReasonRolesApplied, "the 3 declared roles"))
+	if c := condition(db, databasev1alpha1.ConditionDatabasesApplied); c == nil || c.Status != metav1.ConditionTrue ||
+		c.Message != "the primary applied the 2 declared databases and extensions" {
+		t.Errorf("DatabasesApplied %+v", c)
+	}
 
 	// The generated Secret is never rewritten.
 	if again := secretOf(t, ns, "roles-role-analyst"); string(again.Data[specs.SecretPasswordKey]) != first {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,7 +26,7 @@ import (
 // not declared is never touched, removing an entry drops nothing, ensure:
 // absent drops, and a role that cannot be dropped is reported with
 // PostgreSQL's reason.
-func TestDeclaredRoles(t *testing.T) {
+func TestDeclaredRolesAndDatabases(t *testing.T) {
 	ha := startHA(t, nil)
 	c := ha.c
 	ctx := context.Background()
@@ -46,22 +47,26 @@ func TestDeclaredRoles(t *testing.T) {
 		t.Helper()
 		c.updateDatabase(t, func(db *databasev1alpha1.MyDatabase) { db.Spec.Roles = roles })
 	}
-	// applied waits for the RolesApplied condition of the current
-	// generation, and returns the MyDatabase.
-	applied := func(status metav1.ConditionStatus, reason string) *databasev1alpha1.MyDatabase {
+	// condition waits for the condition kind of the current generation
+	// with status and reason, and returns the MyDatabase.
+	condition := func(kind string, status metav1.ConditionStatus, reason string) *databasev1alpha1.MyDatabase {
 		t.Helper()
 		db := &databasev1alpha1.MyDatabase{}
-		eventually(t, time.Minute, "RolesApplied "+string(status)+"/"+reason, func() (bool, string) {
+		eventually(t, time.Minute, kind+" "+string(status)+"/"+reason, func() (bool, string) {
 			if err := api.Get(ctx, client.ObjectKeyFromObject(c.db), db); err != nil {
 				return false, err.Error()
 			}
-			cond := meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionRolesApplied)
+			cond := meta.FindStatusCondition(db.Status.Conditions, kind)
 			if cond == nil {
 				return false, "no condition"
 			}
 			return cond.ObservedGeneration == db.Generation && cond.Status == status && cond.Reason == reason, cond.Reason + ": " + cond.Message
 		})
 		return db
+	}
+	applied := func(status metav1.ConditionStatus, reason string) *databasev1alpha1.MyDatabase {
+		t.Helper()
+		return condition(databasev1alpha1.ConditionRolesApplied, status, reason)
 	}
 	secretPassword := func(name string) string {
 		t.Helper()
@@ -168,6 +173,69 @@ func TestDeclaredRoles(t *testing.T) {
 		applied(metav1.ConditionTrue, databasev1alpha1.ReasonRolesApplied)
 		if got := c.query(t, primary(), "", "SELECT count(*) FROM pg_roles WHERE rolname = 'migrator'"); got != "0" {
 			t.Errorf("migrator still there once it owns nothing")
+		}
+	})
+
+	t.Run("databases and their extensions: created as declared; one the image lacks reported alone", func(t *testing.T) {
+		c.updateDatabase(t, func(db *databasev1alpha1.MyDatabase) {
+			db.Spec.Roles = []databasev1alpha1.RoleSpec{analyst}
+			db.Spec.Databases = []databasev1alpha1.DatabaseSpec{
+				{Name: c.db.Spec.DatabaseName, Extensions: []databasev1alpha1.ExtensionSpec{{Name: "pg_trgm"}}},
+				{Name: "reports", Owner: "analyst", Comment: "the analysts' reports", Extensions: []databasev1alpha1.ExtensionSpec{
+					{Name: "pg_stat_statements"}, {Name: "vector"}}},
+			}
+		})
+		db := condition(databasev1alpha1.ConditionDatabasesApplied, metav1.ConditionFalse, databasev1alpha1.ReasonDatabaseNotApplied)
+		cond := meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionDatabasesApplied)
+		if cond.Message != `the primary could not apply reports extension vector: the image holds no extension "vector" (pg_available_extensions): `+
+			`use an image that has it; change spec.databases or the database, and it tries again` {
+			t.Errorf("DatabasesApplied says %q", cond.Message)
+		}
+		if got := c.query(t, primary(), "", `SELECT pg_get_userbyid(datdba) || ' ' || shobj_description(oid, 'pg_database') || ' ' ||
+			has_database_privilege('public', oid, 'CONNECT') FROM pg_database WHERE datname = 'reports'`); got != "analyst the analysts' reports false" {
+			t.Errorf("reports: owner, comment, PUBLIC may connect: %q", got)
+		}
+		for dbname, want := range map[string]string{"reports": "pg_stat_statements", c.db.Spec.DatabaseName: "pg_trgm"} {
+			if got := c.query(t, c.labelledPrimary(ctx, ha.pods).socket("postgres", dbname), "",
+				"SELECT string_agg(extname, ',') FROM pg_extension WHERE extname <> 'plpgsql'"); got != want {
+				t.Errorf("extensions in %s: %q, want %q", dbname, got, want)
+			}
+		}
+		st := db.Status.Databases
+		if len(st) != 2 || !st[0].Applied || !st[1].Applied || len(st[1].Extensions) != 2 || !st[1].Extensions[0].Applied ||
+			st[1].Extensions[1].Applied || !strings.Contains(st[1].Extensions[1].Message, "the image holds no extension") {
+			t.Errorf("status.databases %+v", st)
+		}
+	})
+
+	t.Run("a database with a session is not dropped, and the reason is said; once it ends, dropped", func(t *testing.T) {
+		// The owner's session, held open.
+		session, err := pgx.Connect(ctx, fmt.Sprintf("host=127.0.0.1 port=%s user=analyst dbname=reports sslmode=disable password=%s",
+			front, secretPassword(specs.GeneratedRoleSecretName(c.db, "analyst"))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = session.Close(ctx) }()
+		c.updateDatabase(t, func(db *databasev1alpha1.MyDatabase) {
+			db.Spec.Databases = []databasev1alpha1.DatabaseSpec{{Name: "reports", Ensure: databasev1alpha1.EnsureAbsent}}
+		})
+		db := condition(databasev1alpha1.ConditionDatabasesApplied, metav1.ConditionFalse, databasev1alpha1.ReasonDatabaseNotApplied)
+		if msg := db.Status.Databases[0].Message; !strings.Contains(msg, `database "reports" is being accessed by other users`) {
+			t.Errorf("status.databases[0].message %q", msg)
+		}
+		if err := session.Ping(ctx); err != nil {
+			t.Errorf("the session was ended: %v", err)
+		}
+		_ = session.Close(ctx)
+		condition(databasev1alpha1.ConditionDatabasesApplied, metav1.ConditionTrue, databasev1alpha1.ReasonDatabasesApplied)
+		if got := c.query(t, primary(), "", "SELECT count(*) FROM pg_database WHERE datname = 'reports'"); got != "0" {
+			t.Error("reports is still there")
+		}
+		// The application's database was only no longer listed: its
+		// extension stays.
+		if got := c.query(t, c.labelledPrimary(ctx, ha.pods).socket("postgres", c.db.Spec.DatabaseName), "",
+			"SELECT count(*) FROM pg_extension WHERE extname = 'pg_trgm'"); got != "1" {
+			t.Error("pg_trgm was dropped from the application's database when its entry was removed")
 		}
 	})
 }

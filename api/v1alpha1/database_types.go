@@ -1,0 +1,144 @@
+package v1alpha1
+
+// DatabaseSpec is a PostgreSQL database the primary's instance manager
+// keeps as declared: created when missing (encoding, locale and template
+// apply then), its owner and comment kept, its extensions kept, dropped
+// only when ensure is absent. A database that exists but is not declared
+// is left alone; removing an entry from spec.databases drops nothing.
+// +kubebuilder:validation:XValidation:rule="!(self.name in ['postgres', 'template0', 'template1'])",message="postgres, template0 and template1 are PostgreSQL's own databases"
+// +kubebuilder:validation:XValidation:rule="has(self.encoding) == has(oldSelf.encoding) && (!has(self.encoding) || self.encoding == oldSelf.encoding)",message="encoding applies when the database is created and cannot change"
+// +kubebuilder:validation:XValidation:rule="has(self.locale) == has(oldSelf.locale) && (!has(self.locale) || self.locale == oldSelf.locale)",message="locale applies when the database is created and cannot change"
+// +kubebuilder:validation:XValidation:rule="has(self.template) == has(oldSelf.template) && (!has(self.template) || self.template == oldSelf.template)",message="template applies when the database is created and cannot change"
+// +kubebuilder:validation:XValidation:rule="self.ensure != 'absent' || !has(self.extensions) || self.extensions.all(e, e.ensure == 'absent')",message="a database with ensure: absent is dropped with its extensions: declare none present"
+type DatabaseSpec struct {
+	// name is the database's name in PostgreSQL.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	Name string `json:"name"`
+
+	// ensure is present (default): the database exists as declared; or
+	// absent: it is dropped (refused, and reported, while anyone is
+	// connected to it).
+	// +kubebuilder:default=present
+	// +optional
+	Ensure Ensure `json:"ensure,omitempty"`
+
+	// owner is the role that owns the database: spec.user (default) or a
+	// role declared present in spec.roles.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	// +optional
+	Owner string `json:"owner,omitempty"`
+
+	// encoding of a new database, such as UTF8; the server's default
+	// (UTF8) if absent.
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_]+$`
+	// +optional
+	Encoding string `json:"encoding,omitempty"`
+
+	// locale of a new database (LC_COLLATE and LC_CTYPE), such as C or
+	// en_US.UTF-8; the server's default if absent.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.@-]+$`
+	// +optional
+	Locale string `json:"locale,omitempty"`
+
+	// template a new database is copied from; template1 if absent.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	// +optional
+	Template string `json:"template,omitempty"`
+
+	// comment is the database's COMMENT.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Comment string `json:"comment,omitempty"`
+
+	// extensions are kept in the database as declared: created when
+	// missing, updated to version, moved to schema, dropped only when
+	// ensure is absent (refused, and reported, while objects depend on
+	// them). One the image does not hold is reported on its own; the
+	// rest are applied.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Extensions []ExtensionSpec `json:"extensions,omitempty"`
+}
+
+// ExtensionSpec is a PostgreSQL extension of a declared database.
+type ExtensionSpec struct {
+	// name of the extension, as pg_available_extensions lists it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_-]*$`
+	Name string `json:"name"`
+
+	// ensure is present (default) or absent (dropped).
+	// +kubebuilder:default=present
+	// +optional
+	Ensure Ensure `json:"ensure,omitempty"`
+
+	// version to create or update to; the extension's default version
+	// when created, and left as it is afterwards, if absent.
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// schema the extension's objects live in; the database's first schema
+	// on the search path when created, and left as it is afterwards, if
+	// absent.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	// +optional
+	Schema string `json:"schema,omitempty"`
+}
+
+// ConditionDatabasesApplied is True once the primary has applied every
+// declared database and extension (spec.databases) as it is now declared,
+// False with those it could not apply and why, or while it has not yet;
+// absent without spec.databases. No effect on Ready.
+const ConditionDatabasesApplied = "DatabasesApplied"
+
+// The reasons of ConditionDatabasesApplied.
+const (
+	ReasonDatabasesApplied   = "DatabasesApplied"
+	ReasonDatabaseNotApplied = "DatabaseNotApplied"
+	ReasonDatabasesPending   = "DatabasesPending"
+)
+
+// DatabaseStatus is where one declared database stands.
+type DatabaseStatus struct {
+	// name of the database.
+	Name string `json:"name"`
+
+	// applied is true when the primary's database matches the
+	// declaration (its extensions aside).
+	Applied bool `json:"applied"`
+
+	// message is PostgreSQL's error, in plain words, when it does not.
+	// +optional
+	Message string `json:"message,omitempty"`
+
+	// extensions is where each declared extension stands.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Extensions []ExtensionStatus `json:"extensions,omitempty"`
+}
+
+// ExtensionStatus is where one declared extension stands.
+type ExtensionStatus struct {
+	// name of the extension.
+	Name string `json:"name"`
+
+	// applied is true when the extension is as declared.
+	Applied bool `json:"applied"`
+
+	// message says why it is not.
+	// +optional
+	Message string `json:"message,omitempty"`
+}

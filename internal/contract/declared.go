@@ -1,0 +1,101 @@
+package contract
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// AnnotationDeclared on the primary Lease is what the MyDatabase declares
+// inside PostgreSQL (Declared, JSON: spec.roles and spec.databases), which
+// the primary's instance manager applies: there, as for the quorum, a
+// change reaches it without a pod restart, and a new primary applies it
+// after a failover. It holds no password, only the names of the Secrets
+// that hold them.
+const AnnotationDeclared = "database.example.com/declared"
+
+// Declared is the value of AnnotationDeclared.
+type Declared struct {
+	Roles     []Role     `json:"roles,omitempty"`
+	Databases []Database `json:"databases,omitempty"`
+}
+
+// Role is a declared role as the instance manager applies it
+// (spec.roles[] with its defaults resolved).
+type Role struct {
+	Name   string `json:"name"`
+	Absent bool   `json:"absent,omitempty"`
+
+	Login           bool       `json:"login,omitempty"`
+	CreateDB        bool       `json:"createdb,omitempty"`
+	CreateRole      bool       `json:"createrole,omitempty"`
+	Inherit         bool       `json:"inherit,omitempty"`
+	ConnectionLimit int32      `json:"connectionLimit"`
+	ValidUntil      *time.Time `json:"validUntil,omitempty"`
+	InRoles         []string   `json:"inRoles,omitempty"`
+	Comment         string     `json:"comment,omitempty"`
+	// PasswordSecret names the Secret whose "password" key is the role's
+	// password; "" for none.
+	PasswordSecret string `json:"passwordSecret,omitempty"`
+}
+
+// Database is a declared database as the instance manager applies it
+// (spec.databases[] with its defaults resolved: Owner is always set).
+type Database struct {
+	Name   string `json:"name"`
+	Absent bool   `json:"absent,omitempty"`
+	Owner  string `json:"owner,omitempty"`
+	// Encoding, Locale and Template apply when the database is created;
+	// "" for the server's default.
+	Encoding   string      `json:"encoding,omitempty"`
+	Locale     string      `json:"locale,omitempty"`
+	Template   string      `json:"template,omitempty"`
+	Comment    string      `json:"comment,omitempty"`
+	Extensions []Extension `json:"extensions,omitempty"`
+}
+
+// Extension is a declared extension of a database.
+type Extension struct {
+	Name   string `json:"name"`
+	Absent bool   `json:"absent,omitempty"`
+	// Version and Schema are "" for the extension's default.
+	Version string `json:"version,omitempty"`
+	Schema  string `json:"schema,omitempty"`
+}
+
+// The keys of a report's Declared outcome.
+
+// RoleKey is a declared role's.
+func RoleKey(name string) string { return "role/" + name }
+
+// DatabaseKey is a declared database's.
+func DatabaseKey(name string) string { return "database/" + name }
+
+// ExtensionKey is a declared extension's, in its database.
+func ExtensionKey(database, name string) string { return "database/" + database + "/extension/" + name }
+
+func (d Declared) String() string {
+	b, _ := json.Marshal(d) // Declared always marshals
+	return string(b)
+}
+
+// DeclaredDigest names a declaration (the annotation's value) in a
+// report: what the outcome there is of.
+func DeclaredDigest(annotation string) string {
+	sum := sha256.Sum256([]byte(annotation))
+	return hex.EncodeToString(sum[:8])
+}
+
+// ParseDeclared reads AnnotationDeclared; an empty value declares nothing.
+func ParseDeclared(s string) (Declared, error) {
+	var d Declared
+	if s == "" {
+		return d, nil
+	}
+	if err := json.Unmarshal([]byte(s), &d); err != nil {
+		return d, fmt.Errorf("the Lease's %s annotation: %w", AnnotationDeclared, err)
+	}
+	return d, nil
+}

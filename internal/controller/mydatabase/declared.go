@@ -1,0 +1,110 @@
+package mydatabase
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/specs"
+)
+
+// setDeclaredStatus writes status.roles, status.databases and their
+// conditions (RolesApplied, DatabasesApplied) from the primary's report:
+// an item is applied once the primary reports it so for the declaration
+// as it is now.
+func setDeclaredStatus(db *databasev1alpha1.MyDatabase, primary *contract.Report, now time.Time) {
+	st := &db.Status
+	current := false
+	if d := specs.DeclaredOf(db); d != nil && primary != nil {
+		current = primary.DeclaredOf == contract.DeclaredDigest(d.String())
+	}
+	// outcome is the primary's for the item of key: why it is not
+	// applied, and whether it said.
+	outcome := func(key string) (string, bool) {
+		if !current {
+			return "", false
+		}
+		why, reported := primary.Declared[key]
+		return why, reported
+	}
+
+	st.Roles = nil
+	var roles tally
+	for _, r := range db.Spec.Roles {
+		rs := databasev1alpha1.RoleStatus{Name: r.Name, PasswordSecret: specs.RolePasswordSecretName(db, r)}
+		why, reported := outcome(contract.RoleKey(r.Name))
+		rs.Applied, rs.Message = roles.add(r.Name, why, reported)
+		st.Roles = append(st.Roles, rs)
+	}
+	roles.setCondition(db, now, databasev1alpha1.ConditionRolesApplied, "roles", "spec.roles",
+		databasev1alpha1.ReasonRolesApplied, databasev1alpha1.ReasonRoleNotApplied, databasev1alpha1.ReasonRolesPending)
+
+	st.Databases = nil
+	var databases tally
+	for _, d := range db.Spec.Databases {
+		ds := databasev1alpha1.DatabaseStatus{Name: d.Name}
+		why, reported := outcome(contract.DatabaseKey(d.Name))
+		ds.Applied, ds.Message = databases.add(d.Name, why, reported)
+		for _, e := range d.Extensions {
+			es := databasev1alpha1.ExtensionStatus{Name: e.Name}
+			why, reported := outcome(contract.ExtensionKey(d.Name, e.Name))
+			es.Applied, es.Message = databases.add(d.Name+" extension "+e.Name, why, reported)
+			ds.Extensions = append(ds.Extensions, es)
+		}
+		st.Databases = append(st.Databases, ds)
+	}
+	databases.setCondition(db, now, databasev1alpha1.ConditionDatabasesApplied, "databases and extensions", "spec.databases",
+		databasev1alpha1.ReasonDatabasesApplied, databasev1alpha1.ReasonDatabaseNotApplied, databasev1alpha1.ReasonDatabasesPending)
+}
+
+// tally counts declared items by where they stand, for a condition.
+type tally struct {
+	count           int
+	failed, pending []string
+}
+
+// add counts the item name, given the primary's outcome for it (why it
+// is not applied, and whether it reported one), and returns its status'
+// applied and message.
+func (t *tally) add(name, why string, reported bool) (bool, string) {
+	t.count++
+	switch {
+	case !reported:
+		t.pending = append(t.pending, name)
+		return false, ""
+	case why != "":
+		t.failed = append(t.failed, name+": "+why)
+		return false, why
+	}
+	return true, ""
+}
+
+// setCondition sets the condition of type kind from the tally: True
+// (applied) when every item is applied, False with the items that failed
+// (notApplied) or, else, that the primary has not reported yet (pending);
+// no condition without items.
+func (t *tally) setCondition(db *databasev1alpha1.MyDatabase, now time.Time, kind, what, field, applied, notApplied, pending string) {
+	if t.count == 0 {
+		meta.RemoveStatusCondition(&db.Status.Conditions, kind)
+		return
+	}
+	cond := metav1.Condition{Type: kind, Status: metav1.ConditionTrue, Reason: applied,
+		Message:            fmt.Sprintf("the primary applied the %d declared %s", t.count, what),
+		ObservedGeneration: db.Generation, LastTransitionTime: metav1.NewTime(now)}
+	switch {
+	case len(t.failed) > 0:
+		slices.Sort(t.failed)
+		cond.Status, cond.Reason = metav1.ConditionFalse, notApplied
+		cond.Message = "the primary could not apply " + strings.Join(t.failed, "; ") + "; change " + field + " or the database, and it tries again"
+	case len(t.pending) > 0:
+		cond.Status, cond.Reason = metav1.ConditionFalse, pending
+		cond.Message = "waiting for the primary to apply " + strings.Join(t.pending, ", ")
+	}
+	meta.SetStatusCondition(&db.Status.Conditions, cond)
+}

@@ -1,0 +1,120 @@
+package instance
+
+import (
+	"context"
+	"maps"
+	"sync/atomic"
+	"time"
+
+	"example.com/myoperator/internal/contract"
+)
+
+// What the MyDatabase declares inside PostgreSQL (spec.roles,
+// spec.databases): on the primary, a worker of the instance manager's own
+// applies what the Lease declares (contract.Declared), roles first (a
+// database's owner must exist), then databases and their extensions. It
+// runs beside the HA loop, never in it: a statement of the user's making
+// may wait (a DROP DATABASE for its sessions, an ALTER for a lock, any
+// commit for the fence), and the Lease's renewal must not wait with it.
+// The turn hands it the declaration and puts its last outcome in the
+// report. Every step is idempotent: a declaration is applied at once when
+// it changes, and again once per Lease duration (what someone changed by
+// hand is put back, a password Secret's change applied).
+
+// declaredWork is what a turn hands the worker.
+type declaredWork struct {
+	primary    bool   // this instance is the ready primary
+	annotation string // contract.AnnotationDeclared, as written
+}
+
+// declaredOutcome is the worker's last pass.
+type declaredOutcome struct {
+	of      string            // contract.DeclaredDigest of the declaration applied
+	outcome map[string]string // contract.Report.Declared
+}
+
+// declaredKeeper is where the turn and the worker meet.
+type declaredKeeper struct {
+	work chan declaredWork // the latest, capacity 1
+	last atomic.Pointer[declaredOutcome]
+}
+
+func newDeclaredKeeper() *declaredKeeper {
+	return &declaredKeeper{work: make(chan declaredWork, 1)}
+}
+
+// offer hands the worker w, in place of one it has not taken yet. The
+// turn is the only sender.
+func (k *declaredKeeper) offer(w declaredWork) {
+	select {
+	case <-k.work:
+	default:
+	}
+	k.work <- w
+}
+
+// outcome is what the report says: the worker's last outcome and the
+// declaration it is of; nothing unless this instance is the primary.
+func (k *declaredKeeper) outcome(primary bool) (map[string]string, string) {
+	last := k.last.Load()
+	if !primary || last == nil {
+		return nil, ""
+	}
+	return maps.Clone(last.outcome), last.of
+}
+
+// keepDeclared is the worker; it returns when ctx ends.
+func (m *manager) keepDeclared(ctx context.Context) {
+	var applied string // the annotation last applied, and when
+	var at time.Time
+	for {
+		var w declaredWork
+		select {
+		case <-ctx.Done():
+			return
+		case w = <-m.declared.work:
+		}
+		if !w.primary || w.annotation == "" {
+			m.declared.last.Store(nil)
+			applied = ""
+			continue
+		}
+		if w.annotation == applied && time.Since(at) < m.t.lease {
+			continue
+		}
+		d, err := contract.ParseDeclared(w.annotation)
+		if err != nil {
+			m.log("%v", err)
+			continue
+		}
+		outcome, err := m.applyDeclared(ctx, d)
+		if err != nil {
+			m.log("applying the declared roles and databases: %v (again at the next turn)", err)
+			continue
+		}
+		var before map[string]string
+		if last := m.declared.last.Load(); last != nil {
+			before = last.outcome
+		}
+		for key, why := range outcome {
+			if why != "" && why != before[key] {
+				m.log("%s: %s", key, why)
+			}
+		}
+		m.declared.last.Store(&declaredOutcome{of: contract.DeclaredDigest(w.annotation), outcome: outcome})
+		applied, at = w.annotation, time.Now()
+	}
+}
+
+// applyDeclared applies d, each step bounded by a minute, and returns
+// each item's outcome.
+func (m *manager) applyDeclared(ctx context.Context, d contract.Declared) (map[string]string, error) {
+	outcome := map[string]string{}
+	if err := m.applyRoles(ctx, d.Roles, outcome); err != nil {
+		return nil, err
+	}
+	if err := m.applyDatabases(ctx, d.Databases, outcome); err != nil {
+		return nil, err
+	}
+	return outcome, nil
+}
