@@ -263,9 +263,16 @@ func cordon(t *testing.T, unschedulable bool) {
 func psqlPod(t *testing.T, ns, name, query string) string {
 	t.Helper()
 	secret := specs.CredentialsSecretName(getDB(t, ns))
-	uri := corev1.EnvVar{Name: "DATABASE_URI", ValueFrom: &corev1.EnvVarSource{
+	return psqlPodWith(t, ns, name, corev1.EnvVar{Name: "DATABASE_URI", ValueFrom: &corev1.EnvVarSource{
 		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "uri"},
-	}}
+	}}, query)
+}
+
+// psqlPodWith is psqlPod with the URI uri (a variable named DATABASE_URI)
+// gives, verified with the connection Secret's CA.
+func psqlPodWith(t *testing.T, ns, name string, uri corev1.EnvVar, query string) string {
+	t.Helper()
+	secret := specs.CredentialsSecretName(getDB(t, ns))
 	// The CA as the README tells an application to mount it: only the
 	// Secret's ca.crt, and PGSSLROOTCERT naming it (the uri asks for
 	// sslmode=verify-full).

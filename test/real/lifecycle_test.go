@@ -109,6 +109,46 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		}
 	})
 
+	step("declared roles and databases: a client pod logs in with each role's generated Secret", func(t *testing.T) {
+		patch(t, ns, func(db *databasev1alpha1.MyDatabase) {
+			db.Spec.Roles = []databasev1alpha1.RoleSpec{{Name: "reader", InRoles: []string{"pg_read_all_data"}}, {Name: "reporter"}}
+			db.Spec.Databases = []databasev1alpha1.DatabaseSpec{
+				{Name: "app", Extensions: []databasev1alpha1.ExtensionSpec{{Name: "pg_stat_statements"}}},
+				{Name: "reports", Owner: "reporter", Extensions: []databasev1alpha1.ExtensionSpec{{Name: "pg_trgm"}}},
+			}
+		})
+		for _, kind := range []string{databasev1alpha1.ConditionRolesApplied, databasev1alpha1.ConditionDatabasesApplied} {
+			testenv.Eventually(t, time.Minute, kind, func() error {
+				db := getDB(t, ns)
+				if c := meta.FindStatusCondition(db.Status.Conditions, kind); c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != db.Generation {
+					return fmt.Errorf("%+v", c)
+				}
+				return nil
+			})
+		}
+		// The application user owns app: it lets reader in.
+		if _, err := connect(t, uri).Exec(ctx, "GRANT CONNECT ON DATABASE app TO reader"); err != nil {
+			t.Fatal(err)
+		}
+		roleURI := func(role string) string {
+			var s corev1.Secret
+			if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: specs.GeneratedRoleSecretName(db, role)}, &s); err != nil {
+				t.Fatal(err)
+			}
+			return string(s.Data[specs.SecretURIKey])
+		}
+		reader := corev1.EnvVar{Name: "DATABASE_URI", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: specs.GeneratedRoleSecretName(db, "reader")}, Key: specs.SecretURIKey}}}
+		if out := psqlPodWith(t, ns, "reader", reader, "SELECT current_user || ' ' || count(*) FROM items"); out != fmt.Sprintf("reader %d", rows) {
+			t.Errorf("reader in app: %q", out)
+		}
+		// The reporter owns reports: its Secret's URI with that database.
+		reporter := corev1.EnvVar{Name: "DATABASE_URI", Value: strings.Replace(roleURI("reporter"), "/app?", "/reports?", 1)}
+		if out := psqlPodWith(t, ns, "reporter", reporter, "SELECT current_user || ' ' || extname FROM pg_extension WHERE extname = 'pg_trgm'"); out != "reporter pg_trgm" {
+			t.Errorf("reporter in reports: %q", out)
+		}
+	})
+
 	step("pods have no route out of this machine", func(t *testing.T) {
 		// Routes of the pod network only (hack/real-node.sh): no default
 		// route, destination 0.0.0.0 in /proc/net/route.

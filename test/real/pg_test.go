@@ -4,8 +4,10 @@ package real
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,6 +49,12 @@ func dial(ctx context.Context, uri string) (*pgx.Conn, error) {
 func connect(t *testing.T, uri string) *pgx.Conn {
 	t.Helper()
 	conn, err := dial(t.Context(), uri)
+	// A Service's new endpoint reaches kube-proxy's rules a moment after
+	// its pod is ready: until then the Service refuses, as clients see.
+	for deadline := time.Now().Add(15 * time.Second); errors.Is(err, syscall.ECONNREFUSED) && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		conn, err = dial(t.Context(), uri)
+	}
 	if err != nil {
 		t.Fatalf("connecting to %s: %v", redact(uri), err)
 	}
