@@ -160,9 +160,13 @@ func (m *manager) accepts(ctx context.Context, role, password string) (bool, err
 	return err == nil && stored != nil && scram.Matches(*stored, password), err
 }
 
-// setPassword sets role's password by its verifier. The commit waits for
-// the fence like any other: it is acknowledged only while the Lease is
-// held, and the turn gives up after a tick (the next poll checks again).
+// setPassword sets role's password by its verifier. Like every statement
+// of the instance manager's, it commits locally (synchronous_commit=local,
+// connectTo) without waiting for the fence: a deposed primary may commit
+// it alone, and it is lost with that primary's divergent WAL. Nothing
+// relies on it until it is seen elsewhere: the rotation moves on only once
+// every ready server reports that it accepts the password, and the
+// primary sets a declared role's password again at its next pass.
 func (m *manager) setPassword(ctx context.Context, role, password string) error {
 	verifier, err := scram.Verifier(password)
 	if err != nil {
@@ -176,8 +180,8 @@ func (m *manager) setPassword(ctx context.Context, role, password string) error 
 	})
 }
 
-// withServerFor is withServer bounded by one tick, so that a commit
-// waiting for a closed fence cannot hold the HA loop.
+// withServerFor is withServer bounded by one tick, so that a statement
+// waiting for a lock cannot hold the HA loop.
 func (m *manager) withServerFor(ctx context.Context, f func(context.Context, *pgx.Conn) error) error {
 	ctx, cancel := context.WithTimeout(ctx, m.t.tick)
 	defer cancel()
