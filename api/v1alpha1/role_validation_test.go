@@ -56,19 +56,11 @@ func TestRoleValidation(t *testing.T) {
 	}
 
 	// Accepted, with the defaults: present, login, inherit, no limit.
-	obj := manifest("roles-valid", roles(
+	got := createValid(t, manifest("roles-valid", roles(
 		role(map[string]any{"inRoles": []any{"pg_read_all_data"}, "superuser": false, "comment": "read-only, for the analysts"}),
 		map[string]any{"name": "migrator", "createdb": true, "passwordSecret": map[string]any{"name": "migrator-password"}},
 		map[string]any{"name": "old_app", "ensure": "absent"},
-	))
-	if err := env.Client.Create(ctx, obj); err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(ctx, obj) })
-	var got databasev1alpha1.MyDatabase
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), &got); err != nil {
-		t.Fatal(err)
-	}
+	)))
 	r := got.Spec.Roles[0]
 	if r.Ensure != databasev1alpha1.EnsurePresent || r.Login == nil || !*r.Login || r.Inherit == nil || !*r.Inherit ||
 		r.ConnectionLimit == nil || *r.ConnectionLimit != -1 {
@@ -115,24 +107,32 @@ func TestDatabaseValidation(t *testing.T) {
 		})
 	}
 
-	obj := manifest("databases-valid", spec(
+	got := createValid(t, manifest("databases-valid", spec(
 		map[string]any{"name": "app", "extensions": []any{map[string]any{"name": "pg_stat_statements"}}},
 		map[string]any{"name": "reports", "owner": "analyst", "locale": "C", "template": "template0",
 			"extensions": []any{map[string]any{"name": "uuid-ossp", "schema": "ext"}}},
-	))
-	if err := env.Client.Create(ctx, obj); err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(ctx, obj) })
-	var got databasev1alpha1.MyDatabase
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), &got); err != nil {
-		t.Fatal(err)
-	}
+	)))
 	if d := got.Spec.Databases[1]; d.Ensure != databasev1alpha1.EnsurePresent || d.Extensions[0].Ensure != databasev1alpha1.EnsurePresent {
 		t.Errorf("defaults not applied: %+v", d)
 	}
 	got.Spec.Databases[1].Locale = "en_US.UTF-8"
-	if err := env.Client.Update(ctx, &got, client.DryRunAll); err == nil || !strings.Contains(err.Error(), "locale applies when the database is created and cannot change") {
+	if err := env.Client.Update(ctx, got, client.DryRunAll); err == nil || !strings.Contains(err.Error(), "locale applies when the database is created and cannot change") {
 		t.Errorf("locale changed: %v", err)
 	}
+}
+
+// createValid creates obj, which admission must accept, and returns it as
+// the API server stored it (defaults filled in); it is deleted after t.
+func createValid(t *testing.T, obj client.Object) *databasev1alpha1.MyDatabase {
+	t.Helper()
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, obj); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, obj) })
+	got := &databasev1alpha1.MyDatabase{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), got); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
