@@ -11,8 +11,11 @@
 #     (there is no registry and no container engine here):
 #       localhost/myoperator/pause:3.10       pause.c of the Kubernetes module, gcc -static
 #       localhost/myoperator/coredns:<ver>    the coredns binary alone
-#       postgres:17, postgres:17.<minor>      Debian 13 (trixie) postgresql-17
-#       postgres:15, postgres:15.<minor>      Debian 12 (bookworm) postgresql-15
+#       postgres:17, postgres:17.<minor>      Debian 13 (trixie) postgresql-17,
+#                                             with pgvector and pgaudit
+#       postgres:15, postgres:15.<minor>      Debian 12 (bookworm) postgresql-15,
+#                                             with pgaudit (bookworm has no
+#                                             pgvector for 15)
 #     The PostgreSQL images are built with mmdebstrap and match the official
 #     image where the operator relies on it: user postgres at uid/gid 999,
 #     the server's bin directory first on PATH, bash. They carry the names
@@ -39,7 +42,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE_DIR=${MYOPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/myoperator}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # Bump when what an image contains changes, to rebuild the cached ones.
-IMAGES_REV=1
+IMAGES_REV=2
 PAUSE_TAG=3.10
 
 say() { printf '[node-parts] %s\n' "$*" >&2; }
@@ -98,21 +101,26 @@ CNI_BIN="$runtime/usr/lib/cni"
 
 images="$parts/images-r$IMAGES_REV"
 mkdir -p "$images"
+for old in "$parts"/images-r*; do
+  [ "$old" = "$images" ] || rm -rf "$old" # an older revision's images
+done
 # shellcheck source=hack/lib/image.sh
 . "$repo/hack/lib/image.sh"
 
-# postgres_image <major> <Debian suite>
+# postgres_image <major> <Debian suite> [extension package...]
 postgres_image() {
-  local major=$1 suite=$2 root version minor start=$SECONDS
+  local major=$1 suite=$2 root version minor start=$SECONDS include
+  shift 2
+  include=$(IFS=,; echo "postgresql-$major${*:+,$*}")
   [ -f "$images/postgres-$major.tar" ] && return
-  say "building the postgres:$major image from Debian $suite's postgresql-$major with mmdebstrap"
+  say "building the postgres:$major image from Debian $suite's $include with mmdebstrap"
   root=$(mktemp -d "$images/.postgres-$major.XXXXXX")
   rmdir "$root"
   # As the official image: the postgres user and group are 999, made before
   # the package would pick its own; no cluster is created at install time;
   # the socket directory is writable by the group.
   mmdebstrap --quiet --mode=root --variant=minbase --format=directory \
-    --include="postgresql-$major" \
+    --include="$include" \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
     --essential-hook='echo "postgres:x:999:999:PostgreSQL administrator:/var/lib/postgresql:/bin/bash" >>"$1/etc/passwd"' \
@@ -121,7 +129,7 @@ postgres_image() {
     --customize-hook='install -d -o 999 -g 999 -m 2777 "$1/var/run/postgresql"' \
     --customize-hook='install -d -o 999 -g 999 -m 0700 "$1/var/lib/postgresql/data"' \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/*' \
-    "$suite" "$root" "$DEBIAN_MIRROR" >&2 || die "mmdebstrap of postgresql-$major failed"
+    "$suite" "$root" "$DEBIAN_MIRROR" >&2 || die "mmdebstrap of $include failed"
   [ "$(chroot "$root" id -u postgres)" = 999 ] || die "the postgres user of the image is not uid 999"
   version=$(dpkg-query --admindir="$root/var/lib/dpkg" -W -f='${Version}' "postgresql-$major")
   minor=${version#"$major".}; minor=${minor%%[^0-9]*}
@@ -135,8 +143,8 @@ postgres_image() {
 }
 for major in ${POSTGRES_MAJORS:-17 15}; do
   case $major in
-    17) postgres_image 17 trixie ;;
-    15) postgres_image 15 bookworm ;;
+    17) postgres_image 17 trixie postgresql-17-pgvector postgresql-17-pgaudit ;;
+    15) postgres_image 15 bookworm postgresql-15-pgaudit ;;
     *) die "POSTGRES_MAJORS: no image recipe for PostgreSQL $major (17, 15)" ;;
   esac
 done

@@ -16,7 +16,7 @@
 set -euo pipefail
 
 CACHE_DIR=${MYOPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/myoperator}
-images="$CACHE_DIR/node/images-r1"
+images="$CACHE_DIR/node/images-r$(sed -n 's/^IMAGES_REV=//p' "$(dirname "$0")/node-parts.sh")"
 say() { printf '[upgrade-interrupt] %s\n' "$*" >&2; }
 [ "$(id -u)" = 0 ] || { say "must run as root (chroot, mounts)"; exit 1; }
 for m in 15 17; do

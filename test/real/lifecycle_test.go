@@ -109,14 +109,17 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		}
 	})
 
-	step("declared roles and databases: a client pod logs in with each role's generated Secret", func(t *testing.T) {
+	step("declared roles, databases and the image's extensions: a client pod logs in with each role's generated Secret", func(t *testing.T) {
 		patch(t, ns, func(db *databasev1alpha1.MyDatabase) {
 			db.Spec.Roles = []databasev1alpha1.RoleSpec{{Name: "reader", InRoles: []string{"pg_read_all_data"}}, {Name: "reporter"}}
 			db.Spec.Databases = []databasev1alpha1.DatabaseSpec{
-				{Name: "app", Extensions: []databasev1alpha1.ExtensionSpec{{Name: "pg_stat_statements"}}},
-				{Name: "reports", Owner: "reporter", Extensions: []databasev1alpha1.ExtensionSpec{{Name: "pg_trgm"}}},
+				{Name: "app", Extensions: []databasev1alpha1.ExtensionSpec{{Name: "pg_stat_statements"}, {Name: "pgaudit"}}},
+				{Name: "reports", Owner: "reporter", Extensions: []databasev1alpha1.ExtensionSpec{{Name: "vector"}}},
 			}
+			// pgaudit works only preloaded: the server restarts.
+			db.Spec.Parameters["shared_preload_libraries"] = "pg_stat_statements,pgaudit"
 		})
+		waitReady(t, ns, 1, 3*time.Minute)
 		for _, kind := range []string{databasev1alpha1.ConditionRolesApplied, databasev1alpha1.ConditionDatabasesApplied} {
 			testenv.Eventually(t, time.Minute, kind, func() error {
 				db := getDB(t, ns)
@@ -144,8 +147,14 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		}
 		// The reporter owns reports: its Secret's URI with that database.
 		reporter := corev1.EnvVar{Name: "DATABASE_URI", Value: strings.Replace(roleURI("reporter"), "/app?", "/reports?", 1)}
-		if out := psqlPodWith(t, ns, "reporter", reporter, "SELECT current_user || ' ' || extname FROM pg_extension WHERE extname = 'pg_trgm'"); out != "reporter pg_trgm" {
-			t.Errorf("reporter in reports: %q", out)
+		if out := psqlPodWith(t, ns, "reporter", reporter, "SELECT current_user || ' ' || ('[1,2]'::vector <-> '[4,6]'::vector)"); out != "reporter 5" {
+			t.Errorf("reporter in reports, with pgvector: %q", out)
+		}
+		// In app, as postgres: the two extensions, pgaudit loaded.
+		out, err := podExec(ns, dbName+"-0", "psql", "--no-psqlrc", "--tuples-only", "--no-align", "--username", "postgres", "--dbname", "app",
+			"--command", "SELECT string_agg(extname, ',' ORDER BY extname) || ' ' || current_setting('pgaudit.log') FROM pg_extension")
+		if err != nil || out != "pg_stat_statements,pgaudit,plpgsql none" {
+			t.Errorf("extensions in app, and pgaudit.log: %q %v", out, err)
 		}
 	})
 
