@@ -143,16 +143,23 @@ func (m *manager) retire(b *bridge) {
 
 // RunBridge is the bridge's command: it confirms the local primary's WAL,
 // with quorum, until the monotonic instant untilMono (nanoseconds) or a
-// signal, and writes "streaming" to ready once it streams.
+// signal, and writes "streaming" to ready once it streams. A witness that
+// fails closes ready at once, without "streaming": the instance manager
+// that waits for it re-executes without a bridge rather than wait on.
 func RunBridge(ctx context.Context, c Config, untilMono int64, quorum contract.Quorum, ready *os.File, log Logger) error {
 	f := newFence()
 	f.until = time.Now().Add(time.Duration(untilMono - monotonicNow()))
 	f.setQuorum(quorum)
 	ctx, cancel := context.WithDeadline(ctx, f.until)
 	defer cancel()
+	waiting, witnessEnded := context.WithCancel(ctx)
+	defer witnessEnded()
 	done := make(chan error, 1)
-	go func() { done <- witness(ctx, c, f) }()
-	if f.awaitStreaming(ctx, time.Until(f.until)) {
+	go func() {
+		done <- witness(ctx, c, f)
+		witnessEnded()
+	}()
+	if f.awaitStreaming(waiting, time.Until(f.until)) {
 		_, _ = ready.WriteString("streaming\n")
 		log("fence bridge streaming until the fence closes in %s", time.Until(f.until).Round(time.Millisecond))
 	}
