@@ -68,11 +68,6 @@ func (r *objectStores) reconcile(ctx context.Context, obs *observation) error {
 	return nil
 }
 
-// setArchivingStatus reports continuous archiving as the primary's
-// instance manager last did: status.backup and the ContinuousArchiving
-// condition, which says in plain words what failed; and the schedule's
-// times, as this pass saw them (schedule; nil keeps the last). Without
-// spec.backup none is there (and no report is read).
 // reportOf is the report of the named pod, nil when it has none.
 func reportOf(pods []corev1.Pod, name string) *contract.Report {
 	for i := range pods {
@@ -86,6 +81,11 @@ func reportOf(pods []corev1.Pod, name string) *contract.Report {
 	return nil
 }
 
+// setArchivingStatus reports continuous archiving as the primary's
+// instance manager last did: status.backup and the ContinuousArchiving
+// condition, which says in plain words what failed; and the schedule's
+// times, as this pass saw them (schedule; nil keeps the last). Without
+// spec.backup none is there (and no report is read).
 func setArchivingStatus(db *databasev1alpha1.MyDatabase, pods []corev1.Pod, primaryPod string, schedule *scheduleState, now time.Time) {
 	st := &db.Status
 	if db.Spec.Backup == nil {
