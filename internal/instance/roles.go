@@ -112,6 +112,9 @@ func literalOrNull(s string) string {
 // applyRoles makes the server's roles the declared ones and records each
 // one's outcome (contract.RoleKey).
 func (m *manager) applyRoles(ctx context.Context, roles []contract.Role, outcome map[string]string) error {
+	if len(roles) == 0 {
+		return nil
+	}
 	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		have, err := serverRoles(ctx, conn, roles)
 		if err != nil {
