@@ -172,3 +172,32 @@ func TestQuorumRoundTrips(t *testing.T) {
 		t.Errorf("an empty annotation is %+v, %v; want asynchronous", got, err)
 	}
 }
+
+// TestDeclaredRoundTrips: what the operator writes on the Lease for
+// spec.roles and spec.databases (specs.Lease) is what the instance manager
+// reads (ParseDeclared), defaults resolved; nothing is written when the
+// spec declares nothing.
+func TestDeclaredRoundTrips(t *testing.T) {
+	until := metav1.NewTime(time.Date(2027, 1, 31, 0, 0, 0, 0, time.UTC))
+	db := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: "prod"},
+		Spec: databasev1alpha1.MyDatabaseSpec{User: "app", DatabaseName: "app"}}
+	if _, ok := specs.Lease(db, "").Annotations[contract.AnnotationDeclared]; ok {
+		t.Error("a Lease declares roles and databases for a spec without any")
+	}
+	db.Spec.Roles = []databasev1alpha1.RoleSpec{{Name: "analyst", ValidUntil: &until, InRoles: []string{"pg_monitor"}}}
+	db.Spec.Databases = []databasev1alpha1.DatabaseSpec{{Name: "reports", Locale: "C",
+		Extensions: []databasev1alpha1.ExtensionSpec{{Name: "vector", Ensure: databasev1alpha1.EnsureAbsent}}}}
+	got, err := contract.ParseDeclared(specs.Lease(db, "").Annotations[contract.AnnotationDeclared])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := contract.Declared{
+		Roles: []contract.Role{{Name: "analyst", Login: true, Inherit: true, ConnectionLimit: -1, ValidUntil: &until.Time,
+			InRoles: []string{"pg_monitor"}, PasswordSecret: "shop-role-analyst"}},
+		Databases: []contract.Database{{Name: "reports", Owner: "app", Locale: "C",
+			Extensions: []contract.Extension{{Name: "vector", Absent: true}}}},
+	}
+	if got.String() != want.String() {
+		t.Errorf("read back\n%s\nwant\n%s", got, want)
+	}
+}
