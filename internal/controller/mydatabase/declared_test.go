@@ -115,6 +115,29 @@ func TestDeclaredRolesAndDatabases(t *testing.T) {
 	if again := secretOf(t, ns, "roles-role-analyst"); string(again.Data[specs.SecretPasswordKey]) != first {
 		t.Error("the generated Secret was rewritten")
 	}
+
+	// Under Delete the role Secrets go with the MyDatabase: the generated
+	// one, and one a deleted MyDatabase of the name retained for a role no
+	// longer declared (adopted).
+	retained := specs.RoleSecret(db, "old_app", "old-password")
+	retained.Labels[databasev1alpha1.LabelOwnerUID] = "uid-of-a-deleted-mydatabase"
+	retained.OwnerReferences = nil
+	if err := k8s.Create(t.Context(), retained); err != nil {
+		t.Fatal(err)
+	}
+	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete })
+	for _, name := range []string{"roles-role-analyst", "roles-role-old-app"} {
+		eventually(t, name+" owned by the MyDatabase", func() error {
+			s := &corev1.Secret{}
+			if err := get(ns, name, s); err != nil {
+				return err
+			}
+			if s.Labels[databasev1alpha1.LabelOwnerUID] != string(db.UID) || len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != db.UID {
+				return fmt.Errorf("labels %v, owners %v", s.Labels, s.OwnerReferences)
+			}
+			return nil
+		})
+	}
 }
 
 func rolesCondition(reason, says string) func(*databasev1alpha1.MyDatabase) error {

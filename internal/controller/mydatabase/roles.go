@@ -7,6 +7,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -45,6 +46,22 @@ func (r *roles) reconcile(ctx context.Context, obs *observation) error {
 			return objectError("create", secret, name, err)
 		}
 		obs.created = append(obs.created, "Secret "+name)
+	}
+	// Every generated role Secret of this MyDatabase's name, its role
+	// declared now or not (a role removed from the list stays in the data,
+	// so does its password), made by this MyDatabase or retained with the
+	// data by a deleted one of the name: owned as the deletion policy says,
+	// so that Delete takes them with the data and Retain keeps them.
+	secrets := &corev1.SecretList{}
+	if err := r.List(ctx, secrets, client.InNamespace(r.db.Namespace), client.MatchingLabels{
+		databasev1alpha1.LabelInstance: r.db.Name, databasev1alpha1.LabelComponent: specs.ComponentRole,
+		databasev1alpha1.LabelManagedBy: databasev1alpha1.ManagedBy}); err != nil {
+		return err
+	}
+	for i := range secrets.Items {
+		if err := r.alignMetadata(ctx, &secrets.Items[i], specs.Labels(r.db, specs.ComponentRole), nil, specs.SecretOwnerReferences(r.db), r.db); err != nil {
+			return err
+		}
 	}
 	return nil
 }
