@@ -10,6 +10,7 @@ package v1alpha1
 // +kubebuilder:validation:XValidation:rule="has(self.locale) == has(oldSelf.locale) && (!has(self.locale) || self.locale == oldSelf.locale)",message="locale applies when the database is created and cannot change"
 // +kubebuilder:validation:XValidation:rule="has(self.template) == has(oldSelf.template) && (!has(self.template) || self.template == oldSelf.template)",message="template applies when the database is created and cannot change"
 // +kubebuilder:validation:XValidation:rule="self.ensure != 'absent' || !has(self.extensions) || self.extensions.all(e, e.ensure == 'absent')",message="a database with ensure: absent is dropped with its extensions: declare none present"
+// +kubebuilder:validation:XValidation:rule="self.ensure != 'absent' || !has(self.publications) || self.publications.all(p, p.ensure == 'absent')",message="a database with ensure: absent is dropped with its publications: declare none present"
 type DatabaseSpec struct {
 	// name is the database's name in PostgreSQL.
 	// +kubebuilder:validation:MinLength=1
@@ -66,6 +67,47 @@ type DatabaseSpec struct {
 	// +listMapKey=name
 	// +optional
 	Extensions []ExtensionSpec `json:"extensions,omitempty"`
+
+	// publications are kept in the database as declared (logical
+	// replication; they need spec.replication.logical): created when
+	// missing, their tables set to those listed, dropped only when
+	// ensure is absent.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Publications []PublicationSpec `json:"publications,omitempty"`
+}
+
+// PublicationSpec is a PostgreSQL publication of a declared database:
+// what logical replication sends of it.
+// +kubebuilder:validation:XValidation:rule="self.ensure == 'absent' || (has(self.allTables) && self.allTables) != (has(self.tables) && size(self.tables) > 0)",message="a publication lists its tables or sets allTables, one of the two"
+type PublicationSpec struct {
+	// name of the publication.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	Name string `json:"name"`
+
+	// ensure is present (default) or absent (dropped).
+	// +kubebuilder:default=present
+	// +optional
+	Ensure Ensure `json:"ensure,omitempty"`
+
+	// allTables publishes every table of the database, those made later
+	// too.
+	// +optional
+	AllTables bool `json:"allTables,omitempty"`
+
+	// tables published, as table or schema.table (public when no schema
+	// is given); a table that does not exist yet is reported, and added
+	// once it does.
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=127
+	// +kubebuilder:validation:items:Pattern=`^([a-z_][a-z0-9_]*\.)?[a-z_][a-z0-9_]*$`
+	// +listType=set
+	// +optional
+	Tables []string `json:"tables,omitempty"`
 }
 
 // ExtensionSpec is a PostgreSQL extension of a declared database.
@@ -98,7 +140,8 @@ type ExtensionSpec struct {
 }
 
 // ConditionDatabasesApplied is True once the primary has applied every
-// declared database and extension (spec.databases) as it is now declared,
+// declared database, extension and publication (spec.databases) as it is
+// now declared,
 // False with those it could not apply and why, or while it has not yet;
 // absent without spec.databases. No effect on Ready.
 const ConditionDatabasesApplied = "DatabasesApplied"
@@ -127,15 +170,21 @@ type DatabaseStatus struct {
 	// +listType=map
 	// +listMapKey=name
 	// +optional
-	Extensions []ExtensionStatus `json:"extensions,omitempty"`
+	Extensions []ItemStatus `json:"extensions,omitempty"`
+
+	// publications is where each declared publication stands.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Publications []ItemStatus `json:"publications,omitempty"`
 }
 
-// ExtensionStatus is where one declared extension stands.
-type ExtensionStatus struct {
-	// name of the extension.
+// ItemStatus is where one declared extension or publication stands.
+type ItemStatus struct {
+	// name of the extension or publication.
 	Name string `json:"name"`
 
-	// applied is true when the extension is as declared.
+	// applied is true when it is as declared.
 	Applied bool `json:"applied"`
 
 	// message says why it is not.

@@ -31,6 +31,16 @@ type ReplicationSpec struct {
 	// its WAL on disk, so that a failover loses no acknowledged commit.
 	// +optional
 	Synchronous *SynchronousReplication `json:"synchronous,omitempty"`
+
+	// logical sets wal_level=logical (the servers restart, one at a time,
+	// the primary last by switchover) so that the databases' publications
+	// (spec.databases[].publications) can be consumed, and keeps the
+	// operator's role mydatabase_logical: it logs in with the password of
+	// the Secret <mydatabase>-role-mydatabase-logical (generated once),
+	// may replicate, and reads every table, as a subscriber or a change
+	// data capture tool needs.
+	// +optional
+	Logical bool `json:"logical,omitempty"`
 }
 
 // Durability is what synchronous replication does when too few replicas

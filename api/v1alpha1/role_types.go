@@ -8,11 +8,11 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // ensure is absent. A role that exists but is not declared is left alone;
 // removing an entry from spec.roles drops nothing.
 // +kubebuilder:validation:XValidation:rule="!self.name.startsWith('pg_')",message="role names starting with pg_ are reserved by PostgreSQL"
-// +kubebuilder:validation:XValidation:rule="!(self.name in ['postgres', 'replicator', 'mydatabase_fence', 'public'])",message="postgres, replicator, mydatabase_fence and public are the operator's or PostgreSQL's own roles"
+// +kubebuilder:validation:XValidation:rule="!(self.name in ['postgres', 'replicator', 'public']) && !self.name.startsWith('mydatabase_')",message="postgres, replicator, public and the names starting with mydatabase_ are the operator's or PostgreSQL's own roles"
 // +kubebuilder:validation:XValidation:rule="!has(self.superuser) || !self.superuser",message="superuser roles are not managed: a superuser can switch off the fence (synchronous_commit) and read every file; connect as postgres through kubectl exec for administration"
 // +kubebuilder:validation:XValidation:rule="!has(self.replication) || !self.replication",message="replication roles are not managed: replication authenticates with the operator's client certificates (spec.tls), not passwords"
 // +kubebuilder:validation:XValidation:rule="!has(self.inRoles) || !(self.name in self.inRoles)",message="a role cannot be a member of itself"
-// +kubebuilder:validation:XValidation:rule="!has(self.inRoles) || self.inRoles.all(r, !(r in ['postgres', 'replicator', 'mydatabase_fence']))",message="inRoles may not name postgres, replicator or mydatabase_fence: a member could SET ROLE to them and hold their powers"
+// +kubebuilder:validation:XValidation:rule="!has(self.inRoles) || self.inRoles.all(r, !(r in ['postgres', 'replicator']) && !r.startsWith('mydatabase_'))",message="inRoles may not name postgres, replicator or a role starting with mydatabase_: a member could SET ROLE to them and hold their powers"
 // +kubebuilder:validation:XValidation:rule="self.ensure != 'absent' || !has(self.passwordSecret)",message="passwordSecret with ensure: absent: a role being dropped has no password"
 type RoleSpec struct {
 	// name is the role's name in PostgreSQL.

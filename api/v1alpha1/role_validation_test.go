@@ -32,15 +32,19 @@ func TestRoleValidation(t *testing.T) {
 		spec map[string]any
 		want string
 	}{
-		"upper-case name":        {roles(role(map[string]any{"name": "Analyst"})), "spec.roles[0].name"},
-		"pg_ name":               {roles(role(map[string]any{"name": "pg_reader"})), "role names starting with pg_ are reserved"},
-		"postgres":               {roles(role(map[string]any{"name": "postgres"})), "the operator's or PostgreSQL's own roles"},
+		"upper-case name":    {roles(role(map[string]any{"name": "Analyst"})), "spec.roles[0].name"},
+		"pg_ name":           {roles(role(map[string]any{"name": "pg_reader"})), "role names starting with pg_ are reserved"},
+		"postgres":           {roles(role(map[string]any{"name": "postgres"})), "the operator's or PostgreSQL's own roles"},
+		"mydatabase_logical": {roles(role(map[string]any{"name": "mydatabase_logical"})), "the operator's or PostgreSQL's own roles"},
+		"member of the operator's logical role": {roles(role(map[string]any{"inRoles": []any{"mydatabase_logical"}})),
+			"inRoles may not name postgres, replicator or a role starting with mydatabase_"},
 		"replicator":             {roles(role(map[string]any{"name": "replicator"})), "the operator's or PostgreSQL's own roles"},
 		"spec.user":              {roles(role(map[string]any{"name": "app"})), "roles may not declare spec.user"},
 		"superuser":              {roles(role(map[string]any{"superuser": true})), "superuser roles are not managed"},
 		"replication":            {roles(role(map[string]any{"replication": true})), "replication roles are not managed"},
 		"member of itself":       {roles(role(map[string]any{"inRoles": []any{"analyst"}})), "a role cannot be a member of itself"},
 		"member of postgres":     {roles(role(map[string]any{"inRoles": []any{"pg_monitor", "postgres"}})), "inRoles may not name postgres"},
+		"member of the fence":    {roles(role(map[string]any{"inRoles": []any{"mydatabase_fence"}})), "inRoles may not name postgres"},
 		"twice the same name":    {roles(role(nil), role(nil)), "Duplicate value"},
 		"unknown ensure":         {roles(role(map[string]any{"ensure": "gone"})), `Unsupported value: "gone"`},
 		"connection limit -2":    {roles(role(map[string]any{"connectionLimit": int64(-2)})), "spec.roles[0].connectionLimit"},
@@ -80,6 +84,10 @@ func TestDatabaseValidation(t *testing.T) {
 		return map[string]any{"roles": []any{map[string]any{"name": "analyst"}, map[string]any{"name": "gone", "ensure": "absent"}},
 			"databases": list}
 	}
+	logical := func(spec map[string]any) map[string]any {
+		spec["replication"] = map[string]any{"logical": true}
+		return spec
+	}
 	for name, tc := range map[string]struct {
 		spec map[string]any
 		want string
@@ -98,6 +106,16 @@ func TestDatabaseValidation(t *testing.T) {
 			"Duplicate value"},
 		"a version with a quote": {spec(map[string]any{"name": "reports", "extensions": []any{map[string]any{"name": "vector", "version": "1'"}}}),
 			"spec.databases[0].extensions[0].version"},
+		"a publication without spec.replication.logical": {spec(map[string]any{"name": "reports", "publications": []any{map[string]any{"name": "p", "allTables": true}}}),
+			"publications need spec.replication.logical: true"},
+		"a publication with neither tables nor allTables": {logical(spec(map[string]any{"name": "reports", "publications": []any{map[string]any{"name": "p"}}})),
+			"a publication lists its tables or sets allTables, one of the two"},
+		"a publication with both": {logical(spec(map[string]any{"name": "reports", "publications": []any{map[string]any{"name": "p", "allTables": true,
+			"tables": []any{"orders"}}}})), "a publication lists its tables or sets allTables, one of the two"},
+		"a table name with a quote": {logical(spec(map[string]any{"name": "reports", "publications": []any{map[string]any{"name": "p",
+			"tables": []any{`or"ders`}}}})), "spec.databases[0].publications[0].tables[0]"},
+		"dropped with a publication present": {logical(spec(map[string]any{"name": "reports", "ensure": "absent",
+			"publications": []any{map[string]any{"name": "p", "allTables": true}}})), "a database with ensure: absent is dropped with its publications"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := env.Client.Create(ctx, manifest("databases-invalid", tc.spec), client.DryRunAll)
@@ -107,11 +125,12 @@ func TestDatabaseValidation(t *testing.T) {
 		})
 	}
 
-	got := createValid(t, manifest("databases-valid", spec(
+	got := createValid(t, manifest("databases-valid", logical(spec(
 		map[string]any{"name": "app", "extensions": []any{map[string]any{"name": "pg_stat_statements"}}},
 		map[string]any{"name": "reports", "owner": "analyst", "locale": "C", "template": "template0",
-			"extensions": []any{map[string]any{"name": "uuid-ossp", "schema": "ext"}}},
-	)))
+			"extensions":   []any{map[string]any{"name": "uuid-ossp", "schema": "ext"}},
+			"publications": []any{map[string]any{"name": "orders", "tables": []any{"orders", "sales.lines"}}, map[string]any{"name": "old", "ensure": "absent"}}},
+	))))
 	if d := got.Spec.Databases[1]; d.Ensure != databasev1alpha1.EnsurePresent || d.Extensions[0].Ensure != databasev1alpha1.EnsurePresent {
 		t.Errorf("defaults not applied: %+v", d)
 	}

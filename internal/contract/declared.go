@@ -16,6 +16,11 @@ import (
 // that hold them.
 const AnnotationDeclared = "database.example.com/declared"
 
+// LogicalRole is the operator's role for logical replication
+// (spec.replication.logical): it logs in, may replicate, and reads every
+// table; the primary lets it connect to each database with a publication.
+const LogicalRole = "mydatabase_logical"
+
 // Declared is the value of AnnotationDeclared.
 type Declared struct {
 	Roles     []Role     `json:"roles,omitempty"`
@@ -28,9 +33,12 @@ type Role struct {
 	Name   string `json:"name"`
 	Absent bool   `json:"absent,omitempty"`
 
-	Login           bool       `json:"login,omitempty"`
-	CreateDB        bool       `json:"createdb,omitempty"`
-	CreateRole      bool       `json:"createrole,omitempty"`
+	Login      bool `json:"login,omitempty"`
+	CreateDB   bool `json:"createdb,omitempty"`
+	CreateRole bool `json:"createrole,omitempty"`
+	// Replication is for the operator's own role, mydatabase_logical:
+	// spec.roles refuses it.
+	Replication     bool       `json:"replication,omitempty"`
 	Inherit         bool       `json:"inherit,omitempty"`
 	ConnectionLimit int32      `json:"connectionLimit"`
 	ValidUntil      *time.Time `json:"validUntil,omitempty"`
@@ -49,11 +57,21 @@ type Database struct {
 	Owner  string `json:"owner,omitempty"`
 	// Encoding, Locale and Template apply when the database is created;
 	// "" for the server's default.
-	Encoding   string      `json:"encoding,omitempty"`
-	Locale     string      `json:"locale,omitempty"`
-	Template   string      `json:"template,omitempty"`
-	Comment    string      `json:"comment,omitempty"`
-	Extensions []Extension `json:"extensions,omitempty"`
+	Encoding     string        `json:"encoding,omitempty"`
+	Locale       string        `json:"locale,omitempty"`
+	Template     string        `json:"template,omitempty"`
+	Comment      string        `json:"comment,omitempty"`
+	Extensions   []Extension   `json:"extensions,omitempty"`
+	Publications []Publication `json:"publications,omitempty"`
+}
+
+// Publication is a declared publication of a database: AllTables, or
+// Tables (schema.table, or table in public).
+type Publication struct {
+	Name      string   `json:"name"`
+	Absent    bool     `json:"absent,omitempty"`
+	AllTables bool     `json:"allTables,omitempty"`
+	Tables    []string `json:"tables,omitempty"`
 }
 
 // Extension is a declared extension of a database.
@@ -75,6 +93,11 @@ func DatabaseKey(name string) string { return "database/" + name }
 
 // ExtensionKey is a declared extension's, in its database.
 func ExtensionKey(database, name string) string { return "database/" + database + "/extension/" + name }
+
+// PublicationKey is a declared publication's, in its database.
+func PublicationKey(database, name string) string {
+	return "database/" + database + "/publication/" + name
+}
 
 func (d Declared) String() string {
 	b, _ := json.Marshal(d) // Declared always marshals

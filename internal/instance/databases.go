@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -12,8 +13,8 @@ import (
 
 // Declared databases (spec.databases): the primary's instance manager
 // makes each database the Lease declares (contract.Database) what it says,
-// then each of its extensions, in the database itself. A database or an
-// extension that is not declared is never touched. Each one's outcome goes
+// then each of its extensions and publications, in the database itself.
+// What is not declared is never touched. Each one's outcome goes
 // into the report (declared.go).
 
 // pgDatabase is a database as the server has it.
@@ -120,9 +121,12 @@ func (m *manager) applyDatabases(ctx context.Context, databases []contract.Datab
 	}
 	for _, d := range databases {
 		why := outcome[contract.DatabaseKey(d.Name)]
-		if why == "" && !d.Absent && len(d.Extensions) > 0 {
+		if why == "" && !d.Absent && len(d.Extensions)+len(d.Publications) > 0 {
 			err := m.withDatabase(ctx, d.Name, func(ctx context.Context, conn *pgx.Conn) error {
-				return applyExtensions(ctx, conn, d, outcome)
+				if err := applyExtensions(ctx, conn, d, outcome); err != nil {
+					return err
+				}
+				return applyPublications(ctx, conn, d, outcome)
 			})
 			if err == nil {
 				continue
@@ -132,6 +136,106 @@ func (m *manager) applyDatabases(ctx context.Context, databases []contract.Datab
 		for _, e := range d.Extensions {
 			outcome[contract.ExtensionKey(d.Name, e.Name)] = why
 		}
+		for _, p := range d.Publications {
+			outcome[contract.PublicationKey(d.Name, p.Name)] = why
+		}
+	}
+	return nil
+}
+
+// pgPublication is a publication as a database has it.
+type pgPublication struct {
+	allTables bool
+	tables    []string // schema.table, sorted
+}
+
+// publicationPlan is the statements that make a database's publication
+// (have, nil when there is none) the declared one, or why none can: a
+// publication of all tables cannot become one of a list, nor the reverse.
+func publicationPlan(want contract.Publication, have *pgPublication) ([]string, string) {
+	name := pgx.Identifier{want.Name}.Sanitize()
+	tables := qualified(want.Tables)
+	quoted := make([]string, len(tables))
+	for i, t := range tables {
+		schema, table, _ := strings.Cut(t, ".")
+		quoted[i] = pgx.Identifier{schema, table}.Sanitize()
+	}
+	switch {
+	case want.Absent && have == nil:
+		return nil, ""
+	case want.Absent:
+		return []string{"DROP PUBLICATION " + name}, ""
+	case have == nil && want.AllTables:
+		return []string{"CREATE PUBLICATION " + name + " FOR ALL TABLES"}, ""
+	case have == nil:
+		return []string{"CREATE PUBLICATION " + name + " FOR TABLE " + strings.Join(quoted, ", ")}, ""
+	case have.allTables != want.AllTables:
+		return nil, fmt.Sprintf("publication %s exists with allTables %t: PostgreSQL cannot change that; declare it absent, then again", want.Name, have.allTables)
+	case !want.AllTables && !slices.Equal(have.tables, tables):
+		return []string{"ALTER PUBLICATION " + name + " SET TABLE " + strings.Join(quoted, ", ")}, ""
+	}
+	return nil, ""
+}
+
+// qualified is tables as schema.table (public when none is given),
+// sorted.
+func qualified(tables []string) []string {
+	out := make([]string, len(tables))
+	for i, t := range tables {
+		if !strings.Contains(t, ".") {
+			t = "public." + t
+		}
+		out[i] = t
+	}
+	slices.Sort(out)
+	return out
+}
+
+// applyPublications applies d's publications on a connection to d.
+func applyPublications(ctx context.Context, conn *pgx.Conn, d contract.Database, outcome map[string]string) error {
+	if len(d.Publications) == 0 {
+		return nil
+	}
+	names := make([]string, len(d.Publications))
+	for i, p := range d.Publications {
+		names[i] = p.Name
+	}
+	rows, err := conn.Query(ctx, `SELECT p.pubname, p.puballtables, ARRAY(SELECT t.schemaname || '.' || t.tablename FROM pg_publication_tables t
+		WHERE t.pubname = p.pubname ORDER BY 1) FROM pg_publication p WHERE p.pubname = ANY($1)`, names)
+	if err != nil {
+		return err
+	}
+	have := map[string]*pgPublication{}
+	for rows.Next() {
+		var name string
+		p := &pgPublication{}
+		if err := rows.Scan(&name, &p.allTables, &p.tables); err != nil {
+			return err
+		}
+		have[name] = p
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	// The consumers' role may connect where there is something to read
+	// (the database is closed to PUBLIC).
+	var grant error
+	if slices.ContainsFunc(d.Publications, func(p contract.Publication) bool { return !p.Absent }) {
+		var may bool
+		grant = conn.QueryRow(ctx, "SELECT has_database_privilege($1, current_database(), 'CONNECT')", contract.LogicalRole).Scan(&may)
+		if grant == nil && !may {
+			_, grant = conn.Exec(ctx, "GRANT CONNECT ON DATABASE "+pgx.Identifier{d.Name}.Sanitize()+" TO "+pgx.Identifier{contract.LogicalRole}.Sanitize())
+		}
+	}
+	for _, p := range d.Publications {
+		plan, why := publicationPlan(p, have[p.Name])
+		if why == "" {
+			why = plainError(each(ctx, conn, plan))
+		}
+		if why == "" && !p.Absent && grant != nil {
+			why = fmt.Sprintf("%s may not connect to %s: %s", contract.LogicalRole, d.Name, plainError(grant))
+		}
+		outcome[contract.PublicationKey(d.Name, p.Name)] = why
 	}
 	return nil
 }

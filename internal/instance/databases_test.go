@@ -61,3 +61,32 @@ func TestExtensionPlan(t *testing.T) {
 		})
 	}
 }
+
+func TestPublicationPlan(t *testing.T) {
+	orders := contract.Publication{Name: "orders", Tables: []string{"orders", "sales.lines"}}
+	for name, tc := range map[string]struct {
+		want contract.Publication
+		have *pgPublication
+		plan []string
+		why  string
+	}{
+		"created for its tables, public when no schema is given": {orders, nil,
+			[]string{`CREATE PUBLICATION "orders" FOR TABLE "public"."orders", "sales"."lines"`}, ""},
+		"created for all tables": {contract.Publication{Name: "everything", AllTables: true}, nil,
+			[]string{`CREATE PUBLICATION "everything" FOR ALL TABLES`}, ""},
+		"as declared: nothing": {orders, &pgPublication{tables: []string{"public.orders", "sales.lines"}}, nil, ""},
+		"its tables set": {orders, &pgPublication{tables: []string{"public.orders", "public.refunds"}},
+			[]string{`ALTER PUBLICATION "orders" SET TABLE "public"."orders", "sales"."lines"`}, ""},
+		"all tables, declared as a list: refused with what to do": {orders, &pgPublication{allTables: true}, nil,
+			"publication orders exists with allTables true: PostgreSQL cannot change that; declare it absent, then again"},
+		"absent, there: dropped": {contract.Publication{Name: "orders", Absent: true}, &pgPublication{}, []string{`DROP PUBLICATION "orders"`}, ""},
+		"absent, gone: nothing":  {contract.Publication{Name: "orders", Absent: true}, nil, nil, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			plan, why := publicationPlan(tc.want, tc.have)
+			if !slices.Equal(plan, tc.plan) || why != tc.why {
+				t.Errorf("plan %q, %q\nwant %q, %q", plan, why, tc.plan, tc.why)
+			}
+		})
+	}
+}

@@ -25,11 +25,11 @@ import (
 
 // pgRole is a role as the server has it.
 type pgRole struct {
-	login, createDB, createRole, inherit bool
-	connectionLimit                      int32
-	validUntil                           *time.Time // nil: never (NULL or infinity)
-	comment                              string
-	inRoles                              []string // sorted
+	login, createDB, createRole, replication, inherit bool
+	connectionLimit                                   int32
+	validUntil                                        *time.Time // nil: never (NULL or infinity)
+	comment                                           string
+	inRoles                                           []string // sorted
 }
 
 // rolePlan is the statements that make the server's role (have, nil when
@@ -76,7 +76,7 @@ func rolePlan(want contract.Role, have *pgRole) (first, second []string) {
 // as is the server's role in the terms of a declaration, for comparing
 // options.
 func (r *pgRole) as(name string) contract.Role {
-	return contract.Role{Name: name, Login: r.login, CreateDB: r.createDB, CreateRole: r.createRole, Inherit: r.inherit,
+	return contract.Role{Name: name, Login: r.login, CreateDB: r.createDB, CreateRole: r.createRole, Replication: r.replication, Inherit: r.inherit,
 		ConnectionLimit: r.connectionLimit, ValidUntil: r.validUntil}
 }
 
@@ -94,9 +94,9 @@ func roleOptions(r contract.Role) string {
 	if r.ValidUntil != nil {
 		until = literal(r.ValidUntil.UTC().Format(time.RFC3339))
 	}
-	return fmt.Sprintf("%s %s %s %s CONNECTION LIMIT %d VALID UNTIL %s",
-		flag(r.Login, "LOGIN"), flag(r.CreateDB, "CREATEDB"), flag(r.CreateRole, "CREATEROLE"), flag(r.Inherit, "INHERIT"),
-		r.ConnectionLimit, until)
+	return fmt.Sprintf("%s %s %s %s %s CONNECTION LIMIT %d VALID UNTIL %s",
+		flag(r.Login, "LOGIN"), flag(r.CreateDB, "CREATEDB"), flag(r.CreateRole, "CREATEROLE"), flag(r.Replication, "REPLICATION"),
+		flag(r.Inherit, "INHERIT"), r.ConnectionLimit, until)
 }
 
 // literal quotes s as a string constant.
@@ -171,7 +171,7 @@ func serverRoles(ctx context.Context, conn *pgx.Conn, roles []contract.Role) (ma
 	for i, r := range roles {
 		names[i] = r.Name
 	}
-	rows, err := conn.Query(ctx, `SELECT r.rolname, r.rolcanlogin, r.rolcreatedb, r.rolcreaterole, r.rolinherit, r.rolconnlimit,
+	rows, err := conn.Query(ctx, `SELECT r.rolname, r.rolcanlogin, r.rolcreatedb, r.rolcreaterole, r.rolreplication, r.rolinherit, r.rolconnlimit,
 			CASE WHEN r.rolvaliduntil = 'infinity' THEN NULL ELSE r.rolvaliduntil END,
 			coalesce(shobj_description(r.oid, 'pg_authid'), ''),
 			ARRAY(SELECT g.rolname::text FROM pg_auth_members a JOIN pg_roles g ON g.oid = a.roleid WHERE a.member = r.oid ORDER BY 1)
@@ -183,7 +183,7 @@ func serverRoles(ctx context.Context, conn *pgx.Conn, roles []contract.Role) (ma
 	for rows.Next() {
 		var name string
 		r := &pgRole{}
-		if err := rows.Scan(&name, &r.login, &r.createDB, &r.createRole, &r.inherit, &r.connectionLimit, &r.validUntil,
+		if err := rows.Scan(&name, &r.login, &r.createDB, &r.createRole, &r.replication, &r.inherit, &r.connectionLimit, &r.validUntil,
 			&r.comment, &r.inRoles); err != nil {
 			return nil, err
 		}

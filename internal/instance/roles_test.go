@@ -19,21 +19,25 @@ func TestRolePlan(t *testing.T) {
 		first, second []string
 	}{
 		"created, with its comment and memberships": {analyst, nil,
-			[]string{`CREATE ROLE "analyst" WITH LOGIN NOCREATEDB NOCREATEROLE INHERIT CONNECTION LIMIT -1 VALID UNTIL 'infinity'`,
+			[]string{`CREATE ROLE "analyst" WITH LOGIN NOCREATEDB NOCREATEROLE NOREPLICATION INHERIT CONNECTION LIMIT -1 VALID UNTIL 'infinity'`,
 				`COMMENT ON ROLE "analyst" IS 'the analysts'' role'`},
 			[]string{`GRANT "pg_read_all_data" TO "analyst"`}},
 		"as declared: nothing": {analyst, asDeclared, nil, nil},
 		"altered": {contract.Role{Name: "analyst", Login: true, CreateDB: true, ConnectionLimit: 5, ValidUntil: &until,
 			InRoles: []string{"pg_read_all_data"}, Comment: "the analysts' role"}, asDeclared,
-			[]string{`ALTER ROLE "analyst" WITH LOGIN CREATEDB NOCREATEROLE NOINHERIT CONNECTION LIMIT 5 VALID UNTIL '2027-01-31T00:00:00Z'`}, nil},
+			[]string{`ALTER ROLE "analyst" WITH LOGIN CREATEDB NOCREATEROLE NOREPLICATION NOINHERIT CONNECTION LIMIT 5 VALID UNTIL '2027-01-31T00:00:00Z'`}, nil},
 		"comment removed": {contract.Role{Name: "analyst", Login: true, Inherit: true, ConnectionLimit: -1, InRoles: []string{"pg_read_all_data"}},
 			asDeclared, []string{`COMMENT ON ROLE "analyst" IS NULL`}, nil},
 		"membership moved": {contract.Role{Name: "analyst", Login: true, Inherit: true, ConnectionLimit: -1, InRoles: []string{"pg_monitor"},
 			Comment: "the analysts' role"}, asDeclared, nil,
 			[]string{`GRANT "pg_monitor" TO "analyst"`, `REVOKE "pg_read_all_data" FROM "analyst"`}},
+		"the operator's logical replication role": {contract.Role{Name: "mydatabase_logical", Login: true, Replication: true, Inherit: true,
+			ConnectionLimit: -1, InRoles: []string{"pg_read_all_data"}}, nil,
+			[]string{`CREATE ROLE "mydatabase_logical" WITH LOGIN NOCREATEDB NOCREATEROLE REPLICATION INHERIT CONNECTION LIMIT -1 VALID UNTIL 'infinity'`},
+			[]string{`GRANT "pg_read_all_data" TO "mydatabase_logical"`}},
 		"absent, there: dropped":   {contract.Role{Name: "analyst", Absent: true}, asDeclared, []string{`DROP ROLE "analyst"`}, nil},
 		"absent, gone: nothing":    {contract.Role{Name: "analyst", Absent: true}, nil, nil, nil},
-		"a name that needs quotes": {contract.Role{Name: `a"b`, Login: false}, nil, []string{`CREATE ROLE "a""b" WITH NOLOGIN NOCREATEDB NOCREATEROLE NOINHERIT CONNECTION LIMIT 0 VALID UNTIL 'infinity'`}, nil},
+		"a name that needs quotes": {contract.Role{Name: `a"b`, Login: false}, nil, []string{`CREATE ROLE "a""b" WITH NOLOGIN NOCREATEDB NOCREATEROLE NOREPLICATION NOINHERIT CONNECTION LIMIT 0 VALID UNTIL 'infinity'`}, nil},
 	} {
 		t.Run(name, func(t *testing.T) {
 			first, second := rolePlan(tc.want, tc.have)

@@ -53,6 +53,9 @@ func PostgresConf(db *databasev1alpha1.MyDatabase) string {
 		// long a backup taken on a replica waits for its last WAL file.
 		params["archive_timeout"] = "5min"
 	}
+	if db.Spec.Replication.Logical {
+		params["wal_level"] = "logical"
+	}
 	maps.Copy(params, db.Spec.Parameters)
 	var b strings.Builder
 	b.WriteString("# Managed by the MyDatabase operator: set spec.parameters instead of editing this file.\n")

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -36,6 +37,20 @@ func RolePasswordSecretName(db *databasev1alpha1.MyDatabase, r databasev1alpha1.
 	return ""
 }
 
+// LogicalRole is the operator's role for logical replication.
+const LogicalRole = contract.LogicalRole
+
+// DeclaredRoles are the roles the primary keeps: spec.roles, and with
+// spec.replication.logical the operator's LogicalRole (whose attributes
+// spec.roles refuses).
+func DeclaredRoles(db *databasev1alpha1.MyDatabase) []databasev1alpha1.RoleSpec {
+	if !db.Spec.Replication.Logical {
+		return db.Spec.Roles
+	}
+	return append(slices.Clone(db.Spec.Roles), databasev1alpha1.RoleSpec{Name: LogicalRole, Replication: ptr.To(true),
+		InRoles: []string{"pg_read_all_data"}, Comment: "the MyDatabase operator's role for logical replication (spec.replication.logical)"})
+}
+
 // GeneratedRoleSecretName is the Secret the operator generates for role.
 func GeneratedRoleSecretName(db *databasev1alpha1.MyDatabase, role string) string {
 	return db.Name + "-role-" + strings.ReplaceAll(role, "_", "-")
@@ -45,7 +60,7 @@ func GeneratedRoleSecretName(db *databasev1alpha1.MyDatabase, role string) strin
 // generates.
 func GeneratedRoles(db *databasev1alpha1.MyDatabase) []databasev1alpha1.RoleSpec {
 	var out []databasev1alpha1.RoleSpec
-	for _, r := range db.Spec.Roles {
+	for _, r := range DeclaredRoles(db) {
 		if RolePasswordSecretName(db, r) == GeneratedRoleSecretName(db, r.Name) {
 			out = append(out, r)
 		}
@@ -57,13 +72,15 @@ func GeneratedRoles(db *databasev1alpha1.MyDatabase) []databasev1alpha1.RoleSpec
 // manager applies them (contract.AnnotationDeclared on the Lease), the
 // defaults resolved; nil when the spec declares neither.
 func DeclaredOf(db *databasev1alpha1.MyDatabase) *contract.Declared {
-	if len(db.Spec.Roles) == 0 && len(db.Spec.Databases) == 0 {
+	roles := DeclaredRoles(db)
+	if len(roles) == 0 && len(db.Spec.Databases) == 0 {
 		return nil
 	}
 	d := &contract.Declared{}
-	for _, r := range db.Spec.Roles {
+	for _, r := range roles {
 		c := contract.Role{Name: r.Name, Absent: r.Ensure == databasev1alpha1.EnsureAbsent,
-			Login: ptr.Deref(r.Login, true), CreateDB: r.CreateDB, CreateRole: r.CreateRole, Inherit: ptr.Deref(r.Inherit, true),
+			Login: ptr.Deref(r.Login, true), CreateDB: r.CreateDB, CreateRole: r.CreateRole, Replication: ptr.Deref(r.Replication, false),
+			Inherit:         ptr.Deref(r.Inherit, true),
 			ConnectionLimit: ptr.Deref(r.ConnectionLimit, -1), InRoles: r.InRoles, Comment: r.Comment,
 			PasswordSecret: RolePasswordSecretName(db, r)}
 		if r.ValidUntil != nil {
@@ -77,6 +94,10 @@ func DeclaredOf(db *databasev1alpha1.MyDatabase) *contract.Declared {
 		for _, e := range s.Extensions {
 			c.Extensions = append(c.Extensions, contract.Extension{Name: e.Name, Absent: e.Ensure == databasev1alpha1.EnsureAbsent,
 				Version: e.Version, Schema: e.Schema})
+		}
+		for _, p := range s.Publications {
+			c.Publications = append(c.Publications, contract.Publication{Name: p.Name, Absent: p.Ensure == databasev1alpha1.EnsureAbsent,
+				AllTables: p.AllTables, Tables: p.Tables})
 		}
 		d.Databases = append(d.Databases, c)
 	}

@@ -86,7 +86,7 @@ func PasswordSources(db *databasev1alpha1.MyDatabase) string {
 // sources above, and the declared roles' (RolePasswordSecretName).
 func PasswordSecretNames(db *databasev1alpha1.MyDatabase) []string {
 	names := []string{passwordSource(db)}
-	for _, r := range db.Spec.Roles {
+	for _, r := range DeclaredRoles(db) {
 		if name := RolePasswordSecretName(db, r); name != "" && !slices.Contains(names, name) {
 			names = append(names, name)
 		}

@@ -36,7 +36,7 @@ func setDeclaredStatus(db *databasev1alpha1.MyDatabase, primary *contract.Report
 
 	st.Roles = nil
 	var roles tally
-	for _, r := range db.Spec.Roles {
+	for _, r := range specs.DeclaredRoles(db) {
 		rs := databasev1alpha1.RoleStatus{Name: r.Name, PasswordSecret: specs.RolePasswordSecretName(db, r)}
 		why, reported := outcome(contract.RoleKey(r.Name))
 		rs.Applied, rs.Message = roles.add(r.Name, why, reported)
@@ -52,14 +52,20 @@ func setDeclaredStatus(db *databasev1alpha1.MyDatabase, primary *contract.Report
 		why, reported := outcome(contract.DatabaseKey(d.Name))
 		ds.Applied, ds.Message = databases.add(d.Name, why, reported)
 		for _, e := range d.Extensions {
-			es := databasev1alpha1.ExtensionStatus{Name: e.Name}
+			es := databasev1alpha1.ItemStatus{Name: e.Name}
 			why, reported := outcome(contract.ExtensionKey(d.Name, e.Name))
 			es.Applied, es.Message = databases.add(d.Name+" extension "+e.Name, why, reported)
 			ds.Extensions = append(ds.Extensions, es)
 		}
+		for _, p := range d.Publications {
+			ps := databasev1alpha1.ItemStatus{Name: p.Name}
+			why, reported := outcome(contract.PublicationKey(d.Name, p.Name))
+			ps.Applied, ps.Message = databases.add(d.Name+" publication "+p.Name, why, reported)
+			ds.Publications = append(ds.Publications, ps)
+		}
 		st.Databases = append(st.Databases, ds)
 	}
-	databases.setCondition(db, now, databasev1alpha1.ConditionDatabasesApplied, "databases and extensions", "spec.databases",
+	databases.setCondition(db, now, databasev1alpha1.ConditionDatabasesApplied, "databases, extensions and publications", "spec.databases",
 		databasev1alpha1.ReasonDatabasesApplied, databasev1alpha1.ReasonDatabaseNotApplied, databasev1alpha1.ReasonDatabasesPending)
 }
 

@@ -107,7 +107,7 @@ func TestDeclaredRolesAndDatabases(t *testing.T) {
 		DeclaredOf: contract.DeclaredDigest(declared)})
 	waitFor(t, db, "RolesApplied", rolesCondition(databasev1alpha1.ReasonRolesApplied, "the 3 declared roles"))
 	if c := condition(db, databasev1alpha1.ConditionDatabasesApplied); c == nil || c.Status != metav1.ConditionTrue ||
-		c.Message != "the primary applied the 2 declared databases and extensions" {
+		c.Message != "the primary applied the 2 declared databases, extensions and publications" {
 		t.Errorf("DatabasesApplied %+v", c)
 	}
 
