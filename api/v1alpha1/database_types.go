@@ -11,6 +11,7 @@ package v1alpha1
 // +kubebuilder:validation:XValidation:rule="has(self.template) == has(oldSelf.template) && (!has(self.template) || self.template == oldSelf.template)",message="template applies when the database is created and cannot change"
 // +kubebuilder:validation:XValidation:rule="self.ensure != 'absent' || !has(self.extensions) || self.extensions.all(e, e.ensure == 'absent')",message="a database with ensure: absent is dropped with its extensions: declare none present"
 // +kubebuilder:validation:XValidation:rule="self.ensure != 'absent' || !has(self.publications) || self.publications.all(p, p.ensure == 'absent')",message="a database with ensure: absent is dropped with its publications: declare none present"
+// +kubebuilder:validation:XValidation:rule="self.ensure != 'absent' || !has(self.subscriptions) || self.subscriptions.all(s, s.ensure == 'absent')",message="a database with ensure: absent is dropped with its subscriptions: declare none present"
 type DatabaseSpec struct {
 	// name is the database's name in PostgreSQL.
 	// +kubebuilder:validation:MinLength=1
@@ -77,6 +78,102 @@ type DatabaseSpec struct {
 	// +listMapKey=name
 	// +optional
 	Publications []PublicationSpec `json:"publications,omitempty"`
+
+	// subscriptions are kept in the database as declared (logical
+	// replication into it from a publication of another MyDatabase, or
+	// of any PostgreSQL server): created when missing, their
+	// publications, connection and enabled state kept, dropped only when
+	// ensure is absent.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Subscriptions []SubscriptionSpec `json:"subscriptions,omitempty"`
+}
+
+// SubscriptionSpec is a PostgreSQL subscription of a declared database.
+// Its replication slot on the publisher is named after it.
+// +kubebuilder:validation:XValidation:rule="self.ensure == 'absent' || (has(self.publications) && size(self.publications) > 0)",message="a subscription names the publications it receives"
+// +kubebuilder:validation:XValidation:rule="has(self.source.myDatabase) != has(self.source.secretName)",message="a subscription's source is a MyDatabase (source.myDatabase) or a Secret (source.secretName), one of the two"
+// +kubebuilder:validation:XValidation:rule="self.failover == oldSelf.failover",message="failover applies when the subscription is created and cannot change; declare it absent, then again"
+type SubscriptionSpec struct {
+	// name of the subscription, and of its slot on the publisher.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	Name string `json:"name"`
+
+	// ensure is present (default) or absent (dropped, with its slot on
+	// the publisher, which must be reachable then).
+	// +kubebuilder:default=present
+	// +optional
+	Ensure Ensure `json:"ensure,omitempty"`
+
+	// publications received, by their names on the publisher.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z_][a-z0-9_]*$`
+	// +listType=set
+	// +optional
+	Publications []string `json:"publications,omitempty"`
+
+	// source is the publisher.
+	Source SubscriptionSource `json:"source"`
+
+	// enabled: the subscription receives changes (default); false stops
+	// it and keeps its place.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// copyData: a new subscription first copies the tables' rows that
+	// exist (default); applies at creation.
+	// +kubebuilder:default=true
+	// +optional
+	CopyData *bool `json:"copyData,omitempty"`
+
+	// failover (default true) makes the subscription's slot on the
+	// publisher a failover slot (PostgreSQL 17 on both sides): a
+	// publisher that is a MyDatabase with replicas keeps it on them, and
+	// the subscription continues on its new primary after a failover or a
+	// switchover. Ignored when this server runs PostgreSQL before 17; set
+	// it false for a publisher before 17. Applies at creation.
+	// +kubebuilder:default=true
+	// +optional
+	Failover *bool `json:"failover,omitempty"`
+}
+
+// SubscriptionSource is the publisher of a subscription: another
+// MyDatabase, or a Secret with a connection.
+type SubscriptionSource struct {
+	// myDatabase is a MyDatabase in this namespace with
+	// spec.replication.logical: the subscription connects to its primary
+	// (its -rw Service) as its operator role mydatabase_logical, with the
+	// password and CA of that role's Secret (<name>-role-mydatabase-logical),
+	// verify-full.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	MyDatabase string `json:"myDatabase,omitempty"`
+
+	// secretName is a Secret in this namespace with the key uri (a
+	// postgresql:// URI of the publisher: host, port, user, database,
+	// sslmode) and, optionally, password (else the URI's) and ca.crt (the
+	// CA that verifies the publisher), as the Secrets the operator
+	// generates for roles have them. The password never enters
+	// PostgreSQL's catalog: the subscription reads it from a file the
+	// instance manager writes.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
+
+	// database on the publisher: by default the one the source names (a
+	// MyDatabase's spec.databaseName, the path of the Secret's uri).
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	// +optional
+	Database string `json:"database,omitempty"`
 }
 
 // PublicationSpec is a PostgreSQL publication of a declared database:
@@ -140,8 +237,8 @@ type ExtensionSpec struct {
 }
 
 // ConditionDatabasesApplied is True once the primary has applied every
-// declared database, extension and publication (spec.databases) as it is
-// now declared,
+// declared database, extension, publication and subscription
+// (spec.databases) as it is now declared,
 // False with those it could not apply and why, or while it has not yet;
 // absent without spec.databases. No effect on Ready.
 const ConditionDatabasesApplied = "DatabasesApplied"
@@ -177,11 +274,18 @@ type DatabaseStatus struct {
 	// +listMapKey=name
 	// +optional
 	Publications []ItemStatus `json:"publications,omitempty"`
+
+	// subscriptions is where each declared subscription stands.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Subscriptions []ItemStatus `json:"subscriptions,omitempty"`
 }
 
-// ItemStatus is where one declared extension or publication stands.
+// ItemStatus is where one declared extension, publication or
+// subscription stands.
 type ItemStatus struct {
-	// name of the extension or publication.
+	// name of the extension, publication or subscription.
 	Name string `json:"name"`
 
 	// applied is true when it is as declared.

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -116,6 +117,17 @@ func TestDatabaseValidation(t *testing.T) {
 			"tables": []any{`or"ders`}}}})), "spec.databases[0].publications[0].tables[0]"},
 		"dropped with a publication present": {logical(spec(map[string]any{"name": "reports", "ensure": "absent",
 			"publications": []any{map[string]any{"name": "p", "allTables": true}}})), "a database with ensure: absent is dropped with its publications"},
+		"a subscription without publications": {spec(map[string]any{"name": "reports", "subscriptions": []any{map[string]any{"name": "s",
+			"source": map[string]any{"myDatabase": "shop"}}}}), "a subscription names the publications it receives"},
+		"a subscription with two sources": {spec(map[string]any{"name": "reports", "subscriptions": []any{map[string]any{"name": "s",
+			"publications": []any{"p"}, "source": map[string]any{"myDatabase": "shop", "secretName": "ext"}}}}),
+			"a subscription's source is a MyDatabase (source.myDatabase) or a Secret (source.secretName), one of the two"},
+		"a subscription with no source": {spec(map[string]any{"name": "reports", "subscriptions": []any{map[string]any{"name": "s",
+			"publications": []any{"p"}, "source": map[string]any{}}}}), "one of the two"},
+		"a subscription to itself": {spec(map[string]any{"name": "reports", "subscriptions": []any{map[string]any{"name": "s",
+			"publications": []any{"p"}, "source": map[string]any{"myDatabase": "databases-invalid"}}}}), "a server cannot subscribe to itself"},
+		"dropped with a subscription present": {spec(map[string]any{"name": "reports", "ensure": "absent", "subscriptions": []any{map[string]any{"name": "s",
+			"publications": []any{"p"}, "source": map[string]any{"secretName": "ext"}}}}), "a database with ensure: absent is dropped with its subscriptions"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := env.Client.Create(ctx, manifest("databases-invalid", tc.spec), client.DryRunAll)
@@ -129,10 +141,20 @@ func TestDatabaseValidation(t *testing.T) {
 		map[string]any{"name": "app", "extensions": []any{map[string]any{"name": "pg_stat_statements"}}},
 		map[string]any{"name": "reports", "owner": "analyst", "locale": "C", "template": "template0",
 			"extensions":   []any{map[string]any{"name": "uuid-ossp", "schema": "ext"}},
-			"publications": []any{map[string]any{"name": "orders", "tables": []any{"orders", "sales.lines"}}, map[string]any{"name": "old", "ensure": "absent"}}},
+			"publications": []any{map[string]any{"name": "orders", "tables": []any{"orders", "sales.lines"}}, map[string]any{"name": "old", "ensure": "absent"}},
+			"subscriptions": []any{map[string]any{"name": "stock", "publications": []any{"stock"}, "source": map[string]any{"myDatabase": "warehouse", "database": "inventory"}},
+				map[string]any{"name": "legacy", "publications": []any{"all"}, "source": map[string]any{"secretName": "legacy-db"}, "failover": false}}},
 	))))
 	if d := got.Spec.Databases[1]; d.Ensure != databasev1alpha1.EnsurePresent || d.Extensions[0].Ensure != databasev1alpha1.EnsurePresent {
 		t.Errorf("defaults not applied: %+v", d)
+	}
+	if s := got.Spec.Databases[1].Subscriptions[0]; s.Ensure != databasev1alpha1.EnsurePresent || !*s.Enabled || !*s.CopyData || !*s.Failover {
+		t.Errorf("subscription defaults not applied: %+v", s)
+	}
+	changed := got.DeepCopy()
+	changed.Spec.Databases[1].Subscriptions[1].Failover = ptr.To(true)
+	if err := env.Client.Update(ctx, changed, client.DryRunAll); err == nil || !strings.Contains(err.Error(), "failover applies when the subscription is created") {
+		t.Errorf("failover changed: %v", err)
 	}
 	got.Spec.Databases[1].Locale = "en_US.UTF-8"
 	if err := env.Client.Update(ctx, got, client.DryRunAll); err == nil || !strings.Contains(err.Error(), "locale applies when the database is created and cannot change") {

@@ -57,13 +57,38 @@ type Database struct {
 	Owner  string `json:"owner,omitempty"`
 	// Encoding, Locale and Template apply when the database is created;
 	// "" for the server's default.
-	Encoding     string        `json:"encoding,omitempty"`
-	Locale       string        `json:"locale,omitempty"`
-	Template     string        `json:"template,omitempty"`
-	Comment      string        `json:"comment,omitempty"`
-	Extensions   []Extension   `json:"extensions,omitempty"`
-	Publications []Publication `json:"publications,omitempty"`
+	Encoding      string         `json:"encoding,omitempty"`
+	Locale        string         `json:"locale,omitempty"`
+	Template      string         `json:"template,omitempty"`
+	Comment       string         `json:"comment,omitempty"`
+	Extensions    []Extension    `json:"extensions,omitempty"`
+	Publications  []Publication  `json:"publications,omitempty"`
+	Subscriptions []Subscription `json:"subscriptions,omitempty"`
 }
+
+// Subscription is a declared subscription of a database.
+type Subscription struct {
+	Name         string   `json:"name"`
+	Absent       bool     `json:"absent,omitempty"`
+	Publications []string `json:"publications,omitempty"`
+	// Secret names the Secret of the publisher's connection: the keys
+	// SubscriptionURIKey and, optionally, SubscriptionPasswordKey and
+	// SubscriptionCAKey.
+	Secret string `json:"secret,omitempty"`
+	// Database on the publisher; "" for the URI's.
+	Database string `json:"database,omitempty"`
+	Enabled  bool   `json:"enabled,omitempty"`
+	CopyData bool   `json:"copyData,omitempty"`
+	Failover bool   `json:"failover,omitempty"`
+}
+
+// The keys of a subscription's Secret (Subscription.Secret), as the
+// Secrets the operator generates for roles have them.
+const (
+	SubscriptionURIKey      = "uri"
+	SubscriptionPasswordKey = "password"
+	SubscriptionCAKey       = "ca.crt"
+)
 
 // Publication is a declared publication of a database: AllTables, or
 // Tables (schema.table, or table in public).
@@ -97,6 +122,11 @@ func ExtensionKey(database, name string) string { return "database/" + database 
 // PublicationKey is a declared publication's, in its database.
 func PublicationKey(database, name string) string {
 	return "database/" + database + "/publication/" + name
+}
+
+// SubscriptionKey is a declared subscription's, in its database.
+func SubscriptionKey(database, name string) string {
+	return "database/" + database + "/subscription/" + name
 }
 
 func (d Declared) String() string {

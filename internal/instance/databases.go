@@ -13,7 +13,8 @@ import (
 
 // Declared databases (spec.databases): the primary's instance manager
 // makes each database the Lease declares (contract.Database) what it says,
-// then each of its extensions and publications, in the database itself.
+// then each of its extensions, publications and subscriptions
+// (subscriptions.go), in the database itself.
 // What is not declared is never touched. Each one's outcome goes
 // into the report (declared.go).
 
@@ -121,12 +122,15 @@ func (m *manager) applyDatabases(ctx context.Context, databases []contract.Datab
 	}
 	for _, d := range databases {
 		why := outcome[contract.DatabaseKey(d.Name)]
-		if why == "" && !d.Absent && len(d.Extensions)+len(d.Publications) > 0 {
+		if why == "" && !d.Absent && len(d.Extensions)+len(d.Publications)+len(d.Subscriptions) > 0 {
 			err := m.withDatabase(ctx, d.Name, func(ctx context.Context, conn *pgx.Conn) error {
 				if err := applyExtensions(ctx, conn, d, outcome); err != nil {
 					return err
 				}
-				return applyPublications(ctx, conn, d, outcome)
+				if err := applyPublications(ctx, conn, d, outcome); err != nil {
+					return err
+				}
+				return m.applySubscriptions(ctx, conn, d, outcome)
 			})
 			if err == nil {
 				continue
@@ -138,6 +142,9 @@ func (m *manager) applyDatabases(ctx context.Context, databases []contract.Datab
 		}
 		for _, p := range d.Publications {
 			outcome[contract.PublicationKey(d.Name, p.Name)] = why
+		}
+		for _, s := range d.Subscriptions {
+			outcome[contract.SubscriptionKey(d.Name, s.Name)] = why
 		}
 	}
 	return nil

@@ -109,7 +109,13 @@ func (m *manager) standbyArgs(ctx context.Context, address string) ([]string, er
 	if err != nil {
 		return nil, err
 	}
-	args = append(args, "-c", fmt.Sprintf("primary_conninfo=%s application_name=%s", conninfo, m.c.PodName))
+	primary := fmt.Sprintf("%s application_name=%s", conninfo, m.c.PodName)
+	if slots := m.c.failoverSlotArgs(); slots != nil {
+		// The slot sync worker connects to a database.
+		primary += " dbname=postgres"
+		args = append(args, slots...)
+	}
+	args = append(args, "-c", "primary_conninfo="+primary)
 	if err := m.ownSlot(ctx, conninfo); err != nil {
 		// Streaming without a slot, as before slots: the primary keeps
 		// wal_keep_size for it, and makes the slot (keepSlots) for the

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -149,6 +151,11 @@ func (m *manager) alignSlots(ctx context.Context, want []string) error {
 			errs = append(errs, fmt.Errorf("creating %s: %w", name, err))
 		}
 	}
+	if len(errs) == 0 && m.role == asPrimary {
+		if err := m.alignStandbySlots(ctx, conn, want); err != nil {
+			errs = append(errs, fmt.Errorf("synchronized_standby_slots: %w", err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -179,17 +186,86 @@ func duplicate(err error) bool {
 
 // setIn tells whether the configuration file at path sets name.
 func setIn(path, name string) bool {
+	_, set := settingIn(path, name)
+	return set
+}
+
+// settingIn is the value the configuration file at path gives name (as
+// the operator writes it: name = 'value'), and whether it sets it.
+func settingIn(path, name string) (string, bool) {
 	f, err := os.Open(path)
 	if err != nil {
-		return false
+		return "", false
 	}
 	defer func() { _ = f.Close() }()
 	lines := bufio.NewScanner(f)
 	for lines.Scan() {
-		key, _, found := strings.Cut(lines.Text(), "=")
+		key, value, found := strings.Cut(lines.Text(), "=")
 		if found && strings.TrimSpace(key) == name {
-			return true
+			return strings.Trim(strings.TrimSpace(value), "'"), true
 		}
 	}
-	return false
+	return "", false
+}
+
+// Failover slots (PostgreSQL 17, with spec.replication.logical): a
+// logical slot made with the failover option (a subscription's, with
+// spec.databases[].subscriptions[].failover, or a consumer's own) is kept
+// on the replicas too, so that its consumer continues on a new primary
+// from where it was.
+//
+//   - Every standby synchronises them (sync_replication_slots, which
+//     needs hot_standby_feedback and a dbname in primary_conninfo;
+//     standbyArgs). The slot sync worker connects as the replicator, by
+//     certificate, to the database postgres.
+//   - The primary sends no change to a logical consumer before every
+//     member has it (synchronized_standby_slots: the members' physical
+//     slots, keepSlots): so no consumer holds a change a promoted replica
+//     lacks. The cost: while a member is down, logical consumers of
+//     failover slots wait for it (docs/logical-replication.md). It is set
+//     with ALTER SYSTEM, not in the shared configuration: it names the
+//     other members, different on each primary, and a name that is not a
+//     slot there would stop every logical consumer.
+
+// failoverSlots tells whether this instance's server keeps failover
+// slots: PostgreSQL 17 or later, with wal_level logical.
+func (c Config) failoverSlots() bool {
+	version, err := os.ReadFile(filepath.Join(c.PGData, "PG_VERSION"))
+	if err != nil {
+		return false
+	}
+	major, err := strconv.Atoi(strings.TrimSpace(string(version)))
+	level, _ := settingIn(filepath.Join(c.ConfigDir, contract.PostgresConfFile), "wal_level")
+	return err == nil && major >= 17 && level == "logical"
+}
+
+// failoverSlotArgs are the standby's settings for failover slots, when
+// it keeps them.
+func (c Config) failoverSlotArgs() []string {
+	if !c.failoverSlots() {
+		return nil
+	}
+	return []string{"-c", "sync_replication_slots=on", "-c", "hot_standby_feedback=on"}
+}
+
+// alignStandbySlots makes the primary's synchronized_standby_slots the
+// members' slots, when it keeps failover slots.
+func (m *manager) alignStandbySlots(ctx context.Context, conn *pgx.Conn, slots []string) error {
+	if !m.c.failoverSlots() {
+		return nil
+	}
+	want := strings.Join(slots, ",")
+	var have string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('synchronized_standby_slots')").Scan(&have); err != nil {
+		return err
+	}
+	if have == want {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "ALTER SYSTEM SET synchronized_standby_slots = "+literal(want)); err != nil {
+		return err
+	}
+	_, err := conn.Exec(ctx, "SELECT pg_reload_conf()")
+	m.log("synchronized_standby_slots = %q: logical consumers of failover slots get a change once every member has it", want)
+	return err
 }

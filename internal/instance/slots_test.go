@@ -1,8 +1,12 @@
 package instance
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
+
+	"example.com/myoperator/internal/contract"
 )
 
 func TestSlotName(t *testing.T) {
@@ -42,6 +46,36 @@ func TestSlotChanges(t *testing.T) {
 			drop, create := slotChanges(tc.have, tc.want)
 			if !slices.Equal(drop, tc.drop) || !slices.Equal(create, tc.create) {
 				t.Errorf("slotChanges = drop %q, create %q; want drop %q, create %q", drop, create, tc.drop, tc.create)
+			}
+		})
+	}
+}
+
+func TestFailoverSlots(t *testing.T) {
+	for name, tc := range map[string]struct {
+		version, conf string
+		want          bool
+	}{
+		"17, logical":  {"17\n", "hot_standby = 'on'\nwal_level = 'logical'\n", true},
+		"18, logical":  {"18\n", "wal_level = 'logical'\n", true},
+		"17, replica":  {"17\n", "wal_level = 'replica'\n", false},
+		"15, logical":  {"15\n", "wal_level = 'logical'\n", false},
+		"no data yet":  {"", "wal_level = 'logical'\n", false},
+		"no wal_level": {"17\n", "hot_standby = 'on'\n", false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := Config{PGData: t.TempDir(), ConfigDir: t.TempDir()}
+			if tc.version != "" {
+				if err := os.WriteFile(filepath.Join(c.PGData, "PG_VERSION"), []byte(tc.version), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(c.ConfigDir, contract.PostgresConfFile), []byte(tc.conf), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got := c.failoverSlotArgs()
+			if want := []string{"-c", "sync_replication_slots=on", "-c", "hot_standby_feedback=on"}; tc.want && !slices.Equal(got, want) || !tc.want && got != nil {
+				t.Errorf("failoverSlotArgs %q, want them: %t", got, tc.want)
 			}
 		})
 	}

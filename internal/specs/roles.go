@@ -53,7 +53,20 @@ func DeclaredRoles(db *databasev1alpha1.MyDatabase) []databasev1alpha1.RoleSpec 
 
 // GeneratedRoleSecretName is the Secret the operator generates for role.
 func GeneratedRoleSecretName(db *databasev1alpha1.MyDatabase, role string) string {
-	return db.Name + "-role-" + strings.ReplaceAll(role, "_", "-")
+	return generatedRoleSecretName(db.Name, role)
+}
+
+func generatedRoleSecretName(mydatabase, role string) string {
+	return mydatabase + "-role-" + strings.ReplaceAll(role, "_", "-")
+}
+
+// SubscriptionSecretName is the Secret a subscription connects with: its
+// source's secretName, or the LogicalRole Secret of its source MyDatabase.
+func SubscriptionSecretName(s databasev1alpha1.SubscriptionSpec) string {
+	if s.Source.MyDatabase != "" {
+		return generatedRoleSecretName(s.Source.MyDatabase, LogicalRole)
+	}
+	return s.Source.SecretName
 }
 
 // GeneratedRoles are the declared roles whose Secret the operator
@@ -99,15 +112,21 @@ func DeclaredOf(db *databasev1alpha1.MyDatabase) *contract.Declared {
 			c.Publications = append(c.Publications, contract.Publication{Name: p.Name, Absent: p.Ensure == databasev1alpha1.EnsureAbsent,
 				AllTables: p.AllTables, Tables: p.Tables})
 		}
+		for _, sub := range s.Subscriptions {
+			c.Subscriptions = append(c.Subscriptions, contract.Subscription{Name: sub.Name, Absent: sub.Ensure == databasev1alpha1.EnsureAbsent,
+				Publications: sub.Publications, Secret: SubscriptionSecretName(sub), Database: sub.Source.Database,
+				Enabled: ptr.Deref(sub.Enabled, true), CopyData: ptr.Deref(sub.CopyData, true), Failover: ptr.Deref(sub.Failover, true)})
+		}
 		d.Databases = append(d.Databases, c)
 	}
 	return d
 }
 
 // RoleSecret is the generated Secret of a declared role: its name,
-// password and a connection URI to the primary's database
-// (spec.databaseName), as the credentials Secret has them.
-func RoleSecret(db *databasev1alpha1.MyDatabase, role, password string) *corev1.Secret {
+// password, a connection URI to the primary's database
+// (spec.databaseName) and the CA that verifies the servers, as the
+// credentials Secret has them.
+func RoleSecret(db *databasev1alpha1.MyDatabase, role, password string, caCert []byte) *corev1.Secret {
 	uri := url.URL{
 		Scheme:   "postgresql",
 		User:     url.UserPassword(role, password),
@@ -123,6 +142,7 @@ func RoleSecret(db *databasev1alpha1.MyDatabase, role, password string) *corev1.
 			OwnerReferences: SecretOwnerReferences(db),
 		},
 		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{SecretUsernameKey: []byte(role), SecretPasswordKey: []byte(password), SecretURIKey: []byte(uri.String())},
+		Data: map[string][]byte{SecretUsernameKey: []byte(role), SecretPasswordKey: []byte(password), SecretURIKey: []byte(uri.String()),
+			CACertKey: caCert},
 	}
 }

@@ -83,12 +83,21 @@ func PasswordSources(db *databasev1alpha1.MyDatabase) string {
 }
 
 // PasswordSecretNames are the Secrets an instance manager may read: the
-// sources above, and the declared roles' (RolePasswordSecretName).
+// sources above, the declared roles' (RolePasswordSecretName) and the
+// declared subscriptions' (SubscriptionSecretName).
 func PasswordSecretNames(db *databasev1alpha1.MyDatabase) []string {
 	names := []string{passwordSource(db)}
-	for _, r := range DeclaredRoles(db) {
-		if name := RolePasswordSecretName(db, r); name != "" && !slices.Contains(names, name) {
+	add := func(name string) {
+		if name != "" && !slices.Contains(names, name) {
 			names = append(names, name)
+		}
+	}
+	for _, r := range DeclaredRoles(db) {
+		add(RolePasswordSecretName(db, r))
+	}
+	for _, d := range db.Spec.Databases {
+		for _, s := range d.Subscriptions {
+			add(SubscriptionSecretName(s)) // absent too: its drop connects
 		}
 	}
 	return names

@@ -98,7 +98,7 @@ func (k *kit) components(s *scope) (prerequisites, features []component) {
 			&replicationPassword{kit: k, scope: s, servers: servers},
 			&retainedVolumes{kit: k, scope: s},
 			&rotation{kit: k, scope: s},
-			&roles{kit: k, scope: s},
+			&roles{kit: k, scope: s, tls: tls},
 			&schedule{kit: k, scope: s},
 		}
 }

@@ -51,21 +51,24 @@ func setDeclaredStatus(db *databasev1alpha1.MyDatabase, primary *contract.Report
 		ds := databasev1alpha1.DatabaseStatus{Name: d.Name}
 		why, reported := outcome(contract.DatabaseKey(d.Name))
 		ds.Applied, ds.Message = databases.add(d.Name, why, reported)
+		item := func(kind, name, key string) databasev1alpha1.ItemStatus {
+			why, reported := outcome(key)
+			is := databasev1alpha1.ItemStatus{Name: name}
+			is.Applied, is.Message = databases.add(d.Name+" "+kind+" "+name, why, reported)
+			return is
+		}
 		for _, e := range d.Extensions {
-			es := databasev1alpha1.ItemStatus{Name: e.Name}
-			why, reported := outcome(contract.ExtensionKey(d.Name, e.Name))
-			es.Applied, es.Message = databases.add(d.Name+" extension "+e.Name, why, reported)
-			ds.Extensions = append(ds.Extensions, es)
+			ds.Extensions = append(ds.Extensions, item("extension", e.Name, contract.ExtensionKey(d.Name, e.Name)))
 		}
 		for _, p := range d.Publications {
-			ps := databasev1alpha1.ItemStatus{Name: p.Name}
-			why, reported := outcome(contract.PublicationKey(d.Name, p.Name))
-			ps.Applied, ps.Message = databases.add(d.Name+" publication "+p.Name, why, reported)
-			ds.Publications = append(ds.Publications, ps)
+			ds.Publications = append(ds.Publications, item("publication", p.Name, contract.PublicationKey(d.Name, p.Name)))
+		}
+		for _, sub := range d.Subscriptions {
+			ds.Subscriptions = append(ds.Subscriptions, item("subscription", sub.Name, contract.SubscriptionKey(d.Name, sub.Name)))
 		}
 		st.Databases = append(st.Databases, ds)
 	}
-	databases.setCondition(db, now, databasev1alpha1.ConditionDatabasesApplied, "databases, extensions and publications", "spec.databases",
+	databases.setCondition(db, now, databasev1alpha1.ConditionDatabasesApplied, "databases, extensions, publications and subscriptions", "spec.databases",
 		databasev1alpha1.ReasonDatabasesApplied, databasev1alpha1.ReasonDatabaseNotApplied, databasev1alpha1.ReasonDatabasesPending)
 }
 

@@ -119,7 +119,7 @@ func TestDeclaredRolesAndDatabases(t *testing.T) {
 	// Under Delete the role Secrets go with the MyDatabase: the generated
 	// one, and one a deleted MyDatabase of the name retained for a role no
 	// longer declared (adopted).
-	retained := specs.RoleSecret(db, "old_app", "old-password")
+	retained := specs.RoleSecret(db, "old_app", "old-password", nil)
 	retained.Labels[databasev1alpha1.LabelOwnerUID] = "uid-of-a-deleted-mydatabase"
 	retained.OwnerReferences = nil
 	if err := k8s.Create(t.Context(), retained); err != nil {

@@ -1,6 +1,7 @@
 package mydatabase
 
 import (
+	"bytes"
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 type roles struct {
 	*kit
 	*scope
+	tls *tlsCerts // the CA the generated Secrets carry
 }
 
 // reconcile aligns the owner of every generated role Secret with the
@@ -40,8 +42,12 @@ func (r *roles) reconcile(ctx context.Context, obs *observation) error {
 	}
 	cached := map[string]bool{}
 	for i := range secrets.Items {
-		cached[secrets.Items[i].Name] = true
-		if err := r.alignMetadata(ctx, &secrets.Items[i], specs.Labels(r.db, specs.ComponentRole), nil, specs.SecretOwnerReferences(r.db), r.db); err != nil {
+		secret := &secrets.Items[i]
+		cached[secret.Name] = true
+		if err := r.alignMetadata(ctx, secret, specs.Labels(r.db, specs.ComponentRole), nil, specs.SecretOwnerReferences(r.db), r.db); err != nil {
+			return err
+		}
+		if err := r.alignCA(ctx, secret); err != nil {
 			return err
 		}
 	}
@@ -64,11 +70,30 @@ func (r *roles) reconcile(ctx context.Context, obs *observation) error {
 		if err != nil {
 			return err
 		}
-		secret := specs.RoleSecret(r.db, role.Name, password)
+		secret := specs.RoleSecret(r.db, role.Name, password, r.tls.caCert)
 		if err := r.Create(ctx, secret, client.FieldOwner(FieldOwner)); err != nil && !apierrors.IsAlreadyExists(err) {
 			return objectError("create", secret, name, err)
 		}
 		obs.created = append(obs.created, "Secret "+name)
+	}
+	return nil
+}
+
+// alignCA gives a generated role Secret the CA that verifies the servers
+// (one made before it carried one, or since a change of CA): a
+// subscription of another MyDatabase verifies this one's with it. The
+// password is never touched here.
+func (r *roles) alignCA(ctx context.Context, secret *corev1.Secret) error {
+	if bytes.Equal(secret.Data[specs.CACertKey], r.tls.caCert) {
+		return nil
+	}
+	before := secret.DeepCopy()
+	if secret.Data == nil {
+		secret.Data = map[string][]byte{}
+	}
+	secret.Data[specs.CACertKey] = r.tls.caCert
+	if err := r.Patch(ctx, secret, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return objectError("patch", secret, secret.Name, err)
 	}
 	return nil
 }
