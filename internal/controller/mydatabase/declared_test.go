@@ -1,6 +1,7 @@
 package mydatabase
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,7 +34,9 @@ func TestDeclaredRolesAndDatabases(t *testing.T) {
 		{Name: "nobody", Login: ptr.To(false)},
 	}
 	db.Spec.Databases = []databasev1alpha1.DatabaseSpec{
-		{Name: "reports", Owner: "analyst", Extensions: []databasev1alpha1.ExtensionSpec{{Name: "vector"}}},
+		{Name: "reports", Owner: "analyst", Extensions: []databasev1alpha1.ExtensionSpec{{Name: "vector"}},
+			Subscriptions: []databasev1alpha1.SubscriptionSpec{{Name: "stock", Publications: []string{"stock"},
+				Source: databasev1alpha1.SubscriptionSource{MyDatabase: "shop"}}}},
 	}
 	db = create(t, db)
 	rotationPods(t, db, 1)
@@ -41,6 +44,9 @@ func TestDeclaredRolesAndDatabases(t *testing.T) {
 	generated := secretOf(t, ns, "roles-role-analyst")
 	if len(generated.Data[specs.SecretPasswordKey]) == 0 || string(generated.Data[specs.SecretUsernameKey]) != "analyst" {
 		t.Errorf("generated Secret %v", generated.Data)
+	}
+	if len(generated.Data[specs.CACertKey]) == 0 {
+		t.Error("the generated Secret has no ca.crt: a subscriber verifies the servers with it")
 	}
 	first := string(generated.Data[specs.SecretPasswordKey])
 	if err := get(ns, "roles-role-nobody", &corev1.Secret{}); err == nil {
@@ -55,19 +61,21 @@ func TestDeclaredRolesAndDatabases(t *testing.T) {
 		roles := d.Roles
 		if err != nil || len(roles) != 3 || roles[0].PasswordSecret != "roles-role-analyst" || !roles[0].Login ||
 			roles[1].PasswordSecret != "migrator-password" || roles[2].Login || roles[2].PasswordSecret != "" ||
-			len(d.Databases) != 1 || d.Databases[0].Owner != "analyst" || len(d.Databases[0].Extensions) != 1 {
+			len(d.Databases) != 1 || d.Databases[0].Owner != "analyst" || len(d.Databases[0].Extensions) != 1 ||
+			len(d.Databases[0].Subscriptions) != 1 || d.Databases[0].Subscriptions[0].Secret != "shop-role-mydatabase-logical" ||
+			!d.Databases[0].Subscriptions[0].Enabled || !d.Databases[0].Subscriptions[0].Failover {
 			return fmt.Errorf("%s: %v", lease.Annotations[contract.AnnotationDeclared], err)
 		}
 		return nil
 	})
-	eventually(t, "the instance Role reading the roles' Secrets", func() error {
+	eventually(t, "the instance Role reading the roles' and the subscription's Secrets", func() error {
 		role := &rbacv1.Role{}
 		if err := get(ns, specs.InstanceAccessName(db), role); err != nil {
 			return err
 		}
 		for _, rule := range role.Rules {
 			if slices.Contains(rule.Resources, "secrets") && slices.Contains(rule.ResourceNames, "roles-role-analyst") &&
-				slices.Contains(rule.ResourceNames, "migrator-password") {
+				slices.Contains(rule.ResourceNames, "migrator-password") && slices.Contains(rule.ResourceNames, "shop-role-mydatabase-logical") {
 				return nil
 			}
 		}
@@ -83,7 +91,7 @@ func TestDeclaredRolesAndDatabases(t *testing.T) {
 	// This one: one role could not be applied.
 	publishReport(t, ns, "roles-0", contract.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Time: time.Now().UTC(),
 		Declared: map[string]string{"role/analyst": "", "role/migrator": "reading Secret migrator-password: not found", "role/nobody": "",
-			"database/reports": "", "database/reports/extension/vector": "the image holds no extension"},
+			"database/reports": "", "database/reports/extension/vector": "the image holds no extension", "database/reports/subscription/stock": ""},
 		DeclaredOf: contract.DeclaredDigest(declared)})
 	waitFor(t, db, "RolesApplied false", rolesCondition(databasev1alpha1.ReasonRoleNotApplied, "migrator: reading Secret migrator-password: not found"))
 	if c := condition(db, databasev1alpha1.ConditionDatabasesApplied); c == nil || c.Reason != databasev1alpha1.ReasonDatabaseNotApplied ||
@@ -91,7 +99,7 @@ func TestDeclaredRolesAndDatabases(t *testing.T) {
 		t.Errorf("DatabasesApplied %+v", c)
 	}
 	if ds := db.Status.Databases; len(ds) != 1 || !ds[0].Applied || len(ds[0].Extensions) != 1 || ds[0].Extensions[0].Applied ||
-		ds[0].Extensions[0].Message != "the image holds no extension" {
+		ds[0].Extensions[0].Message != "the image holds no extension" || len(ds[0].Subscriptions) != 1 || !ds[0].Subscriptions[0].Applied {
 		t.Errorf("status.databases %+v", ds)
 	}
 	got := db // as waitFor read it
@@ -103,11 +111,12 @@ func TestDeclaredRolesAndDatabases(t *testing.T) {
 		t.Errorf("Ready %+v: a role not applied must not take the database out of service", c)
 	}
 	publishReport(t, ns, "roles-0", contract.Report{Role: databasev1alpha1.RolePrimary, Ready: true, Time: time.Now().UTC(),
-		Declared:   map[string]string{"role/analyst": "", "role/migrator": "", "role/nobody": "", "database/reports": "", "database/reports/extension/vector": ""},
+		Declared: map[string]string{"role/analyst": "", "role/migrator": "", "role/nobody": "", "database/reports": "", "database/reports/extension/vector": "",
+			"database/reports/subscription/stock": ""},
 		DeclaredOf: contract.DeclaredDigest(declared)})
 	waitFor(t, db, "RolesApplied", rolesCondition(databasev1alpha1.ReasonRolesApplied, "the 3 declared roles"))
 	if c := condition(db, databasev1alpha1.ConditionDatabasesApplied); c == nil || c.Status != metav1.ConditionTrue ||
-		c.Message != "the primary applied the 2 declared databases, extensions and publications" {
+		c.Message != "the primary applied the 3 declared databases, extensions, publications and subscriptions" {
 		t.Errorf("DatabasesApplied %+v", c)
 	}
 
@@ -134,6 +143,10 @@ func TestDeclaredRolesAndDatabases(t *testing.T) {
 			}
 			if s.Labels[databasev1alpha1.LabelOwnerUID] != string(db.UID) || len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != db.UID {
 				return fmt.Errorf("labels %v, owners %v", s.Labels, s.OwnerReferences)
+			}
+			// One made without the CA (retained from before) is given it.
+			if !bytes.Equal(s.Data[specs.CACertKey], generated.Data[specs.CACertKey]) {
+				return fmt.Errorf("ca.crt %q, want the servers' CA", s.Data[specs.CACertKey])
 			}
 			return nil
 		})
