@@ -151,9 +151,9 @@ func (m *manager) alignSlots(ctx context.Context, want []string) error {
 			errs = append(errs, fmt.Errorf("creating %s: %w", name, err))
 		}
 	}
-	if len(errs) == 0 && m.role == asPrimary {
-		if err := m.alignStandbySlots(ctx, conn, want); err != nil {
-			errs = append(errs, fmt.Errorf("synchronized_standby_slots: %w", err))
+	if len(errs) == 0 && m.c.failoverSlots() {
+		if err := m.alignFailoverSlots(ctx, conn, want); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
@@ -248,11 +248,24 @@ func (c Config) failoverSlotArgs() []string {
 	return []string{"-c", "sync_replication_slots=on", "-c", "hot_standby_feedback=on"}
 }
 
-// alignStandbySlots makes the primary's synchronized_standby_slots the
-// members' slots, when it keeps failover slots.
-func (m *manager) alignStandbySlots(ctx context.Context, conn *pgx.Conn, slots []string) error {
-	if !m.c.failoverSlots() {
-		return nil
+// alignFailoverSlots: a primary's synchronized_standby_slots are the
+// members' slots; a replica has no failover slot left from a time it was
+// the primary (pg_rewind keeps them), since the slot sync worker stops at
+// a slot of a synchronised one's name that it did not make. A failover
+// slot a standby did not synchronise can only be such a one: PostgreSQL
+// refuses to make one on a standby.
+func (m *manager) alignFailoverSlots(ctx context.Context, conn *pgx.Conn, slots []string) error {
+	if m.role != asPrimary {
+		rows, err := conn.Query(ctx, `WITH dropped AS (SELECT slot_name, pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+			WHERE slot_type = 'logical' AND failover AND NOT synced AND NOT active) SELECT slot_name::text FROM dropped`)
+		if err != nil {
+			return fmt.Errorf("dropping the failover slots left from a time as the primary: %w", err)
+		}
+		dropped, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if len(dropped) > 0 {
+			m.log("dropped the failover slots %v left from a time as the primary: the replicas' copies are kept from the primary's", dropped)
+		}
+		return err
 	}
 	want := strings.Join(slots, ",")
 	var have string

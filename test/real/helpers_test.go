@@ -74,9 +74,16 @@ func patch(t *testing.T, ns string, change func(*databasev1alpha1.MyDatabase)) {
 // current revision.
 func waitReady(t *testing.T, ns string, replicas int32, timeout time.Duration) {
 	t.Helper()
-	testenv.Eventually(t, timeout, fmt.Sprintf("MyDatabase %s Ready with %d servers", dbName, replicas), func() error {
+	waitReadyOf(t, ns, dbName, replicas, timeout)
+}
+
+// waitReadyOf waits for the MyDatabase name to be Ready with replicas
+// servers.
+func waitReadyOf(t *testing.T, ns, name string, replicas int32, timeout time.Duration) {
+	t.Helper()
+	testenv.Eventually(t, timeout, fmt.Sprintf("MyDatabase %s Ready with %d servers", name, replicas), func() error {
 		db := &databasev1alpha1.MyDatabase{}
-		if err := env.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: dbName}, db); err != nil {
+		if err := env.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, db); err != nil {
 			return err
 		}
 		st := db.Status
@@ -84,7 +91,7 @@ func waitReady(t *testing.T, ns string, replicas int32, timeout time.Duration) {
 			st.ReadyReplicas != replicas || st.Replicas != replicas {
 			return fmt.Errorf("generation %d, observed %d, phase %s, ready %s", db.Generation, st.ObservedGeneration, st.Phase, st.Ready)
 		}
-		if pods := podsOf(t, ns); len(pods) != int(replicas) {
+		if pods := podsNamed(t, ns, name); len(pods) != int(replicas) {
 			return fmt.Errorf("%d pods, want %d", len(pods), replicas)
 		}
 		return nil
@@ -132,9 +139,15 @@ func rolledUnderWrites(t *testing.T, ns, uri string, w *writer, rows int, primar
 
 func podsOf(t *testing.T, ns string) []corev1.Pod {
 	t.Helper()
+	return podsNamed(t, ns, dbName)
+}
+
+// podsNamed are the pods of the MyDatabase name.
+func podsNamed(t *testing.T, ns, name string) []corev1.Pod {
+	t.Helper()
 	var pods corev1.PodList
 	if err := env.c.List(t.Context(), &pods, client.InNamespace(ns),
-		client.MatchingLabels{databasev1alpha1.LabelInstance: dbName}); err != nil {
+		client.MatchingLabels{databasev1alpha1.LabelInstance: name}); err != nil {
 		t.Fatal(err)
 	}
 	return pods.Items
@@ -152,8 +165,14 @@ func podUIDs(t *testing.T, ns string) map[string]string {
 // credentials returns the URI and the password of the connection Secret.
 func credentials(t *testing.T, ns string) (uri, password string) {
 	t.Helper()
+	return credentialsOf(t, getDB(t, ns))
+}
+
+// credentialsOf is credentials of the MyDatabase db.
+func credentialsOf(t *testing.T, db *databasev1alpha1.MyDatabase) (uri, password string) {
+	t.Helper()
 	var s corev1.Secret
-	name := specs.CredentialsSecretName(getDB(t, ns))
+	ns, name := db.Namespace, specs.CredentialsSecretName(db)
 	if err := env.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +181,7 @@ func credentials(t *testing.T, ns string) (uri, password string) {
 	}
 	// The uri asks for sslmode=verify-full: the client verifies the server
 	// with the Secret's ca.crt only, as an application would.
-	ca := filepath.Join(env.work, ns+"-"+specs.CACertKey)
+	ca := filepath.Join(env.work, ns+"-"+db.Name+"-"+specs.CACertKey)
 	if err := os.WriteFile(ca, s.Data[specs.CACertKey], 0o644); err != nil {
 		t.Fatal(err)
 	}

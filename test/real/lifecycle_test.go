@@ -16,6 +16,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -113,11 +114,14 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		patch(t, ns, func(db *databasev1alpha1.MyDatabase) {
 			db.Spec.Roles = []databasev1alpha1.RoleSpec{{Name: "reader", InRoles: []string{"pg_read_all_data"}}, {Name: "reporter"}}
 			db.Spec.Databases = []databasev1alpha1.DatabaseSpec{
-				{Name: "app", Extensions: []databasev1alpha1.ExtensionSpec{{Name: "pg_stat_statements"}, {Name: "pgaudit"}}},
+				{Name: "app", Extensions: []databasev1alpha1.ExtensionSpec{{Name: "pg_stat_statements"}, {Name: "pgaudit"}},
+					Publications: []databasev1alpha1.PublicationSpec{{Name: "items_pub", Tables: []string{"items"}}}},
 				{Name: "reports", Owner: "reporter", Extensions: []databasev1alpha1.ExtensionSpec{{Name: "vector"}}},
 			}
-			// pgaudit works only preloaded: the server restarts.
+			// pgaudit works only preloaded, and wal_level=logical (the
+			// publication, subscribed to below) needs a restart too.
 			db.Spec.Parameters["shared_preload_libraries"] = "pg_stat_statements,pgaudit"
+			db.Spec.Replication.Logical = true
 		})
 		waitReady(t, ns, 1, 3*time.Minute)
 		for _, kind := range []string{databasev1alpha1.ConditionRolesApplied, databasev1alpha1.ConditionDatabasesApplied} {
@@ -318,6 +322,89 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		}
 	})
 
+	// A second MyDatabase subscribes to items_pub (declared above) by the
+	// publisher's name; its slot is a failover slot, which every replica
+	// of the publisher keeps (PostgreSQL 17), so the subscription goes on
+	// from the promoted replica in the next step.
+	sub := &databasev1alpha1.MyDatabase{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sub"},
+		Spec: databasev1alpha1.MyDatabaseSpec{
+			Version: "17", Replicas: ptr.To[int32](1), Storage: databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
+			DatabaseName: "app", User: "app", DeletionPolicy: databasev1alpha1.DeletionPolicyDelete,
+			Databases: []databasev1alpha1.DatabaseSpec{{Name: "app", Subscriptions: []databasev1alpha1.SubscriptionSpec{{
+				Name: "items_sub", Publications: []string{"items_pub"}, Source: databasev1alpha1.SubscriptionSource{MyDatabase: dbName}}}}},
+		},
+	}
+	var subURI string
+	// sameItems waits for the subscriber to hold exactly the publisher's
+	// items: every id once (its primary key), none missing, none more.
+	sameItems := func(t *testing.T, timeout time.Duration) {
+		t.Helper()
+		const digest = "SELECT count(*) || ' ' || coalesce(md5(string_agg(id::text, ',' ORDER BY id)), '') FROM items"
+		var want string
+		if err := connect(t, uri).QueryRow(ctx, digest).Scan(&want); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, timeout, "the subscriber's items the publisher's: "+want, func() error {
+			conn, err := dial(ctx, subURI)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = conn.Close(context.Background()) }()
+			var got string
+			if err := conn.QueryRow(ctx, digest).Scan(&got); err != nil {
+				return err
+			}
+			if got != want {
+				return fmt.Errorf("the subscriber has %s", got)
+			}
+			return nil
+		})
+		t.Logf("subscriber and publisher: %s (rows, md5 of the ids)", want)
+	}
+
+	step("a subscriber MyDatabase receives the publication through a failover slot every replica keeps", func(t *testing.T) {
+		if err := env.c.Create(ctx, sub.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+		waitReadyOf(t, ns, sub.Name, 1, 3*time.Minute)
+		subURI, _ = credentialsOf(t, sub)
+		// The subscription waits for the table it receives into.
+		if _, err := connect(t, subURI).Exec(ctx, "CREATE TABLE items (id bigint PRIMARY KEY, note text NOT NULL)"); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 2*time.Minute, "the subscriber's DatabasesApplied", func() error {
+			db := &databasev1alpha1.MyDatabase{}
+			if err := env.c.Get(ctx, client.ObjectKeyFromObject(sub), db); err != nil {
+				return err
+			}
+			if c := meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionDatabasesApplied); c == nil || c.Status != metav1.ConditionTrue {
+				return fmt.Errorf("%+v", c)
+			}
+			return nil
+		})
+		sameItems(t, time.Minute)
+		primary := getDB(t, ns).Status.CurrentPrimary
+		var members []string
+		for _, p := range podsOf(t, ns) {
+			if p.Name == primary {
+				continue
+			}
+			members = append(members, "mydb_"+strings.ReplaceAll(p.Name, "-", "_"))
+			testenv.Eventually(t, time.Minute, "the slot synchronised on "+p.Name, func() error {
+				out, err := superuserSQL(ns, p.Name, "SELECT slot_type || ' ' || failover || ' ' || synced || ' ' || NOT temporary FROM pg_replication_slots WHERE slot_name = 'items_sub'")
+				if err != nil || out != "logical t t t" {
+					return fmt.Errorf("items_sub on %s: %q %v, want a logical failover slot, synced, persistent", p.Name, out, err)
+				}
+				return nil
+			})
+		}
+		slices.Sort(members)
+		if got := superuser(t, ns, primary, "SHOW synchronized_standby_slots"); got != strings.Join(members, ",") {
+			t.Errorf("synchronized_standby_slots %q on %s, want the members' slots %q", got, primary, strings.Join(members, ","))
+		}
+	})
+
 	step("deleting the primary pod: a replica takes over, none acknowledged is lost", func(t *testing.T) {
 		// The rolls above moved the primary, each by a switchover.
 		var db databasev1alpha1.MyDatabase
@@ -365,6 +452,45 @@ func TestLifecycleOnRealPods(t *testing.T) {
 			}
 			if db.Status.CurrentPrimary == primary || db.Status.CurrentPrimary == "" {
 				return fmt.Errorf("currentPrimary %q, want another pod than %s", db.Status.CurrentPrimary, primary)
+			}
+			return nil
+		})
+		// The subscription went on from the new primary's copy of its
+		// slot: the rows written before, across and after the failover,
+		// each once.
+		sameItems(t, 2*time.Minute)
+	})
+
+	step("the subscription declared absent is dropped with its slot, on the publisher's replicas too", func(t *testing.T) {
+		current := &databasev1alpha1.MyDatabase{}
+		if err := env.c.Get(ctx, client.ObjectKeyFromObject(sub), current); err != nil {
+			t.Fatal(err)
+		}
+		current.Spec.Databases[0].Subscriptions[0].Ensure = databasev1alpha1.EnsureAbsent
+		if err := env.c.Update(ctx, current); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range podsOf(t, ns) {
+			testenv.Eventually(t, time.Minute, "no slot items_sub on "+p.Name, func() error {
+				out, err := superuserSQL(ns, p.Name, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'items_sub'")
+				if err != nil || out != "0" {
+					return fmt.Errorf("%q %v", out, err)
+				}
+				return nil
+			})
+		}
+		if err := env.c.Delete(ctx, current); err != nil {
+			t.Fatal(err)
+		}
+		// Gone with its claims before the last step counts the volumes.
+		testenv.Eventually(t, 2*time.Minute, "the subscriber gone with its claims", func() error {
+			var claims corev1.PersistentVolumeClaimList
+			if err := env.c.List(ctx, &claims, client.InNamespace(ns), client.MatchingLabels{databasev1alpha1.LabelInstance: sub.Name}); err != nil {
+				return err
+			}
+			err := env.c.Get(ctx, client.ObjectKeyFromObject(sub), &databasev1alpha1.MyDatabase{})
+			if !apierrors.IsNotFound(err) || len(claims.Items) > 0 {
+				return fmt.Errorf("MyDatabase: %v; %d claims", err, len(claims.Items))
 			}
 			return nil
 		})
