@@ -186,7 +186,11 @@ func TestDeclaredRoundTrips(t *testing.T) {
 	}
 	db.Spec.Roles = []databasev1alpha1.RoleSpec{{Name: "analyst", ValidUntil: &until, InRoles: []string{"pg_monitor"}}}
 	db.Spec.Databases = []databasev1alpha1.DatabaseSpec{{Name: "reports", Locale: "C",
-		Extensions: []databasev1alpha1.ExtensionSpec{{Name: "vector", Ensure: databasev1alpha1.EnsureAbsent}}}}
+		Extensions: []databasev1alpha1.ExtensionSpec{{Name: "vector", Ensure: databasev1alpha1.EnsureAbsent}},
+		Subscriptions: []databasev1alpha1.SubscriptionSpec{
+			{Name: "stock", Publications: []string{"stock"}, Source: databasev1alpha1.SubscriptionSource{MyDatabase: "warehouse", Database: "inventory"}},
+			{Name: "legacy", Publications: []string{"all"}, Source: databasev1alpha1.SubscriptionSource{SecretName: "legacy-db"},
+				Enabled: ptr.To(false), Failover: ptr.To(false)}}}}
 	got, err := contract.ParseDeclared(specs.Lease(db, "").Annotations[contract.AnnotationDeclared])
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +199,11 @@ func TestDeclaredRoundTrips(t *testing.T) {
 		Roles: []contract.Role{{Name: "analyst", Login: true, Inherit: true, ConnectionLimit: -1, ValidUntil: &until.Time,
 			InRoles: []string{"pg_monitor"}, PasswordSecret: "shop-role-analyst"}},
 		Databases: []contract.Database{{Name: "reports", Owner: "app", Locale: "C",
-			Extensions: []contract.Extension{{Name: "vector", Absent: true}}}},
+			Extensions: []contract.Extension{{Name: "vector", Absent: true}},
+			Subscriptions: []contract.Subscription{
+				{Name: "stock", Publications: []string{"stock"}, Secret: "warehouse-role-mydatabase-logical", Database: "inventory",
+					Enabled: true, CopyData: true, Failover: true},
+				{Name: "legacy", Publications: []string{"all"}, Secret: "legacy-db", CopyData: true}}}},
 	}
 	if got.String() != want.String() {
 		t.Errorf("read back\n%s\nwant\n%s", got, want)

@@ -393,7 +393,7 @@ func TestLifecycleOnRealPods(t *testing.T) {
 			members = append(members, "mydb_"+strings.ReplaceAll(p.Name, "-", "_"))
 			testenv.Eventually(t, time.Minute, "the slot synchronised on "+p.Name, func() error {
 				out, err := superuserSQL(ns, p.Name, "SELECT slot_type || ' ' || failover || ' ' || synced || ' ' || NOT temporary FROM pg_replication_slots WHERE slot_name = 'items_sub'")
-				if err != nil || out != "logical t t t" {
+				if err != nil || out != "logical true true true" {
 					return fmt.Errorf("items_sub on %s: %q %v, want a logical failover slot, synced, persistent", p.Name, out, err)
 				}
 				return nil
