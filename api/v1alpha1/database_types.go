@@ -104,7 +104,8 @@ type SubscriptionSpec struct {
 	Name string `json:"name"`
 
 	// ensure is present (default) or absent (dropped, with its slot on
-	// the publisher, which must be reachable then).
+	// the publisher, which must be reachable then; a slot the publisher
+	// lost, before PostgreSQL 17 at every failover, is not waited for).
 	// +kubebuilder:default=present
 	// +optional
 	Ensure Ensure `json:"ensure,omitempty"`

@@ -236,7 +236,22 @@ func (m *manager) applySubscriptions(ctx context.Context, conn *pgx.Conn, d cont
 		}
 		// A subscription to drop is dropped with the connection it has,
 		// even when its Secret is gone.
-		outcome[key] = plainError(each(ctx, conn, subscriptionPlan(s, conninfo, have[s.Name], version >= 170000)))
+		err = each(ctx, conn, subscriptionPlan(s, conninfo, have[s.Name], version >= 170000))
+		if s.Absent && slotGone(err) {
+			// Its slot was lost with a primary of the publisher (before
+			// PostgreSQL 17, at every failover): nothing is left there.
+			m.log("subscription %s: its slot is gone from the publisher (%v): dropping the subscription alone", s.Name, err)
+			name := pgx.Identifier{s.Name}.Sanitize()
+			err = each(ctx, conn, []string{"ALTER SUBSCRIPTION " + name + " DISABLE",
+				"ALTER SUBSCRIPTION " + name + " SET (slot_name = NONE)", "DROP SUBSCRIPTION " + name})
+		}
+		outcome[key] = plainError(err)
 	}
 	return nil
+}
+
+// slotGone tells whether a DROP SUBSCRIPTION failed because the publisher
+// has no slot of its name.
+func slotGone(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "could not drop replication slot") && strings.Contains(err.Error(), "does not exist")
 }

@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -111,5 +112,20 @@ func TestWriteIfChanged(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(path); string(b) != "two" {
 		t.Errorf("content %q, want two", b)
+	}
+}
+
+func TestSlotGone(t *testing.T) {
+	for err, want := range map[error]bool{
+		errors.New(`could not drop replication slot "orders_sub" on publisher: ERROR:  replication slot "orders_sub" does not exist`): true,
+		errors.New(`could not connect to the publisher: connection refused`):                                                          false,
+		errors.New(`subscription "orders_sub" does not exist`):                                                                        false,
+	} {
+		if got := slotGone(err); got != want {
+			t.Errorf("slotGone(%q) = %t, want %t", err, got, want)
+		}
+	}
+	if slotGone(nil) {
+		t.Error("slotGone(nil)")
 	}
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,15 +31,16 @@ func TestLogicalReplication(t *testing.T) {
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
 	db := newDatabase(srv.major, nil)
-	db.Spec.Replicas = new(int32(1))
+	db.Spec.Replicas = new(int32(2))
 	db.Spec.Replication.Logical = true
 	db.Spec.Databases = []databasev1alpha1.DatabaseSpec{{Name: db.Spec.DatabaseName,
 		Publications: []databasev1alpha1.PublicationSpec{{Name: "orders_pub", Tables: []string{"orders"}}}}}
 	const appPassword = "app-password"
 	c := newCluster(t, srv, db, specs.CredentialsSecret(db, appPassword))
-	pods := c.startPods(t, 1)
+	pods := c.startPods(t, 2)
 	c.op = c.startOperator(t)
 	primary := pods[0]
+	front := c.front(t, pods)
 	su := primary.socket("postgres", db.Spec.DatabaseName)
 	app := tcp(primary.port, db.Spec.User, db.Spec.DatabaseName)
 	ctx := context.Background()
@@ -71,18 +73,26 @@ func TestLogicalReplication(t *testing.T) {
 		c.query(t, app, appPassword, "INSERT INTO drafts VALUES (7)", "INSERT INTO orders VALUES (42)")
 	})
 
-	subscribeTo(t, c, primary.port, secret, func(id int) { c.query(t, app, appPassword, fmt.Sprintf("INSERT INTO orders VALUES (%d)", id)) })
+	frontPort, err := strconv.Atoi(strings.Split(front.Addr(), ":")[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	subscribeTo(t, c, frontPort, secret, func(id int) {
+		c.query(t, tcp(frontPort, db.Spec.User, db.Spec.DatabaseName), appPassword, fmt.Sprintf("INSERT INTO orders VALUES (%d)", id))
+	})
 }
 
 // subscribeTo subscribes a second MyDatabase, in another namespace of the
 // same API server, to the publisher's orders_pub through a Secret made
 // from the publisher's mydatabase_logical Secret (logical), with a uri to
-// the publisher's port: PostgreSQL 15 here has no failover slots, and the
-// harness no Service names, so the subscription to a MyDatabase by name,
-// and its slot across a failover, are proven on real pods (test/real).
-// The subscription is reported until the table it receives exists; rows
-// copied and streamed arrive; the password is in no catalog; ensure:
-// absent drops the subscription and its slot on the publisher.
+// the publisher's read-write front (port), as a Service would be: the
+// harness has no Service names, so the subscription to a MyDatabase by
+// name, and failover slots (PostgreSQL 17), are proven on real pods
+// (test/real). The subscription is reported until the table it receives
+// exists; rows copied and streamed arrive; the password is in no catalog.
+// Before 17, the publisher's failover loses the slot, and the remedy is
+// what docs/logical-replication.md says. ensure: absent drops the
+// subscription and its slot on the publisher.
 func subscribeTo(t *testing.T, publisher *cluster, port int, logical *corev1.Secret, insert func(id int)) {
 	feed := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "shop-feed", Namespace: "analytics"}, Data: map[string][]byte{
 		"uri":      []byte(fmt.Sprintf("postgresql://%s@127.0.0.1:%d/%s?sslmode=verify-ca", specs.LogicalRole, port, publisher.db.Spec.DatabaseName)),
@@ -126,14 +136,39 @@ func subscribeTo(t *testing.T, publisher *cluster, port int, logical *corev1.Sec
 		t.Errorf("subconninfo %q: the password must stay in the passfile, out of the catalog", conninfo)
 	}
 
-	c.updateDatabase(t, func(db *databasev1alpha1.MyDatabase) {
-		db.Spec.Databases[0].Subscriptions[0].Ensure = databasev1alpha1.EnsureAbsent
-	})
-	c.databasesApplied(t, metav1.ConditionTrue, "the primary applied")
-	if n := c.query(t, su, "", "SELECT count(*) FROM pg_subscription"); n != "0" {
-		t.Errorf("%s subscriptions left after ensure: absent", n)
+	ensure := func(e databasev1alpha1.Ensure, subscriptions string) {
+		t.Helper()
+		c.updateDatabase(t, func(db *databasev1alpha1.MyDatabase) { db.Spec.Databases[0].Subscriptions[0].Ensure = e })
+		c.databasesApplied(t, metav1.ConditionTrue, "the primary applied")
+		if n := c.query(t, su, "", "SELECT count(*) FROM pg_subscription"); n != subscriptions {
+			t.Fatalf("%s subscriptions after ensure: %s, want %s", n, e, subscriptions)
+		}
 	}
-	publisherSU := publisher.pods[0].socket("postgres", publisher.db.Spec.DatabaseName)
+
+	if publisher.srv.major < 17 {
+		// The publisher's primary is lost: the new one has no slot, the
+		// subscription cannot go on.
+		offset := primary.logSize()
+		publisher.pods[0].killContainer(t)
+		eventually(t, time.Minute, "the publisher's replica promoted behind the front", func() (bool, string) {
+			p := publisher.labelledPrimary(context.Background(), publisher.pods)
+			return p == publisher.pods[1], fmt.Sprint(p)
+		})
+		insert(44)
+		eventually(t, time.Minute, "the subscriber told its slot is gone", func() (bool, string) {
+			return strings.Contains(primary.log(offset), `replication slot "orders_sub" does not exist`), "not in its log yet"
+		})
+		rows("42,43")
+		// The remedy: absent (dropped without its slot), the table
+		// emptied, present again (copied anew).
+		ensure(databasev1alpha1.EnsureAbsent, "0")
+		c.query(t, app, password, "TRUNCATE orders")
+		ensure(databasev1alpha1.EnsurePresent, "1")
+		rows("42,43,44")
+	}
+
+	ensure(databasev1alpha1.EnsureAbsent, "0")
+	publisherSU := publisher.labelledPrimary(context.Background(), publisher.pods).socket("postgres", publisher.db.Spec.DatabaseName)
 	if n := publisher.query(t, publisherSU, "", "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'orders_sub'"); n != "0" {
 		t.Errorf("the subscription's slot is left on the publisher")
 	}
