@@ -196,10 +196,13 @@ func Choose(backups []Manifest, id string, target time.Time) (Manifest, error) {
 			return b, nil
 		}
 	}
-	if id != "" {
+	switch {
+	case len(backups) == 0:
+		return Manifest{}, fmt.Errorf("%w: the object store holds no base backup at that bucket and path", ErrNoBackup)
+	case id != "":
 		return Manifest{}, fmt.Errorf("%w: there is no backup %q", ErrNoBackup, id)
 	}
-	return Manifest{}, fmt.Errorf("%w: none of the %d backups finished before %s", ErrNoBackup, len(backups), target.UTC().Format(time.RFC3339))
+	return Manifest{}, fmt.Errorf("%w: none of the %d backups finished before the target %s", ErrNoBackup, len(backups), target.UTC().Format(time.RFC3339))
 }
 
 // Restore unpacks base backup m into dir, which must be empty or absent,

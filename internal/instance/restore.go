@@ -218,8 +218,15 @@ func (w *restoreWatch) stop(err error) {
 		w.m.restore.Store(nil)
 		return
 	}
-	w.m.restoreRetryAt = time.Now().Add(restoreRetryAfter)
-	w.m.restore.Store(&contract.Restore{BackupID: w.id, Phase: contract.RestoreFailed,
+	w.m.restoreFailed(w.id, err)
+}
+
+// restoreFailed reports a restore that failed with err, of backup id ("" when
+// none was chosen), Failed (at the turn's report), and tries it again
+// after restoreRetryAfter.
+func (m *manager) restoreFailed(id string, err error) {
+	m.restoreRetryAt = time.Now().Add(restoreRetryAfter)
+	m.restore.Store(&contract.Restore{BackupID: id, Phase: contract.RestoreFailed,
 		Message: fmt.Sprintf("%v; tried again every %s", err, restoreRetryAfter)})
 }
 
@@ -228,16 +235,12 @@ func (w *restoreWatch) stop(err error) {
 // recovery reached its target and the server promoted itself.
 func (m *manager) restorePrimary(ctx context.Context, scratch string) error {
 	c := m.c
-	store, err := backup.Open(c.Restore.Store)
+	store, chosen, err := m.chooseBackup(ctx)
 	if err != nil {
-		return err
-	}
-	backups, err := store.Backups(ctx)
-	if err != nil {
-		return err
-	}
-	chosen, err := backup.Choose(backups, c.Restore.BackupID, c.Restore.Target.Time)
-	if err != nil {
+		// No backup to restore: the store refused, holds none at its
+		// path, or none before the target. Reported, as a failed
+		// restore is.
+		m.restoreFailed("", err)
 		return err
 	}
 	m.log("restoring base backup %s (from %s on timeline %d) of %s/%s", chosen.ID, chosen.BeginLSN, chosen.Timeline,
@@ -246,6 +249,21 @@ func (m *manager) restorePrimary(ctx context.Context, scratch string) error {
 	err = m.recover(ctx, store, chosen, scratch)
 	w.stop(err)
 	return err
+}
+
+// chooseBackup opens the object store of spec.bootstrap.recovery and
+// picks the base backup to restore.
+func (m *manager) chooseBackup(ctx context.Context) (*backup.Store, backup.Manifest, error) {
+	store, err := backup.Open(m.c.Restore.Store)
+	if err != nil {
+		return nil, backup.Manifest{}, err
+	}
+	backups, err := store.Backups(ctx)
+	if err != nil {
+		return nil, backup.Manifest{}, fmt.Errorf("listing the base backups: %w", err)
+	}
+	chosen, err := backup.Choose(backups, m.c.Restore.BackupID, m.c.Restore.Target.Time)
+	return store, chosen, err
 }
 
 // recover unpacks base backup chosen into scratch and replays the archive

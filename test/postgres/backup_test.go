@@ -349,6 +349,21 @@ func TestBackupAndRestore(t *testing.T) {
 	t.Run("a WAL file missing from the archive is reported", func(t *testing.T) {
 		testMissingWAL(t, srv, c, store, recovery, onReplica)
 	})
+	t.Run("a target before every backup is reported", func(t *testing.T) {
+		first := onPrimary.FinishedAt
+		if onReplica.FinishedAt.Before(first) {
+			first = onReplica.FinishedAt
+		}
+		target := first.Add(-time.Minute)
+		restoreReported(t, srv, c, store, "restore-too-early", &databasev1alpha1.RecoverySpec{ObjectStore: recovery,
+			Target: &databasev1alpha1.RecoveryTarget{Time: &metav1.Time{Time: target}}}, "before the target "+target.UTC().Format(time.RFC3339))
+	})
+	t.Run("a path that holds no backup is reported", func(t *testing.T) {
+		elsewhere := recovery
+		elsewhere.Path += "-elsewhere"
+		restoreReported(t, srv, c, store, "restore-wrong-path", &databasev1alpha1.RecoverySpec{ObjectStore: elsewhere},
+			"the object store holds no base backup at that bucket and path")
+	})
 }
 
 // with is r and phase's count.
@@ -380,9 +395,17 @@ func testMissingWAL(t *testing.T, srv server, source *cluster, store *testenv.Ob
 	if _, err := s3.StatObject(context.Background(), store.Bucket, key, minio.StatObjectOptions{}); err == nil {
 		t.Fatalf("%s is still in the archive", key)
 	}
+	restoreReported(t, srv, source, store, "restore-missing-wal", &databasev1alpha1.RecoverySpec{ObjectStore: recovery, BackupID: from.ID}, missing)
+}
+
+// restoreReported restores recovery into a new MyDatabase in namespace ns
+// with the operator running: the MyDatabase is Stalled (RestoreFailed)
+// within a minute, its message holding says, and the first instance never
+// serves.
+func restoreReported(t *testing.T, srv server, source *cluster, store *testenv.ObjectStore, ns string, recovery *databasev1alpha1.RecoverySpec, says string) {
 	restored := newDatabase(srv.major, nil)
-	restored.Name, restored.Namespace = "restored", "restore-missing-wal"
-	restored.Spec.Bootstrap = &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: recovery, BackupID: from.ID}}
+	restored.Name, restored.Namespace = "restored", ns
+	restored.Spec.Bootstrap = &databasev1alpha1.BootstrapSpec{Recovery: recovery}
 	rc := newClusterOn(t, source.api, srv, restored, specs.CredentialsSecret(restored, "password"), storeSecret(store, restored.Namespace))
 	rc.startOperator(t)
 	p := rc.newPod(0, freePorts(t, 1)[0])
@@ -400,7 +423,7 @@ func testMissingWAL(t *testing.T, srv server, source *cluster, store *testenv.Ob
 			return false, fmt.Sprintf("%+v", got.Status.Conditions)
 		}
 		message = stalled.Message
-		return stalled.Reason == databasev1alpha1.ReasonRestoreFailed && strings.Contains(message, missing), message
+		return stalled.Reason == databasev1alpha1.ReasonRestoreFailed && strings.Contains(message, says), message
 	})
 	t.Logf("Stalled after %s: %s", time.Since(started).Round(time.Second), message)
 	if code, _ := p.ready(t); code == 0 {

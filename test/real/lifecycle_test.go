@@ -363,6 +363,19 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		t.Logf("subscriber and publisher: %s (rows, md5 of the ids)", want)
 	}
 
+	// slotSynced waits for the replica pod to hold a synchronised copy of
+	// the subscription's slot.
+	slotSynced := func(t *testing.T, pod string) {
+		t.Helper()
+		testenv.Eventually(t, time.Minute, "the slot synchronised on "+pod, func() error {
+			out, err := superuserSQL(ns, pod, "SELECT slot_type || ' ' || failover || ' ' || synced || ' ' || NOT temporary FROM pg_replication_slots WHERE slot_name = 'items_sub'")
+			if err != nil || out != "logical true true true" {
+				return fmt.Errorf("items_sub on %s: %q %v, want a logical failover slot, synced, persistent", pod, out, err)
+			}
+			return nil
+		})
+	}
+
 	step("a subscriber MyDatabase receives the publication through a failover slot every replica keeps", func(t *testing.T) {
 		if err := env.c.Create(ctx, sub.DeepCopy()); err != nil {
 			t.Fatal(err)
@@ -391,13 +404,7 @@ func TestLifecycleOnRealPods(t *testing.T) {
 				continue
 			}
 			members = append(members, "mydb_"+strings.ReplaceAll(p.Name, "-", "_"))
-			testenv.Eventually(t, time.Minute, "the slot synchronised on "+p.Name, func() error {
-				out, err := superuserSQL(ns, p.Name, "SELECT slot_type || ' ' || failover || ' ' || synced || ' ' || NOT temporary FROM pg_replication_slots WHERE slot_name = 'items_sub'")
-				if err != nil || out != "logical true true true" {
-					return fmt.Errorf("items_sub on %s: %q %v, want a logical failover slot, synced, persistent", p.Name, out, err)
-				}
-				return nil
-			})
+			slotSynced(t, p.Name)
 		}
 		slices.Sort(members)
 		if got := superuser(t, ns, primary, "SHOW synchronized_standby_slots"); got != strings.Join(members, ",") {
@@ -459,6 +466,9 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		// slot: the rows written before, across and after the failover,
 		// each once.
 		sameItems(t, 2*time.Minute)
+		// The old primary, a replica now, holds a synchronised copy, not
+		// the slot it made as the primary (pg_rewind kept that one).
+		slotSynced(t, primary)
 	})
 
 	step("the subscription declared absent is dropped with its slot, on the publisher's replicas too", func(t *testing.T) {

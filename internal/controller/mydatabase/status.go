@@ -433,9 +433,13 @@ func restoreStalled(db *databasev1alpha1.MyDatabase, pods []corev1.Pod) *blocker
 	if r.Phase != contract.RestoreFailed {
 		reason, what = databasev1alpha1.ReasonRestoreStalled, "makes no progress"
 	}
-	return &blocker{reason, fmt.Sprintf("the restore of base backup %s on %s %s: %s. Make the object store of "+
-		"spec.bootstrap.recovery hold the WAL the restore needs, or create the MyDatabase again with another "+
-		"spec.bootstrap.recovery.target (kubectl logs %s shows the server's own words)", r.BackupID, r.pod, what, r.Message, r.pod)}
+	restore := "the restore of base backup " + r.BackupID
+	if r.BackupID == "" {
+		restore = "the restore of spec.bootstrap.recovery" // no backup chosen
+	}
+	return &blocker{reason, fmt.Sprintf("%s on %s %s: %s. Make the object store of "+
+		"spec.bootstrap.recovery hold the backup and the WAL the restore needs, or create the MyDatabase again with another "+
+		"spec.bootstrap.recovery (kubectl logs %s shows the server's own words)", restore, r.pod, what, r.Message, r.pod)}
 }
 
 // setStorageStatus writes status.storage and status.walStorage from what

@@ -261,6 +261,9 @@ func TestRestoreShowsInStatus(t *testing.T) {
 		{"replaying", running, false, status.InProgressStatus, databasev1alpha1.ReasonRestoring, "orders-0 restores base backup 20261203T120000Z: replaying the archive: it last fetched WAL file 000000020000000000000005"},
 		{"no progress", stalled, false, status.FailedStatus, databasev1alpha1.ReasonRestoreStalled, "which the archive does not hold"},
 		{"failed", failed, false, status.FailedStatus, databasev1alpha1.ReasonRestoreFailed, "WAL file 000000010000000000000004, which the archive does not hold"},
+		{"no backup to restore", &contract.Restore{Phase: contract.RestoreFailed, Message: "no base backup fits: none of the 2 backups finished before the target 2026-12-01T00:00:00Z; tried again every 30s"},
+			false, status.FailedStatus, databasev1alpha1.ReasonRestoreFailed,
+			"the restore of spec.bootstrap.recovery on orders-0 failed: no base backup fits: none of the 2 backups finished before the target"},
 		{"a report left over once it served", failed, true, status.InProgressStatus, databasev1alpha1.ReasonUpdating, "rolling out the spec"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
