@@ -37,10 +37,13 @@ type declaredOutcome struct {
 type declaredKeeper struct {
 	work chan declaredWork // the latest, capacity 1
 	last atomic.Pointer[declaredOutcome]
+	// workers is what the worker, alone, remembers of each subscription's
+	// apply worker between passes (subscriptions.go).
+	workers map[string]workerErrors
 }
 
 func newDeclaredKeeper() *declaredKeeper {
-	return &declaredKeeper{work: make(chan declaredWork, 1)}
+	return &declaredKeeper{work: make(chan declaredWork, 1), workers: map[string]workerErrors{}}
 }
 
 // offer hands the worker w, in place of one it has not taken yet. The

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -245,9 +246,70 @@ func (m *manager) applySubscriptions(ctx context.Context, conn *pgx.Conn, d cont
 			err = each(ctx, conn, []string{"ALTER SUBSCRIPTION " + name + " DISABLE",
 				"ALTER SUBSCRIPTION " + name + " SET (slot_name = NONE)", "DROP SUBSCRIPTION " + name})
 		}
-		outcome[key] = plainError(err)
+		why := plainError(err)
+		if why == "" {
+			why, err = m.workerFailing(ctx, conn, key, s)
+			if err != nil {
+				return err
+			}
+		}
+		outcome[key] = why
 	}
 	return nil
+}
+
+// workerErrors is the errors count of a subscription's workers when last
+// seen, and when it last grew.
+type workerErrors struct {
+	count int64
+	grew  time.Time
+}
+
+// workerFailingFor is how long a subscription whose workers failed
+// counts as failing: a worker tries again every 5 s
+// (wal_retrieve_retry_interval), so one that keeps failing shows all the
+// time, and the message says "the last minute".
+const workerFailingFor = time.Minute
+
+// workerFailing is why the declared subscription s, as it is declared
+// now, is not applied after all: its apply or table sync workers failed
+// in the last workerFailingFor (pg_stat_subscription_stats counts them;
+// the reason is in the server log only). "" when they did not, or when
+// none runs (absent, or disabled).
+func (m *manager) workerFailing(ctx context.Context, conn *pgx.Conn, key string, s contract.Subscription) (string, error) {
+	if s.Absent || !s.Enabled {
+		delete(m.declared.workers, key)
+		return "", nil
+	}
+	var count int64
+	err := conn.QueryRow(ctx, `SELECT coalesce(sum(st.apply_error_count + st.sync_error_count), 0)::bigint
+		FROM pg_stat_subscription_stats st JOIN pg_subscription s ON s.oid = st.subid
+		WHERE s.subname = $1 AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`, s.Name).Scan(&count)
+	if err != nil {
+		return "", err
+	}
+	seen, known := m.declared.workers[key]
+	seen, failing := seen.next(known, count, time.Now())
+	m.declared.workers[key] = seen
+	if !failing {
+		return "", nil
+	}
+	// Said the same way while it fails: the message does not change at
+	// every pass.
+	return "its worker failed within the last minute: the server log of the primary says why " +
+		"(the publisher unreachable, a slot or a publication it lacks, a row that conflicts)", nil
+}
+
+// next is what is remembered once count is seen at now (known: seen
+// before), and whether the workers count as failing.
+func (w workerErrors) next(known bool, count int64, now time.Time) (workerErrors, bool) {
+	switch {
+	case !known || count < w.count: // first seen here, or its stats reset
+		w = workerErrors{count: count}
+	case count > w.count:
+		w = workerErrors{count: count, grew: now}
+	}
+	return w, !w.grew.IsZero() && now.Sub(w.grew) < workerFailingFor
 }
 
 // slotGone tells whether a DROP SUBSCRIPTION failed because the publisher

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"example.com/myoperator/internal/contract"
 )
@@ -127,5 +128,32 @@ func TestSlotGone(t *testing.T) {
 	}
 	if slotGone(nil) {
 		t.Error("slotGone(nil)")
+	}
+}
+
+func TestWorkerErrors(t *testing.T) {
+	start := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	var w workerErrors
+	known := false
+	for _, step := range []struct {
+		after   time.Duration
+		count   int64
+		failing bool
+		why     string
+	}{
+		{0, 3, false, "first seen with 3 errors: a baseline, not a failure"},
+		{4 * time.Second, 3, false, "no new error"},
+		{8 * time.Second, 4, true, "a new error"},
+		{12 * time.Second, 4, true, "within a minute of it"},
+		{68 * time.Second, 4, false, "a minute without one"},
+		{72 * time.Second, 0, false, "its stats reset (a new primary): a new baseline"},
+		{76 * time.Second, 1, true, "a new error after the reset"},
+	} {
+		var failing bool
+		w, failing = w.next(known, step.count, start.Add(step.after))
+		known = true
+		if failing != step.failing {
+			t.Errorf("%s: failing %t, want %t", step.why, failing, step.failing)
+		}
 	}
 }

@@ -155,6 +155,8 @@ func subscribeTo(t *testing.T, publisher *cluster, port int, logical *corev1.Sec
 			return p == publisher.pods[1], fmt.Sprint(p)
 		})
 		insert(44)
+		// The status says the subscription fails, the server log why.
+		c.databasesApplied(t, metav1.ConditionFalse, "subscription orders_sub: its worker failed within the last minute")
 		eventually(t, time.Minute, "the subscriber told its slot is gone", func() (bool, string) {
 			return strings.Contains(primary.log(offset), `replication slot "orders_sub" does not exist`), "not in its log yet"
 		})
