@@ -53,9 +53,11 @@ func subscriptionPlan(want contract.Subscription, conninfo string, have *pgSubsc
 	case want.Absent:
 		return []string{"DROP SUBSCRIPTION " + name}
 	case have == nil:
-		// The apply worker commits as every session does (the fence): a
-		// change is confirmed to the publisher only once this server may
-		// acknowledge it, so a failover here loses none it confirmed.
+		// The apply worker commits as every session does, through the
+		// fence (and the quorum, with synchronous replication): a change
+		// is confirmed to the publisher only once this server may
+		// acknowledge it. PostgreSQL's default for subscriptions, off,
+		// would confirm changes a deposed primary applied.
 		with := fmt.Sprintf("enabled = %t, copy_data = %t, synchronous_commit = 'on'", want.Enabled, want.CopyData)
 		if failover && want.Failover {
 			with += ", failover = true"
