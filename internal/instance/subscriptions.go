@@ -135,7 +135,9 @@ func publisherOf(data map[string][]byte, database string) (publisher, error) {
 // files that hold its password and CA.
 func (p publisher) conninfo(passfile, rootcert string) string {
 	keywords := maps.Clone(p.keywords)
-	keywords["connect_timeout"] = "10"
+	if keywords["connect_timeout"] == "" {
+		keywords["connect_timeout"] = "10" // CREATE SUBSCRIPTION waits for it
+	}
 	if p.password != "" {
 		keywords["passfile"] = passfile
 	}
@@ -147,14 +149,21 @@ func (p publisher) conninfo(passfile, rootcert string) string {
 		if b.Len() > 0 {
 			b.WriteByte(' ')
 		}
-		b.WriteString(k + "='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(keywords[k]) + "'")
+		b.WriteString(k + "='" + conninfoEscaper.Replace(keywords[k]) + "'")
 	}
 	return b.String()
 }
 
+// conninfoEscaper quotes a libpq keyword's value inside single quotes;
+// passfileEscaper a passfile's field.
+var (
+	conninfoEscaper = strings.NewReplacer(`\`, `\\`, `'`, `\'`)
+	passfileEscaper = strings.NewReplacer(`\`, `\\`, `:`, `\:`)
+)
+
 // passfileLine is a passfile that gives password to every connection.
 func passfileLine(password string) string {
-	return "*:*:*:*:" + strings.NewReplacer(`\`, `\\`, `:`, `\:`).Replace(password) + "\n"
+	return "*:*:*:*:" + passfileEscaper.Replace(password) + "\n"
 }
 
 // subscriptionFiles are the passfile and CA of a subscription.

@@ -64,13 +64,13 @@ func TestPublisherOf(t *testing.T) {
 		t.Errorf("passfile line %q: the password's colon and backslash must be escaped", line)
 	}
 
-	// Another database; the URI's password when the Secret has none; no
-	// CA, no password file.
-	p, err = publisherOf(map[string][]byte{"uri": []byte("postgres://cdc:pw@db.example.com/app?sslmode=require&password=leak")}, "orders")
+	// Another database; the URI's password when the Secret has none (the
+	// one in its query never used); its connect_timeout; no CA.
+	p, err = publisherOf(map[string][]byte{"uri": []byte("postgres://cdc:pw@db.example.com/app?sslmode=require&password=leak&connect_timeout=3")}, "orders")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := p.conninfo("/f", "/c"), `connect_timeout='10' dbname='orders' host='db.example.com' passfile='/f' sslmode='require' user='cdc'`; got != want {
+	if got, want := p.conninfo("/f", "/c"), `connect_timeout='3' dbname='orders' host='db.example.com' passfile='/f' sslmode='require' user='cdc'`; got != want {
 		t.Errorf("conninfo\n%s\nwant\n%s", got, want)
 	}
 	if p.password != "pw" {
