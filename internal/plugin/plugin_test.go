@@ -59,6 +59,11 @@ func TestWriteStatus(t *testing.T) {
 			Passwords: []databasev1alpha1.PasswordStatus{
 				{Role: "app", Secret: "orders-credentials", LastRotationTime: ago(48 * time.Hour), Rotating: "the replicas to accept it"},
 			},
+			Roles: []databasev1alpha1.RoleStatus{{Name: "reader", Applied: true, PasswordSecret: "orders-role-reader"}},
+			Databases: []databasev1alpha1.DatabaseStatus{{Name: "app", Applied: true,
+				Extensions:    []databasev1alpha1.ItemStatus{{Name: "vector", Applied: true}},
+				Publications:  []databasev1alpha1.ItemStatus{{Name: "orders_pub", Applied: true}},
+				Subscriptions: []databasev1alpha1.ItemStatus{{Name: "stock_sub", Message: "its worker failed within the last minute"}}}},
 		},
 	}
 	events := make([]corev1.Event, 0, 12)
@@ -101,6 +106,14 @@ Switchover:
 Passwords:
   ROLE  SECRET              LAST ROTATION  ROTATING
   app   orders-credentials  2d ago         the replicas to accept it
+
+Declared (spec.roles, spec.databases; as the primary applied them):
+  KIND          NAME            APPLIED  MESSAGE
+  role          reader          true     -
+  database      app             true     -
+  extension     app/vector      true     -
+  publication   app/orders_pub  true     -
+  subscription  app/stock_sub   false    its worker failed within the last minute
 
 Events (the last 10):
   AGE  TYPE    REASON  MESSAGE

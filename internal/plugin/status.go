@@ -27,7 +27,7 @@ const maxEvents = 10
 func newStatusCommand(env *Env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status NAME",
-		Short: "Phase, conditions, instances, endpoints, switchover, passwords and recent events of a MyDatabase",
+		Short: "Phase, conditions, instances, endpoints, switchover, passwords, declared roles and databases, and recent events of a MyDatabase",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			view, err := env.statusView(cmd.Context(), args[0])
@@ -193,6 +193,25 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 				last = age(p.LastRotationTime) + " ago"
 			}
 			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", p.Role, p.Secret, last, orDash(p.Rotating))
+		}
+	}
+
+	if len(st.Roles)+len(st.Databases) > 0 {
+		section(w, "Declared (spec.roles, spec.databases; as the primary applied them)")
+		fmt.Fprintln(w, "  KIND\tNAME\tAPPLIED\tMESSAGE")
+		for _, r := range st.Roles {
+			fmt.Fprintf(w, "  role\t%s\t%t\t%s\n", r.Name, r.Applied, orDash(r.Message))
+		}
+		for _, d := range st.Databases {
+			fmt.Fprintf(w, "  database\t%s\t%t\t%s\n", d.Name, d.Applied, orDash(d.Message))
+			for _, items := range []struct {
+				kind string
+				list []databasev1alpha1.ItemStatus
+			}{{"extension", d.Extensions}, {"publication", d.Publications}, {"subscription", d.Subscriptions}} {
+				for _, i := range items.list {
+					fmt.Fprintf(w, "  %s\t%s/%s\t%t\t%s\n", items.kind, d.Name, i.Name, i.Applied, orDash(i.Message))
+				}
+			}
 		}
 	}
 
