@@ -38,6 +38,7 @@ var testNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 var (
 	testConfig *rest.Config
 	k8s        client.Client // the test's own client, uncached
+	cached     client.Reader // the operator's cache
 )
 
 func TestMain(m *testing.M) {
@@ -65,6 +66,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	cached = mgr.GetCache()
 	if err := (&Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("mydatabasebackup-controller"),
 		Clock: clocktesting.NewFakePassiveClock(testNow)}).SetupWithManager(mgr); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -125,6 +127,12 @@ func instancePod(t *testing.T, db *databasev1alpha1.MyDatabase, name, role, lsn 
 	if err := k8s.Create(context.Background(), pod); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	// In the operator's cache before the test goes on: a backup made
+	// while the cache lacks a replica is assigned to the primary, for
+	// good (CI saw it once).
+	testenv.Eventually(t, 10*time.Second, name+" in the operator's cache", func() error {
+		return cached.Get(context.Background(), client.ObjectKeyFromObject(pod), &corev1.Pod{})
+	})
 }
 
 // publishReport plays a pod's instance manager: it publishes r.
