@@ -542,3 +542,47 @@ func (w *writer) stop() int {
 	<-w.done
 	return w.acked()
 }
+
+// freezePod stops every process of the pod at once through its cgroup
+// (the cgroup v1 freezer the kubelet's cgroupfs driver leaves to us), as
+// a hung node does: connections stay open and nothing answers, nothing
+// is flushed or shut down. thaw lets them run again; the test's end
+// thaws too, so that a failed step leaves no frozen pod behind.
+func freezePod(t *testing.T, ns, name string) (thaw func()) {
+	t.Helper()
+	var pod corev1.Pod
+	if err := env.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, pattern := range []string{"/sys/fs/cgroup/freezer/kubepods/pod%s", "/sys/fs/cgroup/freezer/kubepods/*/pod%s"} {
+		found, _ := filepath.Glob(fmt.Sprintf(pattern, pod.UID))
+		dirs = append(dirs, found...)
+	}
+	if len(dirs) != 1 {
+		t.Fatalf("the freezer cgroup of pod %s (uid %s): found %v", name, pod.UID, dirs)
+	}
+	state := filepath.Join(dirs[0], "freezer.state")
+	set := func(v string) error { return os.WriteFile(state, []byte(v), 0o644) }
+	if err := set("FROZEN"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, name+" frozen", func() error {
+		b, err := os.ReadFile(state)
+		if err != nil || strings.TrimSpace(string(b)) != "FROZEN" {
+			return fmt.Errorf("freezer.state %q %v", b, err)
+		}
+		return nil
+	})
+	thawed := false
+	thaw = func() {
+		if !thawed {
+			thawed = true
+			if err := set("THAWED"); err != nil {
+				t.Errorf("thawing %s: %v", name, err)
+			}
+		}
+	}
+	t.Cleanup(thaw)
+	return thaw
+}

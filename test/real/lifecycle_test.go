@@ -471,6 +471,40 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		slotSynced(t, primary)
 	})
 
+	step("the primary frozen under writes, as a hung node: a replica takes over, none acknowledged is lost, the subscriber gets every row once", func(t *testing.T) {
+		primary := getDB(t, ns).Status.CurrentPrimary
+		w := startWriter(ctx, uri)
+		testenv.Eventually(t, 30*time.Second, "the writer's first writes", func() error {
+			if w.acked() < 20 {
+				return fmt.Errorf("%d writes so far", w.acked())
+			}
+			return nil
+		})
+		// Nothing of the old primary runs: what it wrote but its replicas
+		// did not receive is lost with it, so no subscriber may have it
+		// (synchronized_standby_slots).
+		thaw := freezePod(t, ns, primary)
+		frozen := time.Now()
+		testenv.Eventually(t, 2*time.Minute, "writes on another primary", func() error {
+			if p := getDB(t, ns).Status.CurrentPrimary; p == primary || !w.ackedAfter(frozen) {
+				return fmt.Errorf("primary %s, acknowledged since the freeze: %t", p, w.ackedAfter(frozen))
+			}
+			return nil
+		})
+		thaw() // it finds itself deposed, and follows the new primary
+		acked := w.stop()
+		t.Logf("WRITE GAP across the freeze of %s: %s", primary, w.gapAcross(frozen).Round(10*time.Millisecond))
+		waitReady(t, ns, 3, 5*time.Minute)
+		unknown := w.unacknowledged()
+		n := count(t, uri)
+		if n < rows+acked || n > rows+acked+unknown {
+			t.Fatalf("%d rows, want %d to %d: %d acknowledged writes, %d failed", n, rows+acked, rows+acked+unknown, acked, unknown)
+		}
+		rows = n
+		sameItems(t, 2*time.Minute)
+		slotSynced(t, primary)
+	})
+
 	step("the subscription declared absent is dropped with its slot, on the publisher's replicas too", func(t *testing.T) {
 		current := &databasev1alpha1.MyDatabase{}
 		if err := env.c.Get(ctx, client.ObjectKeyFromObject(sub), current); err != nil {
