@@ -20,13 +20,15 @@ import (
 	"example.com/myoperator/internal/specs"
 )
 
-// TestLogicalReplication: spec.replication.logical on a real server with
-// its operator. The server runs with wal_level=logical; a declared
+// TestLogicalReplication: spec.replication.logical on real servers (a
+// primary and a replica) with their operator. They run with
+// wal_level=logical; a declared
 // publication of a table that does not exist yet is reported until the
 // table is made; the operator's mydatabase_logical role logs in with its
 // generated Secret's password and streams the publication with pgoutput,
 // as a subscriber or a change data capture tool does: an insert into the
-// published table arrives, one into a table outside it does not.
+// published table arrives, one into a table outside it does not. Then a
+// second MyDatabase subscribes to it (subscribeTo).
 func TestLogicalReplication(t *testing.T) {
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
