@@ -25,9 +25,10 @@ type roles struct {
 
 // reconcile aligns the owner of every generated role Secret with the
 // deletion policy, and creates each one that does not exist, with a new
-// password: once, as the credentials Secret is made. A Secret's data is
-// never rewritten; the primary sets the role's password from it, and from
-// any change a person makes to it. A converged pass reads the cache only.
+// password: once, as the credentials Secret is made. A Secret's password
+// is never rewritten (only its ca.crt is kept current, alignCA); the
+// primary sets the role's password from it, and from any change a person
+// makes to it. A converged pass reads the cache only.
 func (r *roles) reconcile(ctx context.Context, obs *observation) error {
 	// Every generated role Secret of this MyDatabase's name, its role
 	// declared now or not (a role removed from the list stays in the data,
