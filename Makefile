@@ -183,9 +183,10 @@ test-helm: helm kustomize ## Prove that charts/myoperator renders what config/ d
 	HELM="$(HELM)" KUSTOMIZE="$(KUSTOMIZE)" go test ./test/helm/ -count=1 -v
 
 .PHONY: test-postgres
-test-postgres: ## Run what internal/specs generates on real PostgreSQL servers (test/postgres); installs them first if none (hack/postgres.sh), and builds the S3 server of the backup tests (hack/s3.sh).
+test-postgres: ## Run what internal/specs generates on real PostgreSQL servers (test/postgres); installs them first if none (hack/postgres.sh), builds the S3 server of the backup tests (hack/s3.sh) and fetches PgBouncer (hack/pgbouncer.sh).
 	@hack/postgres.sh
 	@hack/s3.sh >/dev/null
+	@hack/pgbouncer.sh >/dev/null
 	go test ./test/postgres/ -count=1 -v -timeout 30m
 
 # Prometheus and promtool are built from the Go module proxy by

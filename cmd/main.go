@@ -35,6 +35,7 @@ import (
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/controller/mydatabase"
 	"example.com/myoperator/internal/controller/mydatabasebackup"
+	"example.com/myoperator/internal/controller/mydatabasepooler"
 	"example.com/myoperator/internal/leader"
 	"example.com/myoperator/internal/memlimit"
 	"example.com/myoperator/internal/metrics"
@@ -84,6 +85,9 @@ func main() {
 		envOr("INSTANCE_MANAGER_IMAGE", specs.DefaultInstanceManagerImage),
 		"Image holding the instance manager (/instance) that every database pod's init container copies: "+
 			"this operator's own image. Defaults to $INSTANCE_MANAGER_IMAGE, which config/manager sets to the operator's image.")
+	var poolerImage string
+	flag.StringVar(&poolerImage, "pooler-image", envOr("POOLER_IMAGE", specs.DefaultPoolerImage),
+		"PgBouncer image of a MyDatabasePooler that names none (spec.image); pgbouncer must be on its PATH. Defaults to $POOLER_IMAGE.")
 	var watchNamespace string
 	flag.StringVar(&watchNamespace, "watch-namespace", os.Getenv("WATCH_NAMESPACE"),
 		"Comma-separated namespaces whose MyDatabases this operator manages; empty: all namespaces. "+
@@ -225,6 +229,7 @@ func main() {
 	if err != nil {
 		setupLog.Info("Instance managers are not replaced in place: a new operator version restarts the database pods", "reason", err.Error())
 	}
+	platform := specs.Platform{InstanceManagerImage: instanceImage, PoolerImageDefault: poolerImage}
 	if err := (&mydatabase.Reconciler{
 		Client:      mgr.GetClient(),
 		APIReader:   mgr.GetAPIReader(),
@@ -232,7 +237,7 @@ func main() {
 		NewPassword: specs.RandomPassword,
 		Clock:       clock.RealClock{},
 		Metrics:     metrics.New(crmetrics.Registry),
-		Platform:    specs.Platform{InstanceManagerImage: instanceImage},
+		Platform:    platform,
 		Managers:    managers,
 	}).SetupWithManager(mgr, workers); err != nil {
 		setupLog.Error(err, "Failed to create controller", "controller", "mydatabase")
@@ -245,6 +250,16 @@ func main() {
 		Clock:     clock.RealClock{},
 	}).SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Failed to create controller", "controller", "mydatabasebackup")
+		os.Exit(1)
+	}
+	if err := (&mydatabasepooler.Reconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("mydatabasepooler-controller"),
+		Clock:     clock.RealClock{},
+		Platform:  platform,
+	}).SetupWithManager(mgr); err != nil {
+		setupLog.Error(err, "Failed to create controller", "controller", "mydatabasepooler")
 		os.Exit(1)
 	}
 	// +kubebuilder:scaffold:builder

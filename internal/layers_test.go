@@ -22,7 +22,9 @@ var (
 		"internal/backup", "internal/helmchart", "internal/instance/scram", "internal/instance/pgmetrics"}
 	builders    = []string{"internal/specs"}
 	controllers = []string{"internal/controller/"}
-	instance    = []string{"internal/instance", "cmd/instance"}
+	// instance is what runs in the pods: the instance manager, and the
+	// pooler manager of a MyDatabasePooler's pods (the same binary).
+	instance = []string{"internal/instance", "internal/pooler", "cmd/instance"}
 	// metrics are the operator's own metrics, by MyDatabase phase.
 	metrics = []string{"internal/metrics"}
 	plugin  = []string{"internal/plugin", "cmd/kubectl-mydb"}

@@ -12,6 +12,8 @@
 //	instance stage --major N DEST              copy this image's PostgreSQL N into DEST (an upgrade's init container)
 //	instance upgrade --old-major N --new-major M --staged DEST [--copy]
 //	                                           pg_upgrade PGDATA from N to M (the upgrade Job)
+//	instance pooler                            run PgBouncer as its child, reloading it on every change
+//	                                           of its configuration or certificates (a MyDatabasePooler's pod)
 //	instance version                           print this binary's digest (SHA-256), its version
 //	instance replace --digest HEX              replace the running instance manager by the binary
 //	                                           on stdin, keeping the server running (run by the operator)
@@ -37,6 +39,7 @@ import (
 	"example.com/myoperator/internal/backup"
 	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/instance"
+	"example.com/myoperator/internal/pooler"
 )
 
 // The instance manager starts its server, and re-executes itself, on the
@@ -101,6 +104,8 @@ func main() {
 		os.Exit(wal(os.Args[1], os.Args[2:]))
 	case "stage", "upgrade":
 		os.Exit(upgrade(os.Args[1], os.Args[2:]))
+	case "pooler":
+		os.Exit(runPooler())
 	default:
 		usage()
 	}
@@ -190,7 +195,7 @@ func usage() {
 	fmt.Fprintln(os.Stderr, "usage: instance install DEST | run | backup | "+
 		walPush+" --config FILE PATH | "+walFetch+" --config FILE NAME DEST | "+
 		"stage --major N DEST | upgrade --old-major N --new-major M --staged DEST [--copy] | "+
-		"version | replace --digest HEX | "+instance.BridgeCommand+" --until-mono NS --quorum JSON")
+		"pooler | version | replace --digest HEX | "+instance.BridgeCommand+" --until-mono NS --quorum JSON")
 	os.Exit(2)
 }
 
@@ -222,4 +227,23 @@ func install(dest string) error {
 		return err
 	}
 	return os.Rename(out.Name(), dest)
+}
+
+// runPooler is PID 1 of a pooler pod (internal/pooler) until SIGTERM.
+func runPooler() int {
+	log := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, time.Now().UTC().Format(time.RFC3339)+" pooler: "+format+"\n", args...)
+	}
+	c, err := pooler.ConfigFromEnv()
+	if err != nil {
+		log("%v", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	code, err := pooler.Run(ctx, c, log)
+	if err != nil {
+		log("%v", err)
+	}
+	return code
 }

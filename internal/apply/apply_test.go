@@ -264,7 +264,7 @@ func builtChildren() []Configuration {
 	p := specs.Platform{InstanceManagerImage: "example.com/instance:1"}
 	return []Configuration{
 		specs.StatefulSet(db, p), specs.ConfigMap(db), specs.HeadlessService(db), specs.ReadWriteService(db),
-		specs.ReadOnlyService(db), specs.PodDisruptionBudget(db), specs.NetworkPolicy(db), specs.Lease(db, ""),
+		specs.ReadOnlyService(db), specs.PodDisruptionBudget(db), specs.NetworkPolicy(db), specs.Lease(db, "", false),
 		specs.InstanceServiceAccount(db), specs.InstanceRole(db), specs.InstanceRoleBinding(db),
 		specs.UpgradeJob(db, &databasev1alpha1.MajorUpgradeStatus{From: "16", To: "17",
 			FromImage: "postgres:16", ToImage: "postgres:17"}, p),

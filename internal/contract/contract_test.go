@@ -181,7 +181,7 @@ func TestDeclaredRoundTrips(t *testing.T) {
 	until := metav1.NewTime(time.Date(2027, 1, 31, 0, 0, 0, 0, time.UTC))
 	db := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: "prod"},
 		Spec: databasev1alpha1.MyDatabaseSpec{User: "app", DatabaseName: "app"}}
-	if _, ok := specs.Lease(db, "").Annotations[contract.AnnotationDeclared]; ok {
+	if _, ok := specs.Lease(db, "", false).Annotations[contract.AnnotationDeclared]; ok {
 		t.Error("a Lease declares roles and databases for a spec without any")
 	}
 	db.Spec.Roles = []databasev1alpha1.RoleSpec{{Name: "analyst", ValidUntil: &until, InRoles: []string{"pg_monitor"}}}
@@ -191,7 +191,7 @@ func TestDeclaredRoundTrips(t *testing.T) {
 			{Name: "stock", Publications: []string{"stock"}, Source: databasev1alpha1.SubscriptionSource{MyDatabase: "warehouse", Database: "inventory"}},
 			{Name: "legacy", Publications: []string{"all"}, Source: databasev1alpha1.SubscriptionSource{SecretName: "legacy-db"},
 				Enabled: ptr.To(false), Failover: ptr.To(false)}}}}
-	got, err := contract.ParseDeclared(specs.Lease(db, "").Annotations[contract.AnnotationDeclared])
+	got, err := contract.ParseDeclared(specs.Lease(db, "", false).Annotations[contract.AnnotationDeclared])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,9 @@ const LogicalRole = "mydatabase_logical"
 type Declared struct {
 	Roles     []Role     `json:"roles,omitempty"`
 	Databases []Database `json:"databases,omitempty"`
+	// Pooler is set while a MyDatabasePooler leads to this MyDatabase:
+	// the primary keeps PoolerRole and PoolerLookup in every database.
+	Pooler bool `json:"pooler,omitempty"`
 }
 
 // Role is a declared role as the instance manager applies it
@@ -112,6 +115,9 @@ type Extension struct {
 
 // RoleKey is a declared role's.
 func RoleKey(name string) string { return "role/" + name }
+
+// PoolerKey is the poolers' lookup's (Declared.Pooler).
+const PoolerKey = "pooler"
 
 // DatabaseKey is a declared database's.
 func DatabaseKey(name string) string { return "database/" + name }

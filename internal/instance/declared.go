@@ -40,10 +40,13 @@ type declaredKeeper struct {
 	// workers is what the worker, alone, remembers of each subscription's
 	// apply worker between passes (subscriptions.go).
 	workers map[string]workerErrors
+	// pooled is when each database was last found holding the poolers'
+	// lookup (pooler.go), by the worker alone.
+	pooled map[string]time.Time
 }
 
 func newDeclaredKeeper() *declaredKeeper {
-	return &declaredKeeper{work: make(chan declaredWork, 1), workers: map[string]workerErrors{}}
+	return &declaredKeeper{work: make(chan declaredWork, 1), workers: map[string]workerErrors{}, pooled: map[string]time.Time{}}
 }
 
 // offer hands the worker w, in place of one it has not taken yet. The
@@ -79,6 +82,7 @@ func (m *manager) keepDeclared(ctx context.Context) {
 		}
 		if !w.primary || w.annotation == "" {
 			m.declared.last.Store(nil)
+			clear(m.declared.pooled)
 			applied = ""
 			continue
 		}
@@ -118,6 +122,9 @@ func (m *manager) applyDeclared(ctx context.Context, d contract.Declared) (map[s
 	}
 	if err := m.applyDatabases(ctx, d.Databases, outcome); err != nil {
 		return nil, err
+	}
+	if d.Pooler {
+		outcome[contract.PoolerKey] = m.keepPoolerLookup(ctx, m.declared.pooled)
 	}
 	return outcome, nil
 }

@@ -85,7 +85,7 @@ func CacheOptions(config *rest.Config, s Settings) cache.Options {
 // encoded.
 var encodedKinds = []encodedKind{
 	encodedKindOf[corev1.Secret](), encodedKindOf[corev1.ConfigMap](), encodedKindOf[corev1.Service](),
-	encodedKindOf[appsv1.StatefulSet](), encodedKindOf[batchv1.Job](), encodedKindOf[policyv1.PodDisruptionBudget](),
+	encodedKindOf[appsv1.StatefulSet](), encodedKindOf[appsv1.Deployment](), encodedKindOf[batchv1.Job](), encodedKindOf[policyv1.PodDisruptionBudget](),
 	encodedKindOf[networkingv1.NetworkPolicy](), encodedKindOf[corev1.ServiceAccount](), encodedKindOf[rbacv1.Role](),
 	encodedKindOf[rbacv1.RoleBinding](),
 }

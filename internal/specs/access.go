@@ -20,12 +20,13 @@ const ComponentInstance = "instance"
 // managers replicate and elect by (contract.AnnotationQuorum), and the
 // roles and databases the primary's applies (contract.AnnotationDeclared):
 // there a change needs no pod restart. sole, when set, is the member that alone holds data
-// (contract.Quorum.Sole).
-func Lease(db *databasev1alpha1.MyDatabase, sole string) *coordinationv1ac.LeaseApplyConfiguration {
+// (contract.Quorum.Sole); pooled, whether a MyDatabasePooler leads to db
+// (contract.Declared.Pooler).
+func Lease(db *databasev1alpha1.MyDatabase, sole string, pooled bool) *coordinationv1ac.LeaseApplyConfiguration {
 	q := QuorumOf(db)
 	q.Sole = sole
 	annotations := map[string]string{contract.AnnotationQuorum: q.String()}
-	if d := DeclaredOf(db); d != nil {
+	if d := DeclaredOf(db, pooled); d != nil {
 		annotations[contract.AnnotationDeclared] = d.String()
 	}
 	return coordinationv1ac.Lease(LeaseName(db), db.Namespace).

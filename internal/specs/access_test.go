@@ -32,7 +32,7 @@ func TestInstanceRoleIsNarrow(t *testing.T) {
 	}
 	for name, labels := range map[string]map[string]string{
 		"Role": role.Labels, "RoleBinding": binding.Labels,
-		"ServiceAccount": InstanceServiceAccount(d).Labels, "Lease": Lease(d, "").Labels,
+		"ServiceAccount": InstanceServiceAccount(d).Labels, "Lease": Lease(d, "", false).Labels,
 	} {
 		if labels[databasev1alpha1.LabelManagedBy] != databasev1alpha1.ManagedBy || labels[databasev1alpha1.LabelOwnerUID] != "uid-1" {
 			t.Errorf("%s labels %v: the operator's cache would not see it", name, labels)
@@ -44,7 +44,7 @@ func TestInstanceRoleIsNarrow(t *testing.T) {
 // no spec, so that its applies never take the holder from the instance
 // managers.
 func TestLeaseSpecIsTheInstanceManagers(t *testing.T) {
-	if l := Lease(db(), ""); l.Spec != nil {
+	if l := Lease(db(), "", false); l.Spec != nil {
 		t.Errorf("the operator's Lease has a spec %+v", l.Spec)
 	}
 }
@@ -69,7 +69,7 @@ func TestQuorumOnTheLease(t *testing.T) {
 			d := db(func(d *databasev1alpha1.MyDatabase) {
 				d.Spec.Replicas, d.Spec.Replication.Synchronous = new(tc.replicas), tc.sync
 			})
-			got, err := contract.ParseQuorum(Lease(d, "").Annotations[contract.AnnotationQuorum])
+			got, err := contract.ParseQuorum(Lease(d, "", false).Annotations[contract.AnnotationQuorum])
 			if err != nil || got != tc.want {
 				t.Fatalf("quorum on the Lease %+v (%v), want %+v", got, err, tc.want)
 			}
@@ -78,7 +78,7 @@ func TestQuorumOnTheLease(t *testing.T) {
 			}
 			// The member a major upgrade left as the only one with data
 			// is elected alone; the others as before.
-			sole, err := contract.ParseQuorum(Lease(d, "orders-0").Annotations[contract.AnnotationQuorum])
+			sole, err := contract.ParseQuorum(Lease(d, "orders-0", false).Annotations[contract.AnnotationQuorum])
 			if err != nil || sole.ElectorsFor("orders-0") != 1 || sole.ElectorsFor("orders-1") != tc.electors {
 				t.Errorf("with orders-0 the sole member: %+v (%v), electors %d for it, %d for orders-1",
 					sole, err, sole.ElectorsFor("orders-0"), sole.ElectorsFor("orders-1"))

@@ -13,7 +13,7 @@ import (
 // managers may read; without it, neither.
 func TestLogical(t *testing.T) {
 	plain := db()
-	if !strings.Contains(PostgresConf(plain), "wal_level = 'replica'\n") || DeclaredOf(plain) != nil ||
+	if !strings.Contains(PostgresConf(plain), "wal_level = 'replica'\n") || DeclaredOf(plain, false) != nil ||
 		slices.Contains(PasswordSecretNames(plain), GeneratedRoleSecretName(plain, LogicalRole)) {
 		t.Fatal("a MyDatabase without logical replication changed")
 	}
@@ -21,7 +21,7 @@ func TestLogical(t *testing.T) {
 	if conf := PostgresConf(logical); !strings.Contains(conf, "wal_level = 'logical'\n") {
 		t.Errorf("postgresql.conf:\n%s", conf)
 	}
-	d := DeclaredOf(logical)
+	d := DeclaredOf(logical, false)
 	if d == nil || len(d.Roles) != 1 {
 		t.Fatalf("declared %v", d)
 	}

@@ -95,7 +95,7 @@ func derivedNames(t *testing.T, d *databasev1alpha1.MyDatabase) []derivedName {
 	// The instance managers' ServiceAccount, Role, RoleBinding and Lease.
 	add("instance access objects' name", InstanceAccessName(d), dnsSubdomain)
 	add("Lease name", LeaseName(d), dnsSubdomain)
-	labels("Lease", Lease(d, "").Labels)
+	labels("Lease", Lease(d, "", false).Labels)
 
 	for _, ac := range []any{HeadlessService(d), ReadWriteService(d), ReadOnlyService(d)} {
 		svc := typed[corev1.Service](t, ac)

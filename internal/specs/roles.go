@@ -83,13 +83,14 @@ func GeneratedRoles(db *databasev1alpha1.MyDatabase) []databasev1alpha1.RoleSpec
 
 // DeclaredOf is spec.roles and spec.databases as the primary's instance
 // manager applies them (contract.AnnotationDeclared on the Lease), the
-// defaults resolved; nil when the spec declares neither.
-func DeclaredOf(db *databasev1alpha1.MyDatabase) *contract.Declared {
+// defaults resolved, and whether a MyDatabasePooler leads to db (pooled);
+// nil when there is none of these.
+func DeclaredOf(db *databasev1alpha1.MyDatabase, pooled bool) *contract.Declared {
 	roles := DeclaredRoles(db)
-	if len(roles) == 0 && len(db.Spec.Databases) == 0 {
+	if len(roles) == 0 && len(db.Spec.Databases) == 0 && !pooled {
 		return nil
 	}
-	d := &contract.Declared{}
+	d := &contract.Declared{Pooler: pooled}
 	for _, r := range roles {
 		c := contract.Role{Name: r.Name, Absent: r.Ensure == databasev1alpha1.EnsureAbsent,
 			Login: ptr.Deref(r.Login, true), CreateDB: r.CreateDB, CreateRole: r.CreateRole, Replication: ptr.Deref(r.Replication, false),

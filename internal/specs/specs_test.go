@@ -428,6 +428,13 @@ func TestPodSecurityRestricted(t *testing.T) {
 		t.Errorf("service account %q, token mounted %v: want the instance managers' own, mounted",
 			pod.ServiceAccountName, pod.AutomountServiceAccountToken)
 	}
+	restrictedContainers(t, pod)
+}
+
+// restrictedContainers checks the volumes and containers of pod against
+// the Pod Security "restricted" profile (and a read-only root).
+func restrictedContainers(t *testing.T, pod corev1.PodSpec) {
+	t.Helper()
 	for _, v := range pod.Volumes {
 		if v.HostPath != nil {
 			t.Errorf("volume %s is a hostPath", v.Name)

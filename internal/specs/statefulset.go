@@ -59,6 +59,9 @@ type Platform struct {
 	// from there, so that the database container runs the unmodified
 	// official postgres image. Empty: DefaultInstanceManagerImage.
 	InstanceManagerImage string
+	// PoolerImageDefault is the PgBouncer image of a MyDatabasePooler that
+	// names none; empty: DefaultPoolerImage.
+	PoolerImageDefault string
 }
 
 // PodTemplateDigest is the SHA-256 of the servers' pod template with no

@@ -61,3 +61,13 @@ func AlertRules() (ruleFile []byte, rules []AlertRule, err error) {
 	ruleFile, err = yaml.Marshal(doc.Spec)
 	return ruleFile, rules, err
 }
+
+// PgBouncerBin is the path of a PgBouncer executable, Debian's package
+// extracted by hack/pgbouncer.sh the first time (seconds).
+func PgBouncerBin() (string, error) {
+	out, err := exec.Command(filepath.Join(RepoRoot(), "hack/pgbouncer.sh")).Output()
+	if err != nil {
+		return "", fmt.Errorf("hack/pgbouncer.sh: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}

@@ -127,7 +127,7 @@ func rawChildren(ctx context.Context, c client.Client, db *databasev1alpha1.MyDa
 		children = append(children, specs.ReadOnlyService(db))
 	}
 	children = append(children, specs.InstanceServiceAccount(db), specs.InstanceRole(db), specs.InstanceRoleBinding(db),
-		specs.Lease(db, ""), specs.StatefulSet(db, specs.Platform{}))
+		specs.Lease(db, "", false), specs.StatefulSet(db, specs.Platform{}))
 	if specs.Replicas(db) > 1 {
 		children = append(children, specs.PodDisruptionBudget(db))
 	}

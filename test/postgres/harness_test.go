@@ -297,7 +297,7 @@ func (c *cluster) startAPI() {
 		}
 	}
 	for _, obj := range []runtime.ApplyConfiguration{specs.InstanceServiceAccount(c.db), specs.InstanceRole(c.db),
-		specs.InstanceRoleBinding(c.db), specs.Lease(c.db, "")} {
+		specs.InstanceRoleBinding(c.db), specs.Lease(c.db, "", false)} {
 		if err := api.Client.Apply(ctx, obj, client.FieldOwner("harness"), client.ForceOwnership); err != nil {
 			t.Fatal(err)
 		}

@@ -23,6 +23,7 @@ import (
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/controller/mydatabase"
 	"example.com/myoperator/internal/controller/mydatabasebackup"
+	"example.com/myoperator/internal/controller/mydatabasepooler"
 	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/specs"
 )
@@ -71,6 +72,10 @@ func (c *cluster) startOperator(t *testing.T) *operator {
 		Metrics:     metrics.New(prometheus.NewRegistry()),
 	}
 	if err := r.SetupWithManager(mgr, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := (&mydatabasepooler.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorder("mydatabasepooler-controller"), Clock: clock.RealClock{}}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	if err := (&mydatabasebackup.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("mydatabasebackup-controller"),

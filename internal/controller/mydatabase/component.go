@@ -45,6 +45,9 @@ type scope struct {
 	// pods are the MyDatabase's pods, with their instance reports, in
 	// ordinal order.
 	pods []corev1.Pod
+	// pooled: a MyDatabasePooler leads to the MyDatabase; its primary
+	// then keeps the poolers' role and lookup (contract.Declared.Pooler).
+	pooled bool
 }
 
 // holder is the holder of the primary Lease, "" when it has none.
@@ -132,6 +135,15 @@ func (k *kit) observe(ctx context.Context, db *databasev1alpha1.MyDatabase) (*sc
 		return cmp.Or(cmp.Compare(len(a.Name), len(b.Name)), cmp.Compare(a.Name, b.Name))
 	})
 	s.pods = pods.Items
+	// A namespace holds few poolers: a list of them all costs less than
+	// an index every pooler would keep.
+	poolers := &databasev1alpha1.MyDatabasePoolerList{}
+	if err := k.List(ctx, poolers, client.InNamespace(db.Namespace)); err != nil {
+		return s, objectError("list", &databasev1alpha1.MyDatabasePooler{}, "", err)
+	}
+	s.pooled = slices.ContainsFunc(poolers.Items, func(p databasev1alpha1.MyDatabasePooler) bool {
+		return p.Spec.Database == db.Name && p.DeletionTimestamp.IsZero()
+	})
 	return s, nil
 }
 
@@ -145,7 +157,7 @@ func (k *kit) align(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *o
 	if err != nil || db.Spec.Paused {
 		return err
 	}
-	obs.pods, obs.primary = s.pods, s.holder()
+	obs.pods, obs.primary, obs.pooled = s.pods, s.holder(), s.pooled
 	prerequisites, features := k.components(s)
 	for _, c := range prerequisites {
 		if err := c.reconcile(ctx, obs); err != nil || obs.blocked() {

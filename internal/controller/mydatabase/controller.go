@@ -287,6 +287,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		Watches(&corev1.Secret{}, byInstance).
 		Watches(&corev1.Pod{}, byInstance, builder.WithPredicates(roleOrReportChanged)).
 		Watches(&corev1.PersistentVolumeClaim{}, byInstance, builder.WithPredicates(claimResized)).
+		// A pooler that comes or goes changes what the primary keeps
+		// (contract.Declared.Pooler); its spec.database never changes.
+		Watches(&databasev1alpha1.MyDatabasePooler{}, handler.EnqueueRequestsFromMapFunc(poolerDatabase),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Named("mydatabase").
 		Complete(r)
@@ -306,6 +310,15 @@ func requestForController(_ context.Context, o client.Object) []reconcile.Reques
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}}
+}
+
+// poolerDatabase maps a MyDatabasePooler to the MyDatabase it leads to.
+func poolerDatabase(_ context.Context, o client.Object) []reconcile.Request {
+	p, ok := o.(*databasev1alpha1.MyDatabasePooler)
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.Database}}}
 }
 
 // roleOrReportChanged passes the pod events the operator acts on: a pod

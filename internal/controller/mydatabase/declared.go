@@ -18,10 +18,10 @@ import (
 // conditions (RolesApplied, DatabasesApplied) from the primary's report:
 // an item is applied once the primary reports it so for the declaration
 // as it is now.
-func setDeclaredStatus(db *databasev1alpha1.MyDatabase, primary *contract.Report, now time.Time) {
+func setDeclaredStatus(db *databasev1alpha1.MyDatabase, primary *contract.Report, pooled bool, now time.Time) {
 	st := &db.Status
 	current := false
-	if d := specs.DeclaredOf(db); d != nil && primary != nil {
+	if d := specs.DeclaredOf(db, pooled); d != nil && primary != nil {
 		current = primary.DeclaredOf == contract.DeclaredDigest(d.String())
 	}
 	// outcome is the primary's for the item of key: why it is not

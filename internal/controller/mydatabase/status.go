@@ -33,6 +33,8 @@ type observation struct {
 	// has none or the pass did not look: status.currentPrimary then stays
 	// as it was.
 	primary string
+	// pooled: a MyDatabasePooler leads to the MyDatabase (the scope's).
+	pooled bool
 	// created names the children this pass created ("Service pg-rw"),
 	// reported in one event.
 	created []string
@@ -286,7 +288,7 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	setMonitoringCondition(db, obs.monitoring, now)
 	setArchivingStatus(db, obs.pods, st.CurrentPrimary, obs.schedule, now)
 	if obs.pods != nil { // else the pass did not look: the status keeps what it had
-		setDeclaredStatus(db, reportOf(obs.pods, st.CurrentPrimary), now)
+		setDeclaredStatus(db, reportOf(obs.pods, st.CurrentPrimary), obs.pooled, now)
 	}
 	setWALSpaceCondition(db, now)
 	setStorageStatus(st, obs.storage)

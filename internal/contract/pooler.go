@@ -1,0 +1,70 @@
+package contract
+
+// What the operator says to a pooler manager (internal/pooler), which runs
+// PgBouncer in a MyDatabasePooler's pods: its configuration, as JSON in the
+// pooler's ConfigMap, mounted where PoolerConfigEnv says; its certificates,
+// in the pooler's Secret, mounted where PoolerTLSEnv says. Both reach a
+// running pod without a restart: the pooler manager reloads PgBouncer when
+// either changes.
+
+// PoolerRole is the role PgBouncer looks up clients' passwords as (its
+// auth_user). It has no password: it logs in with a client certificate
+// the MyDatabase's CA issued to the pooler (pg_hba.conf: cert), and may
+// only run PoolerLookup.
+const PoolerRole = "mydatabase_pooler"
+
+// PoolerSchema and PoolerLookup: the function PoolerRole runs for
+// PgBouncer's auth_query, which the primary's instance manager keeps in
+// every database while Declared.Pooler is set (PgBouncer runs the query
+// in the database the client asks for). It returns a login role's
+// password verifier, never a superuser's.
+const (
+	PoolerSchema = "mydatabase"
+	PoolerLookup = PoolerSchema + ".pooler_lookup"
+)
+
+// PoolerConfigKey is the key of the ConfigMap's Pooler JSON.
+const PoolerConfigKey = "pooler.json"
+
+// Keys of the pooler's Secret (besides tls.crt and tls.key, the
+// certificate PgBouncer presents to clients, and ca.crt, the CA clients
+// verify it with).
+const (
+	// PoolerClientCertKey and PoolerClientKeyKey: the certificate PgBouncer
+	// logs in to the servers with, as PoolerRole.
+	PoolerClientCertKey = "client.crt"
+	PoolerClientKeyKey  = "client.key"
+	// PoolerServerCAKey: the CA PgBouncer verifies the servers with.
+	PoolerServerCAKey = "server-ca.crt"
+)
+
+// The pooler container's environment.
+const (
+	// PoolerConfigEnv is the path of the Pooler JSON.
+	PoolerConfigEnv = "POOLER_CONFIG"
+	// PoolerTLSEnv is the directory of the pooler's Secret.
+	PoolerTLSEnv = "POOLER_TLS_DIR"
+	// PoolerRunEnv is a writable directory for PgBouncer's configuration
+	// and socket.
+	PoolerRunEnv = "POOLER_RUN_DIR"
+	// PoolerPortEnv is the port PgBouncer listens on (PoolerPort).
+	PoolerPortEnv = "POOLER_PORT"
+)
+
+// PoolerPort is the port PgBouncer listens on in the pod.
+const PoolerPort = 5432
+
+// Pooler is the value of PoolerConfigKey.
+type Pooler struct {
+	// Host and Port are where the servers are: the MyDatabase's -rw or
+	// -ro Service. PgBouncer verifies the server certificate against Host.
+	Host string `json:"host"`
+	Port int32  `json:"port"`
+	// ClientTLS is PgBouncer's client_tls_sslmode: "prefer", or "require"
+	// when the MyDatabase requires TLS of its clients.
+	ClientTLS string `json:"clientTLS"`
+	// Settings are PgBouncer settings by PgBouncer's names (pool_mode,
+	// default_pool_size, …), from the spec; the pooler manager sets
+	// the rest.
+	Settings map[string]string `json:"settings,omitempty"`
+}

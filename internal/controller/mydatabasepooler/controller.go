@@ -1,0 +1,347 @@
+// Package mydatabasepooler reconciles MyDatabasePooler objects: a
+// Deployment of PgBouncer pods in front of a MyDatabase, its Service, its
+// configuration and certificates (internal/specs, pooler.go). The pods run
+// the pooler manager (internal/pooler), which reloads PgBouncer when the
+// configuration or the certificates change.
+//
+// A pooler holds no data: its children carry its owner reference and go
+// with it, and it needs no finalizer. Deleting its MyDatabase leaves it
+// Stalled (DatabaseNotFound) with its pods still up, failing every login,
+// until the database is back or the pooler is deleted.
+package mydatabasepooler
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/apply"
+	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/pki"
+	"example.com/myoperator/internal/specs"
+)
+
+// FieldOwner is the server-side apply field manager of the pooler's
+// children (the MyDatabase's own: one operator).
+const FieldOwner = "myoperator"
+
+// DatabaseField indexes poolers by spec.database.
+const DatabaseField = "spec.database"
+
+// Reconciler reconciles MyDatabasePooler objects.
+type Reconciler struct {
+	client.Client
+	// APIReader reads the MyDatabase's certificate Secrets: a user's
+	// server certificate carries none of the labels the cache holds.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	Platform  specs.Platform
+	// StallRetry is how often a Stalled pooler is looked at again
+	// (besides the watches): a minute when zero.
+	StallRetry time.Duration
+}
+
+// +kubebuilder:rbac:groups=database.example.com,resources=mydatabasepoolers,verbs=get;list;watch
+// +kubebuilder:rbac:groups=database.example.com,resources=mydatabasepoolers/status,verbs=get;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch;delete
+
+// stalled is a reason a person must act on, and what to do.
+type stalled struct{ reason, message string }
+
+func (s *stalled) Error() string { return s.message }
+
+// Reconcile aligns the pooler's children with its spec, then writes what
+// it found into the status.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	p := &databasev1alpha1.MyDatabasePooler{}
+	if err := r.Get(ctx, req.NamespacedName, p); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !p.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // the garbage collector takes the children
+	}
+	var alignErr error
+	var dep *appsv1.Deployment
+	if !p.Spec.Paused {
+		dep, alignErr = r.align(ctx, p)
+	} else {
+		dep = r.deployment(ctx, p)
+	}
+	if err := r.writeStatus(ctx, p, dep, alignErr); err != nil {
+		return ctrl.Result{}, err
+	}
+	if s := (*stalled)(nil); asStalled(alignErr, &s) {
+		return ctrl.Result{RequeueAfter: r.stallRetry()}, nil
+	}
+	// Looked at again hourly besides the watches: the certificates are
+	// renewed on time, and follow a MyDatabase's rotated server CA.
+	return ctrl.Result{RequeueAfter: time.Hour}, alignErr
+}
+
+func (r *Reconciler) stallRetry() time.Duration {
+	if r.StallRetry > 0 {
+		return r.StallRetry
+	}
+	return time.Minute
+}
+
+func asStalled(err error, s **stalled) bool {
+	v, ok := err.(*stalled)
+	if ok {
+		*s = v
+	}
+	return ok
+}
+
+// align writes the children: the certificates first (the pods mount
+// them), then the configuration, the Service, the Deployment and its
+// disruption budget.
+func (r *Reconciler) align(ctx context.Context, p *databasev1alpha1.MyDatabasePooler) (*appsv1.Deployment, error) {
+	db := &databasev1alpha1.MyDatabase{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: p.Spec.Database}, db); err != nil {
+		if apierrors.IsNotFound(err) {
+			return r.deployment(ctx, p), &stalled{databasev1alpha1.ReasonDatabaseNotFound, fmt.Sprintf(
+				"no MyDatabase %q in namespace %s: create it, or delete this pooler and create one for an existing database (spec.database cannot change)",
+				p.Spec.Database, p.Namespace)}
+		}
+		return nil, err
+	}
+	if err := r.certificates(ctx, p, db); err != nil {
+		return r.deployment(ctx, p), err
+	}
+	engine := &apply.Engine{Client: r.Client, FieldOwner: FieldOwner, HashAnnotation: databasev1alpha1.AnnotationSpecHash}
+	if _, err := engine.Apply(ctx, specs.PoolerConfigMap(p, db), &corev1.ConfigMap{}); err != nil {
+		return nil, err
+	}
+	if _, err := engine.Apply(ctx, specs.PoolerService(p), &corev1.Service{}); err != nil {
+		return nil, err
+	}
+	dep := &appsv1.Deployment{}
+	if _, err := engine.Apply(ctx, specs.PoolerDeployment(p, r.Platform), dep); err != nil {
+		return nil, err
+	}
+	if specs.PoolerInstances(p) > 1 {
+		if _, err := engine.Apply(ctx, specs.PoolerDisruptionBudget(p), &policyv1.PodDisruptionBudget{}); err != nil {
+			return dep, err
+		}
+	} else if err := r.deleteOwned(ctx, p, &policyv1.PodDisruptionBudget{}); err != nil {
+		return dep, err
+	}
+	return dep, nil
+}
+
+// deployment is the live Deployment, for the status of a pass that did
+// not apply it; nil when there is none.
+func (r *Reconciler) deployment(ctx context.Context, p *databasev1alpha1.MyDatabasePooler) *appsv1.Deployment {
+	dep := &appsv1.Deployment{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: p.Name}, dep); err != nil || !metav1.IsControlledBy(dep, p) {
+		return nil
+	}
+	return dep
+}
+
+// deleteOwned deletes the pooler's child of obj's kind and the pooler's
+// name, if it is the pooler's.
+func (r *Reconciler) deleteOwned(ctx context.Context, p *databasev1alpha1.MyDatabasePooler, obj client.Object) error {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: p.Name}, obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(obj, p) {
+		return nil
+	}
+	uid := obj.GetUID()
+	return client.IgnoreNotFound(r.Delete(ctx, obj, client.Preconditions{UID: &uid}))
+}
+
+// certificates keeps the pooler's Secret: a server certificate for its
+// Service's names and a client certificate for contract.PoolerRole, both
+// issued by the MyDatabase's CA, and the CA that verifies the servers.
+// They are issued again when they no longer verify, cover other names,
+// or have a third of their lifetime left; the pods reload them.
+func (r *Reconciler) certificates(ctx context.Context, p *databasev1alpha1.MyDatabasePooler, db *databasev1alpha1.MyDatabase) error {
+	caSecret := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.CASecretName(db)}, caSecret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return &stalled{databasev1alpha1.ReasonDatabaseCANotFound, fmt.Sprintf(
+				"the MyDatabase %s has no CA Secret %s to issue the pooler's certificates from: it is made when the MyDatabase is; if it was deleted, see docs/tls.md",
+				db.Name, specs.CASecretName(db))}
+		}
+		return err
+	}
+	ca := pki.KeyPair{Cert: caSecret.Data[specs.CACertKey], Key: caSecret.Data[specs.CAKeyKey]}
+	serverSecret := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.ServerCertSecretName(db)}, serverSecret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return &stalled{databasev1alpha1.ReasonDatabaseCANotFound, fmt.Sprintf(
+				"the MyDatabase %s has no server certificate Secret %s yet: the pooler verifies the servers with its ca.crt", db.Name, specs.ServerCertSecretName(db))}
+		}
+		return err
+	}
+	serverCA := serverSecret.Data[specs.CACertKey]
+
+	now := r.Clock.Now()
+	live := &corev1.Secret{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: specs.PoolerSecretName(p)}, live)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	exists := err == nil
+	if exists && !metav1.IsControlledBy(live, p) {
+		return &stalled{databasev1alpha1.ReasonSecretConflict, fmt.Sprintf(
+			"the Secret %s exists and is not this pooler's: rename or delete it", specs.PoolerSecretName(p))}
+	}
+	d := live.Data
+	good := func(c pki.Check) bool { return c.Cert != nil && len(c.Problems) == 0 && !c.Renew }
+	if exists && bytes.Equal(d[specs.CACertKey], ca.Cert) && bytes.Equal(d[contract.PoolerServerCAKey], serverCA) &&
+		good(pki.CheckServer(d[specs.TLSCertKey], d[specs.TLSKeyKey], ca.Cert, specs.PoolerDNSNames(p), now)) &&
+		good(pki.CheckClient(d[contract.PoolerClientCertKey], d[contract.PoolerClientKeyKey], ca.Cert, contract.PoolerRole, now)) {
+		return nil
+	}
+	server, err := pki.NewServer(ca, p.Name, specs.PoolerDNSNames(p), now)
+	if err != nil {
+		return fmt.Errorf("issuing the pooler's server certificate from %s: %w", specs.CASecretName(db), err)
+	}
+	cl, err := pki.NewClient(ca, contract.PoolerRole, now)
+	if err != nil {
+		return fmt.Errorf("issuing the pooler's client certificate from %s: %w", specs.CASecretName(db), err)
+	}
+	want := specs.PoolerSecret(p, server, cl, ca.Cert, serverCA)
+	if !exists {
+		return r.Create(ctx, want, client.FieldOwner(FieldOwner))
+	}
+	patch := client.MergeFrom(live.DeepCopy())
+	live.Data = want.Data
+	if err := r.Patch(ctx, live, patch, client.FieldOwner(FieldOwner)); err != nil {
+		return err
+	}
+	r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, "CertificatesIssued", "Issue", "issued the pooler's certificates into %s", live.Name)
+	return nil
+}
+
+// writeStatus sets the status from the Deployment and the pass's outcome.
+func (r *Reconciler) writeStatus(ctx context.Context, p *databasev1alpha1.MyDatabasePooler, dep *appsv1.Deployment, alignErr error) error {
+	orig := p.DeepCopy()
+	st := &p.Status
+	st.ObservedGeneration = p.Generation
+	st.Instances = specs.PoolerInstances(p)
+	st.ReadyInstances = 0
+	rolledOut := false
+	if dep != nil {
+		st.ReadyInstances = dep.Status.AvailableReplicas
+		rolledOut = dep.Status.ObservedGeneration >= dep.Generation &&
+			dep.Status.UpdatedReplicas == st.Instances && dep.Status.Replicas == st.Instances
+	}
+	st.Endpoint = specs.PoolerEndpoint(p)
+	st.SecretName = specs.PoolerSecretName(p)
+
+	set := func(typ string, status metav1.ConditionStatus, reason, message string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
+			Message: message, ObservedGeneration: p.Generation})
+	}
+	var s *stalled
+	switch {
+	case asStalled(alignErr, &s):
+		set(databasev1alpha1.ConditionReady, metav1.ConditionFalse, s.reason, s.message)
+		set(databasev1alpha1.ConditionStalled, metav1.ConditionTrue, s.reason, s.message)
+		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionReconciling)
+	case alignErr != nil:
+		msg := alignErr.Error()
+		set(databasev1alpha1.ConditionReady, metav1.ConditionFalse, databasev1alpha1.ReasonAPIError, msg)
+		set(databasev1alpha1.ConditionReconciling, metav1.ConditionTrue, databasev1alpha1.ReasonAPIError, msg)
+		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionStalled)
+	case p.Spec.Paused:
+		set(databasev1alpha1.ConditionReady, metav1.ConditionFalse, databasev1alpha1.ReasonPaused,
+			"spec.paused: the operator changes nothing of this pooler; its pods go on serving")
+		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionReconciling)
+		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionStalled)
+	case rolledOut && st.ReadyInstances >= st.Instances:
+		set(databasev1alpha1.ConditionReady, metav1.ConditionTrue, databasev1alpha1.ReasonAvailable,
+			fmt.Sprintf("%d of %d PgBouncer pods available at %s", st.ReadyInstances, st.Instances, st.Endpoint))
+		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionReconciling)
+		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionStalled)
+	default:
+		msg := fmt.Sprintf("%d of %d PgBouncer pods available", st.ReadyInstances, st.Instances)
+		if !rolledOut {
+			msg += ", the Deployment is rolling out"
+		}
+		set(databasev1alpha1.ConditionReady, metav1.ConditionFalse, databasev1alpha1.ReasonPodsNotReady, msg)
+		set(databasev1alpha1.ConditionReconciling, metav1.ConditionTrue, databasev1alpha1.ReasonPodsNotReady, msg)
+		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionStalled)
+	}
+	if equalStatus(orig.Status, p.Status) {
+		return nil
+	}
+	return r.Status().Patch(ctx, p, client.MergeFrom(orig))
+}
+
+// equalStatus compares statuses ignoring the conditions' transition times,
+// which SetStatusCondition keeps when nothing else changed.
+func equalStatus(a, b databasev1alpha1.MyDatabasePoolerStatus) bool {
+	ac, bc := a.Conditions, b.Conditions
+	if a.ObservedGeneration != b.ObservedGeneration || a.Instances != b.Instances || a.ReadyInstances != b.ReadyInstances ||
+		a.Endpoint != b.Endpoint || a.SecretName != b.SecretName || len(ac) != len(bc) {
+		return false
+	}
+	for i := range ac {
+		x, y := ac[i], bc[i]
+		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message || x.ObservedGeneration != y.ObservedGeneration {
+			return false
+		}
+	}
+	return true
+}
+
+// SetupWithManager watches poolers, their children (through their
+// controller reference) and MyDatabases (through the index of
+// spec.database: a pooler waiting for its database starts when it
+// appears, and follows a change of its TLS or port).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &databasev1alpha1.MyDatabasePooler{}, DatabaseField,
+		func(o client.Object) []string { return []string{o.(*databasev1alpha1.MyDatabasePooler).Spec.Database} }); err != nil {
+		return err
+	}
+	byController := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		ref := metav1.GetControllerOf(o)
+		if ref == nil || ref.Kind != "MyDatabasePooler" || ref.APIVersion != databasev1alpha1.GroupVersion.String() {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}}
+	})
+	byDatabase := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		poolers := &databasev1alpha1.MyDatabasePoolerList{}
+		if err := r.List(ctx, poolers, client.InNamespace(o.GetNamespace()), client.MatchingFields{DatabaseField: o.GetName()}); err != nil {
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(poolers.Items))
+		for _, p := range poolers.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
+		}
+		return reqs
+	})
+	b := ctrl.NewControllerManagedBy(mgr).For(&databasev1alpha1.MyDatabasePooler{})
+	for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &corev1.ConfigMap{}, &corev1.Secret{}, &policyv1.PodDisruptionBudget{}} {
+		b = b.Watches(obj, byController)
+	}
+	return b.Watches(&databasev1alpha1.MyDatabase{}, byDatabase, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Named("mydatabasepooler").
+		Complete(r)
+}

@@ -1,0 +1,300 @@
+package mydatabasepooler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/pki"
+	"example.com/myoperator/internal/specs"
+	"example.com/myoperator/internal/testenv"
+)
+
+func eventually(t testing.TB, what string, check func() error) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, what, check)
+}
+
+func get(ns, name string, obj client.Object) error {
+	return k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, obj)
+}
+
+// condition waits until the pooler's condition typ is status with reason,
+// for its current generation, and returns the pooler.
+func condition(t *testing.T, ns, name, typ string, status metav1.ConditionStatus, reason string) *databasev1alpha1.MyDatabasePooler {
+	t.Helper()
+	p := &databasev1alpha1.MyDatabasePooler{}
+	eventually(t, fmt.Sprintf("%s %s/%s", typ, status, reason), func() error {
+		if err := get(ns, name, p); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, typ)
+		if c == nil || c.Status != status || c.Reason != reason || c.ObservedGeneration != p.Generation {
+			return fmt.Errorf("conditions %+v", p.Status.Conditions)
+		}
+		return nil
+	})
+	return p
+}
+
+// databaseCA plays the MyDatabase controller: the CA Secret and the
+// server certificate Secret it makes.
+func databaseCA(t *testing.T, db *databasev1alpha1.MyDatabase) pki.KeyPair {
+	t.Helper()
+	ca, err := pki.NewCA(specs.CACommonName(db), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := pki.NewServer(ca, specs.ServerCommonName(db), specs.ServerDNSNames(db), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*corev1.Secret{specs.CASecret(db, ca), specs.ServerCertSecret(db, server, ca.Cert)} {
+		if err := k8s.Create(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ca
+}
+
+func newPooler(ns, name, database string) *databasev1alpha1.MyDatabasePooler {
+	return &databasev1alpha1.MyDatabasePooler{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: databasev1alpha1.MyDatabasePoolerSpec{Database: database}}
+}
+
+// TestPoolerLifecycle follows a pooler from before its database exists to
+// after it is gone: what it waits for, the children it makes, drift, a
+// settings change, scaling down, and its database's deletion.
+func TestPoolerLifecycle(t *testing.T) {
+	ctx := context.Background()
+	ns := testenv.Namespace(t, k8s)
+	p := newPooler(ns, "shop-pool", "shop")
+	if err := k8s.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+
+	got := condition(t, ns, p.Name, databasev1alpha1.ConditionStalled, metav1.ConditionTrue, databasev1alpha1.ReasonDatabaseNotFound)
+	if msg := meta.FindStatusCondition(got.Status.Conditions, databasev1alpha1.ConditionReady).Message; !strings.Contains(msg, `no MyDatabase "shop"`) {
+		t.Errorf("Ready's message %q", msg)
+	}
+	if got.Spec.Type != databasev1alpha1.PoolerReadWrite || got.Spec.PoolMode != databasev1alpha1.PoolModeSession || ptr.Deref(got.Spec.Instances, 0) != 2 {
+		t.Errorf("defaults: %+v", got.Spec)
+	}
+
+	db := testenv.CreateDatabase(t, k8s, testenv.NewDatabase(ns, "shop"))
+	condition(t, ns, p.Name, databasev1alpha1.ConditionStalled, metav1.ConditionTrue, databasev1alpha1.ReasonDatabaseCANotFound)
+	ca := databaseCA(t, db)
+	got = condition(t, ns, p.Name, databasev1alpha1.ConditionReconciling, metav1.ConditionTrue, databasev1alpha1.ReasonPodsNotReady)
+	if meta.FindStatusCondition(got.Status.Conditions, databasev1alpha1.ConditionStalled) != nil {
+		t.Errorf("Stalled stays: %+v", got.Status.Conditions)
+	}
+
+	t.Run("its children", func(t *testing.T) {
+		cm := &corev1.ConfigMap{}
+		if err := get(ns, specs.PoolerConfigMapName(p), cm); err != nil {
+			t.Fatal(err)
+		}
+		var c contract.Pooler
+		if err := json.Unmarshal([]byte(cm.Data[contract.PoolerConfigKey]), &c); err != nil {
+			t.Fatal(err)
+		}
+		if c.Host != "shop-rw."+ns+".svc" || c.Port != 5432 || c.ClientTLS != "prefer" || c.Settings["pool_mode"] != "session" || len(c.Settings) != 1 {
+			t.Errorf("pooler.json %+v", c)
+		}
+		svc := &corev1.Service{}
+		if err := get(ns, p.Name, svc); err != nil {
+			t.Fatal(err)
+		}
+		if svc.Spec.Type != corev1.ServiceTypeClusterIP || svc.Spec.Ports[0].Port != 5432 || svc.Spec.Selector[databasev1alpha1.LabelComponent] != specs.ComponentPooler {
+			t.Errorf("Service %+v", svc.Spec)
+		}
+		dep := &appsv1.Deployment{}
+		if err := get(ns, p.Name, dep); err != nil {
+			t.Fatal(err)
+		}
+		pod := dep.Spec.Template.Spec
+		if *dep.Spec.Replicas != 2 || pod.InitContainers[0].Image != "operator:test" || pod.Containers[0].Image != "pgbouncer:test" ||
+			strings.Join(pod.Containers[0].Command, " ") != specs.InstanceManagerPath+" pooler" ||
+			!*pod.Containers[0].SecurityContext.ReadOnlyRootFilesystem || !*pod.SecurityContext.RunAsNonRoot {
+			t.Errorf("Deployment %+v", dep.Spec)
+		}
+		if !metav1.IsControlledBy(dep, got) {
+			t.Errorf("the Deployment's owners %+v", dep.OwnerReferences)
+		}
+		if err := get(ns, p.Name, &policyv1.PodDisruptionBudget{}); err != nil {
+			t.Errorf("PodDisruptionBudget: %v", err)
+		}
+		s := &corev1.Secret{}
+		if err := get(ns, specs.PoolerSecretName(p), s); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		if c := pki.CheckServer(s.Data["tls.crt"], s.Data["tls.key"], ca.Cert, specs.PoolerDNSNames(p), now); len(c.Problems) > 0 {
+			t.Errorf("the pooler's server certificate: %v", c.Problems)
+		}
+		if c := pki.CheckClient(s.Data[contract.PoolerClientCertKey], s.Data[contract.PoolerClientKeyKey], ca.Cert, contract.PoolerRole, now); len(c.Problems) > 0 {
+			t.Errorf("the pooler's client certificate: %v", c.Problems)
+		}
+		if string(s.Data["ca.crt"]) != string(ca.Cert) || string(s.Data[contract.PoolerServerCAKey]) != string(ca.Cert) {
+			t.Error("the Secret's CAs are not the MyDatabase's")
+		}
+	})
+
+	t.Run("ready once the pods are available", func(t *testing.T) {
+		dep := &appsv1.Deployment{}
+		if err := get(ns, p.Name, dep); err != nil {
+			t.Fatal(err)
+		}
+		dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2}
+		if err := k8s.Status().Update(ctx, dep); err != nil {
+			t.Fatal(err)
+		}
+		got := condition(t, ns, p.Name, databasev1alpha1.ConditionReady, metav1.ConditionTrue, databasev1alpha1.ReasonAvailable)
+		if got.Status.ReadyInstances != 2 || got.Status.Endpoint != "shop-pool."+ns+".svc:5432" || got.Status.SecretName != "shop-pool-tls" ||
+			meta.FindStatusCondition(got.Status.Conditions, databasev1alpha1.ConditionReconciling) != nil {
+			t.Errorf("status %+v", got.Status)
+		}
+	})
+
+	t.Run("drift is put back", func(t *testing.T) {
+		dep := &appsv1.Deployment{}
+		if err := get(ns, p.Name, dep); err != nil {
+			t.Fatal(err)
+		}
+		dep.Spec.Replicas = ptr.To(int32(5))
+		if err := k8s.Update(ctx, dep); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "replicas back to 2", func() error {
+			if err := get(ns, p.Name, dep); err != nil {
+				return err
+			}
+			if *dep.Spec.Replicas != 2 {
+				return fmt.Errorf("replicas %d", *dep.Spec.Replicas)
+			}
+			return nil
+		})
+	})
+
+	t.Run("a setting reaches the ConfigMap, not the pods", func(t *testing.T) {
+		dep := &appsv1.Deployment{}
+		if err := get(ns, p.Name, dep); err != nil {
+			t.Fatal(err)
+		}
+		template := dep.Generation
+		update(t, ns, p.Name, func(p *databasev1alpha1.MyDatabasePooler) {
+			p.Spec.PoolMode = databasev1alpha1.PoolModeTransaction
+			p.Spec.PgBouncer.DefaultPoolSize = ptr.To(int32(7))
+		})
+		eventually(t, "the ConfigMap says so", func() error {
+			cm := &corev1.ConfigMap{}
+			if err := get(ns, specs.PoolerConfigMapName(p), cm); err != nil {
+				return err
+			}
+			var c contract.Pooler
+			if err := json.Unmarshal([]byte(cm.Data[contract.PoolerConfigKey]), &c); err != nil {
+				return err
+			}
+			if c.Settings["pool_mode"] != "transaction" || c.Settings["default_pool_size"] != "7" {
+				return fmt.Errorf("settings %v", c.Settings)
+			}
+			return nil
+		})
+		if err := get(ns, p.Name, dep); err != nil {
+			t.Fatal(err)
+		}
+		if dep.Generation != template {
+			t.Errorf("the Deployment changed (generation %d, was %d): its pods would restart", dep.Generation, template)
+		}
+	})
+
+	t.Run("one instance has no disruption budget", func(t *testing.T) {
+		update(t, ns, p.Name, func(p *databasev1alpha1.MyDatabasePooler) { p.Spec.Instances = ptr.To(int32(1)) })
+		eventually(t, "the PodDisruptionBudget deleted", func() error {
+			if err := get(ns, p.Name, &policyv1.PodDisruptionBudget{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("still there (%v)", err)
+			}
+			return nil
+		})
+	})
+
+	t.Run("a deleted database stalls it, its pods stay", func(t *testing.T) {
+		if err := k8s.Delete(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+		condition(t, ns, p.Name, databasev1alpha1.ConditionStalled, metav1.ConditionTrue, databasev1alpha1.ReasonDatabaseNotFound)
+		if err := get(ns, p.Name, &appsv1.Deployment{}); err != nil {
+			t.Errorf("the Deployment: %v", err)
+		}
+	})
+}
+
+// update changes the pooler, retrying on a conflict.
+func update(t *testing.T, ns, name string, change func(*databasev1alpha1.MyDatabasePooler)) {
+	t.Helper()
+	eventually(t, "update "+name, func() error {
+		p := &databasev1alpha1.MyDatabasePooler{}
+		if err := get(ns, name, p); err != nil {
+			return err
+		}
+		change(p)
+		return k8s.Update(context.Background(), p)
+	})
+}
+
+// TestPoolerAdmission: what the CRD refuses.
+func TestPoolerAdmission(t *testing.T) {
+	ctx := context.Background()
+	ns := testenv.Namespace(t, k8s)
+	refused := func(p *databasev1alpha1.MyDatabasePooler, want string) {
+		t.Helper()
+		err := k8s.Create(ctx, p)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want a refusal saying %q", p.Name, err, want)
+		}
+	}
+	small := newPooler(ns, "small", "shop")
+	small.Spec.PgBouncer = databasev1alpha1.PgBouncerSettings{DefaultPoolSize: ptr.To(int32(5)), MinPoolSize: ptr.To(int32(6))}
+	refused(small, "minPoolSize must not exceed defaultPoolSize")
+	implicit := newPooler(ns, "implicit", "shop")
+	implicit.Spec.PgBouncer.MinPoolSize = ptr.To(int32(21))
+	refused(implicit, "minPoolSize must not exceed defaultPoolSize")
+	mode := newPooler(ns, "mode", "shop")
+	mode.Spec.PoolMode = "statement"
+	refused(mode, "spec.poolMode")
+	noDB := newPooler(ns, "nodb", "")
+	refused(noDB, "spec.database")
+
+	p := newPooler(ns, "moves", "shop")
+	if err := k8s.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	eventually(t, "an update of spec.database answered", func() error {
+		if err = get(ns, p.Name, p); err != nil {
+			return err
+		}
+		p.Spec.Database = "other"
+		if err = k8s.Update(ctx, p); apierrors.IsConflict(err) {
+			return err // the controller wrote the status in between
+		}
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "spec.database is immutable") {
+		t.Errorf("changing spec.database: %v", err)
+	}
+}
