@@ -16,6 +16,8 @@ import (
 // manager runs one instance: the HA loop, the server, the fence.
 type manager struct {
 	c      Config
+	// hba is pg_hba.conf as the server last read it (keepCertificate).
+	hba    []byte
 	digest string // this binary's, its version (reexec.go)
 	log    Logger
 	t      timing

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"example.com/myoperator/internal/contract"
 )
 
 // The certificates reach the pod as Secret volumes (TLS_DIR, the server's;
@@ -97,15 +99,24 @@ func (c Config) copyTLS() (bool, error) {
 }
 
 // keepCertificate follows the Secret: a running server reloads when its
-// certificate changed.
+// certificate changed, and when pg_hba.conf did (the ConfigMap's volume
+// brings a change some time after the operator writes it; a change of
+// pg_hba.conf alone does not roll the pods, specs.ConfigHash).
 func (m *manager) keepCertificate() {
 	changed, err := m.c.copyTLS()
 	if err != nil {
 		m.logOnce(err)
 		return
 	}
+	what := "a certificate"
+	if hba, err := os.ReadFile(filepath.Join(m.c.ConfigDir, contract.HBAConfFile)); err == nil {
+		if m.hba != nil && !bytes.Equal(hba, m.hba) {
+			changed, what = true, contract.HBAConfFile
+		}
+		m.hba = hba
+	}
 	if changed && m.server != nil && !m.server.exitedNow() {
-		m.log("a certificate changed: reloading")
+		m.log("%s changed: reloading", what)
 		_ = m.server.cmd.Process.Signal(syscall.SIGHUP)
 	}
 }

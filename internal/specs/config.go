@@ -77,6 +77,14 @@ func quoteSetting(v string) string {
 // allocations (docs/benchmarks.md).
 var settingEscaper = strings.NewReplacer(`\`, `\\`, `'`, `''`, "\n", `\n`, "\r", `\r`)
 
+// poolerHBALines admit the poolers' role (contract.PoolerRole) with its
+// certificate alone.
+const poolerHBALines = `# The poolers' role has no password either: PgBouncer logs in with a
+# client certificate from the same CA to look up clients' passwords.
+hostssl all          mydatabase_pooler all cert
+host    all          mydatabase_pooler all reject
+`
+
 // ConfigData is the content of the ConfigMap.
 func ConfigData(db *databasev1alpha1.MyDatabase) map[string]string {
 	return map[string]string{
@@ -86,9 +94,14 @@ func ConfigData(db *databasev1alpha1.MyDatabase) map[string]string {
 }
 
 // ConfigHash is a digest of ConfigData. It sits on the pod template, so any
-// change to the settings or scripts rolls the pods.
+// change to the settings or scripts rolls the pods. pg_hba.conf counts
+// without poolerHBALines: they came in an operator version after
+// MyDatabases existed, and a server needs only a reload for them (the
+// instance manager reloads when pg_hba.conf changes), so an operator
+// upgrade that brings them restarts no pod.
 func ConfigHash(db *databasev1alpha1.MyDatabase) string {
 	data := ConfigData(db)
+	data[contract.HBAConfFile] = strings.Replace(data[contract.HBAConfFile], poolerHBALines, "", 1)
 	h := sha256.New()
 	for _, k := range slices.Sorted(maps.Keys(data)) {
 		_, _ = fmt.Fprintf(h, "%s\x00%s\x00", k, data[k]) // a hash.Hash never fails to write

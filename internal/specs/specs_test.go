@@ -548,3 +548,21 @@ func TestArchiveTimeoutWithBackup(t *testing.T) {
 		t.Errorf("archive_timeout without spec.backup:\n%s", conf)
 	}
 }
+
+// TestConfigHashKeptAcrossVersions: the lines of pg_hba.conf a reload
+// applies (the poolers') do not change the hash on the pod template, so
+// the operator version that brings them restarts no pod. The values are
+// what the operator before them computed for the same MyDatabases.
+func TestConfigHashKeptAcrossVersions(t *testing.T) {
+	db := SampleDatabase("orders")
+	if !strings.Contains(HBAConf(db), poolerHBALines) {
+		t.Fatal("pg_hba.conf does not hold the poolers' lines as ConfigHash leaves them out")
+	}
+	if got := ConfigHash(db); got != "5f77cb00fd018255" {
+		t.Errorf("ConfigHash = %s, was 5f77cb00fd018255: upgrading the operator would restart every server", got)
+	}
+	db.Spec.TLS.Clients = databasev1alpha1.TLSClientsRequired
+	if got := ConfigHash(db); got != "d16b5c92eea48694" {
+		t.Errorf("ConfigHash (TLS required) = %s, was d16b5c92eea48694", got)
+	}
+}

@@ -177,6 +177,35 @@ func TestPooler(t *testing.T) {
 		}
 	})
 
+	t.Run("pg_hba.conf is reloaded when it changes, as when an operator upgrade brings the poolers' lines", func(t *testing.T) {
+		tls := filepath.Join(pod.dir, "tls")
+		asPooler := fmt.Sprintf("host=localhost port=%d user=%s dbname=%s sslmode=verify-full sslrootcert=%s sslcert=%s sslkey=%s",
+			primary.port, contract.PoolerRole, dbname, filepath.Join(tls, contract.PoolerServerCAKey),
+			filepath.Join(tls, contract.PoolerClientCertKey), filepath.Join(tls, contract.PoolerClientKeyKey))
+		started := c.query(t, primary.socket("postgres", "postgres"), "", "SELECT pg_postmaster_start_time()")
+		c.query(t, asPooler, "", "SELECT 1")
+		// The ConfigMap of the operator before the poolers.
+		current := specs.ConfigData(db)
+		var before []string
+		for line := range strings.Lines(current[contract.HBAConfFile]) {
+			if !strings.Contains(line, contract.PoolerRole) && !strings.Contains(line, "The poolers' role") && !strings.Contains(line, "client certificate from the same CA to look up") {
+				before = append(before, line)
+			}
+		}
+		old := map[string]string{contract.PostgresConfFile: current[contract.PostgresConfFile], contract.HBAConfFile: strings.Join(before, "")}
+		off := primary.logSize()
+		primary.updateConfig(t, old)
+		waitLogged(t, primary, off, "pg_hba.conf changed: reloading")
+		c.refused(t, asPooler, "", "no password supplied", "SELECT 1")
+		off = primary.logSize()
+		primary.updateConfig(t, current)
+		waitLogged(t, primary, off, "pg_hba.conf changed: reloading")
+		c.query(t, asPooler, "", "SELECT 1")
+		if now := c.query(t, primary.socket("postgres", "postgres"), "", "SELECT pg_postmaster_start_time()"); now != started {
+			t.Errorf("the server restarted: started at %s, was %s", now, started)
+		}
+	})
+
 	t.Run("a renewed certificate is served without a restart", func(t *testing.T) {
 		before := pod.servedSerial(t, user, appPassword, dbname)
 		old := &corev1.Secret{}
