@@ -15,7 +15,7 @@ import (
 
 // manager runs one instance: the HA loop, the server, the fence.
 type manager struct {
-	c      Config
+	c Config
 	// hba is pg_hba.conf as the server last read it (keepCertificate).
 	hba    []byte
 	digest string // this binary's, its version (reexec.go)
