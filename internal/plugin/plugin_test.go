@@ -72,7 +72,17 @@ func TestWriteStatus(t *testing.T) {
 			LastTimestamp: *ago(time.Duration(12-i) * time.Minute)})
 	}
 	view := &statusView{DB: db, Events: events,
-		Pods: []corev1.Pod{readyPod("orders-0", "replica", "node-a"), readyPod("orders-1", "primary", "node-b")}}
+		Pods: []corev1.Pod{readyPod("orders-0", "replica", "node-a"), readyPod("orders-1", "primary", "node-b")},
+		Poolers: []databasev1alpha1.MyDatabasePooler{
+			{ObjectMeta: metav1.ObjectMeta{Name: "orders-pool"},
+				Spec: databasev1alpha1.MyDatabasePoolerSpec{Database: "orders", Type: "rw", PoolMode: "transaction"},
+				Status: databasev1alpha1.MyDatabasePoolerStatus{Instances: 2, ReadyInstances: 2, Endpoint: "orders-pool.shop.svc:5432",
+					Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Available"}}}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "orders-ro"},
+				Spec: databasev1alpha1.MyDatabasePoolerSpec{Database: "orders", Type: "ro", PoolMode: "session"},
+				Status: databasev1alpha1.MyDatabasePoolerStatus{Instances: 1,
+					Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "PodsNotReady", Message: "0 of 1 PgBouncer pods available"}}}},
+		}}
 	var out bytes.Buffer
 	if err := writeStatus(&out, view, now); err != nil {
 		t.Fatal(err)
@@ -114,6 +124,11 @@ Declared (spec.roles, spec.databases; as the primary applied them):
   extension     app/vector      true     -
   publication   app/orders_pub  true     -
   subscription  app/stock_sub   false    its worker failed within the last minute
+
+Poolers:
+  NAME         TYPE  MODE         READY  ENDPOINT                   STATUS
+  orders-pool  rw    transaction  2/2    orders-pool.shop.svc:5432  Available
+  orders-ro    ro    session      0/1    -                          PodsNotReady: 0 of 1 PgBouncer pods available
 
 Events (the last 10):
   AGE  TYPE    REASON  MESSAGE

@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -41,9 +43,10 @@ func newStatusCommand(env *Env) *cobra.Command {
 
 // statusView is everything status prints, read from the cluster.
 type statusView struct {
-	DB     *databasev1alpha1.MyDatabase
-	Pods   []corev1.Pod
-	Events []corev1.Event
+	DB      *databasev1alpha1.MyDatabase
+	Pods    []corev1.Pod
+	Poolers []databasev1alpha1.MyDatabasePooler
+	Events  []corev1.Event
 }
 
 func (e *Env) statusView(ctx context.Context, name string) (*statusView, error) {
@@ -59,7 +62,31 @@ func (e *Env) statusView(ctx context.Context, name string) (*statusView, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &statusView{DB: db, Pods: pods, Events: events}, nil
+	poolers, err := e.poolersOf(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	return &statusView{DB: db, Pods: pods, Poolers: poolers, Events: events}, nil
+}
+
+// poolersOf lists the MyDatabasePoolers that lead to db, sorted by name;
+// none when the user may not list them, or their CRD is not installed (an
+// older operator): the rest of the status is still worth printing.
+func (e *Env) poolersOf(ctx context.Context, db *databasev1alpha1.MyDatabase) ([]databasev1alpha1.MyDatabasePooler, error) {
+	list := &databasev1alpha1.MyDatabasePoolerList{}
+	if err := e.c.List(ctx, list, client.InNamespace(db.Namespace)); apierrors.IsForbidden(err) || meta.IsNoMatchError(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("listing the MyDatabasePoolers of %s: %w", db.Namespace, err)
+	}
+	var out []databasev1alpha1.MyDatabasePooler
+	for _, p := range list.Items {
+		if p.Spec.Database == db.Name {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b databasev1alpha1.MyDatabasePooler) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
 }
 
 // podsOf lists the server pods of db, sorted by name.
@@ -212,6 +239,22 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 					fmt.Fprintf(w, "  %s\t%s/%s\t%t\t%s\n", items.kind, d.Name, i.Name, i.Applied, orDash(i.Message))
 				}
 			}
+		}
+	}
+
+	if len(v.Poolers) > 0 {
+		section(w, "Poolers")
+		fmt.Fprintln(w, "  NAME\tTYPE\tMODE\tREADY\tENDPOINT\tSTATUS")
+		for _, p := range v.Poolers {
+			state := "-"
+			if c := meta.FindStatusCondition(p.Status.Conditions, databasev1alpha1.ConditionReady); c != nil {
+				state = c.Reason
+				if c.Status != metav1.ConditionTrue {
+					state += ": " + c.Message
+				}
+			}
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%d/%d\t%s\t%s\n", p.Name, p.Spec.Type, p.Spec.PoolMode, p.Status.ReadyInstances,
+				p.Status.Instances, orDash(p.Status.Endpoint), state)
 		}
 	}
 
