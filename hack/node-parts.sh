@@ -149,6 +149,35 @@ for major in ${POSTGRES_MAJORS:-17 15}; do
   esac
 done
 
+# The PgBouncer image of a MyDatabasePooler (docs/pooler.md): Debian's
+# pgbouncer package, the postgres user 999 as in the postgres images, named
+# as the operator's default (specs.DefaultPoolerImage). The pod runs the
+# operator's pooler manager as PID 1, which needs only pgbouncer on the PATH.
+pgbouncer_image() {
+  local version=1.18.0 root start=$SECONDS have
+  [ -f "$images/pgbouncer-$version.tar" ] && return
+  say "building the mydatabase-pgbouncer:$version image from Debian bookworm's pgbouncer with mmdebstrap"
+  root=$(mktemp -d "$images/.pgbouncer.XXXXXX")
+  rmdir "$root"
+  mmdebstrap --quiet --mode=root --variant=minbase --format=directory --include=pgbouncer \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+    --essential-hook='echo "postgres:x:999:999:PostgreSQL administrator:/var/lib/postgresql:/bin/bash" >>"$1/etc/passwd"' \
+    --essential-hook='echo "postgres:x:999:" >>"$1/etc/group"' \
+    --essential-hook='mkdir -p "$1/etc/postgresql-common/createcluster.d" && echo "create_main_cluster = false" >"$1/etc/postgresql-common/createcluster.d/no-main-cluster.conf"' \
+    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/*' \
+    bookworm "$root" "$DEBIAN_MIRROR" >&2 || die "mmdebstrap of pgbouncer failed"
+  have=$(dpkg-query --admindir="$root/var/lib/dpkg" -W -f='${Version}' pgbouncer)
+  case $have in "$version"-*) ;; *) die "bookworm's pgbouncer is $have, not $version: change pgbouncer_image and specs.DefaultPoolerImage together" ;; esac
+  tar --numeric-owner -C "$root" -cf "$root.layer" .
+  rm -rf "$root"
+  docker_archive "$root.layer" "$images/pgbouncer-$version.tar" \
+    '{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"Cmd":["pgbouncer"],"User":"999:999"}}' \
+    "docker.io/library/mydatabase-pgbouncer:$version"
+  say "mydatabase-pgbouncer:$version built in $((SECONDS - start)) s ($(du -h "$images/pgbouncer-$version.tar" | cut -f1))"
+}
+pgbouncer_image
+
 wait "$k8s_pid" || die "hack/k8s-binaries.sh --node failed"
 K8S_BIN=$(cat "$k8s_out")
 rm -f "$k8s_out"

@@ -16,6 +16,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -204,6 +205,72 @@ func TestLifecycleOnRealPods(t *testing.T) {
 			}
 			if !standby || n != rows {
 				return fmt.Errorf("in recovery %v, %d rows; want a standby with %d", standby, n, rows)
+			}
+			return nil
+		})
+	})
+
+	step("a pooler in front of the primary: PgBouncer pods run by the pooler manager, clients log in through its Service with verify-full; deleted, it leaves nothing", func(t *testing.T) {
+		pooler := &databasev1alpha1.MyDatabasePooler{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: dbName + "-pool"},
+			Spec: databasev1alpha1.MyDatabasePoolerSpec{Database: dbName}}
+		if err := env.c.Create(ctx, pooler); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 3*time.Minute, "the pooler Ready", func() error {
+			if err := env.c.Get(ctx, client.ObjectKeyFromObject(pooler), pooler); err != nil {
+				return err
+			}
+			c := meta.FindStatusCondition(pooler.Status.Conditions, databasev1alpha1.ConditionReady)
+			if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != pooler.Generation {
+				return fmt.Errorf("conditions %+v", pooler.Status.Conditions)
+			}
+			return nil
+		})
+		if pooler.Status.ReadyInstances != 2 {
+			t.Errorf("%d PgBouncer pods ready, want the default 2", pooler.Status.ReadyInstances)
+		}
+		pods := &corev1.PodList{}
+		if err := env.c.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels(specs.PoolerSelectorLabels(pooler))); err != nil || len(pods.Items) == 0 {
+			t.Fatalf("the pooler's pods: %d (%v)", len(pods.Items), err)
+		}
+		out, err := exec.Command("kubectl", "exec", "--namespace", ns, pods.Items[0].Name, "--container", specs.PoolerContainerName, "--",
+			"sh", "-c", `tr '\0' ' ' </proc/1/cmdline; echo; id -u`).CombinedOutput()
+		if want := specs.InstanceManagerPath + " pooler \n999\n"; err != nil || string(out) != want {
+			t.Errorf("PID 1 of the pooler's pod and its uid: %q (%v), want %q", out, err, want)
+		}
+		// The same URI, with the pooler's Service for the host: its
+		// certificate is issued by the MyDatabase's CA for that name.
+		through := strings.Replace(uri, "@"+dbName+"-rw.", "@"+pooler.Name+".", 1)
+		conn := connect(t, through)
+		var user string
+		var standby bool
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT current_user, pg_is_in_recovery(), (SELECT count(*) FROM items)").Scan(&user, &standby, &n); err != nil {
+			t.Fatal(err)
+		}
+		if user != "app" || standby || n != rows {
+			t.Fatalf("through the pooler: user %s, in recovery %v, %d rows; want app on the primary with %d", user, standby, n, rows)
+		}
+		if _, err := conn.Exec(ctx, "INSERT INTO items (note) VALUES ('through the pooler')"); err != nil {
+			t.Fatalf("a write through the pooler: %v", err)
+		}
+		rows++
+		_ = conn.Close(ctx)
+
+		if err := env.c.Delete(ctx, pooler); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 2*time.Minute, "the pooler's children collected", func() error {
+			var left []string
+			for name, obj := range map[string]client.Object{pooler.Name + " Deployment": &appsv1.Deployment{},
+				pooler.Name + " Service": &corev1.Service{}, pooler.Name + " PodDisruptionBudget": &policyv1.PodDisruptionBudget{},
+				specs.PoolerConfigMapName(pooler) + " ConfigMap": &corev1.ConfigMap{}, specs.PoolerSecretName(pooler) + " Secret": &corev1.Secret{}} {
+				if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: strings.Fields(name)[0]}, obj); !apierrors.IsNotFound(err) {
+					left = append(left, name)
+				}
+			}
+			if len(left) > 0 {
+				return fmt.Errorf("left: %v", left)
 			}
 			return nil
 		})
