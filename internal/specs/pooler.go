@@ -222,20 +222,9 @@ func PoolerDeployment(p *databasev1alpha1.MyDatabasePooler, pl Platform) *appsv1
 				WithSecretName(PoolerSecretName(p)).WithDefaultMode(0o440)),
 			corev1ac.Volume().WithName(instanceManagerVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName("run").WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
-	if len(p.Spec.NodeSelector) > 0 {
-		spec.WithNodeSelector(p.Spec.NodeSelector)
-	}
-	for i := range p.Spec.Tolerations {
-		spec.WithTolerations(convert[corev1ac.TolerationApplyConfiguration](p.Spec.Tolerations[i]))
-	}
+	place(spec, p.Spec.NodeSelector, p.Spec.Tolerations, p.Spec.PriorityClassName, p.Spec.TopologySpreadConstraints)
 	if p.Spec.Affinity != nil {
 		spec.WithAffinity(convert[corev1ac.AffinityApplyConfiguration](p.Spec.Affinity))
-	}
-	if p.Spec.PriorityClassName != "" {
-		spec.WithPriorityClassName(p.Spec.PriorityClassName)
-	}
-	for i := range p.Spec.TopologySpreadConstraints {
-		spec.WithTopologySpreadConstraints(convert[corev1ac.TopologySpreadConstraintApplyConfiguration](p.Spec.TopologySpreadConstraints[i]))
 	}
 	template := corev1ac.PodTemplateSpec().WithLabels(podLabels).WithSpec(spec)
 	if len(p.Spec.PodAnnotations) > 0 {

@@ -289,27 +289,35 @@ func podTemplateWithout(db *databasev1alpha1.MyDatabase, p Platform) *corev1ac.P
 			corev1ac.Volume().WithName("run").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource())).
 		WithVolumes(customQueriesVolume(db)...)
-	if len(db.Spec.NodeSelector) > 0 {
-		spec.WithNodeSelector(db.Spec.NodeSelector)
-	}
-	for i := range db.Spec.Tolerations {
-		spec.WithTolerations(convert[corev1ac.TolerationApplyConfiguration](db.Spec.Tolerations[i]))
-	}
+	place(spec, db.Spec.NodeSelector, db.Spec.Tolerations, db.Spec.PriorityClassName, db.Spec.TopologySpreadConstraints)
 	if db.Spec.Affinity != nil {
 		spec.WithAffinity(convert[corev1ac.AffinityApplyConfiguration](db.Spec.Affinity))
 	} else {
 		spec.WithAffinity(spreadServers(db))
 	}
-	if db.Spec.PriorityClassName != "" {
-		spec.WithPriorityClassName(db.Spec.PriorityClassName)
-	}
-	for i := range db.Spec.TopologySpreadConstraints {
-		spec.WithTopologySpreadConstraints(convert[corev1ac.TopologySpreadConstraintApplyConfiguration](db.Spec.TopologySpreadConstraints[i]))
-	}
 	return corev1ac.PodTemplateSpec().
 		WithLabels(podLabels).
 		WithAnnotations(annotations).
 		WithSpec(spec)
+}
+
+// place sets the scheduling fields a MyDatabase's pods, its upgrade Job
+// and a MyDatabasePooler's pods take from their spec (the affinity has a
+// default of its own in each).
+func place(spec *corev1ac.PodSpecApplyConfiguration, nodeSelector map[string]string, tolerations []corev1.Toleration,
+	priorityClassName string, spread []corev1.TopologySpreadConstraint) {
+	if len(nodeSelector) > 0 {
+		spec.WithNodeSelector(nodeSelector)
+	}
+	for i := range tolerations {
+		spec.WithTolerations(convert[corev1ac.TolerationApplyConfiguration](tolerations[i]))
+	}
+	if priorityClassName != "" {
+		spec.WithPriorityClassName(priorityClassName)
+	}
+	for i := range spread {
+		spec.WithTopologySpreadConstraints(convert[corev1ac.TopologySpreadConstraintApplyConfiguration](spread[i]))
+	}
 }
 
 // spreadServers is the affinity of a MyDatabase that sets none: its servers

@@ -103,15 +103,7 @@ func UpgradeJob(db *databasev1alpha1.MyDatabase, up *databasev1alpha1.MajorUpgra
 			corev1ac.Volume().WithName(instanceManagerVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName(stageVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
-	if len(db.Spec.NodeSelector) > 0 {
-		spec.WithNodeSelector(db.Spec.NodeSelector)
-	}
-	for i := range db.Spec.Tolerations {
-		spec.WithTolerations(convert[corev1ac.TolerationApplyConfiguration](db.Spec.Tolerations[i]))
-	}
-	if db.Spec.PriorityClassName != "" {
-		spec.WithPriorityClassName(db.Spec.PriorityClassName)
-	}
+	place(spec, db.Spec.NodeSelector, db.Spec.Tolerations, db.Spec.PriorityClassName, nil)
 	return batchv1ac.Job(UpgradeJobName(db), db.Namespace).
 		WithLabels(labels).
 		WithAnnotations(map[string]string{databasev1alpha1.AnnotationUpgradeAttempt: strconv.FormatInt(up.Generation, 10)}).

@@ -928,18 +928,25 @@ func (p *pod) stop(t *testing.T) {
 	}
 }
 
-// log is the container log from offset on.
 // logSize is where the container log ends now: an offset for log.
-func (p *pod) logSize() int64 {
-	fi, err := os.Stat(p.logPath)
+func (p *pod) logSize() int64 { return logFile(p.logPath).size() }
+
+// log is the container log from offset on.
+func (p *pod) log(offset int64) string { return logFile(p.logPath).since(offset) }
+
+// logFile is the path of a container's log.
+type logFile string
+
+func (f logFile) size() int64 {
+	fi, err := os.Stat(string(f))
 	if err != nil {
 		return 0
 	}
 	return fi.Size()
 }
 
-func (p *pod) log(offset int64) string {
-	b, err := os.ReadFile(p.logPath)
+func (f logFile) since(offset int64) string {
+	b, err := os.ReadFile(string(f))
 	if err != nil || offset > int64(len(b)) {
 		return ""
 	}

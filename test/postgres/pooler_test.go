@@ -405,21 +405,8 @@ func (pp *poolerPod) pgbouncerPID(t *testing.T) int {
 	return pid
 }
 
-func (pp *poolerPod) logSize() int64 {
-	fi, err := os.Stat(pp.logPath)
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
-
-func (pp *poolerPod) logSince(offset int64) string {
-	b, _ := os.ReadFile(pp.logPath)
-	if int64(len(b)) < offset {
-		return ""
-	}
-	return string(b[offset:])
-}
+func (pp *poolerPod) logSize() int64               { return logFile(pp.logPath).size() }
+func (pp *poolerPod) logSince(offset int64) string { return logFile(pp.logPath).since(offset) }
 
 func (pp *poolerPod) logTail() string {
 	log := pp.logSince(0)
