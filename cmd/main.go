@@ -12,6 +12,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -184,9 +185,14 @@ func main() {
 	cfg := ctrl.GetConfigOrDie()
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	cfg.DisableCompression = cfg.DisableCompression || !compression // a kubeconfig's disable-compression still holds
-	if err := requireCRD(cfg); err != nil {
+	poolers, err := requireCRD(cfg)
+	if err != nil {
 		setupLog.Error(err, "Cannot start")
 		os.Exit(1)
+	}
+	if !poolers {
+		setupLog.Info("The MyDatabasePooler CRD is not installed: poolers are not managed. Apply it (make install, " +
+			"or charts/myoperator/crds/: helm upgrade does not), then restart the operator")
 	}
 
 	const leaderElectionID = "myoperator.database.example.com"
@@ -239,6 +245,7 @@ func main() {
 		Metrics:     metrics.New(crmetrics.Registry),
 		Platform:    platform,
 		Managers:    managers,
+		Poolers:     poolers,
 	}).SetupWithManager(mgr, workers); err != nil {
 		setupLog.Error(err, "Failed to create controller", "controller", "mydatabase")
 		os.Exit(1)
@@ -252,15 +259,17 @@ func main() {
 		setupLog.Error(err, "Failed to create controller", "controller", "mydatabasebackup")
 		os.Exit(1)
 	}
-	if err := (&mydatabasepooler.Reconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("mydatabasepooler-controller"),
-		Clock:     clock.RealClock{},
-		Platform:  platform,
-	}).SetupWithManager(mgr); err != nil {
-		setupLog.Error(err, "Failed to create controller", "controller", "mydatabasepooler")
-		os.Exit(1)
+	if poolers {
+		if err := (&mydatabasepooler.Reconciler{
+			Client:    mgr.GetClient(),
+			APIReader: mgr.GetAPIReader(),
+			Recorder:  mgr.GetEventRecorder("mydatabasepooler-controller"),
+			Clock:     clock.RealClock{},
+			Platform:  platform,
+		}).SetupWithManager(mgr); err != nil {
+			setupLog.Error(err, "Failed to create controller", "controller", "mydatabasepooler")
+			os.Exit(1)
+		}
 	}
 	// +kubebuilder:scaffold:builder
 
@@ -282,21 +291,24 @@ func main() {
 
 // requireCRD fails with an actionable message when the MyDatabase CRD is not
 // installed, instead of the controller timing out on "no matches for kind".
-func requireCRD(cfg *rest.Config) error {
+// It reports whether the MyDatabasePooler CRD is installed too: an operator
+// upgraded before its CRDs (helm upgrade leaves them as they were) runs
+// without poolers rather than not at all.
+func requireCRD(cfg *rest.Config) (poolers bool, err error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
-		return err
+		return false, err
 	}
 	gv := databasev1alpha1.GroupVersion.String()
-	_, err = dc.ServerResourcesForGroupVersion(gv)
+	resources, err := dc.ServerResourcesForGroupVersion(gv)
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("the MyDatabase CRD (%s, kind MyDatabase) is not installed in the cluster at %s: "+
+		return false, fmt.Errorf("the MyDatabase CRD (%s, kind MyDatabase) is not installed in the cluster at %s: "+
 			"run 'make install' (or apply dist/install.yaml), then start the operator again", gv, cfg.Host)
 	}
 	if err != nil {
-		return fmt.Errorf("checking for the MyDatabase CRD at %s: %w", cfg.Host, err)
+		return false, fmt.Errorf("checking for the MyDatabase CRD at %s: %w", cfg.Host, err)
 	}
-	return nil
+	return slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Kind == "MyDatabasePooler" }), nil
 }
 
 // splitNamespaces parses --watch-namespace: names separated by commas,

@@ -70,6 +70,7 @@ func (c *cluster) startOperator(t *testing.T) *operator {
 		NewPassword: specs.RandomPassword,
 		Clock:       clock.RealClock{},
 		Metrics:     metrics.New(prometheus.NewRegistry()),
+		Poolers:     true,
 	}
 	if err := r.SetupWithManager(mgr, 2); err != nil {
 		t.Fatal(err)

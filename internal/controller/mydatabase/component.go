@@ -135,6 +135,9 @@ func (k *kit) observe(ctx context.Context, db *databasev1alpha1.MyDatabase) (*sc
 		return cmp.Or(cmp.Compare(len(a.Name), len(b.Name)), cmp.Compare(a.Name, b.Name))
 	})
 	s.pods = pods.Items
+	if !k.poolers {
+		return s, nil
+	}
 	// A namespace holds few poolers: a list of them all costs less than
 	// an index every pooler would keep.
 	poolers := &databasev1alpha1.MyDatabasePoolerList{}

@@ -71,6 +71,10 @@ type Reconciler struct {
 	// without restarting their servers; nil: a new operator version rolls
 	// the pods instead.
 	Managers ManagerReplacer
+	// Poolers: the MyDatabasePooler CRD is installed, and a pass looks for
+	// the poolers that lead to its MyDatabase (contract.Declared.Pooler).
+	// An operator upgraded before its CRDs runs without them.
+	Poolers bool
 
 	// written remembers the writes to MyDatabases the cache does not show
 	// yet.
@@ -88,7 +92,8 @@ type Reconciler struct {
 // kit is what the components of a pass work with.
 func (r *Reconciler) kit() *kit {
 	return &kit{Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder, NewPassword: r.NewPassword, Clock: r.Clock,
-		Metrics: r.Metrics, Platform: r.Platform, Managers: r.Managers, replacements: &r.replacements, StallRetry: r.stallRetry(), certs: &r.certs, marks: r.marks, indexed: r.indexed}
+		Metrics: r.Metrics, Platform: r.Platform, Managers: r.Managers, replacements: &r.replacements, StallRetry: r.stallRetry(), certs: &r.certs, marks: r.marks, indexed: r.indexed,
+		poolers: r.Poolers}
 }
 
 // +kubebuilder:rbac:groups=database.example.com,resources=mydatabases,verbs=get;list;watch;patch
@@ -282,15 +287,17 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		return err
 	}
 	r.marks = marks
+	if r.Poolers {
+		// A pooler that comes or goes changes what the primary keeps
+		// (contract.Declared.Pooler); its spec.database never changes.
+		b = b.Watches(&databasev1alpha1.MyDatabasePooler{}, handler.EnqueueRequestsFromMapFunc(poolerDatabase),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}))
+	}
 	return b.
 		Watches(&coordinationv1.Lease{}, byController, builder.WithPredicates(holderChanged)).
 		Watches(&corev1.Secret{}, byInstance).
 		Watches(&corev1.Pod{}, byInstance, builder.WithPredicates(roleOrReportChanged)).
 		Watches(&corev1.PersistentVolumeClaim{}, byInstance, builder.WithPredicates(claimResized)).
-		// A pooler that comes or goes changes what the primary keeps
-		// (contract.Declared.Pooler); its spec.database never changes.
-		Watches(&databasev1alpha1.MyDatabasePooler{}, handler.EnqueueRequestsFromMapFunc(poolerDatabase),
-			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Named("mydatabase").
 		Complete(r)

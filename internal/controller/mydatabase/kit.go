@@ -54,6 +54,8 @@ type kit struct {
 	// indexed is set once the cache's pods and claims are indexed
 	// byDatabase; a reconciler on a plain client has no index.
 	indexed bool
+	// poolers: the MyDatabasePooler CRD is installed (Reconciler.Poolers).
+	poolers bool
 }
 
 // listOwn lists the pods or volume claims of db that carry every label of
