@@ -118,6 +118,12 @@ func (c Config) ini(p contract.Pooler) string {
 		{"server_tls_key_file", tls(contract.PoolerClientKeyKey)},
 		// JDBC sends it; PgBouncer refuses unknown startup parameters.
 		{"ignore_startup_parameters", "extra_float_digits"},
+		// A connection to a server that vanished (a node lost with the
+		// old primary) is dropped within about 25 s rather than the
+		// kernel's two hours of keepalive or fifteen minutes of
+		// retransmissions.
+		{"tcp_keepalive", "1"}, {"tcp_keepidle", "10"}, {"tcp_keepintvl", "5"}, {"tcp_keepcnt", "3"},
+		{"tcp_user_timeout", "25000"},
 	}
 	var b strings.Builder
 	b.WriteString("; Written by the MyDatabase pooler manager from the operator's configuration.\n[databases]\n")

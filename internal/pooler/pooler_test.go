@@ -49,6 +49,7 @@ func TestRender(t *testing.T) {
 		"auth_type = scram-sha-256\n", "listen_addr = *\n", "listen_port = 5432\n",
 		"auth_query = SELECT username, password FROM mydatabase.pooler_lookup($1)\n",
 		"client_tls_sslmode = require\n", "server_tls_sslmode = verify-full\n",
+		"tcp_keepidle = 10\n", "tcp_user_timeout = 25000\n",
 		"server_tls_cert_file = " + filepath.Join(c.RunDir, "tls", "client.crt") + "\n",
 	} {
 		if !strings.Contains(ini, want) {
