@@ -49,10 +49,17 @@ const (
 	PoolerRunEnv = "POOLER_RUN_DIR"
 	// PoolerPortEnv is the port PgBouncer listens on (PoolerPort).
 	PoolerPortEnv = "POOLER_PORT"
+	// PoolerMetricsEnv is the address the pooler manager serves /metrics
+	// on (":" + PoolerMetricsPort).
+	PoolerMetricsEnv = "POOLER_METRICS_ADDRESS"
 )
 
-// PoolerPort is the port PgBouncer listens on in the pod.
-const PoolerPort = 5432
+// PoolerPort is the port PgBouncer listens on in the pod, and
+// PoolerMetricsPort the one its pooler manager serves /metrics on.
+const (
+	PoolerPort        = 5432
+	PoolerMetricsPort = 9127
+)
 
 // Pooler is the value of PoolerConfigKey.
 type Pooler struct {

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/instance/pgmetrics"
 )
 
 // Config is where the pooler manager finds what it needs.
@@ -41,12 +42,19 @@ type Config struct {
 	PgBouncer string
 	// Poll is how often the mounted files are read for a change.
 	Poll time.Duration
+	// MetricsAddress is where /metrics is served (metrics.go); "" for
+	// nowhere.
+	MetricsAddress string
+
+	// statsPassword is StatsUser's, for this run (Run makes it).
+	statsPassword string
 }
 
 // ConfigFromEnv reads the container's environment (specs.PoolerDeployment).
 func ConfigFromEnv() (Config, error) {
 	c := Config{ConfigPath: os.Getenv(contract.PoolerConfigEnv), TLSDir: os.Getenv(contract.PoolerTLSEnv),
-		RunDir: os.Getenv(contract.PoolerRunEnv), Port: contract.PoolerPort, PgBouncer: "pgbouncer", Poll: 2 * time.Second}
+		RunDir: os.Getenv(contract.PoolerRunEnv), Port: contract.PoolerPort, PgBouncer: "pgbouncer", Poll: 2 * time.Second,
+		MetricsAddress: os.Getenv(contract.PoolerMetricsEnv)}
 	if c.ConfigPath == "" || c.TLSDir == "" || c.RunDir == "" {
 		return c, fmt.Errorf("%s, %s and %s must all be set", contract.PoolerConfigEnv, contract.PoolerTLSEnv, contract.PoolerRunEnv)
 	}
@@ -69,8 +77,9 @@ var tlsFiles = []string{"tls.crt", "tls.key", contract.PoolerClientCertKey, cont
 type files map[string][]byte
 
 // Render reads the configuration and the certificates and returns
-// PgBouncer's files: pgbouncer.ini, an empty auth file, and the
-// certificates under tls/.
+// PgBouncer's files: pgbouncer.ini, the auth file (StatsUser's password
+// alone: the clients' come from the auth query), and the certificates
+// under tls/.
 func (c Config) Render() (files, error) {
 	raw, err := os.ReadFile(c.ConfigPath)
 	if err != nil {
@@ -84,6 +93,9 @@ func (c Config) Render() (files, error) {
 		return nil, fmt.Errorf("%s names no server host and port", c.ConfigPath)
 	}
 	out := files{"userlist.txt": nil}
+	if c.statsPassword != "" {
+		out["userlist.txt"] = fmt.Appendf(nil, "%q %q\n", StatsUser, c.statsPassword)
+	}
 	for _, name := range tlsFiles {
 		b, err := os.ReadFile(filepath.Join(c.TLSDir, name))
 		if err != nil {
@@ -109,6 +121,7 @@ func (c Config) ini(p contract.Pooler) string {
 		{"auth_file", filepath.Join(c.RunDir, "userlist.txt")},
 		{"auth_user", contract.PoolerRole},
 		{"auth_query", "SELECT username, password FROM " + contract.PoolerLookup + "($1)"},
+		{"stats_users", StatsUser},
 		{"client_tls_sslmode", cmp.Or(p.ClientTLS, "prefer")},
 		{"client_tls_cert_file", tls("tls.crt")},
 		{"client_tls_key_file", tls("tls.key")},
@@ -169,6 +182,7 @@ func (c Config) write(fs files) (bool, error) {
 // transactions finish, then SIGTERM after stopGrace) or PgBouncer exits.
 // It returns PgBouncer's exit code.
 func Run(ctx context.Context, c Config, log func(string, ...any)) (int, error) {
+	c.statsPassword = newStatsPassword()
 	fs, err := c.Render()
 	if err != nil {
 		return 1, err
@@ -184,6 +198,13 @@ func Run(ctx context.Context, c Config, log func(string, ...any)) (int, error) {
 	log("started PgBouncer (pid %d) for %s", cmd.Process.Pid, c.ConfigPath)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	if c.MetricsAddress != "" {
+		go func() {
+			if err := pgmetrics.Serve(ctx, c.MetricsAddress, &collector{c: c, password: c.statsPassword}, nil); err != nil {
+				log("serving metrics on %s: %v", c.MetricsAddress, err)
+			}
+		}()
+	}
 	poll := time.NewTicker(cmp.Or(c.Poll, 2*time.Second))
 	defer poll.Stop()
 	var renderErr string

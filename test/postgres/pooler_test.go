@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,6 +142,23 @@ func TestPooler(t *testing.T) {
 	heldPID := backend(held)
 	bouncer := pod.pgbouncerPID(t)
 
+	t.Run("the pooler manager serves PgBouncer's pools and statistics as metrics", func(t *testing.T) {
+		metrics := pod.metrics(t)
+		for _, want := range []string{
+			"pgbouncer_up 1\n",
+			fmt.Sprintf("pgbouncer_pool_client_active_connections{database=%q,user=%q} 1\n", dbname, user),
+			fmt.Sprintf("pgbouncer_pool_server_active_connections{database=%q,user=%q} 1\n", dbname, user),
+			fmt.Sprintf("pgbouncer_pool_client_waiting_connections{database=%q,user=%q} 0\n", dbname, user),
+		} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("the metrics lack %q:\n%s", want, metrics)
+			}
+		}
+		if m := regexp.MustCompile(fmt.Sprintf(`pgbouncer_transactions_total\{database=%q\} (\d+)`, dbname)).FindStringSubmatch(metrics); m == nil || m[1] == "0" {
+			t.Errorf("no transaction counted for %s:\n%s", dbname, metrics)
+		}
+	})
+
 	t.Run("a settings change reloads PgBouncer: no restart, no client dropped", func(t *testing.T) {
 		other := pod.connect(t, user, appPassword, dbname)
 		defer func() { _ = other.Close(ctx) }()
@@ -241,21 +260,25 @@ func TestPooler(t *testing.T) {
 // poolerPod is one PgBouncer pod of a pooler: its volumes, and the pooler
 // manager running as the postgres OS user.
 type poolerPod struct {
-	c       *cluster
-	p       *databasev1alpha1.MyDatabasePooler
-	dir     string
-	port    int
-	server  int // the port the pooler reaches the server on
-	bin     string
-	caFile  string // the pooler's ca.crt, for clients
-	logPath string
-	cmd     *exec.Cmd
-	exited  chan struct{}
+	c      *cluster
+	p      *databasev1alpha1.MyDatabasePooler
+	dir    string
+	port   int
+	server int // the port the pooler reaches the server on
+	// metricsAddr is where the pooler manager serves /metrics.
+	metricsAddr string
+	bin         string
+	caFile      string // the pooler's ca.crt, for clients
+	logPath     string
+	cmd         *exec.Cmd
+	exited      chan struct{}
 }
 
 func newPoolerPod(t *testing.T, c *cluster, p *databasev1alpha1.MyDatabasePooler, server int, pgbouncer string) *poolerPod {
 	t.Helper()
-	pp := &poolerPod{c: c, p: p, dir: filepath.Join(c.base, p.Name), port: freePorts(t, 1)[0], server: server}
+	ports := freePorts(t, 2)
+	pp := &poolerPod{c: c, p: p, dir: filepath.Join(c.base, p.Name), port: ports[0], server: server,
+		metricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[1])}
 	// The postgres OS user may not reach the cache (under root's home):
 	// PgBouncer and its library are copied into the pod, as an image
 	// holds them.
@@ -355,6 +378,7 @@ func (pp *poolerPod) start(t *testing.T) {
 		contract.PoolerTLSEnv + "=" + filepath.Join(pp.dir, "tls"),
 		contract.PoolerRunEnv + "=" + filepath.Join(pp.dir, "run"),
 		contract.PoolerPortEnv + "=" + strconv.Itoa(pp.port),
+		contract.PoolerMetricsEnv + "=" + pp.metricsAddr,
 	}
 	cmd.Dir = pp.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -414,6 +438,21 @@ func (pp *poolerPod) logTail() string {
 		log = log[len(log)-2000:]
 	}
 	return "\n" + log
+}
+
+// metrics is what the pooler manager's /metrics serves.
+func (pp *poolerPod) metrics(t *testing.T) string {
+	t.Helper()
+	resp, err := http.Get("http://" + pp.metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // clientConfig is a client of the pooler with verify-full against its

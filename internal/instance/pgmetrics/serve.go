@@ -13,7 +13,8 @@ import (
 
 // Serve serves c at http://address/metrics until ctx ends. A metric that
 // cannot be gathered is left out, never an HTTP error (ContinueOnError).
-func Serve(ctx context.Context, address string, c *Collector, more map[string]http.Handler) error {
+// The pooler manager serves its own collector with it too.
+func Serve(ctx context.Context, address string, c prometheus.Collector, more map[string]http.Handler) error {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(c); err != nil {
 		return err
