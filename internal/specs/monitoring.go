@@ -6,6 +6,7 @@ import (
 	"regexp"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
@@ -94,35 +95,46 @@ func (p *PodMonitorConfiguration) MarshalJSON() ([]byte, error) { return json.Ma
 // container, endpoint), each sample carries mydatabase, the MyDatabase's
 // name, which the alerts and the dashboard group by.
 func PodMonitor(db *databasev1alpha1.MyDatabase) *PodMonitorConfiguration {
-	ref := OwnerReference(db)
-	labels := map[string]any{}
-	for k, v := range Labels(db, ComponentDatabase) {
-		labels[k] = v
+	return podMonitor(PodMonitorName(db), db.Namespace, Labels(db, ComponentDatabase), OwnerReference(db), InstanceSelector(db), "mydatabase")
+}
+
+// PoolerPodMonitor scrapes the pooler managers' metrics port of a
+// pooler's pods; each sample carries mydatabasepooler, the pooler's name.
+func PoolerPodMonitor(p *databasev1alpha1.MyDatabasePooler) *PodMonitorConfiguration {
+	return podMonitor(p.Name, p.Namespace, PoolerLabels(p), PoolerOwnerReference(p), PoolerSelectorLabels(p), "mydatabasepooler")
+}
+
+// podMonitor scrapes the port MetricsPortName of the pods selector selects,
+// their instance label copied into the label instanceLabel.
+func podMonitor(name, namespace string, labels map[string]string, ref metav1.OwnerReference, selector map[string]string,
+	instanceLabel string) *PodMonitorConfiguration {
+	anyMap := func(m map[string]string) map[string]any {
+		out := make(map[string]any, len(m))
+		for k, v := range m {
+			out[k] = v
+		}
+		return out
 	}
-	selector := map[string]any{}
-	for k, v := range InstanceSelector(db) {
-		selector[k] = v
-	}
-	return &PodMonitorConfiguration{name: PodMonitorName(db), namespace: db.Namespace, object: map[string]any{
+	return &PodMonitorConfiguration{name: name, namespace: namespace, object: map[string]any{
 		"apiVersion": PodMonitorGVK.GroupVersion().String(),
 		"kind":       PodMonitorGVK.Kind,
 		"metadata": map[string]any{
-			"name":      PodMonitorName(db),
-			"namespace": db.Namespace,
-			"labels":    labels,
+			"name":      name,
+			"namespace": namespace,
+			"labels":    anyMap(labels),
 			"ownerReferences": []any{map[string]any{
 				"apiVersion": ref.APIVersion, "kind": ref.Kind, "name": ref.Name, "uid": string(ref.UID),
 				"controller": true, "blockOwnerDeletion": true,
 			}},
 		},
 		"spec": map[string]any{
-			"selector": map[string]any{"matchLabels": selector},
+			"selector": map[string]any{"matchLabels": anyMap(selector)},
 			"podMetricsEndpoints": []any{map[string]any{
 				"port": MetricsPortName,
 				"path": MetricsPath,
 				"relabelings": []any{map[string]any{
 					"sourceLabels": []any{"__meta_kubernetes_pod_label_" + sanitize(databasev1alpha1.LabelInstance)},
-					"targetLabel":  "mydatabase",
+					"targetLabel":  instanceLabel,
 				}},
 			}},
 		},

@@ -190,7 +190,7 @@ func PoolerDeployment(p *databasev1alpha1.MyDatabasePooler, pl Platform) *appsv1
 			env(contract.PoolerPortEnv, strconv.Itoa(contract.PoolerPort)),
 			env(contract.PoolerMetricsEnv, fmt.Sprintf(":%d", contract.PoolerMetricsPort))).
 		WithPorts(corev1ac.ContainerPort().WithName(ComponentPooler).WithContainerPort(contract.PoolerPort).WithProtocol(corev1.ProtocolTCP),
-			corev1ac.ContainerPort().WithName("metrics").WithContainerPort(contract.PoolerMetricsPort).WithProtocol(corev1.ProtocolTCP)).
+			corev1ac.ContainerPort().WithName(MetricsPortName).WithContainerPort(contract.PoolerMetricsPort).WithProtocol(corev1.ProtocolTCP)).
 		WithVolumeMounts(
 			corev1ac.VolumeMount().WithName("config").WithMountPath(PoolerConfigDir).WithReadOnly(true),
 			corev1ac.VolumeMount().WithName(tlsVolume).WithMountPath(PoolerTLSDir).WithReadOnly(true),

@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -63,6 +64,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=database.example.com,resources=mydatabasepoolers,verbs=get;list;watch
 // +kubebuilder:rbac:groups=database.example.com,resources=mydatabasepoolers/status,verbs=get;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=podmonitors,verbs=get;create;patch;delete
 
 // stalled is a reason a person must act on, and what to do.
 type stalled struct{ reason, message string }
@@ -146,7 +148,28 @@ func (r *Reconciler) align(ctx context.Context, p *databasev1alpha1.MyDatabasePo
 	} else if err := r.deleteOwned(ctx, p, &policyv1.PodDisruptionBudget{}); err != nil {
 		return dep, err
 	}
-	return dep, nil
+	return dep, r.podMonitor(ctx, engine, p, db)
+}
+
+// podMonitor keeps a PodMonitor of the pooler's pods while its MyDatabase
+// has spec.monitoring.podMonitor. Without the Prometheus Operator's CRD
+// there is none to keep (the MyDatabase's MonitoringReady condition says
+// so); the metrics are served on port metrics either way. A PodMonitor is
+// read from the API server, never the cache: an informer on a kind that
+// may not exist would keep the operator from starting.
+func (r *Reconciler) podMonitor(ctx context.Context, engine *apply.Engine, p *databasev1alpha1.MyDatabasePooler, db *databasev1alpha1.MyDatabase) error {
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(specs.PodMonitorGVK)
+	var err error
+	if db.Spec.Monitoring.PodMonitor {
+		_, err = engine.Apply(ctx, specs.PoolerPodMonitor(p), live)
+	} else {
+		err = r.deleteOwned(ctx, p, live)
+	}
+	if meta.IsNoMatchError(err) {
+		return nil
+	}
+	return err
 }
 
 // deployment is the live Deployment, for the status of a pass that did

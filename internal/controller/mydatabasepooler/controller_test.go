@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +15,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/contract"
@@ -297,4 +300,60 @@ func TestPoolerAdmission(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "spec.database is immutable") {
 		t.Errorf("changing spec.database: %v", err)
 	}
+}
+
+// TestPoolerPodMonitor: with its MyDatabase's spec.monitoring.podMonitor,
+// a pooler gets a PodMonitor of its pods once the Prometheus Operator's
+// CRD exists (before, it goes on without one), and loses it when the
+// MyDatabase no longer asks.
+func TestPoolerPodMonitor(t *testing.T) {
+	ctx := context.Background()
+	ns := testenv.Namespace(t, k8s)
+	db := testenv.CreateDatabase(t, k8s, testenv.NewDatabase(ns, "mon", func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Monitoring.PodMonitor = true
+	}))
+	databaseCA(t, db)
+	p := newPooler(ns, "mon-pool", "mon")
+	if err := k8s.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	condition(t, ns, p.Name, databasev1alpha1.ConditionReconciling, metav1.ConditionTrue, databasev1alpha1.ReasonPodsNotReady)
+
+	if _, err := envtest.InstallCRDs(testConfig, envtest.CRDInstallOptions{
+		Paths: []string{filepath.Join("..", "mydatabase", "testdata", "podmonitor-crd.yaml")}}); err != nil {
+		t.Fatal(err)
+	}
+	pm := &unstructured.Unstructured{}
+	pm.SetGroupVersionKind(specs.PodMonitorGVK)
+	eventually(t, "the pooler's PodMonitor", func() error {
+		// No watch tells of a CRD: a change of the pooler brings a pass.
+		update(t, ns, p.Name, func(p *databasev1alpha1.MyDatabasePooler) { p.Spec.PodAnnotations = map[string]string{"touch": time.Now().String()} })
+		return get(ns, p.Name, pm)
+	})
+	live := &databasev1alpha1.MyDatabasePooler{}
+	if err := get(ns, p.Name, live); err != nil {
+		t.Fatal(err)
+	}
+	if ref := metav1.GetControllerOf(pm); ref == nil || ref.UID != live.UID {
+		t.Errorf("the PodMonitor's controller %+v, want the pooler", ref)
+	}
+	selector, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
+	if selector[databasev1alpha1.LabelComponent] != specs.ComponentPooler || selector[databasev1alpha1.LabelInstance] != p.Name {
+		t.Errorf("the PodMonitor selects %v", selector)
+	}
+
+	current := &databasev1alpha1.MyDatabase{}
+	if err := get(ns, db.Name, current); err != nil {
+		t.Fatal(err)
+	}
+	current.Spec.Monitoring.PodMonitor = false
+	if err := k8s.Update(ctx, current); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the PodMonitor deleted", func() error {
+		if err := get(ns, p.Name, pm); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v)", err)
+		}
+		return nil
+	})
 }
