@@ -327,7 +327,9 @@ func TestPoolerPodMonitor(t *testing.T) {
 	pm.SetGroupVersionKind(specs.PodMonitorGVK)
 	eventually(t, "the pooler's PodMonitor", func() error {
 		// No watch tells of a CRD: a change of the pooler brings a pass.
-		update(t, ns, p.Name, func(p *databasev1alpha1.MyDatabasePooler) { p.Spec.PodAnnotations = map[string]string{"touch": time.Now().String()} })
+		update(t, ns, p.Name, func(p *databasev1alpha1.MyDatabasePooler) {
+			p.Spec.PodAnnotations = map[string]string{"touch": time.Now().String()}
+		})
 		return get(ns, p.Name, pm)
 	})
 	live := &databasev1alpha1.MyDatabasePooler{}
