@@ -13,6 +13,7 @@ package mydatabasepooler
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -91,12 +92,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.writeStatus(ctx, p, dep, alignErr); err != nil {
 		return ctrl.Result{}, err
 	}
-	if s := (*stalled)(nil); asStalled(alignErr, &s) {
+	var s *stalled
+	switch {
+	case errors.As(alignErr, &s):
 		return ctrl.Result{RequeueAfter: r.stallRetry()}, nil
+	case alignErr != nil:
+		return ctrl.Result{}, alignErr
 	}
 	// Looked at again hourly besides the watches: the certificates are
 	// renewed on time, and follow a MyDatabase's rotated server CA.
-	return ctrl.Result{RequeueAfter: time.Hour}, alignErr
+	return ctrl.Result{RequeueAfter: time.Hour}, nil
 }
 
 func (r *Reconciler) stallRetry() time.Duration {
@@ -104,14 +109,6 @@ func (r *Reconciler) stallRetry() time.Duration {
 		return r.StallRetry
 	}
 	return time.Minute
-}
-
-func asStalled(err error, s **stalled) bool {
-	v, ok := err.(*stalled)
-	if ok {
-		*s = v
-	}
-	return ok
 }
 
 // align writes the children: the certificates first (the pods mount
@@ -205,7 +202,7 @@ func (r *Reconciler) certificates(ctx context.Context, p *databasev1alpha1.MyDat
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.CASecretName(db)}, caSecret); err != nil {
 		if apierrors.IsNotFound(err) {
 			return &stalled{databasev1alpha1.ReasonDatabaseCANotFound, fmt.Sprintf(
-				"the MyDatabase %s has no CA Secret %s to issue the pooler's certificates from: it is made when the MyDatabase is; if it was deleted, see docs/tls.md",
+				"the MyDatabase %s has no CA Secret %s to issue the pooler's certificates from: it is made with the MyDatabase (README, TLS): the pooler waits for it",
 				db.Name, specs.CASecretName(db))}
 		}
 		return err
@@ -282,7 +279,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *databasev1alpha1.MyData
 	}
 	var s *stalled
 	switch {
-	case asStalled(alignErr, &s):
+	case errors.As(alignErr, &s):
 		set(databasev1alpha1.ConditionReady, metav1.ConditionFalse, s.reason, s.message)
 		set(databasev1alpha1.ConditionStalled, metav1.ConditionTrue, s.reason, s.message)
 		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionReconciling)
