@@ -43,53 +43,14 @@ import (
 // change and a renewed certificate reach the running PgBouncer without a
 // restart and without dropping a client.
 func TestPooler(t *testing.T) {
-	servers := findServers(t)
-	srv := servers[len(servers)-1]
-	pgbouncer, err := testenv.PgBouncerBin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := newDatabase(srv.major, nil)
-	db.Spec.Replicas = new(int32(1))
-	appPassword := "app-password"
-	creds := specs.CredentialsSecret(db, appPassword)
-	user, dbname := string(creds.Data[specs.SecretUsernameKey]), string(creds.Data[specs.SecretDatabaseKey])
-	c := newCluster(t, srv, db, creds)
-	primary := c.startPods(t, 1)[0]
-	c.op = c.startOperator(t)
+	pc := startPooled(t, nil, databasev1alpha1.MyDatabasePoolerSpec{})
+	c, primary, pod, p := pc.c, pc.primary, pc.pod, pc.p
+	db, user, appPassword, dbname := c.db, pc.user, pc.password, pc.dbname
 	ctx := context.Background()
 	api := c.api.Client
 	ns := db.Namespace
-
-	// The pooler reaches the server by its -rw Service's name in a
-	// cluster; here by localhost, which the server's certificate must then
-	// cover for PgBouncer's verify-full: the same CA issues it one that
-	// does, into its volume alone.
-	ca := pki.KeyPair{Cert: c.secrets[specs.CASecretName(db)].Data[specs.CACertKey], Key: c.secrets[specs.CASecretName(db)].Data[specs.CAKeyKey]}
-	local, err := pki.NewServer(ca, specs.ServerCommonName(db), append(specs.ServerDNSNames(db), "localhost"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	primary.updateSecret(t, specs.ServerCertSecret(db, local, ca.Cert))
-
-	p := &databasev1alpha1.MyDatabasePooler{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop-pool"},
-		Spec: databasev1alpha1.MyDatabasePoolerSpec{Database: db.Name, Instances: ptr.To(int32(1))}}
-	if err := api.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	pod := newPoolerPod(t, c, p, primary.port, pgbouncer)
-	pod.sync(t)
-	eventually(t, time.Minute, "the primary keeps the lookup in "+dbname+" and template1", func() (bool, string) {
-		out, err := c.psql(primary.socket("postgres", "postgres"), "",
-			"SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_database WHERE has_database_privilege('mydatabase_pooler', datname, 'CONNECT')")
-		return err == nil && strings.Contains(out, dbname) && strings.Contains(out, "template1"), out
-	})
-	pod.start(t)
-
-	login := func(role, password string) string {
-		return fmt.Sprintf("host=%s hostaddr=127.0.0.1 port=%d user=%s dbname=%s sslmode=verify-full sslrootcert=%s password=%s connect_timeout=5",
-			specs.PoolerDNSNames(p)[2], pod.port, role, dbname, pod.caFile, password)
-	}
+	login := pc.login
+	var err error
 
 	t.Run("clients log in with their own password over verify-full, and reach the server over TLS", func(t *testing.T) {
 		var out string
@@ -255,6 +216,70 @@ func TestPooler(t *testing.T) {
 			t.Errorf("PgBouncer is pid %d, was %d: it restarted", got, bouncer)
 		}
 	})
+}
+
+// pooled is a one-server MyDatabase with its operator, and a pooler of
+// one pod running in front of it.
+type pooled struct {
+	c                      *cluster
+	primary                *pod
+	p                      *databasev1alpha1.MyDatabasePooler
+	pod                    *poolerPod
+	user, password, dbname string
+}
+
+// startPooled starts a MyDatabase of one server with params, the
+// operator, and a pooler of spec (database and instances set here) in
+// front of it, and waits until PgBouncer listens.
+func startPooled(t *testing.T, params map[string]string, spec databasev1alpha1.MyDatabasePoolerSpec) *pooled {
+	t.Helper()
+	servers := findServers(t)
+	srv := servers[len(servers)-1]
+	pgbouncer, err := testenv.PgBouncerBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := newDatabase(srv.major, params)
+	db.Spec.Replicas = new(int32(1))
+	pc := &pooled{password: "app-password"}
+	creds := specs.CredentialsSecret(db, pc.password)
+	pc.user, pc.dbname = string(creds.Data[specs.SecretUsernameKey]), string(creds.Data[specs.SecretDatabaseKey])
+	c := newCluster(t, srv, db, creds)
+	pc.c, pc.primary = c, c.startPods(t, 1)[0]
+	c.op = c.startOperator(t)
+
+	// The pooler reaches the server by its -rw Service's name in a
+	// cluster; here by localhost, which the server's certificate must then
+	// cover for PgBouncer's verify-full: the same CA issues it one that
+	// does, into its volume alone.
+	ca := pki.KeyPair{Cert: c.secrets[specs.CASecretName(db)].Data[specs.CACertKey], Key: c.secrets[specs.CASecretName(db)].Data[specs.CAKeyKey]}
+	local, err := pki.NewServer(ca, specs.ServerCommonName(db), append(specs.ServerDNSNames(db), "localhost"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.primary.updateSecret(t, specs.ServerCertSecret(db, local, ca.Cert))
+
+	spec.Database, spec.Instances = db.Name, ptr.To(int32(1))
+	pc.p = &databasev1alpha1.MyDatabasePooler{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: "shop-pool"}, Spec: spec}
+	if err := c.api.Client.Create(context.Background(), pc.p); err != nil {
+		t.Fatal(err)
+	}
+	pc.pod = newPoolerPod(t, c, pc.p, pc.primary.port, pgbouncer)
+	pc.pod.sync(t)
+	eventually(t, time.Minute, "the primary keeps the lookup in "+pc.dbname+" and template1", func() (bool, string) {
+		out, err := c.psql(pc.primary.socket("postgres", "postgres"), "",
+			"SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_database WHERE has_database_privilege('mydatabase_pooler', datname, 'CONNECT')")
+		return err == nil && strings.Contains(out, pc.dbname) && strings.Contains(out, "template1"), out
+	})
+	pc.pod.start(t)
+	return pc
+}
+
+// login is a conninfo through the pooler, verify-full against its
+// Service's name.
+func (pc *pooled) login(role, password string) string {
+	return fmt.Sprintf("host=%s hostaddr=127.0.0.1 port=%d user=%s dbname=%s sslmode=verify-full sslrootcert=%s password=%s connect_timeout=5",
+		specs.PoolerDNSNames(pc.p)[2], pc.pod.port, role, pc.dbname, pc.pod.caFile, password)
 }
 
 // poolerPod is one PgBouncer pod of a pooler: its volumes, and the pooler
