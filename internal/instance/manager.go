@@ -222,7 +222,10 @@ func (m *manager) turn(ctx context.Context) {
 		m.log("%s: %v", a, err)
 	}
 	m.keepPasswords(ctx, s.ready && (a == wait || a == renew || a == follow))
-	m.declared.offer(declaredWork{primary: s.ready && (a == wait || a == renew), annotation: s.lease.declared})
+	// wait is also a ready replica's turn: only the primary's server takes
+	// the declaration (a replica that found something to do would try to
+	// write, and fail, read-only).
+	m.declared.offer(declaredWork{primary: s.ready && s.running == asPrimary && (a == wait || a == renew), annotation: s.lease.declared})
 	if s.ready && (a == wait || a == renew) {
 		m.keepSlots(ctx, s.lease.quorum)
 	}

@@ -72,7 +72,18 @@ func (m *manager) keepPoolerLookup(ctx context.Context, checked map[string]time.
 		if databases, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return err
 		}
-		for _, d := range databases {
+		// Granted only where missing: this runs every Lease duration, and
+		// a GRANT writes WAL even when it changes nothing.
+		rows, err = conn.Query(ctx, "SELECT datname FROM pg_database WHERE datallowconn AND NOT has_database_privilege($1, oid, 'CONNECT')",
+			contract.PoolerRole)
+		if err != nil {
+			return err
+		}
+		closed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		for _, d := range closed {
 			if _, err := conn.Exec(ctx, "GRANT CONNECT ON DATABASE "+pgx.Identifier{d}.Sanitize()+" TO "+role); err != nil {
 				return fmt.Errorf("database %s: %w", d, err)
 			}

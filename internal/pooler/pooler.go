@@ -71,7 +71,7 @@ func ConfigFromEnv() (Config, error) {
 // The certificate files copied from the Secret into RunDir/tls: PgBouncer
 // reads them again on every reload, and a copy is a consistent set even
 // while the kubelet swaps the volume's contents.
-var tlsFiles = []string{"tls.crt", "tls.key", contract.PoolerClientCertKey, contract.PoolerClientKeyKey, contract.PoolerServerCAKey}
+var tlsFiles = []string{"tls.crt", "tls.key", "ca.crt", contract.PoolerClientCertKey, contract.PoolerClientKeyKey, contract.PoolerServerCAKey}
 
 // files are PgBouncer's files, by path under RunDir.
 type files map[string][]byte
@@ -125,6 +125,10 @@ func (c Config) ini(p contract.Pooler) string {
 		{"client_tls_sslmode", cmp.Or(p.ClientTLS, "prefer")},
 		{"client_tls_cert_file", tls("tls.crt")},
 		{"client_tls_key_file", tls("tls.key")},
+		// No client certificate is asked for; without a CA file PgBouncer
+		// loads the system's, which a minimal image does not have
+		// ("TLS setup failed: failed to load CA").
+		{"client_tls_ca_file", tls("ca.crt")},
 		{"server_tls_sslmode", "verify-full"},
 		{"server_tls_ca_file", tls(contract.PoolerServerCAKey)},
 		{"server_tls_cert_file", tls(contract.PoolerClientCertKey)},
