@@ -50,6 +50,9 @@ func TestRender(t *testing.T) {
 		"auth_query = SELECT username, password FROM mydatabase.pooler_lookup($1)\n",
 		"client_tls_sslmode = require\n", "server_tls_sslmode = verify-full\n",
 		"tcp_keepidle = 10\n", "tcp_user_timeout = 25000\n",
+		// Without it PgBouncer loads the system's CA, and a minimal image
+		// has none: it does not start.
+		"client_tls_ca_file = " + filepath.Join(c.RunDir, "tls", "ca.crt") + "\n",
 		"server_tls_cert_file = " + filepath.Join(c.RunDir, "tls", "client.crt") + "\n",
 	} {
 		if !strings.Contains(ini, want) {

@@ -20,6 +20,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,8 +52,8 @@ const DatabaseField = "spec.database"
 // Reconciler reconciles MyDatabasePooler objects.
 type Reconciler struct {
 	client.Client
-	// APIReader reads the MyDatabase's certificate Secrets: a user's
-	// server certificate carries none of the labels the cache holds.
+	// APIReader reads a user's server certificate Secret, which carries
+	// none of the labels the cache holds.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
@@ -198,8 +199,10 @@ func (r *Reconciler) deleteOwned(ctx context.Context, p *databasev1alpha1.MyData
 // They are issued again when they no longer verify, cover other names,
 // or have a third of their lifetime left; the pods reload them.
 func (r *Reconciler) certificates(ctx context.Context, p *databasev1alpha1.MyDatabasePooler, db *databasev1alpha1.MyDatabase) error {
+	// The CA and an issued server certificate carry the operator's labels
+	// and are in the cache; a user's server certificate is read around it.
 	caSecret := &corev1.Secret{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.CASecretName(db)}, caSecret); err != nil {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.CASecretName(db)}, caSecret); err != nil {
 		if apierrors.IsNotFound(err) {
 			return &stalled{databasev1alpha1.ReasonDatabaseCANotFound, fmt.Sprintf(
 				"the MyDatabase %s has no CA Secret %s to issue the pooler's certificates from: it is made with the MyDatabase (README, TLS): the pooler waits for it",
@@ -209,7 +212,11 @@ func (r *Reconciler) certificates(ctx context.Context, p *databasev1alpha1.MyDat
 	}
 	ca := pki.KeyPair{Cert: caSecret.Data[specs.CACertKey], Key: caSecret.Data[specs.CAKeyKey]}
 	serverSecret := &corev1.Secret{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.ServerCertSecretName(db)}, serverSecret); err != nil {
+	reader := client.Reader(r.Client)
+	if specs.UserSuppliedServerCert(db) {
+		reader = r.APIReader
+	}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.ServerCertSecretName(db)}, serverSecret); err != nil {
 		if apierrors.IsNotFound(err) {
 			return &stalled{databasev1alpha1.ReasonDatabaseCANotFound, fmt.Sprintf(
 				"the MyDatabase %s has no server certificate Secret %s yet: the pooler verifies the servers with its ca.crt", db.Name, specs.ServerCertSecretName(db))}
@@ -307,27 +314,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *databasev1alpha1.MyData
 		set(databasev1alpha1.ConditionReconciling, metav1.ConditionTrue, databasev1alpha1.ReasonPodsNotReady, msg)
 		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionStalled)
 	}
-	if equalStatus(orig.Status, p.Status) {
+	// SetStatusCondition keeps a condition's transition time while its
+	// status holds: an unchanged pass compares equal.
+	if equality.Semantic.DeepEqual(orig.Status, p.Status) {
 		return nil
 	}
 	return r.Status().Patch(ctx, p, client.MergeFrom(orig))
-}
-
-// equalStatus compares statuses ignoring the conditions' transition times,
-// which SetStatusCondition keeps when nothing else changed.
-func equalStatus(a, b databasev1alpha1.MyDatabasePoolerStatus) bool {
-	ac, bc := a.Conditions, b.Conditions
-	if a.ObservedGeneration != b.ObservedGeneration || a.Instances != b.Instances || a.ReadyInstances != b.ReadyInstances ||
-		a.Endpoint != b.Endpoint || a.SecretName != b.SecretName || len(ac) != len(bc) {
-		return false
-	}
-	for i := range ac {
-		x, y := ac[i], bc[i]
-		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message || x.ObservedGeneration != y.ObservedGeneration {
-			return false
-		}
-	}
-	return true
 }
 
 // SetupWithManager watches poolers, their children (through their
