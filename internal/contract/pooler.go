@@ -74,4 +74,37 @@ type Pooler struct {
 	// default_pool_size, …), from the spec; the pooler manager sets
 	// the rest.
 	Settings map[string]string `json:"settings,omitempty"`
+	// PauseOnSwitchover: the pooler manager pauses PgBouncer through
+	// every switchover (PoolerSwitchoverChannel). Set for read-write
+	// poolers in transaction mode: in session mode a pause would wait for
+	// every client to leave.
+	PauseOnSwitchover bool `json:"pauseOnSwitchover,omitempty"`
 }
+
+// A switchover that a pooler's clients do not see. The primary and the
+// pooler managers speak through the primary's server alone, with no API
+// server between them:
+//
+//  1. A pooler manager with PauseOnSwitchover keeps a control connection
+//     to the primary as PoolerRole (its certificate), in the postgres
+//     database, named PoolerControlApp, LISTENing on
+//     PoolerSwitchoverChannel.
+//  2. A primary asked to hand over (AnnotationSwitchoverTo), once the
+//     target has caught up, NOTIFYs the channel with the target's name,
+//     again on every turn while it waits.
+//  3. Each pooler manager PAUSEs PgBouncer: running transactions finish,
+//     then every server connection is closed and new transactions queue.
+//     It then renames its control connection PoolerPausedApp.
+//  4. The primary stops once every control connection it serves is named
+//     PoolerPausedApp, or after a bounded wait (a pooler that cannot pause
+//     in time must not hold a switchover back).
+//  5. Each pooler manager waits for a writable server other than the one
+//     it paused on, through Host, and RESUMEs PgBouncer: queued
+//     transactions run on the new primary. A pause is bounded too: past
+//     it, or when the primary stops notifying (the switchover was called
+//     off), PgBouncer resumes onto whatever Host leads to.
+const (
+	PoolerSwitchoverChannel = "mydatabase_switchover"
+	PoolerControlApp        = "mydatabase-pooler"
+	PoolerPausedApp         = "mydatabase-pooler paused"
+)

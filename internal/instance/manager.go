@@ -59,6 +59,12 @@ type manager struct {
 	pw       *passwords      // password rotation (rotate.go)
 	declared *declaredKeeper // declared roles and databases (declared.go)
 	slots    slotKeeping     // the replication slots (slots.go)
+	// pausing is the switchover the poolers were last asked to pause
+	// for, and when (switchover.go).
+	pausing struct {
+		target string
+		since  time.Time
+	}
 	sent     contract.Report // the last report published
 	logged   string          // the last message of logOnce
 	standing struct {

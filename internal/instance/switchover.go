@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -16,22 +17,25 @@ import (
 //     (contract.AnnotationSwitchoverTo).
 //  2. The primary waits until the target streams from it and is less than
 //     maxHandOverLag behind, renewing the Lease meanwhile.
-//  3. It runs a CHECKPOINT, for a tick at most (checkpointFirst), so that
+//  3. It asks the poolers that follow switchovers to pause, and waits
+//     until they have, poolerPauseWait at most (pausePoolers; the
+//     protocol is in internal/contract, pooler.go).
+//  4. It runs a CHECKPOINT, for a tick at most (checkpointFirst), so that
 //     the shutdown's own checkpoint is short, and stops its server: a
 //     fast shutdown, which ends every session, writes a shutdown
 //     checkpoint and sends the WAL up to it to each connected standby
 //     before it exits.
-//  4. It reads where its WAL ended (pg_controldata) and hands the Lease to
+//  5. It reads where its WAL ended (pg_controldata) and hands the Lease to
 //     the target with that position (handoffAnnotation), in one
 //     conditional update.
-//  5. The target promotes only once it has received WAL past that
+//  6. The target promotes only once it has received WAL past that
 //     position (decide), so it has every commit the old primary made,
 //     acknowledged or not. If it has not within half a Lease, it gives the
 //     Lease up and the most advanced instance, the old primary, is elected.
-//  6. The old primary follows the new one (no rewind needed: its timeline
+//  7. The old primary follows the new one (no rewind needed: its timeline
 //     ended where the new one forked).
 //
-// Until step 4 succeeds the old primary holds the Lease, and the next turn
+// Until step 5 succeeds the old primary holds the Lease, and the next turn
 // starts it again as the primary: a switchover that fails costs a restart,
 // never the data.
 
@@ -50,6 +54,13 @@ func (m *manager) handOver(ctx context.Context, target string) (bool, error) {
 	if lag > maxHandOverLag {
 		return false, fmt.Errorf("switchover to %s: it is %d bytes behind, waiting for it to catch up", target, lag)
 	}
+	waiting, err := m.pausePoolers(ctx, target)
+	if err != nil {
+		return false, fmt.Errorf("switchover to %s: asking the poolers to pause: %w", target, err)
+	}
+	if waiting > 0 {
+		return false, fmt.Errorf("switchover to %s: waiting for %d poolers to pause", target, waiting)
+	}
 	m.log("switching over to %s, %d bytes behind", target, lag)
 	m.checkpointFirst(ctx)
 	m.stop()
@@ -62,6 +73,51 @@ func (m *manager) handOver(ctx context.Context, target string) (bool, error) {
 	}
 	m.log("handed the Lease to %s, WAL ends at %s", target, contract.FormatLSN(end))
 	return true, nil
+}
+
+// poolerPauseWait is how long a primary waits for the poolers to pause
+// before it stops anyway: a pooler that cannot pause (its transactions run
+// long, or it is cut off) must not hold the switchover back.
+const poolerPauseWait = 10 * time.Second
+
+// pausePoolers asks the poolers that follow switchovers to pause
+// (contract.PoolerSwitchoverChannel) and waits, a tick at most in this
+// turn, until each control connection reports it paused. It returns how
+// many have not yet, 0 once poolerPauseWait has passed since the first ask
+// for target.
+func (m *manager) pausePoolers(ctx context.Context, target string) (int, error) {
+	now := time.Now()
+	if m.pausing.target != target || now.Sub(m.pausing.since) > 3*poolerPauseWait {
+		m.pausing.target, m.pausing.since = target, now
+	}
+	waiting, paused := 0, 0
+	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", contract.PoolerSwitchoverChannel, target); err != nil {
+			return err
+		}
+		for deadline := now.Add(m.t.tick); ; {
+			err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE application_name = $2), count(*) FILTER (WHERE application_name = $3)
+				FROM pg_stat_activity WHERE usename = $1`, contract.PoolerRole, contract.PoolerControlApp, contract.PoolerPausedApp).Scan(&waiting, &paused)
+			if err != nil || waiting == 0 || time.Now().After(deadline) {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case waiting > 0 && time.Since(m.pausing.since) >= poolerPauseWait:
+		m.log("switchover to %s: %d poolers did not pause within %s; stopping anyway", target, waiting, poolerPauseWait)
+		return 0, nil
+	case waiting == 0 && paused > 0:
+		m.log("switchover to %s: %d poolers paused, within %s", target, paused, time.Since(m.pausing.since).Round(time.Millisecond))
+	}
+	return waiting, nil
 }
 
 // errNotStreaming: the target of a switchover does not stream from this

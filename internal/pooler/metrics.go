@@ -13,13 +13,7 @@ import (
 )
 
 // The metrics: PgBouncer's SHOW POOLS and SHOW STATS, read on every
-// scrape from its admin console over its socket, as the stats user
-// StatsUser, whose password the pooler manager makes at start and keeps in
-// PgBouncer's auth file only (in the pod's own volume).
-
-// StatsUser is PgBouncer's stats_users entry the pooler manager reads the
-// console as; it can read statistics, not change anything.
-const StatsUser = "mydatabase_stats"
+// scrape from its admin console (Config.console).
 
 const prefix = "pgbouncer_"
 
@@ -58,18 +52,15 @@ var (
 	}
 )
 
-// newStatsPassword is the stats user's password for this run.
-func newStatsPassword() string {
+// newConsolePassword is the console user's password for this run.
+func newConsolePassword() string {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b) // crypto/rand never fails on Linux
 	return hex.EncodeToString(b)
 }
 
 // collector reads PgBouncer's console on every scrape.
-type collector struct {
-	c        Config
-	password string
-}
+type collector struct{ c Config }
 
 func (*collector) Describe(chan<- *prometheus.Desc) {}
 
@@ -90,13 +81,7 @@ func (m *collector) Collect(ch chan<- prometheus.Metric) {
 // scrape reads SHOW POOLS and SHOW STATS. The console speaks only the
 // simple query protocol.
 func (m *collector) scrape(ctx context.Context) ([]prometheus.Metric, error) {
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d dbname=pgbouncer user=%s sslmode=disable", m.c.RunDir, m.c.Port, StatsUser))
-	if err != nil {
-		return nil, err
-	}
-	cfg.Password = m.password
-	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := m.c.console(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,9 @@
 // database container. It writes PgBouncer's configuration from what the
 // operator gives it (contract.Pooler, and the pooler's certificates),
 // runs PgBouncer as its child, and reloads it (SIGHUP: no client is
-// disconnected) whenever either changes in its mounted volume.
+// disconnected) whenever either changes in its mounted volume. A
+// read-write pooler in transaction mode pauses PgBouncer through each
+// switchover (follow.go).
 //
 // PgBouncer authenticates clients with auth_query, as contract.PoolerRole,
 // which logs in with the pooler's client certificate: the passwords stay in
@@ -46,8 +48,8 @@ type Config struct {
 	// nowhere.
 	MetricsAddress string
 
-	// statsPassword is StatsUser's, for this run (Run makes it).
-	statsPassword string
+	// consolePassword is ConsoleUser's, for this run (Run makes it).
+	consolePassword string
 }
 
 // ConfigFromEnv reads the container's environment (specs.PoolerDeployment).
@@ -77,24 +79,17 @@ var tlsFiles = []string{"tls.crt", "tls.key", "ca.crt", contract.PoolerClientCer
 type files map[string][]byte
 
 // Render reads the configuration and the certificates and returns
-// PgBouncer's files: pgbouncer.ini, the auth file (StatsUser's password
+// PgBouncer's files: pgbouncer.ini, the auth file (ConsoleUser's password
 // alone: the clients' come from the auth query), and the certificates
 // under tls/.
 func (c Config) Render() (files, error) {
-	raw, err := os.ReadFile(c.ConfigPath)
+	p, err := c.pooler()
 	if err != nil {
 		return nil, err
 	}
-	var p contract.Pooler
-	if err := json.Unmarshal(raw, &p); err != nil {
-		return nil, fmt.Errorf("%s: %w", c.ConfigPath, err)
-	}
-	if p.Host == "" || p.Port == 0 {
-		return nil, fmt.Errorf("%s names no server host and port", c.ConfigPath)
-	}
 	out := files{"userlist.txt": nil}
-	if c.statsPassword != "" {
-		out["userlist.txt"] = fmt.Appendf(nil, "%q %q\n", StatsUser, c.statsPassword)
+	if c.consolePassword != "" {
+		out["userlist.txt"] = fmt.Appendf(nil, "%q %q\n", ConsoleUser, c.consolePassword)
 	}
 	for _, name := range tlsFiles {
 		b, err := os.ReadFile(filepath.Join(c.TLSDir, name))
@@ -105,6 +100,22 @@ func (c Config) Render() (files, error) {
 	}
 	out["pgbouncer.ini"] = []byte(c.ini(p))
 	return out, nil
+}
+
+// pooler reads the operator's configuration.
+func (c Config) pooler() (contract.Pooler, error) {
+	var p contract.Pooler
+	raw, err := os.ReadFile(c.ConfigPath)
+	if err != nil {
+		return p, err
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return p, fmt.Errorf("%s: %w", c.ConfigPath, err)
+	}
+	if p.Host == "" || p.Port == 0 {
+		return p, fmt.Errorf("%s names no server host and port", c.ConfigPath)
+	}
+	return p, nil
 }
 
 // ini is pgbouncer.ini. The operator's settings come first in
@@ -121,7 +132,7 @@ func (c Config) ini(p contract.Pooler) string {
 		{"auth_file", filepath.Join(c.RunDir, "userlist.txt")},
 		{"auth_user", contract.PoolerRole},
 		{"auth_query", "SELECT username, password FROM " + contract.PoolerLookup + "($1)"},
-		{"stats_users", StatsUser},
+		{"admin_users", ConsoleUser},
 		{"client_tls_sslmode", cmp.Or(p.ClientTLS, "prefer")},
 		{"client_tls_cert_file", tls("tls.crt")},
 		{"client_tls_key_file", tls("tls.key")},
@@ -141,6 +152,10 @@ func (c Config) ini(p contract.Pooler) string {
 		// retransmissions.
 		{"tcp_keepalive", "1"}, {"tcp_keepidle", "10"}, {"tcp_keepintvl", "5"}, {"tcp_keepcnt", "3"},
 		{"tcp_user_timeout", "25000"},
+		// After a failed connection to the server PgBouncer waits this
+		// long before the next try (15 s by default): the new primary of
+		// a failover is reached a second after it is ready, not fifteen.
+		{"server_login_retry", "1"},
 	}
 	var b strings.Builder
 	b.WriteString("; Written by the MyDatabase pooler manager from the operator's configuration.\n[databases]\n")
@@ -186,7 +201,7 @@ func (c Config) write(fs files) (bool, error) {
 // transactions finish, then SIGTERM after stopGrace) or PgBouncer exits.
 // It returns PgBouncer's exit code.
 func Run(ctx context.Context, c Config, log func(string, ...any)) (int, error) {
-	c.statsPassword = newStatsPassword()
+	c.consolePassword = newConsolePassword()
 	fs, err := c.Render()
 	if err != nil {
 		return 1, err
@@ -204,11 +219,12 @@ func Run(ctx context.Context, c Config, log func(string, ...any)) (int, error) {
 	go func() { exited <- cmd.Wait() }()
 	if c.MetricsAddress != "" {
 		go func() {
-			if err := pgmetrics.Serve(ctx, c.MetricsAddress, &collector{c: c, password: c.statsPassword}, nil); err != nil {
+			if err := pgmetrics.Serve(ctx, c.MetricsAddress, &collector{c: c}, nil); err != nil {
 				log("serving metrics on %s: %v", c.MetricsAddress, err)
 			}
 		}()
 	}
+	go c.follow(ctx, log)
 	poll := time.NewTicker(cmp.Or(c.Poll, 2*time.Second))
 	defer poll.Stop()
 	var renderErr string

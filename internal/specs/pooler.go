@@ -109,6 +109,7 @@ func PoolerConfig(p *databasev1alpha1.MyDatabasePooler, db *databasev1alpha1.MyD
 	if db.Spec.TLS.Clients == databasev1alpha1.TLSClientsRequired {
 		c.ClientTLS = "require"
 	}
+	c.PauseOnSwitchover = p.Spec.Type != databasev1alpha1.PoolerReadOnly && p.Spec.PoolMode == databasev1alpha1.PoolModeTransaction
 	s := p.Spec.PgBouncer
 	for name, v := range map[string]*int32{
 		"default_pool_size":    s.DefaultPoolSize,

@@ -29,7 +29,7 @@ func TestPoolerFigures(t *testing.T) {
 	if err != nil || seconds < 1 {
 		t.Skip("POOLER_BENCH_SECONDS is not set: run make bench-pooler")
 	}
-	pc := startPooled(t, map[string]string{"max_connections": "100"}, databasev1alpha1.MyDatabasePoolerSpec{
+	pc := startPooled(t, 1, map[string]string{"max_connections": "100"}, databasev1alpha1.MyDatabasePoolerSpec{
 		PoolMode:  databasev1alpha1.PoolModeTransaction,
 		PgBouncer: databasev1alpha1.PgBouncerSettings{DefaultPoolSize: ptr.To(int32(20)), MaxClientConnections: ptr.To(int32(1100))},
 	})

@@ -43,7 +43,7 @@ import (
 // change and a renewed certificate reach the running PgBouncer without a
 // restart and without dropping a client.
 func TestPooler(t *testing.T) {
-	pc := startPooled(t, nil, databasev1alpha1.MyDatabasePoolerSpec{})
+	pc := startPooled(t, 1, nil, databasev1alpha1.MyDatabasePoolerSpec{})
 	c, primary, pod, p := pc.c, pc.primary, pc.pod, pc.p
 	db, user, appPassword, dbname := c.db, pc.user, pc.password, pc.dbname
 	ctx := context.Background()
@@ -218,20 +218,68 @@ func TestPooler(t *testing.T) {
 	})
 }
 
-// pooled is a one-server MyDatabase with its operator, and a pooler of
-// one pod running in front of it.
+// TestPoolerSwitchover: a switchover under a write load through a pooler
+// in transaction mode, which pauses PgBouncer before the primary stops and
+// resumes it on the new one. Every write either is acknowledged and
+// present on the new primary, or fails: none fails, none is lost, and the
+// clients keep their connections to the pooler throughout.
+func TestPoolerSwitchover(t *testing.T) {
+	pc := startPooled(t, 2, nil, databasev1alpha1.MyDatabasePoolerSpec{PoolMode: databasev1alpha1.PoolModeTransaction})
+	c, old, next := pc.c, pc.pods[0], pc.pods[1]
+	if cfg := pc.pod.config(t); !cfg.PauseOnSwitchover {
+		t.Fatalf("a read-write pooler in transaction mode: pauseOnSwitchover false in %+v", cfg)
+	}
+	// pgx has no hostaddr: verify-ca, against 127.0.0.1. No named
+	// prepared statements: PgBouncer 1.18 does not carry them across
+	// server connections in transaction mode.
+	through := fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s dbname=%s sslmode=verify-ca sslrootcert=%s connect_timeout=5",
+		pc.pod.port, pc.user, pc.password, pc.dbname, pc.pod.caFile)
+	c.query(t, through, "", checkerTable)
+	through += " default_query_exec_mode=exec"
+	eventually(t, 30*time.Second, "the pooler's control connection on the primary", func() (bool, string) {
+		out, err := c.psql(old.socket("postgres", "postgres"), "",
+			fmt.Sprintf("SELECT count(*) FROM pg_stat_activity WHERE usename = '%s' AND application_name = '%s'", contract.PoolerRole, contract.PoolerControlApp))
+		return err == nil && out == "1", fmt.Sprint(out, err)
+	})
+	w := startWriters(t, through, nil, 4)
+	w.waitAcks(t, 200, time.Minute)
+	logged := pc.pod.logSize()
+	c.requestSwitchover(t, next)
+	w.waitAcks(t, 200, time.Minute)
+	v := w.check(t, fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s dbname=%s sslmode=disable", next.port, pc.user, pc.password, pc.dbname))
+
+	log := pc.pod.logSince(logged)
+	logContains(t, log, "hands over to "+next.name+": pausing PgBouncer", "PgBouncer paused", "a new primary at")
+	longest := time.Duration(0)
+	for _, a := range w.acks {
+		longest = max(longest, a.acked.Sub(a.invoked))
+	}
+	t.Logf("%d writes acknowledged by %v, %d failed, %d lost; the longest took %s, the longest time without an acknowledgement %s",
+		v.acked, v.servers, w.failures, v.lost, longest.Round(time.Millisecond), v.longestGap.Round(time.Millisecond))
+	if w.failures != 0 || v.lost != 0 || len(v.splitBrain) != 0 {
+		t.Errorf("through the pooler: %d writes failed, %d acknowledged ones lost, split brain %v; want none", w.failures, v.lost, v.splitBrain)
+	}
+	if len(v.servers) != 2 {
+		t.Errorf("writes acknowledged by %v, want the old primary then the new", v.servers)
+	}
+}
+
+// pooled is a MyDatabase with its operator, and a pooler of one pod
+// running in front of it.
 type pooled struct {
 	c                      *cluster
-	primary                *pod
+	pods                   []*pod
+	primary                *pod // the first
 	p                      *databasev1alpha1.MyDatabasePooler
 	pod                    *poolerPod
 	user, password, dbname string
 }
 
-// startPooled starts a MyDatabase of one server with params, the
-// operator, and a pooler of spec (database and instances set here) in
-// front of it, and waits until PgBouncer listens.
-func startPooled(t *testing.T, params map[string]string, spec databasev1alpha1.MyDatabasePoolerSpec) *pooled {
+// startPooled starts a MyDatabase of n servers with params, the operator,
+// and a pooler of spec (database and instances set here) in front of it,
+// and waits until PgBouncer listens. With more than one server the pooler
+// reaches the primary through a front that plays the -rw Service.
+func startPooled(t *testing.T, n int, params map[string]string, spec databasev1alpha1.MyDatabasePoolerSpec) *pooled {
 	t.Helper()
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
@@ -240,31 +288,39 @@ func startPooled(t *testing.T, params map[string]string, spec databasev1alpha1.M
 		t.Fatal(err)
 	}
 	db := newDatabase(srv.major, params)
-	db.Spec.Replicas = new(int32(1))
+	db.Spec.Replicas = new(int32(n))
 	pc := &pooled{password: "app-password"}
 	creds := specs.CredentialsSecret(db, pc.password)
 	pc.user, pc.dbname = string(creds.Data[specs.SecretUsernameKey]), string(creds.Data[specs.SecretDatabaseKey])
 	c := newCluster(t, srv, db, creds)
-	pc.c, pc.primary = c, c.startPods(t, 1)[0]
+	pc.c, pc.pods = c, c.startPods(t, n)
+	pc.primary = pc.pods[0]
 	c.op = c.startOperator(t)
+	rw := pc.primary.port
+	if n > 1 {
+		_, port, _ := net.SplitHostPort(c.front(t, pc.pods).Addr())
+		rw, _ = strconv.Atoi(port)
+	}
 
-	// The pooler reaches the server by its -rw Service's name in a
-	// cluster; here by localhost, which the server's certificate must then
-	// cover for PgBouncer's verify-full: the same CA issues it one that
-	// does, into its volume alone.
+	// The pooler reaches the servers by the -rw Service's name in a
+	// cluster; here by localhost, which their certificates must then
+	// cover for PgBouncer's verify-full: the same CA issues them one that
+	// does, into their volumes alone.
 	ca := pki.KeyPair{Cert: c.secrets[specs.CASecretName(db)].Data[specs.CACertKey], Key: c.secrets[specs.CASecretName(db)].Data[specs.CAKeyKey]}
 	local, err := pki.NewServer(ca, specs.ServerCommonName(db), append(specs.ServerDNSNames(db), "localhost"), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc.primary.updateSecret(t, specs.ServerCertSecret(db, local, ca.Cert))
+	for _, p := range pc.pods {
+		p.updateSecret(t, specs.ServerCertSecret(db, local, ca.Cert))
+	}
 
 	spec.Database, spec.Instances = db.Name, ptr.To(int32(1))
 	pc.p = &databasev1alpha1.MyDatabasePooler{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: "shop-pool"}, Spec: spec}
 	if err := c.api.Client.Create(context.Background(), pc.p); err != nil {
 		t.Fatal(err)
 	}
-	pc.pod = newPoolerPod(t, c, pc.p, pc.primary.port, pgbouncer)
+	pc.pod = newPoolerPod(t, c, pc.p, rw, pgbouncer)
 	pc.pod.sync(t)
 	eventually(t, time.Minute, "the primary keeps the lookup in "+pc.dbname+" and template1", func() (bool, string) {
 		out, err := c.psql(pc.primary.socket("postgres", "postgres"), "",
