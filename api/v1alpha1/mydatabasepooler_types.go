@@ -177,6 +177,16 @@ type PgBouncerSettings struct {
 	// +kubebuilder:validation:Maximum=3600
 	// +optional
 	ReservePoolTimeoutSeconds *int32 `json:"reservePoolTimeoutSeconds,omitempty"`
+
+	// paused holds the clients' traffic (PgBouncer's PAUSE): running
+	// transactions (in session mode, sessions) finish, then PgBouncer
+	// closes its server connections and new transactions wait, up to
+	// queryWaitTimeoutSeconds, until paused is false again (RESUME). The
+	// clients stay connected. It reaches the pods with the pooler's
+	// ConfigMap, which the kubelet refreshes within about a minute.
+	// (spec.paused, unlike it, stops the operator, not the traffic.)
+	// +optional
+	Paused bool `json:"paused,omitempty"`
 }
 
 // Reasons of a MyDatabasePooler's conditions.

@@ -79,6 +79,9 @@ type Pooler struct {
 	// poolers in transaction mode: in session mode a pause would wait for
 	// every client to leave.
 	PauseOnSwitchover bool `json:"pauseOnSwitchover,omitempty"`
+	// Paused: PgBouncer is held paused (the spec's pgbouncer.paused) until
+	// it is false again.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // A switchover that a pooler's clients do not see. The primary and the

@@ -60,10 +60,11 @@ type manager struct {
 	declared *declaredKeeper // declared roles and databases (declared.go)
 	slots    slotKeeping     // the replication slots (slots.go)
 	// pausing is the switchover the poolers were last asked to pause
-	// for, and when (switchover.go).
+	// for, when, and how many had paused at the last look (switchover.go).
 	pausing struct {
 		target string
 		since  time.Time
+		paused int
 	}
 	sent     contract.Report // the last report published
 	logged   string          // the last message of logOnce

@@ -68,7 +68,7 @@ func (m *manager) handOver(ctx context.Context, target string) (bool, error) {
 	if err != nil {
 		return true, fmt.Errorf("switchover to %s: %w; keeping the Lease", target, err)
 	}
-	if err := m.leases.handOver(ctx, target, end); err != nil {
+	if err := m.leases.handOver(ctx, target, end, m.pausing.paused); err != nil {
 		return true, fmt.Errorf("switchover to %s: handing over the Lease: %w", target, err)
 	}
 	m.log("handed the Lease to %s, WAL ends at %s", target, contract.FormatLSN(end))
@@ -90,6 +90,7 @@ func (m *manager) pausePoolers(ctx context.Context, target string) (int, error) 
 	if m.pausing.target != target || now.Sub(m.pausing.since) > 3*poolerPauseWait {
 		m.pausing.target, m.pausing.since = target, now
 	}
+	m.pausing.paused = 0
 	waiting, paused := 0, 0
 	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", contract.PoolerSwitchoverChannel, target); err != nil {
@@ -108,6 +109,7 @@ func (m *manager) pausePoolers(ctx context.Context, target string) (int, error) 
 			}
 		}
 	})
+	m.pausing.paused = paused
 	switch {
 	case err != nil:
 		return 0, err

@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
@@ -390,5 +392,46 @@ func TestHibernationLine(t *testing.T) {
 		if got := hibernationLine(&tc.h, age); got != tc.want {
 			t.Errorf("hibernationLine(%s) = %q, want %q", tc.h.Phase, got, tc.want)
 		}
+	}
+}
+
+// TestPausePooler: pause and resume set spec.pgbouncer.paused, and say
+// when the pods act on it; a pooler the operator does not reconcile is
+// refused, since the change would never reach its pods.
+func TestPausePooler(t *testing.T) {
+	p := &databasev1alpha1.MyDatabasePooler{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-pool"},
+		Spec: databasev1alpha1.MyDatabasePoolerSpec{Database: "orders"}}
+	var out strings.Builder
+	e := &Env{c: fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(p).Build(), namespace: "shop", Stdout: &out}
+	get := func() *databasev1alpha1.MyDatabasePooler {
+		got := &databasev1alpha1.MyDatabasePooler{}
+		if err := e.c.Get(t.Context(), client.ObjectKeyFromObject(p), got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if err := e.pausePooler(t.Context(), "orders-pool", true); err != nil {
+		t.Fatal(err)
+	}
+	if !get().Spec.PgBouncer.Paused || !strings.Contains(out.String(), `Pause of shop/orders-pool requested (spec.pgbouncer.paused true)`) {
+		t.Errorf("after pause: paused %v, output %q", get().Spec.PgBouncer.Paused, out.String())
+	}
+	out.Reset()
+	if err := e.pausePooler(t.Context(), "orders-pool", true); err != nil || !strings.Contains(out.String(), "already") {
+		t.Errorf("pause again: %v, %q", err, out.String())
+	}
+	if err := e.pausePooler(t.Context(), "orders-pool", false); err != nil || get().Spec.PgBouncer.Paused {
+		t.Errorf("resume: %v, paused %v", err, get().Spec.PgBouncer.Paused)
+	}
+	held := get()
+	held.Spec.Paused = true
+	if err := e.c.Update(t.Context(), held); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pausePooler(t.Context(), "orders-pool", true); err == nil || !strings.Contains(err.Error(), "set spec.paused to false first") {
+		t.Errorf("a pooler with spec.paused: %v, want a refusal", err)
+	}
+	if err := e.pausePooler(t.Context(), "nothing", true); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("no such pooler: %v", err)
 	}
 }

@@ -68,6 +68,7 @@ func NewCommand(streams Streams) *cobra.Command {
   restart NAME              a rolling restart: replicas first, then a switchover
   hibernate NAME [--off]    stop every server and keep the data (spec.hibernate)
   backup NAME               a base backup into spec.backup's store (a MyDatabaseBackup)
+  pooler pause|resume NAME  hold or release a MyDatabasePooler's traffic (spec.pgbouncer.paused)
   report NAME               a support bundle, Secret values redacted`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -88,6 +89,7 @@ func NewCommand(streams Streams) *cobra.Command {
 		newRestartCommand(env),
 		newHibernateCommand(env),
 		newBackupCommand(env),
+		newPoolerCommand(env),
 		newReportCommand(env),
 	)
 	return root

@@ -253,6 +253,9 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 					state += ": " + c.Message
 				}
 			}
+			if p.Spec.PgBouncer.Paused {
+				state += " (paused by hand: spec.pgbouncer.paused)"
+			}
 			fmt.Fprintf(w, "  %s\t%s\t%s\t%d/%d\t%s\t%s\n", p.Name, p.Spec.Type, p.Spec.PoolMode, p.Status.ReadyInstances,
 				p.Status.Instances, orDash(p.Status.Endpoint), state)
 		}

@@ -35,7 +35,11 @@ var (
 		{"sv_used", desc("pool_server_used_connections", "Server connections idle long enough to need a check before use (SHOW POOLS sv_used).", "database", "user")},
 		{"sv_login", desc("pool_server_login_connections", "Server connections logging in (SHOW POOLS sv_login).", "database", "user")},
 	}
-	maxWaitDesc = desc("pool_client_maxwait_seconds", "How long the oldest waiting client has waited (SHOW POOLS maxwait and maxwait_us).", "database", "user")
+	// The pooler manager's pauses (pause.go).
+	pausedDesc           = desc("paused", "1 while the pooler manager holds PgBouncer paused, by hand (reason=\"hand\") or for a switchover (reason=\"switchover\").", "reason")
+	switchoverPausesDesc = desc("switchover_pauses_total", "Pauses for a switchover of the primary, ended.")
+	switchoverPausedDesc = desc("switchover_paused_seconds_total", "Time PgBouncer was paused for switchovers, those ended.")
+	maxWaitDesc          = desc("pool_client_maxwait_seconds", "How long the oldest waiting client has waited (SHOW POOLS maxwait and maxwait_us).", "database", "user")
 	// SHOW STATS, by database, counters since PgBouncer started.
 	statCounters = []struct {
 		column string
@@ -65,6 +69,14 @@ type collector struct{ c Config }
 func (*collector) Describe(chan<- *prometheus.Desc) {}
 
 func (m *collector) Collect(ch chan<- prometheus.Metric) {
+	if ps := m.c.pauses; ps != nil {
+		ps.mu.Lock()
+		ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, boolValue(ps.byHand), "hand")
+		ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, boolValue(ps.switchover), "switchover")
+		ch <- prometheus.MustNewConstMetric(switchoverPausesDesc, prometheus.CounterValue, float64(ps.count))
+		ch <- prometheus.MustNewConstMetric(switchoverPausedDesc, prometheus.CounterValue, ps.total.Seconds())
+		ps.mu.Unlock()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	metrics, err := m.scrape(ctx)
@@ -134,4 +146,11 @@ func show(ctx context.Context, conn *pgx.Conn, what string) ([]map[string]string
 func number(s string) float64 {
 	f, _ := strconv.ParseFloat(s, 64)
 	return f
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -48,8 +48,10 @@ type Config struct {
 	// nowhere.
 	MetricsAddress string
 
-	// consolePassword is ConsoleUser's, for this run (Run makes it).
+	// consolePassword is ConsoleUser's, for this run, and pauses
+	// PgBouncer's pause (Run makes both).
 	consolePassword string
+	pauses          *pauses
 }
 
 // ConfigFromEnv reads the container's environment (specs.PoolerDeployment).
@@ -201,7 +203,7 @@ func (c Config) write(fs files) (bool, error) {
 // transactions finish, then SIGTERM after stopGrace) or PgBouncer exits.
 // It returns PgBouncer's exit code.
 func Run(ctx context.Context, c Config, log func(string, ...any)) (int, error) {
-	c.consolePassword = newConsolePassword()
+	c.consolePassword, c.pauses = newConsolePassword(), &pauses{}
 	fs, err := c.Render()
 	if err != nil {
 		return 1, err
@@ -228,6 +230,7 @@ func Run(ctx context.Context, c Config, log func(string, ...any)) (int, error) {
 	poll := time.NewTicker(cmp.Or(c.Poll, 2*time.Second))
 	defer poll.Stop()
 	var renderErr string
+	answered := false
 	for {
 		select {
 		case err := <-exited:
@@ -255,6 +258,16 @@ func Run(ctx context.Context, c Config, log func(string, ...any)) (int, error) {
 		if changed {
 			log("the configuration or the certificates changed: reloading PgBouncer")
 			_ = cmd.Process.Signal(syscall.SIGHUP)
+		}
+		// Signals only once PgBouncer answers: before it handles SIGUSR1,
+		// the signal would end it.
+		if !answered {
+			probe, cancel := context.WithTimeout(ctx, 5*time.Second)
+			answered = c.onConsole(probe, "SHOW VERSION") == nil
+			cancel()
+		}
+		if p, err := c.pooler(); err == nil && answered {
+			c.pauses.hold(cmd.Process, p.Paused, log)
 		}
 	}
 }

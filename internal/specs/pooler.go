@@ -111,6 +111,7 @@ func PoolerConfig(p *databasev1alpha1.MyDatabasePooler, db *databasev1alpha1.MyD
 	}
 	c.PauseOnSwitchover = p.Spec.Type != databasev1alpha1.PoolerReadOnly && p.Spec.PoolMode == databasev1alpha1.PoolModeTransaction
 	s := p.Spec.PgBouncer
+	c.Paused = s.Paused
 	for name, v := range map[string]*int32{
 		"default_pool_size":    s.DefaultPoolSize,
 		"min_pool_size":        s.MinPoolSize,

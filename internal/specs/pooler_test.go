@@ -48,6 +48,20 @@ func TestPoolerConfig(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, ro.Settings[k], v)
 		}
 	}
+	// Only a read-write pooler in transaction mode pauses through a
+	// switchover: a read-only one's servers do not change, and in session
+	// mode PAUSE waits for every client to leave.
+	for _, tc := range []struct {
+		typ  databasev1alpha1.PoolerType
+		mode databasev1alpha1.PoolMode
+		want bool
+	}{{"", "", false}, {"", databasev1alpha1.PoolModeTransaction, true}, {databasev1alpha1.PoolerReadWrite, databasev1alpha1.PoolModeTransaction, true},
+		{databasev1alpha1.PoolerReadWrite, databasev1alpha1.PoolModeSession, false}, {databasev1alpha1.PoolerReadOnly, databasev1alpha1.PoolModeTransaction, false}} {
+		got := PoolerConfig(pooler(func(p *databasev1alpha1.MyDatabasePooler) { p.Spec.Type, p.Spec.PoolMode = tc.typ, tc.mode }), d).PauseOnSwitchover
+		if got != tc.want {
+			t.Errorf("type %q, mode %q: pauseOnSwitchover %v, want %v", tc.typ, tc.mode, got, tc.want)
+		}
+	}
 }
 
 // TestPoolerDeployment: the pods run the pooler manager from the

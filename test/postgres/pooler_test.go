@@ -216,6 +216,52 @@ func TestPooler(t *testing.T) {
 			t.Errorf("PgBouncer is pid %d, was %d: it restarted", got, bouncer)
 		}
 	})
+
+	t.Run("paused by hand: a client's transaction waits, still connected, and runs once resumed", func(t *testing.T) {
+		conn := pod.connect(t, user, appPassword, dbname)
+		defer func() { _ = conn.Close(ctx) }()
+		hold := func(paused bool, logged string) {
+			t.Helper()
+			off := pod.logSize()
+			updatePooler(t, api, p, func(p *databasev1alpha1.MyDatabasePooler) { p.Spec.PgBouncer.Paused = paused })
+			eventually(t, 30*time.Second, fmt.Sprintf("the ConfigMap with paused %v", paused), func() (bool, string) {
+				cfg := pod.config(t)
+				return cfg.Paused == paused, fmt.Sprintf("%+v", cfg)
+			})
+			pod.sync(t)
+			eventually(t, 30*time.Second, logged, func() (bool, string) {
+				log := pod.logSince(off)
+				return strings.Contains(log, logged), log
+			})
+		}
+		hold(true, "pausing PgBouncer by hand")
+		eventually(t, 10*time.Second, "the pause in the metrics", func() (bool, string) {
+			m := pod.metrics(t)
+			return strings.Contains(m, `pgbouncer_paused{reason="hand"} 1`), m
+		})
+		done := make(chan error, 1)
+		go func() {
+			var one int
+			done <- conn.QueryRow(ctx, "SELECT 1").Scan(&one)
+		}()
+		select {
+		case err := <-done:
+			t.Fatalf("a transaction ran while PgBouncer was paused (%v)", err)
+		case <-time.After(2 * time.Second):
+		}
+		hold(false, "resuming PgBouncer")
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("the held transaction, once resumed: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the held transaction did not run within 30 s of the resume")
+		}
+		if got := pod.pgbouncerPID(t); got != bouncer {
+			t.Errorf("PgBouncer is pid %d, was %d: it restarted", got, bouncer)
+		}
+	})
 }
 
 // TestPoolerSwitchover: a switchover under a write load through a pooler
@@ -261,6 +307,11 @@ func TestPoolerSwitchover(t *testing.T) {
 	}
 	if len(v.servers) != 2 {
 		t.Errorf("writes acknowledged by %v, want the old primary then the new", v.servers)
+	}
+	// The primary counted the paused pooler into the Lease; the operator
+	// reports it with the switchover.
+	if sw := c.database(t).Status.Switchover; sw == nil || !strings.HasSuffix(sw.Message, "; the poolers held their clients' transactions through it (1 PgBouncer pods paused)") {
+		t.Errorf("status.switchover %+v: the message does not count the paused pooler", sw)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
+	"github.com/jackc/pgx/v5"
 )
 
 func newNamespace(t *testing.T, name string, labels map[string]string) string {
@@ -405,7 +406,8 @@ func writeResult(t *testing.T, name string, d time.Duration) {
 }
 
 // writer inserts one row at a time through the rw Service, each on a new
-// connection, and records when each insert was acknowledged.
+// connection (startWriter), or through a pooler on kept connections
+// (startClients), and records when each insert was acknowledged.
 type writer struct {
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -415,6 +417,64 @@ type writer struct {
 	// cut counts the writes that stop interrupted: like a failed one, such
 	// a write may have committed without the writer hearing of it.
 	cut int
+	// slowest is the longest a write took, from its start to its
+	// acknowledgement, and errs the first errors (startClients).
+	slowest time.Duration
+	errs    []string
+}
+
+// startClients starts n clients that keep their connection, as an
+// application's pool does, and write one row per transaction through uri,
+// each given 30 s: the clients of a pooler, which holds their
+// transactions while it pauses. A failed write costs its connection.
+func startClients(ctx context.Context, uri string, n int) *writer {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &writer{cancel: cancel, done: make(chan struct{})}
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			var conn *pgx.Conn
+			defer func() {
+				if conn != nil {
+					_ = conn.Close(context.Background())
+				}
+			}()
+			for ctx.Err() == nil {
+				began := time.Now()
+				err := func() (err error) {
+					actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+					defer acancel()
+					if conn == nil {
+						if conn, err = dial(actx, uri); err != nil {
+							return err
+						}
+					}
+					if _, err = conn.Exec(actx, "INSERT INTO items (note) VALUES ('through the pooler while the primary changes')"); err != nil {
+						_ = conn.Close(context.Background())
+						conn = nil
+					}
+					return err
+				}()
+				w.mu.Lock()
+				switch {
+				case err == nil:
+					w.ok = append(w.ok, time.Now())
+					w.slowest = max(w.slowest, time.Since(began))
+				case ctx.Err() == nil:
+					w.failed = append(w.failed, time.Now())
+					if len(w.errs) < 5 {
+						w.errs = append(w.errs, time.Now().UTC().Format("15:04:05.000 ")+err.Error())
+					}
+				default:
+					w.cut++
+				}
+				w.mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	go func() { wg.Wait(); close(w.done) }()
+	return w
 }
 
 func startWriter(ctx context.Context, uri string) *writer {
@@ -479,6 +539,17 @@ func (w *writer) gapAfter(t time.Time) (gap time.Duration, ok bool) {
 		return 0, false
 	}
 	return next.Sub(last), true
+}
+
+// firstAckAfter is when the first write after at was acknowledged; zero
+// if none was.
+func (w *writer) firstAckAfter(at time.Time) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if i, _ := slices.BinarySearchFunc(w.ok, at, time.Time.Compare); i < len(w.ok) {
+		return w.ok[i]
+	}
+	return time.Time{}
 }
 
 // ackedAfter tells whether a write was acknowledged after at.

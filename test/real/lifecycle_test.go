@@ -3,6 +3,7 @@
 package real
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -210,9 +211,43 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		})
 	})
 
-	step("a pooler in front of the primary: PgBouncer pods run by the pooler manager, clients log in through its Service with verify-full; deleted, it leaves nothing", func(t *testing.T) {
-		pooler := &databasev1alpha1.MyDatabasePooler{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: dbName + "-pool"},
-			Spec: databasev1alpha1.MyDatabasePoolerSpec{Database: dbName}}
+	// A pooler in transaction mode stays in front of the primary through
+	// the switchover and the rolls of the next steps: its clients see none.
+	pooler := &databasev1alpha1.MyDatabasePooler{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: dbName + "-pool"},
+		Spec: databasev1alpha1.MyDatabasePoolerSpec{Database: dbName, PoolMode: databasev1alpha1.PoolModeTransaction}}
+	var throughPooler string
+	// pooled runs move (a change of primary) under clients of the pooler,
+	// and checks that none of their writes failed.
+	pooled := func(t *testing.T, what, result string, move func()) {
+		clients := startClients(ctx, throughPooler, 4)
+		began := time.Now()
+		move()
+		acked, failed := clients.stop(), clients.unacknowledged()
+		n := count(t, uri)
+		t.Logf("THROUGH THE POOLER during %s: %d writes acknowledged, %d failed; the slowest took %s, the longest gap %s",
+			what, acked, failed, clients.slowest.Round(time.Millisecond), clients.longestGap().Round(time.Millisecond))
+		writeResult(t, result, clients.slowest)
+		if failed != 0 || n < rows+acked || n > rows+acked+failed {
+			t.Errorf("through the pooler: %d writes failed (%q), %d rows for %d before and %d acknowledged; want none failed, none lost", failed, clients.errs, n, rows, acked)
+		}
+		rows = n
+		// Not by luck: each PgBouncer paused and resumed.
+		pods := &corev1.PodList{}
+		if err := env.c.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels(specs.PoolerSelectorLabels(pooler))); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			out, err := exec.Command("kubectl", "logs", "--namespace", ns, p.Name, "--container", specs.PoolerContainerName,
+				"--since-time", began.UTC().Format(time.RFC3339)).CombinedOutput()
+			resumed := regexp.MustCompile(`resumed PgBouncer after a pause of \S+: a new primary`).FindAll(out, -1)
+			if err != nil || len(resumed) == 0 {
+				t.Errorf("pooler pod %s did not pause and resume on a new primary (%v):\n%s", p.Name, err, out)
+			}
+			t.Logf("pooler pod %s: %s", p.Name, bytes.Join(resumed, []byte("; ")))
+		}
+	}
+
+	step("a pooler in front of the primary: PgBouncer pods run by the pooler manager, clients log in through its Service with verify-full", func(t *testing.T) {
 		if err := env.c.Create(ctx, pooler); err != nil {
 			t.Fatal(err)
 		}
@@ -241,6 +276,9 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		// The same URI, with the pooler's Service for the host: its
 		// certificate is issued by the MyDatabase's CA for that name.
 		through := strings.Replace(uri, "@"+dbName+"-rw.", "@"+pooler.Name+".", 1)
+		// No named prepared statements: PgBouncer 1.18 does not carry them
+		// across server connections in transaction mode.
+		throughPooler = through + "&default_query_exec_mode=exec"
 		conn := connect(t, through)
 		var user string
 		var standby bool
@@ -256,24 +294,6 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		}
 		rows++
 		_ = conn.Close(ctx)
-
-		if err := env.c.Delete(ctx, pooler); err != nil {
-			t.Fatal(err)
-		}
-		testenv.Eventually(t, 2*time.Minute, "the pooler's children collected", func() error {
-			var left []string
-			for name, obj := range map[string]client.Object{pooler.Name + " Deployment": &appsv1.Deployment{},
-				pooler.Name + " Service": &corev1.Service{}, pooler.Name + " PodDisruptionBudget": &policyv1.PodDisruptionBudget{},
-				specs.PoolerConfigMapName(pooler) + " ConfigMap": &corev1.ConfigMap{}, specs.PoolerSecretName(pooler) + " Secret": &corev1.Secret{}} {
-				if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: strings.Fields(name)[0]}, obj); !apierrors.IsNotFound(err) {
-					left = append(left, name)
-				}
-			}
-			if len(left) > 0 {
-				return fmt.Errorf("left: %v", left)
-			}
-			return nil
-		})
 	})
 
 	step("kubectl mydb: status; psql on the primary and on a replica, with the Secret's password", func(t *testing.T) {
@@ -281,14 +301,16 @@ func TestLifecycleOnRealPods(t *testing.T) {
 	})
 
 	step("kubectl mydb: a switchover, then a rolling restart through the switchover path", func(t *testing.T) {
-		checkPluginMoves(t, ns, dbName+"-2")
+		pooled(t, "kubectl mydb switchover and restart", "pooler-slowest-write-switchover-and-restart", func() { checkPluginMoves(t, ns, dbName+"-2") })
 		checkPlugin(t, ns, password, rows)
 	})
 
 	step("a parameter change rolls every pod and takes effect", func(t *testing.T) {
 		before := podUIDs(t, ns)
-		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Parameters["max_connections"] = "60" })
-		waitRolled(t, ns, before, 5*time.Minute)
+		pooled(t, "the roll of a parameter change", "pooler-slowest-write-parameter-roll", func() {
+			patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Parameters["max_connections"] = "60" })
+			waitRolled(t, ns, before, 5*time.Minute)
+		})
 		if got := show(t, uri, "max_connections"); got != "60" {
 			t.Fatalf("SHOW max_connections = %s after the change, want 60", got)
 		}
@@ -479,17 +501,18 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		}
 	})
 
-	step("deleting the primary pod: a replica takes over, none acknowledged is lost", func(t *testing.T) {
+	step("deleting the primary pod: a replica takes over, none acknowledged is lost, the pooler reconnects", func(t *testing.T) {
 		// The rolls above moved the primary, each by a switchover.
 		var db databasev1alpha1.MyDatabase
 		if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: dbName}, &db); err != nil {
 			t.Fatal(err)
 		}
 		primary := db.Status.CurrentPrimary
-		w := startWriter(ctx, uri)
-		testenv.Eventually(t, 30*time.Second, "the writer's first writes", func() error {
-			if w.acked() < 20 {
-				return fmt.Errorf("%d writes so far", w.acked())
+		// Clients of the rw Service, and of the pooler in front of it.
+		w, clients := startWriter(ctx, uri), startClients(ctx, throughPooler, 4)
+		testenv.Eventually(t, 30*time.Second, "the writers' first writes", func() error {
+			if w.acked() < 20 || clients.acked() < 20 {
+				return fmt.Errorf("%d and %d writes so far", w.acked(), clients.acked())
 			}
 			return nil
 		})
@@ -504,17 +527,30 @@ func TestLifecycleOnRealPods(t *testing.T) {
 			} else if gap == 0 {
 				return fmt.Errorf("no write has failed yet")
 			}
+			if _, ok := clients.gapAfter(deleted); !ok {
+				return fmt.Errorf("no write through the pooler has succeeded since the pod was deleted (%s ago)", time.Since(deleted).Round(time.Second))
+			}
 			return nil
 		})
-		acked := w.stop()
+		acked, pooledAcked := w.stop(), clients.stop()
 		gap, _ := w.gapAfter(deleted)
+		pooledGap, _ := clients.gapAfter(deleted)
 		// Reported, not asserted: tests assert behaviour, benchmarks time.
-		t.Logf("WRITE GAP after deleting the primary pod %s: %s (last acknowledged write to the first one after)", primary, gap.Round(10*time.Millisecond))
+		t.Logf("WRITE GAP after deleting the primary pod %s: %s (last acknowledged write to the first one after); through the pooler %s, %d writes failed",
+			primary, gap.Round(10*time.Millisecond), pooledGap.Round(10*time.Millisecond), clients.unacknowledged())
 		writeResult(t, "write-gap-primary-pod-deleted", gap)
+		writeResult(t, "pooler-write-gap-primary-pod-deleted", pooledGap)
+		// The pooler reconnects as soon as the new primary serves: its
+		// clients write again within a few seconds of the rw Service's
+		// (PgBouncer's default server_login_retry would add up to 15 s).
+		if first, pooledFirst := w.firstAckAfter(deleted), clients.firstAckAfter(deleted); pooledFirst.Sub(first) > 5*time.Second {
+			t.Errorf("through the pooler the first write after the failover came %s after the rw Service's", pooledFirst.Sub(first).Round(10*time.Millisecond))
+		}
 		waitReady(t, ns, 3, 5*time.Minute)
 		// Every acknowledged write is there; a failed one may be too (its
 		// commit reached the WAL, and the replicas, but not the client).
-		unknown := w.unacknowledged()
+		acked += pooledAcked
+		unknown := w.unacknowledged() + clients.unacknowledged()
 		n := count(t, uri)
 		if n < rows+acked || n > rows+acked+unknown {
 			t.Fatalf("%d rows, want %d to %d: %d acknowledged writes during the loss, %d failed", n, rows+acked, rows+acked+unknown, acked, unknown)
@@ -536,6 +572,26 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		// The old primary, a replica now, holds a synchronised copy, not
 		// the slot it made as the primary (pg_rewind kept that one).
 		slotSynced(t, primary)
+	})
+
+	step("deleted, the pooler leaves nothing", func(t *testing.T) {
+		if err := env.c.Delete(ctx, pooler); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 2*time.Minute, "the pooler's children collected", func() error {
+			var left []string
+			for name, obj := range map[string]client.Object{pooler.Name + " Deployment": &appsv1.Deployment{},
+				pooler.Name + " Service": &corev1.Service{}, pooler.Name + " PodDisruptionBudget": &policyv1.PodDisruptionBudget{},
+				specs.PoolerConfigMapName(pooler) + " ConfigMap": &corev1.ConfigMap{}, specs.PoolerSecretName(pooler) + " Secret": &corev1.Secret{}} {
+				if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: strings.Fields(name)[0]}, obj); !apierrors.IsNotFound(err) {
+					left = append(left, name)
+				}
+			}
+			if len(left) > 0 {
+				return fmt.Errorf("left: %v", left)
+			}
+			return nil
+		})
 	})
 
 	step("the primary frozen under writes, as a hung node: a replica takes over, none acknowledged is lost, the subscriber gets every row once", func(t *testing.T) {

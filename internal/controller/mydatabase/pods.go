@@ -25,27 +25,26 @@ type podRoles struct {
 
 // reconcile labels each pod primary or replica (the primary is the
 // Lease's holder), which is how the Services find them, and stalls a
-// restore that failed or makes no progress.
+// restore that failed or makes no progress. The old primary loses its
+// label before the new one gets it: the rw Service never leads to both
+// (a pooler that resumes on the new primary would otherwise have some of
+// its connections sent to the old one, a replica now).
 func (r *podRoles) reconcile(ctx context.Context, obs *observation) error {
 	if obs.stalled == nil {
 		obs.stalled = restoreStalled(r.db, r.pods)
 	}
-	for i := range r.pods {
-		pod := &r.pods[i]
-		if !pod.DeletionTimestamp.IsZero() {
-			continue
-		}
-		role := databasev1alpha1.RoleReplica
-		if pod.Name == r.primaryPod() {
-			role = databasev1alpha1.RolePrimary
-		}
-		if pod.Labels[databasev1alpha1.LabelRole] == role {
-			continue
-		}
-		patch := client.MergeFrom(pod.DeepCopy())
-		pod.Labels[databasev1alpha1.LabelRole] = role
-		if err := r.Patch(ctx, pod, patch); err != nil && !apierrors.IsNotFound(err) {
-			return objectError("label", pod, pod.Name, err)
+	for _, role := range []string{databasev1alpha1.RoleReplica, databasev1alpha1.RolePrimary} {
+		for i := range r.pods {
+			pod := &r.pods[i]
+			if (pod.Name == r.primaryPod()) != (role == databasev1alpha1.RolePrimary) ||
+				!pod.DeletionTimestamp.IsZero() || pod.Labels[databasev1alpha1.LabelRole] == role {
+				continue
+			}
+			patch := client.MergeFrom(pod.DeepCopy())
+			pod.Labels[databasev1alpha1.LabelRole] = role
+			if err := r.Patch(ctx, pod, patch); err != nil && !apierrors.IsNotFound(err) {
+				return objectError("label", pod, pod.Name, err)
+			}
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -160,7 +161,14 @@ func (r *switchover) finishSwitchover(db *databasev1alpha1.MyDatabase, obs *obse
 	sw.status.Phase, sw.status.Message, sw.status.FinishedAt = phase, message, new(metav1.NewTime(r.Clock.Now()))
 	sw.target = ""
 	if phase == databasev1alpha1.SwitchoverSucceeded {
-		r.event(db, corev1.EventTypeNormal, "SwitchedOver", "Switched over from %s to %s", sw.status.From, sw.status.To)
+		held := ""
+		if r.lease != nil {
+			if n, _ := strconv.Atoi(r.lease.Annotations[contract.AnnotationPoolersPaused]); n > 0 {
+				held = fmt.Sprintf("; the poolers held their clients' transactions through it (%d PgBouncer pods paused)", n)
+				sw.status.Message += held
+			}
+		}
+		r.event(db, corev1.EventTypeNormal, "SwitchedOver", "Switched over from %s to %s%s", sw.status.From, sw.status.To, held)
 	} else {
 		r.event(db, corev1.EventTypeWarning, "SwitchoverFailed", "Switchover failed: %s", message)
 	}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,11 +15,45 @@ import (
 	"example.com/myoperator/internal/contract"
 )
 
-// Switchovers the clients do not see: the pooler manager's half of the
-// protocol in internal/contract (pooler.go). While the configuration says
-// PauseOnSwitchover, it keeps a control connection to the primary, and
-// when the primary says it hands over, it PAUSEs PgBouncer, says so, and
-// RESUMEs it once a new primary answers through Host.
+// PgBouncer's pause: by hand (contract.Pooler.Paused), and through
+// switchovers, which the clients then do not see: the pooler manager's
+// half of the protocol in internal/contract (pooler.go). While the
+// configuration says PauseOnSwitchover, it keeps a control connection to
+// the primary, and when the primary says it hands over, it PAUSEs
+// PgBouncer, says so, and RESUMEs it once a new primary answers through
+// Host.
+
+// pauses is PgBouncer's pause as the pooler manager set it: by hand, for
+// a switchover, or both (then it resumes when neither holds it).
+type pauses struct {
+	mu                 sync.Mutex
+	byHand, switchover bool
+	// count and total: the switchover pauses so far, and their length.
+	count int
+	total time.Duration
+}
+
+// hold pauses PgBouncer (pid) by hand while want, with SIGUSR1 (PAUSE,
+// which returns at once: running transactions finish first), and resumes
+// it with SIGUSR2 when want ends, unless a switchover holds it.
+func (ps *pauses) hold(pid *os.Process, want bool, log func(string, ...any)) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if want == ps.byHand {
+		return
+	}
+	ps.byHand = want
+	switch {
+	case ps.switchover:
+		log("paused by hand: %v (a switchover holds PgBouncer paused now)", want)
+	case want:
+		_ = pid.Signal(syscall.SIGUSR1)
+		log("pausing PgBouncer by hand (pgbouncer.paused): running transactions finish, new ones wait")
+	default:
+		_ = pid.Signal(syscall.SIGUSR2)
+		log("resuming PgBouncer: pgbouncer.paused is false")
+	}
+}
 
 // ConsoleUser is the admin_users entry the pooler manager reads
 // PgBouncer's console as (metrics) and pauses it with. Its password is
@@ -137,10 +174,19 @@ func (c Config) followOnce(ctx context.Context, log func(string, ...any)) error 
 func (c Config) pauseThrough(ctx context.Context, conn *pgx.Conn, p contract.Pooler, at, target string, log func(string, ...any)) {
 	began := time.Now()
 	deadline := began.Add(pauseLimit)
-	log("the primary at %s hands over to %s: pausing PgBouncer", at, target)
-	pause, cancel := context.WithDeadline(ctx, deadline)
-	err := c.onConsole(pause, "PAUSE")
-	cancel()
+	c.pauses.mu.Lock()
+	byHand := c.pauses.byHand
+	c.pauses.switchover = true
+	c.pauses.mu.Unlock()
+	var err error
+	if byHand {
+		log("the primary at %s hands over to %s: PgBouncer is paused by hand already", at, target)
+	} else {
+		log("the primary at %s hands over to %s: pausing PgBouncer", at, target)
+		pause, cancel := context.WithDeadline(ctx, deadline)
+		err = c.onConsole(pause, "PAUSE")
+		cancel()
+	}
 	if err == nil {
 		_, err = conn.Exec(ctx, "SELECT set_config('application_name', $1, false)", contract.PoolerPausedApp)
 	}
@@ -182,8 +228,18 @@ func (c Config) pauseThrough(ctx context.Context, conn *pgx.Conn, p contract.Poo
 	c.resume(context.Background(), log, began, fmt.Sprintf("no new primary within %s: PgBouncer connects wherever %s leads", pauseLimit, p.Host))
 }
 
-// resume RESUMEs PgBouncer, saying why.
+// resume ends a switchover's pause, saying why: RESUMEs PgBouncer, unless
+// it is paused by hand.
 func (c Config) resume(ctx context.Context, log func(string, ...any), began time.Time, why string) {
+	c.pauses.mu.Lock()
+	defer c.pauses.mu.Unlock()
+	c.pauses.switchover = false
+	c.pauses.count++
+	c.pauses.total += time.Since(began)
+	if c.pauses.byHand {
+		log("the switchover's pause ends after %s (%s); PgBouncer stays paused by hand", time.Since(began).Round(time.Millisecond), why)
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := c.onConsole(ctx, "RESUME"); err != nil {
