@@ -6,7 +6,9 @@
 // The chart is the kustomize output with three things made values:
 //   - the namespace (main-system) is the release's;
 //   - the image (controller:latest, in the manager's image and in its
-//     INSTANCE_MANAGER_IMAGE) is .Values.image;
+//     INSTANCE_MANAGER_IMAGE) is .Values.image, and the poolers' default
+//     image (mydatabase-pgbouncer:1.18.0, its POOLER_IMAGE)
+//     .Values.poolerImage;
 //   - every object in which config/default and config/namespaced differ
 //     (the manager's ClusterRole or Role, its binding, the Deployment's
 //     WATCH_NAMESPACE) has both forms, chosen by .Values.namespaceScoped;
@@ -29,7 +31,9 @@ import (
 const (
 	KustomizeNamespace = "main-system"
 	KustomizeImage     = "controller:latest"
-	metricsServiceName = "main-controller-manager-metrics-service"
+	// KustomizePoolerImage is specs.DefaultPoolerImage (render_test.go).
+	KustomizePoolerImage = "mydatabase-pgbouncer:1.18.0"
+	metricsServiceName   = "main-controller-manager-metrics-service"
 )
 
 // Chart is the chart's generated files (templates/ and crds/) by path
@@ -160,7 +164,9 @@ func template(body map[string]any) (string, error) {
 			line = key + ": {{ .Release.Namespace }}"
 		case found && value == KustomizeImage:
 			line = key + ": {{ .Values.image | quote }}"
-		case strings.Contains(line, KustomizeNamespace) || strings.Contains(line, KustomizeImage):
+		case found && value == KustomizePoolerImage:
+			line = key + ": {{ .Values.poolerImage | quote }}"
+		case strings.Contains(line, KustomizeNamespace) || strings.Contains(line, KustomizeImage) || strings.Contains(line, KustomizePoolerImage):
 			return "", fmt.Errorf("%q: a namespace or image where the chart cannot make it a value", line)
 		}
 		out.WriteString(line + "\n")

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"example.com/myoperator/internal/specs"
 )
 
 const clusterWide = `apiVersion: v1
@@ -29,6 +31,7 @@ metadata:
   namespace: main-system
 spec:
   image: controller:latest
+  pooler: mydatabase-pgbouncer:1.18.0
 `
 
 func TestRender(t *testing.T) {
@@ -60,10 +63,19 @@ metadata:
   namespace: {{ .Release.Namespace }}
 spec:
   image: {{ .Values.image | quote }}
+  pooler: {{ .Values.poolerImage | quote }}
 `,
 	}
 	if diff := cmp.Diff(want, chart); diff != "" {
 		t.Errorf("chart (-want +got):\n%s", diff)
+	}
+}
+
+// The chart's placeholder for the poolers' image is the operator's
+// default, which config/manager sets and values.yaml repeats.
+func TestPoolerImagePlaceholder(t *testing.T) {
+	if KustomizePoolerImage != specs.DefaultPoolerImage {
+		t.Errorf("KustomizePoolerImage %q, the operator's default %q", KustomizePoolerImage, specs.DefaultPoolerImage)
 	}
 }
 

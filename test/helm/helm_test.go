@@ -40,9 +40,11 @@ func TestChartMatchesKustomize(t *testing.T) {
 		},
 		"another namespace and image, namespace-scoped": {
 			namespace: "dbs", base: "config/namespaced",
-			set: []string{"namespaceScoped=true", "image=registry.example.com/myoperator:v1.2.3"},
+			set: []string{"namespaceScoped=true", "image=registry.example.com/myoperator:v1.2.3",
+				"poolerImage=registry.example.com/pgbouncer:1.23.1"},
 			// What make deploy IMG=... does: the image, and the
-			// INSTANCE_MANAGER_IMAGE that config/manager copies from it.
+			// INSTANCE_MANAGER_IMAGE that config/manager copies from it;
+			// and the poolers' image.
 			overlay: `namespace: dbs
 images:
 - name: controller
@@ -54,6 +56,9 @@ patches:
     - op: replace
       path: /spec/template/spec/containers/0/env/0
       value: {name: INSTANCE_MANAGER_IMAGE, value: registry.example.com/myoperator:v1.2.3}
+    - op: replace
+      path: /spec/template/spec/containers/0/env/1
+      value: {name: POOLER_IMAGE, value: registry.example.com/pgbouncer:1.23.1}
 `,
 		},
 		"metricsService=false leaves the metrics Service out": {
