@@ -94,7 +94,8 @@ type Pooler struct {
 //     PoolerSwitchoverChannel.
 //  2. A primary asked to hand over (AnnotationSwitchoverTo), once the
 //     target has caught up, NOTIFYs the channel with the target's name,
-//     again on every turn while it waits.
+//     again on every turn while it waits; a primary that stops (its pod
+//     is deleted) NOTIFYs it with "", once, an election to follow.
 //  3. Each pooler manager PAUSEs PgBouncer: running transactions finish,
 //     then every server connection is closed and new transactions queue.
 //     It then renames its control connection PoolerPausedApp.

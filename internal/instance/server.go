@@ -107,6 +107,13 @@ func (m *manager) shutdown() int {
 	wasPrimary := m.role == asPrimary
 	if wasPrimary {
 		m.checkpointFirst(context.Background())
+		// The poolers hold their clients' transactions until the next
+		// primary is elected; a tick at most is spent waiting for them.
+		if waiting, err := m.pausePoolers(context.Background(), ""); err != nil {
+			m.log("stopping without asking the poolers to pause: %v", err)
+		} else if waiting > 0 {
+			m.log("stopping before %d poolers paused", waiting)
+		}
 	}
 	m.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*m.t.tick)

@@ -17,14 +17,14 @@ import (
 //     (contract.AnnotationSwitchoverTo).
 //  2. The primary waits until the target streams from it and is less than
 //     maxHandOverLag behind, renewing the Lease meanwhile.
-//  3. It asks the poolers that follow switchovers to pause, and waits
+//  3. It runs a CHECKPOINT, for a tick at most (checkpointFirst), so that
+//     the shutdown's own checkpoint is short.
+//  4. It asks the poolers that follow switchovers to pause, and waits
 //     until they have, poolerPauseWait at most (pausePoolers; the
-//     protocol is in internal/contract, pooler.go).
-//  4. It runs a CHECKPOINT, for a tick at most (checkpointFirst), so that
-//     the shutdown's own checkpoint is short, and stops its server: a
-//     fast shutdown, which ends every session, writes a shutdown
-//     checkpoint and sends the WAL up to it to each connected standby
-//     before it exits.
+//     protocol is in internal/contract, pooler.go); then it stops its
+//     server: a fast shutdown, which ends every session, writes a
+//     shutdown checkpoint and sends the WAL up to it to each connected
+//     standby before it exits.
 //  5. It reads where its WAL ended (pg_controldata) and hands the Lease to
 //     the target with that position (handoffAnnotation), in one
 //     conditional update.
@@ -54,6 +54,9 @@ func (m *manager) handOver(ctx context.Context, target string) (bool, error) {
 	if lag > maxHandOverLag {
 		return false, fmt.Errorf("switchover to %s: it is %d bytes behind, waiting for it to catch up", target, lag)
 	}
+	if !m.pausingFor(target) {
+		m.checkpointFirst(ctx) // once, not again on each turn the poolers take
+	}
 	waiting, err := m.pausePoolers(ctx, target)
 	if err != nil {
 		return false, fmt.Errorf("switchover to %s: asking the poolers to pause: %w", target, err)
@@ -62,7 +65,6 @@ func (m *manager) handOver(ctx context.Context, target string) (bool, error) {
 		return false, fmt.Errorf("switchover to %s: waiting for %d poolers to pause", target, waiting)
 	}
 	m.log("switching over to %s, %d bytes behind", target, lag)
-	m.checkpointFirst(ctx)
 	m.stop()
 	end, err := m.walEnd(ctx)
 	if err != nil {
@@ -81,13 +83,14 @@ func (m *manager) handOver(ctx context.Context, target string) (bool, error) {
 const poolerPauseWait = 10 * time.Second
 
 // pausePoolers asks the poolers that follow switchovers to pause
-// (contract.PoolerSwitchoverChannel) and waits, a tick at most in this
-// turn, until each control connection reports it paused. It returns how
-// many have not yet, 0 once poolerPauseWait has passed since the first ask
-// for target.
+// (contract.PoolerSwitchoverChannel) for a switchover to target ("" when
+// this primary stops and an election follows), and waits, a tick at most
+// in this turn, until each control connection reports it paused. It
+// returns how many have not yet, 0 once poolerPauseWait has passed since
+// the first ask for target.
 func (m *manager) pausePoolers(ctx context.Context, target string) (int, error) {
 	now := time.Now()
-	if m.pausing.target != target || now.Sub(m.pausing.since) > 3*poolerPauseWait {
+	if !m.pausingFor(target) {
 		m.pausing.target, m.pausing.since = target, now
 	}
 	m.pausing.paused = 0
@@ -120,6 +123,12 @@ func (m *manager) pausePoolers(ctx context.Context, target string) (int, error) 
 		m.log("switchover to %s: %d poolers paused, within %s", target, paused, time.Since(m.pausing.since).Round(time.Millisecond))
 	}
 	return waiting, nil
+}
+
+// pausingFor tells whether the poolers were asked to pause for target
+// lately: a switchover that waits for them, not an earlier one.
+func (m *manager) pausingFor(target string) bool {
+	return !m.pausing.since.IsZero() && m.pausing.target == target && time.Since(m.pausing.since) <= 3*poolerPauseWait
 }
 
 // errNotStreaming: the target of a switchover does not stream from this

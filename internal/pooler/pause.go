@@ -179,10 +179,14 @@ func (c Config) pauseThrough(ctx context.Context, conn *pgx.Conn, p contract.Poo
 	c.pauses.switchover = true
 	c.pauses.mu.Unlock()
 	var err error
+	what := fmt.Sprintf("the primary at %s hands over to %s", at, target)
+	if target == "" {
+		what = fmt.Sprintf("the primary at %s stops, an election follows", at)
+	}
 	if byHand {
-		log("the primary at %s hands over to %s: PgBouncer is paused by hand already", at, target)
+		log("%s: PgBouncer is paused by hand already", what)
 	} else {
-		log("the primary at %s hands over to %s: pausing PgBouncer", at, target)
+		log("%s: pausing PgBouncer", what)
 		pause, cancel := context.WithDeadline(ctx, deadline)
 		err = c.onConsole(pause, "PAUSE")
 		cancel()
@@ -211,7 +215,7 @@ func (c Config) pauseThrough(ctx context.Context, conn *pgx.Conn, p contract.Poo
 	}
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		try, cancel := context.WithTimeout(ctx, time.Second)
-		next, now, writable, err := c.server(try, p, contract.PoolerControlApp)
+		next, now, writable, err := c.server(try, p, contract.PoolerControlApp+" resuming")
 		cancel()
 		if err == nil {
 			_ = next.Close(context.Background())

@@ -84,25 +84,10 @@ func TestPoolerFigures(t *testing.T) {
 		if m := regexp.MustCompile(`number of failed transactions: (\d+)`).FindStringSubmatch(out); m != nil {
 			r.failed, _ = strconv.Atoi(m[1])
 		}
-		var lat []time.Duration
-		files, _ := filepath.Glob(prefix + ".*")
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for line := range strings.Lines(string(b)) {
-				// client_id transaction_no time(us) script_no time_epoch time_us
-				if fields := strings.Fields(line); len(fields) >= 3 {
-					us, _ := strconv.Atoi(fields[2])
-					lat = append(lat, time.Duration(us)*time.Microsecond)
-				}
-			}
-		}
+		lat := pgbenchLatencies(t, prefix)
 		if len(lat) == 0 || r.tps == 0 {
 			t.Fatalf("pgbench %s reported nothing:\n%s", name, out)
 		}
-		slices.Sort(lat)
 		r.p50, r.p99, r.maxL = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
 		return r
 	}
@@ -178,4 +163,117 @@ func TestPoolerFigures(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestPoolerSwitchoverFigures measures a switchover under pgbench (make
+// bench-pooler): through a pooler in transaction mode, which pauses, and
+// straight through the -rw Service (here the front), each at a fixed rate
+// with a switchover in the middle: the clients that pgbench lost (it
+// aborts a client on its first error) and the longest transaction. With
+// POOLER_BENCH_DOC it writes them between the switchover markers.
+func TestPoolerSwitchoverFigures(t *testing.T) {
+	seconds, err := strconv.Atoi(os.Getenv("POOLER_BENCH_SECONDS"))
+	if err != nil || seconds < 1 {
+		t.Skip("POOLER_BENCH_SECONDS is not set: run make bench-pooler")
+	}
+	pc := startPooled(t, 2, nil, databasev1alpha1.MyDatabasePoolerSpec{PoolMode: databasev1alpha1.PoolModeTransaction})
+	c := pc.c
+	env := append(c.baseEnv(), "PGPASSWORD="+pc.password)
+	rw := fmt.Sprintf("host=localhost port=%d user=%s dbname=%s sslmode=verify-full sslrootcert=%s connect_timeout=10",
+		pc.pod.server, pc.user, pc.dbname, filepath.Join(pc.pod.dir, "tls", contract.PoolerServerCAKey))
+	through := strings.Replace(pc.login(pc.user, "-"), " password=-", "", 1)
+	pgbench := func(ctx context.Context, args ...string) (string, error) {
+		return c.run(ctx, env, append([]string{"pgbench"}, args...)...)
+	}
+	if out, err := pgbench(context.Background(), "-i", "-q", "-s", "10", rw); err != nil {
+		t.Fatalf("pgbench -i: %v\n%s", err, out)
+	}
+	logs := filepath.Join(c.base, "pgbench-logs")
+	if err := os.Mkdir(logs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(logs, c.user.uid, c.user.gid); err != nil {
+		t.Fatal(err)
+	}
+	const clients, rate = 8, 400
+	duration := 3 * seconds / 2
+	type result struct {
+		transactions, aborted int
+		p99, maxL             time.Duration
+	}
+	// across runs pgbench through conninfo while the primary switches
+	// over to target, a third of the way in.
+	across := func(name, conninfo string, target *pod) result {
+		t.Helper()
+		prefix := filepath.Join(logs, name)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(duration+60)*time.Second)
+		defer cancel()
+		type done struct {
+			out string
+			err error
+		}
+		finished := make(chan done, 1)
+		go func() {
+			out, err := pgbench(ctx, "-c", strconv.Itoa(clients), "-j", "2", "-T", strconv.Itoa(duration), "-R", strconv.Itoa(rate),
+				"-M", "simple", "-l", "--log-prefix="+prefix, conninfo)
+			finished <- done{out, err}
+		}()
+		time.Sleep(time.Duration(duration) * time.Second / 3)
+		c.requestSwitchover(t, target)
+		d := <-finished
+		var r result
+		r.aborted = len(regexp.MustCompile(`client \d+ (script \d+ )?aborted`).FindAllString(d.out, -1))
+		if d.err != nil && r.aborted == 0 {
+			t.Fatalf("pgbench %s: %v\n%s", name, d.err, d.out)
+		}
+		lat := pgbenchLatencies(t, prefix)
+		if len(lat) == 0 {
+			t.Fatalf("pgbench %s logged no transaction:\n%s", name, d.out)
+		}
+		r.transactions, r.p99, r.maxL = len(lat), lat[len(lat)*99/100], lat[len(lat)-1]
+		return r
+	}
+	pooled := across("pooler", through, pc.pods[1])
+	direct := across("direct", rw, pc.pods[0])
+	if pooled.aborted != 0 {
+		t.Errorf("through the pooler, pgbench lost %d of %d clients across the switchover; want none", pooled.aborted, clients)
+	}
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+	table := fmt.Sprintf("Measured by `make bench-pooler` on %s: a switchover a third of the way into `pgbench -c %d -j 2 -T %d -R %d -M simple` "+
+		"(TPC-B, scale 10; PostgreSQL %d, two servers, PgBouncer 1.18 in transaction mode; the same 2-core machine); pgbench ends a client at its first error:\n\n"+
+		"| pgbench through | transactions | clients lost | latency p99 | longest transaction |\n|---|---|---|---|---|\n"+
+		"| the pooler (it pauses through the switchover) | %d | **%d** of %d | %s | %s |\n"+
+		"| the `-rw` Service, no pooler | %d | %d of %d | %s | %s |\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), clients, duration, rate, c.srv.major,
+		pooled.transactions, pooled.aborted, clients, ms(pooled.p99), ms(pooled.maxL),
+		direct.transactions, direct.aborted, clients, ms(direct.p99), ms(direct.maxL))
+	t.Log("\n" + table)
+	for doc := range strings.FieldsSeq(os.Getenv("POOLER_BENCH_DOC")) {
+		if err := splice(doc, "<!-- pooler switchover figures -->", "<!-- end of pooler switchover figures -->", table); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// pgbenchLatencies reads the transaction logs of pgbench -l
+// --log-prefix=prefix: each transaction's latency, sorted.
+func pgbenchLatencies(t *testing.T, prefix string) []time.Duration {
+	t.Helper()
+	var lat []time.Duration
+	files, _ := filepath.Glob(prefix + ".*")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(string(b)) {
+			// client_id transaction_no time(us) script_no time_epoch time_us
+			if fields := strings.Fields(line); len(fields) >= 3 {
+				us, _ := strconv.Atoi(fields[2])
+				lat = append(lat, time.Duration(us)*time.Microsecond)
+			}
+		}
+	}
+	slices.Sort(lat)
+	return lat
 }

@@ -541,17 +541,6 @@ func (w *writer) gapAfter(t time.Time) (gap time.Duration, ok bool) {
 	return next.Sub(last), true
 }
 
-// firstAckAfter is when the first write after at was acknowledged; zero
-// if none was.
-func (w *writer) firstAckAfter(at time.Time) time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if i, _ := slices.BinarySearchFunc(w.ok, at, time.Time.Compare); i < len(w.ok) {
-		return w.ok[i]
-	}
-	return time.Time{}
-}
-
 // ackedAfter tells whether a write was acknowledged after at.
 func (w *writer) ackedAfter(at time.Time) bool {
 	w.mu.Lock()

@@ -222,13 +222,15 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		clients := startClients(ctx, throughPooler, 4)
 		began := time.Now()
 		move()
-		acked, failed := clients.stop(), clients.unacknowledged()
+		acked, failed, unknown := clients.stop(), clients.failures(), clients.unacknowledged()
 		n := count(t, uri)
 		t.Logf("THROUGH THE POOLER during %s: %d writes acknowledged, %d failed; the slowest took %s, the longest gap %s",
 			what, acked, failed, clients.slowest.Round(time.Millisecond), clients.longestGap().Round(time.Millisecond))
 		writeResult(t, result, clients.slowest)
-		if failed != 0 || n < rows+acked || n > rows+acked+failed {
-			t.Errorf("through the pooler: %d writes failed (%q), %d rows for %d before and %d acknowledged; want none failed, none lost", failed, clients.errs, n, rows, acked)
+		// Those the stop cut may or may not be there.
+		if failed != 0 || n < rows+acked || n > rows+acked+unknown {
+			t.Errorf("through the pooler: %d writes failed (%q), %d rows for %d before, %d acknowledged and %d unknown; want none failed, none lost",
+				failed, clients.errs, n, rows, acked, unknown)
 		}
 		rows = n
 		// Not by luck: each PgBouncer paused and resumed.
@@ -501,7 +503,7 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		}
 	})
 
-	step("deleting the primary pod: a replica takes over, none acknowledged is lost, the pooler reconnects", func(t *testing.T) {
+	step("deleting the primary pod: a replica takes over, none acknowledged is lost; the pooler's clients see no error", func(t *testing.T) {
 		// The rolls above moved the primary, each by a switchover.
 		var db databasev1alpha1.MyDatabase
 		if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: dbName}, &db); err != nil {
@@ -534,17 +536,21 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		})
 		acked, pooledAcked := w.stop(), clients.stop()
 		gap, _ := w.gapAfter(deleted)
-		pooledGap, _ := clients.gapAfter(deleted)
 		// Reported, not asserted: tests assert behaviour, benchmarks time.
-		t.Logf("WRITE GAP after deleting the primary pod %s: %s (last acknowledged write to the first one after); through the pooler %s, %d writes failed",
-			primary, gap.Round(10*time.Millisecond), pooledGap.Round(10*time.Millisecond), clients.unacknowledged())
+		t.Logf("WRITE GAP after deleting the primary pod %s: %s (last acknowledged write to the first one after); through the pooler %s, the slowest write %s, %d failed",
+			primary, gap.Round(10*time.Millisecond), clients.longestGap().Round(10*time.Millisecond), clients.slowest.Round(10*time.Millisecond), clients.failures())
 		writeResult(t, "write-gap-primary-pod-deleted", gap)
-		writeResult(t, "pooler-write-gap-primary-pod-deleted", pooledGap)
-		// The pooler reconnects as soon as the new primary serves: its
-		// clients write again within a few seconds of the rw Service's
-		// (PgBouncer's default server_login_retry would add up to 15 s).
-		if first, pooledFirst := w.firstAckAfter(deleted), clients.firstAckAfter(deleted); pooledFirst.Sub(first) > 5*time.Second {
-			t.Errorf("through the pooler the first write after the failover came %s after the rw Service's", pooledFirst.Sub(first).Round(10*time.Millisecond))
+		writeResult(t, "pooler-write-gap-primary-pod-deleted", clients.longestGap())
+		// The primary asked the poolers to pause before it stopped: their
+		// clients' transactions waited for the election instead of
+		// failing, and ran as soon as the new primary served (within a
+		// few seconds of the rw Service's clients).
+		if n := clients.failures(); n != 0 {
+			t.Errorf("through the pooler %d writes failed (%q); want none: the poolers pause before the primary stops", n, clients.errs)
+		}
+		_, directBack := w.longestGapEnded()
+		if _, pooledBack := clients.longestGapEnded(); pooledBack.Sub(directBack) > 5*time.Second {
+			t.Errorf("through the pooler the writes came back %s after the rw Service's", pooledBack.Sub(directBack).Round(10*time.Millisecond))
 		}
 		waitReady(t, ns, 3, 5*time.Minute)
 		// Every acknowledged write is there; a failed one may be too (its
