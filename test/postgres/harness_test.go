@@ -51,6 +51,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -60,6 +61,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -990,19 +992,53 @@ func (c *cluster) reapLeftovers() {
 	}
 }
 
-// freePorts returns n distinct ports free on every address of this machine.
+// freePorts returns n distinct ports free on every address of this
+// machine, each handed out once per run. They come from below the
+// kernel's ephemeral range (ip_local_port_range) when it leaves room: a
+// port the kernel gives for ":0" may be given again to any other listener
+// between this check and the server's own bind, as a restored server once
+// found ("could not bind IPv4 address "0.0.0.0": Address already in use",
+// and its clients then reached someone's HTTP server).
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
+	low := ephemeralLow()
 	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", ":0")
-		if err != nil {
-			t.Fatal(err)
+	for tries := 0; len(ports) < n; tries++ {
+		port := 0
+		if low > portsFrom+1000 {
+			nextPort.CompareAndSwap(0, int32(portsFrom+rand.IntN(low-portsFrom-1000)))
+			if port = int(nextPort.Add(1)); port >= low {
+				nextPort.Store(portsFrom)
+				continue
+			}
 		}
-		defer func() { _ = l.Close() }()
+		l, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
+		if err != nil {
+			if tries > 1000 {
+				t.Fatal(err)
+			}
+			continue
+		}
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		_ = l.Close()
 	}
 	return ports
+}
+
+// portsFrom is the lowest port freePorts hands out; nextPort the last.
+const portsFrom = 20000
+
+var nextPort atomic.Int32
+
+// ephemeralLow is the lowest port the kernel picks for ":0" (32768 by
+// default); 0 when unknown.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	low, _ := strconv.Atoi(strings.Fields(string(b) + " 0")[0])
+	return low
 }
 
 // writeOwned writes a file only the postgres OS user may read, as libpq
