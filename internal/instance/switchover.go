@@ -93,7 +93,10 @@ func (m *manager) pausePoolers(ctx context.Context, target string) (int, error) 
 	if !m.pausingFor(target) {
 		m.pausing.target, m.pausing.since = target, now
 	}
-	m.pausing.paused = 0
+	what := "switchover to " + target
+	if target == "" {
+		what = "stopping"
+	}
 	waiting, paused := 0, 0
 	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", contract.PoolerSwitchoverChannel, target); err != nil {
@@ -117,10 +120,10 @@ func (m *manager) pausePoolers(ctx context.Context, target string) (int, error) 
 	case err != nil:
 		return 0, err
 	case waiting > 0 && time.Since(m.pausing.since) >= poolerPauseWait:
-		m.log("switchover to %s: %d poolers did not pause within %s; stopping anyway", target, waiting, poolerPauseWait)
+		m.log("%s: %d poolers did not pause within %s; stopping anyway", what, waiting, poolerPauseWait)
 		return 0, nil
 	case waiting == 0 && paused > 0:
-		m.log("switchover to %s: %d poolers paused, within %s", target, paused, time.Since(m.pausing.since).Round(time.Millisecond))
+		m.log("%s: %d poolers paused, within %s", what, paused, time.Since(m.pausing.since).Round(time.Millisecond))
 	}
 	return waiting, nil
 }

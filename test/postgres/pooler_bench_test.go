@@ -58,14 +58,7 @@ func TestPoolerFigures(t *testing.T) {
 		failed         int
 	}
 	const clients = 16
-	// Where the postgres OS user, which runs pgbench, may write.
-	logs := filepath.Join(c.base, "pgbench-logs")
-	if err := os.Mkdir(logs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(logs, c.user.uid, c.user.gid); err != nil {
-		t.Fatal(err)
-	}
+	logs := pgbenchLogs(t, c)
 	run := func(name, conninfo string, round int, extra ...string) result {
 		t.Helper()
 		prefix := filepath.Join(logs, fmt.Sprintf("%s-%d", name, round))
@@ -188,13 +181,7 @@ func TestPoolerSwitchoverFigures(t *testing.T) {
 	if out, err := pgbench(context.Background(), "-i", "-q", "-s", "10", rw); err != nil {
 		t.Fatalf("pgbench -i: %v\n%s", err, out)
 	}
-	logs := filepath.Join(c.base, "pgbench-logs")
-	if err := os.Mkdir(logs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(logs, c.user.uid, c.user.gid); err != nil {
-		t.Fatal(err)
-	}
+	logs := pgbenchLogs(t, c)
 	const clients, rate = 8, 400
 	duration := 3 * seconds / 2
 	type result struct {
@@ -276,4 +263,18 @@ func pgbenchLatencies(t *testing.T, prefix string) []time.Duration {
 	}
 	slices.Sort(lat)
 	return lat
+}
+
+// pgbenchLogs makes a directory for pgbench's transaction logs, where the
+// postgres OS user, which runs pgbench, may write.
+func pgbenchLogs(t *testing.T, c *cluster) string {
+	t.Helper()
+	logs := filepath.Join(c.base, "pgbench-logs")
+	if err := os.Mkdir(logs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(logs, c.user.uid, c.user.gid); err != nil {
+		t.Fatal(err)
+	}
+	return logs
 }
