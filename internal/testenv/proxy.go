@@ -37,6 +37,12 @@ func To(addr string) func() string { return func() string { return addr } }
 // Addr is host:port to connect to.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
+// Port is the port Addr listens on.
+func (p *Proxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+
+// Target is where a connection made now would be forwarded ("" refused).
+func (p *Proxy) Target() string { return p.target() }
+
 // Close stops listening and closes every connection.
 func (p *Proxy) Close() {
 	_ = p.ln.Close()

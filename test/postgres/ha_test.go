@@ -597,7 +597,7 @@ func startHA(t *testing.T, synchronous *databasev1alpha1.SynchronousReplication)
 	c.op = c.startOperator(t)
 	front := c.front(t, pods)
 	auth := fmt.Sprintf("user=%s password=%s dbname=%s sslmode=disable connect_timeout=2", user, appPassword, dbname)
-	conninfo := fmt.Sprintf("host=127.0.0.1 port=%s %s", strings.Split(front.Addr(), ":")[1], auth)
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d %s", front.Port(), auth)
 	c.healthy(t, pods)
 	c.query(t, conninfo, "", checkerTable)
 	outage := 90 * time.Second

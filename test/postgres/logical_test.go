@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
+	"example.com/myoperator/internal/testenv"
 )
 
 // TestLogicalReplication: spec.replication.logical on real servers (a
@@ -75,19 +75,15 @@ func TestLogicalReplication(t *testing.T) {
 		c.query(t, app, appPassword, "INSERT INTO drafts VALUES (7)", "INSERT INTO orders VALUES (42)")
 	})
 
-	frontPort, err := strconv.Atoi(strings.Split(front.Addr(), ":")[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	subscribeTo(t, c, frontPort, secret, func(id int) {
-		c.query(t, tcp(frontPort, db.Spec.User, db.Spec.DatabaseName), appPassword, fmt.Sprintf("INSERT INTO orders VALUES (%d)", id))
+	subscribeTo(t, c, front, secret, func(id int) {
+		c.query(t, tcp(front.Port(), db.Spec.User, db.Spec.DatabaseName), appPassword, fmt.Sprintf("INSERT INTO orders VALUES (%d)", id))
 	})
 }
 
 // subscribeTo subscribes a second MyDatabase, in another namespace of the
 // same API server, to the publisher's orders_pub through a Secret made
 // from the publisher's mydatabase_logical Secret (logical), with a uri to
-// the publisher's read-write front (port), as a Service would be: the
+// the publisher's read-write front, as a Service would be: the
 // harness has no Service names, so the subscription to a MyDatabase by
 // name, and failover slots (PostgreSQL 17), are proven on real pods
 // (test/real). The subscription is reported until the table it receives
@@ -95,9 +91,9 @@ func TestLogicalReplication(t *testing.T) {
 // Before 17, the publisher's failover loses the slot, and the remedy is
 // what docs/logical-replication.md says. ensure: absent drops the
 // subscription and its slot on the publisher.
-func subscribeTo(t *testing.T, publisher *cluster, port int, logical *corev1.Secret, insert func(id int)) {
+func subscribeTo(t *testing.T, publisher *cluster, front *testenv.Proxy, logical *corev1.Secret, insert func(id int)) {
 	feed := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "shop-feed", Namespace: "analytics"}, Data: map[string][]byte{
-		"uri":      []byte(fmt.Sprintf("postgresql://%s@127.0.0.1:%d/%s?sslmode=verify-ca", specs.LogicalRole, port, publisher.db.Spec.DatabaseName)),
+		"uri":      []byte(fmt.Sprintf("postgresql://%s@%s/%s?sslmode=verify-ca", specs.LogicalRole, front.Addr(), publisher.db.Spec.DatabaseName)),
 		"password": logical.Data[specs.SecretPasswordKey],
 		"ca.crt":   logical.Data[specs.CACertKey],
 	}}
@@ -152,9 +148,11 @@ func subscribeTo(t *testing.T, publisher *cluster, port int, logical *corev1.Sec
 		// subscription cannot go on.
 		offset := primary.logSize()
 		publisher.pods[0].killContainer(t)
+		// The front looks the primary up on its own turn: wait for it,
+		// not for the label, or insert may find no primary behind it.
+		promoted := fmt.Sprintf("127.0.0.1:%d", publisher.pods[1].port)
 		eventually(t, time.Minute, "the publisher's replica promoted behind the front", func() (bool, string) {
-			p := publisher.labelledPrimary(context.Background(), publisher.pods)
-			return p == publisher.pods[1], fmt.Sprint(p)
+			return front.Target() == promoted, front.Target()
 		})
 		insert(44)
 		// The status says the subscription fails, the server log why.

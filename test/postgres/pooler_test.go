@@ -349,8 +349,7 @@ func startPooled(t *testing.T, n int, params map[string]string, spec databasev1a
 	c.op = c.startOperator(t)
 	rw := pc.primary.port
 	if n > 1 {
-		_, port, _ := net.SplitHostPort(c.front(t, pc.pods).Addr())
-		rw, _ = strconv.Atoi(port)
+		rw = c.front(t, pc.pods).Port()
 	}
 
 	// The pooler reaches the servers by the -rw Service's name in a
