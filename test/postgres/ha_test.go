@@ -719,6 +719,7 @@ func (c *cluster) front(t *testing.T, pods []*pod) *testenv.Proxy {
 		t.Fatal(err)
 	}
 	t.Cleanup(proxy.Close)
+	c.rw = proxy
 	return proxy
 }
 
@@ -754,13 +755,18 @@ func (c *cluster) labelledPrimary(ctx context.Context, pods []*pod) *pod {
 	return nil
 }
 
-// waitPrimary waits until one of candidates is the labelled primary.
+// waitPrimary waits until one of candidates is the labelled primary and,
+// if the cluster has a front, the front routes to it: the front looks the
+// primary up on its own turn, a Service's endpoints lag the label too.
 func (c *cluster) waitPrimary(t *testing.T, candidates []*pod, timeout time.Duration) *pod {
 	t.Helper()
 	var found *pod
 	eventually(t, timeout, "a primary among the candidates", func() (bool, string) {
 		found = c.labelledPrimary(context.Background(), candidates)
-		return found != nil, ""
+		if found == nil || c.rw == nil {
+			return found != nil, "none labelled"
+		}
+		return c.rw.Target() == fmt.Sprintf("127.0.0.1:%d", found.port), "the front routes to " + c.rw.Target()
 	})
 	return found
 }

@@ -190,6 +190,8 @@ type cluster struct {
 	op          *operator // the operator, when the test runs it
 	token       string    // of the instance managers' ServiceAccount
 	podLabels   map[string]string
+	// rw is the read-write front, when the test made one (front).
+	rw *testenv.Proxy
 }
 
 func newCluster(t *testing.T, srv server, db *databasev1alpha1.MyDatabase, secrets ...*corev1.Secret) *cluster {

@@ -17,7 +17,6 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
-	"example.com/myoperator/internal/testenv"
 )
 
 // TestLogicalReplication: spec.replication.logical on real servers (a
@@ -75,7 +74,7 @@ func TestLogicalReplication(t *testing.T) {
 		c.query(t, app, appPassword, "INSERT INTO drafts VALUES (7)", "INSERT INTO orders VALUES (42)")
 	})
 
-	subscribeTo(t, c, front, secret, func(id int) {
+	subscribeTo(t, c, secret, func(id int) {
 		c.query(t, tcp(front.Port(), db.Spec.User, db.Spec.DatabaseName), appPassword, fmt.Sprintf("INSERT INTO orders VALUES (%d)", id))
 	})
 }
@@ -91,9 +90,9 @@ func TestLogicalReplication(t *testing.T) {
 // Before 17, the publisher's failover loses the slot, and the remedy is
 // what docs/logical-replication.md says. ensure: absent drops the
 // subscription and its slot on the publisher.
-func subscribeTo(t *testing.T, publisher *cluster, front *testenv.Proxy, logical *corev1.Secret, insert func(id int)) {
+func subscribeTo(t *testing.T, publisher *cluster, logical *corev1.Secret, insert func(id int)) {
 	feed := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "shop-feed", Namespace: "analytics"}, Data: map[string][]byte{
-		"uri":      []byte(fmt.Sprintf("postgresql://%s@%s/%s?sslmode=verify-ca", specs.LogicalRole, front.Addr(), publisher.db.Spec.DatabaseName)),
+		"uri":      []byte(fmt.Sprintf("postgresql://%s@%s/%s?sslmode=verify-ca", specs.LogicalRole, publisher.rw.Addr(), publisher.db.Spec.DatabaseName)),
 		"password": logical.Data[specs.SecretPasswordKey],
 		"ca.crt":   logical.Data[specs.CACertKey],
 	}}
@@ -148,12 +147,7 @@ func subscribeTo(t *testing.T, publisher *cluster, front *testenv.Proxy, logical
 		// subscription cannot go on.
 		offset := primary.logSize()
 		publisher.pods[0].killContainer(t)
-		// The front looks the primary up on its own turn: wait for it,
-		// not for the label, or insert may find no primary behind it.
-		promoted := fmt.Sprintf("127.0.0.1:%d", publisher.pods[1].port)
-		eventually(t, time.Minute, "the publisher's replica promoted behind the front", func() (bool, string) {
-			return front.Target() == promoted, front.Target()
-		})
+		publisher.waitPrimary(t, publisher.pods[1:], time.Minute)
 		insert(44)
 		// The status says the subscription fails, the server log why.
 		c.databasesApplied(t, metav1.ConditionFalse, "subscription orders_sub: its worker failed within the last minute")
