@@ -137,6 +137,21 @@ type SwitchoverStatus struct {
 	// finishedAt is when it succeeded or failed.
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// poolers are the MyDatabasePoolers whose pods paused PgBouncer
+	// before the old primary stopped, and how many pods of each: their
+	// clients' transactions waited for the new primary instead of failing.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Poolers []SwitchoverPooler `json:"poolers,omitempty"`
+}
+
+// SwitchoverPooler is how many pods of one pooler paused for a switchover.
+type SwitchoverPooler struct {
+	// name of the MyDatabasePooler.
+	Name string `json:"name"`
+	// pausedPods is how many of its pods paused.
+	PausedPods int32 `json:"pausedPods"`
 }
 
 // InstanceStatus is what one server's instance manager last reported

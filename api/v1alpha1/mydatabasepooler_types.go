@@ -224,6 +224,12 @@ type MyDatabasePoolerStatus struct {
 	// +optional
 	SecretName string `json:"secretName,omitempty"`
 
+	// lastSwitchover is how this pooler went through the last switchover
+	// of its MyDatabase since the pooler was made, when it pauses through
+	// them (a read-write pooler in transaction mode).
+	// +optional
+	LastSwitchover *PoolerSwitchoverStatus `json:"lastSwitchover,omitempty"`
+
 	// conditions, in the kstatus convention: Ready, Reconciling (only
 	// while True), Stalled (only while True: a person must act, the
 	// message says how).
@@ -231,6 +237,28 @@ type MyDatabasePoolerStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// PoolerSwitchoverStatus is how a pooler went through a switchover of its
+// MyDatabase.
+type PoolerSwitchoverStatus struct {
+	// from and to are the old and the new primary.
+	// +optional
+	From string `json:"from,omitempty"`
+	// +optional
+	To string `json:"to,omitempty"`
+	// finishedAt is when the switchover succeeded (the MyDatabase's
+	// status.switchover.finishedAt).
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// pausedPods is how many of the pooler's pods paused PgBouncer before
+	// the old primary stopped: their clients' transactions waited for the
+	// new primary. A pod that did not pause dropped its server
+	// connections with the old primary, failing the transactions on them.
+	PausedPods int32 `json:"pausedPods"`
+	// message says it in words.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // MyDatabasePooler is a PgBouncer connection pooler in front of a

@@ -17,10 +17,11 @@ const (
 	// operator writes it (status.targetPrimary); the primary's instance
 	// manager removes it when it hands the Lease over.
 	AnnotationSwitchoverTo = "database.example.com/switchover-to"
-	// AnnotationPoolersPaused on the primary Lease is how many pooler
-	// pods paused their clients for the last switchover (PoolerSwitchoverChannel),
-	// a number: the primary that hands the Lease over writes it, the
-	// operator reports it with the switchover.
+	// AnnotationPoolersPaused on the primary Lease is how many pods of
+	// each pooler paused their clients for the last switchover
+	// (PoolerSwitchoverChannel, FormatPoolersPaused): the primary that
+	// hands the Lease over writes it, the operator reports it with the
+	// switchover, in the MyDatabase's status and each pooler's.
 	AnnotationPoolersPaused = "database.example.com/poolers-paused"
 	// AnnotationQuorum on the primary Lease is the MyDatabase's Quorum,
 	// JSON: there a change reaches the instance managers without a pod

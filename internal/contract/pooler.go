@@ -1,5 +1,12 @@
 package contract
 
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+)
+
 // What the operator says to a pooler manager (internal/pooler), which runs
 // PgBouncer in a MyDatabasePooler's pods: its configuration, as JSON in the
 // pooler's ConfigMap, mounted where PoolerConfigEnv says; its certificates,
@@ -82,6 +89,9 @@ type Pooler struct {
 	// Paused: PgBouncer is held paused (the spec's pgbouncer.paused) until
 	// it is false again.
 	Paused bool `json:"paused,omitempty"`
+	// ID names the pooler to the primary in its control connection's
+	// application_name (PoolerApp): PoolerID of its UID.
+	ID string `json:"id,omitempty"`
 }
 
 // A switchover that a pooler's clients do not see. The primary and the
@@ -90,7 +100,7 @@ type Pooler struct {
 //
 //  1. A pooler manager with PauseOnSwitchover keeps a control connection
 //     to the primary as PoolerRole (its certificate), in the postgres
-//     database, named PoolerControlApp, LISTENing on
+//     database, named PoolerApp(its ID, false), LISTENing on
 //     PoolerSwitchoverChannel.
 //  2. A primary asked to hand over (AnnotationSwitchoverTo), once the
 //     target has caught up, NOTIFYs the channel with the target's name,
@@ -98,10 +108,11 @@ type Pooler struct {
 //     is deleted) NOTIFYs it with "", once, an election to follow.
 //  3. Each pooler manager PAUSEs PgBouncer: running transactions finish,
 //     then every server connection is closed and new transactions queue.
-//     It then renames its control connection PoolerPausedApp.
+//     It then renames its control connection PoolerApp(its ID, true).
 //  4. The primary stops once every control connection it serves is named
-//     PoolerPausedApp, or after a bounded wait (a pooler that cannot pause
-//     in time must not hold a switchover back).
+//     paused, or after a bounded wait (a pooler that cannot pause in time
+//     must not hold a switchover back). Handing the Lease over, it writes
+//     how many pods of each pooler paused (AnnotationPoolersPaused).
 //  5. Each pooler manager waits for a writable server other than the one
 //     it paused on, through Host, and RESUMEs PgBouncer: queued
 //     transactions run on the new primary. A pause is bounded too: past
@@ -111,4 +122,76 @@ const (
 	PoolerSwitchoverChannel = "mydatabase_switchover"
 	PoolerControlApp        = "mydatabase-pooler"
 	PoolerPausedApp         = "mydatabase-pooler paused"
+	// PoolerProbeApp names the pooler manager's short connections that
+	// look for the new primary: never a control connection.
+	PoolerProbeApp = "mydatabase-pooler probe"
 )
+
+// PoolerID is the ID of the pooler whose UID is uid: its first 8
+// characters, which fit any application_name (63 bytes) and tell a
+// database's poolers apart.
+func PoolerID(uid string) string { return uid[:min(8, len(uid))] }
+
+// PoolerApp is the application_name of the control connection of the
+// pooler id, paused or not: PoolerControlApp or PoolerPausedApp, then
+// " " and id (pooler managers before IDs sent the bare names).
+func PoolerApp(id string, paused bool) string {
+	app := PoolerControlApp
+	if paused {
+		app = PoolerPausedApp
+	}
+	if id == "" {
+		return app
+	}
+	return app + " " + id
+}
+
+// ParsePoolerApp reads PoolerApp: ok is false for any other name.
+func ParsePoolerApp(app string) (id string, paused, ok bool) {
+	for _, paused := range []bool{true, false} {
+		bare := PoolerApp("", paused)
+		if app == bare {
+			return "", paused, true
+		}
+		if id, found := strings.CutPrefix(app, bare+" "); found && validPoolerID(id) {
+			return id, paused, true
+		}
+	}
+	return "", false, false
+}
+
+func validPoolerID(id string) bool {
+	return id != "" && len(id) <= 8 && strings.Trim(id, "0123456789abcdef") == ""
+}
+
+// FormatPoolersPaused is the value of AnnotationPoolersPaused: how many
+// pods of each pooler (by ID) paused, as id=n pairs separated by commas,
+// in ID order; pods of pooler managers before IDs count as a bare n.
+func FormatPoolersPaused(paused map[string]int) string {
+	ids := slices.Sorted(maps.Keys(paused))
+	pairs := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if id == "" {
+			pairs = append(pairs, strconv.Itoa(paused[id]))
+		} else {
+			pairs = append(pairs, id+"="+strconv.Itoa(paused[id]))
+		}
+	}
+	return strings.Join(pairs, ",")
+}
+
+// ParsePoolersPaused reads FormatPoolersPaused, and the bare count
+// primaries before IDs wrote; it skips what it cannot read.
+func ParsePoolersPaused(value string) map[string]int {
+	paused := map[string]int{}
+	for pair := range strings.SplitSeq(value, ",") {
+		id, count, found := strings.Cut(pair, "=")
+		if !found {
+			id, count = "", pair
+		}
+		if n, err := strconv.Atoi(count); err == nil && n > 0 && (id == "" || validPoolerID(id)) {
+			paused[id] += n
+		}
+	}
+	return paused
+}

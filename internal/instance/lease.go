@@ -260,15 +260,15 @@ func (l *leases) renew(ctx context.Context, timeline int64) (time.Time, error) {
 }
 
 // handOver gives the Lease to target, in a planned switchover, with where
-// this primary's WAL ended, and how many pooler pods paused for it: only
-// once this server has stopped.
-func (l *leases) handOver(ctx context.Context, target string, end uint64, poolersPaused int) error {
+// this primary's WAL ended, and how many pods of each pooler paused for
+// it: only once this server has stopped.
+func (l *leases) handOver(ctx context.Context, target string, end uint64, poolersPaused map[string]int) error {
 	if l.lease == nil || ptr.Deref(l.lease.Spec.HolderIdentity, "") != l.k.c.PodName {
 		return errNotHolder
 	}
 	lease := l.held(target)
 	lease.Annotations[handoffAnnotation] = contract.FormatLSN(end)
-	lease.Annotations[contract.AnnotationPoolersPaused] = strconv.Itoa(poolersPaused)
+	lease.Annotations[contract.AnnotationPoolersPaused] = contract.FormatPoolersPaused(poolersPaused)
 	delete(lease.Annotations, contract.AnnotationSwitchoverTo)
 	_, err := l.update(ctx, lease)
 	return err

@@ -60,11 +60,12 @@ type manager struct {
 	declared *declaredKeeper // declared roles and databases (declared.go)
 	slots    slotKeeping     // the replication slots (slots.go)
 	// pausing is the switchover the poolers were last asked to pause
-	// for, when, and how many had paused at the last look (switchover.go).
+	// for, when, and how many pods of each pooler (by ID) had paused at
+	// the last look (switchover.go).
 	pausing struct {
 		target string
 		since  time.Time
-		paused int
+		paused map[string]int
 	}
 	sent     contract.Report // the last report published
 	logged   string          // the last message of logOnce

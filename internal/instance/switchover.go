@@ -97,15 +97,14 @@ func (m *manager) pausePoolers(ctx context.Context, target string) (int, error) 
 	if target == "" {
 		what = "stopping"
 	}
-	waiting, paused := 0, 0
+	waiting, paused := 0, map[string]int{}
 	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", contract.PoolerSwitchoverChannel, target); err != nil {
 			return err
 		}
 		for deadline := now.Add(m.t.tick); ; {
-			err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE application_name = $2), count(*) FILTER (WHERE application_name = $3)
-				FROM pg_stat_activity WHERE usename = $1`, contract.PoolerRole, contract.PoolerControlApp, contract.PoolerPausedApp).Scan(&waiting, &paused)
-			if err != nil || waiting == 0 || time.Now().After(deadline) {
+			var err error
+			if waiting, paused, err = controlConnections(ctx, conn); err != nil || waiting == 0 || time.Now().After(deadline) {
 				return err
 			}
 			select {
@@ -122,10 +121,33 @@ func (m *manager) pausePoolers(ctx context.Context, target string) (int, error) 
 	case waiting > 0 && time.Since(m.pausing.since) >= poolerPauseWait:
 		m.log("%s: %d poolers did not pause within %s; stopping anyway", what, waiting, poolerPauseWait)
 		return 0, nil
-	case waiting == 0 && paused > 0:
-		m.log("%s: %d poolers paused, within %s", what, paused, time.Since(m.pausing.since).Round(time.Millisecond))
+	case waiting == 0 && len(paused) > 0:
+		m.log("%s: poolers paused (%s pods by pooler ID), within %s", what, contract.FormatPoolersPaused(paused),
+			time.Since(m.pausing.since).Round(time.Millisecond))
 	}
 	return waiting, nil
+}
+
+// controlConnections counts the poolers' control connections to this
+// server: how many have not paused, and how many have by pooler ID.
+func controlConnections(ctx context.Context, conn *pgx.Conn) (waiting int, paused map[string]int, err error) {
+	rows, err := conn.Query(ctx, "SELECT application_name, count(*) FROM pg_stat_activity WHERE usename = $1 GROUP BY 1", contract.PoolerRole)
+	if err != nil {
+		return 0, nil, err
+	}
+	paused = map[string]int{}
+	var app string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&app, &n}, func() error {
+		switch id, isPaused, ok := contract.ParsePoolerApp(app); {
+		case ok && isPaused:
+			paused[id] += n
+		case ok:
+			waiting += n
+		}
+		return nil
+	})
+	return waiting, paused, err
 }
 
 // pausingFor tells whether the poolers were asked to pause for target

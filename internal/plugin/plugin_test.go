@@ -79,7 +79,8 @@ func TestWriteStatus(t *testing.T) {
 			{ObjectMeta: metav1.ObjectMeta{Name: "orders-pool"},
 				Spec: databasev1alpha1.MyDatabasePoolerSpec{Database: "orders", Type: "rw", PoolMode: "transaction"},
 				Status: databasev1alpha1.MyDatabasePoolerStatus{Instances: 2, ReadyInstances: 2, Endpoint: "orders-pool.shop.svc:5432",
-					Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Available"}}}},
+					LastSwitchover: &databasev1alpha1.PoolerSwitchoverStatus{From: "orders-0", To: "orders-1", PausedPods: 2},
+					Conditions:     []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Available"}}}},
 			{ObjectMeta: metav1.ObjectMeta{Name: "orders-ro"},
 				Spec: databasev1alpha1.MyDatabasePoolerSpec{Database: "orders", Type: "ro", PoolMode: "session"},
 				Status: databasev1alpha1.MyDatabasePoolerStatus{Instances: 1,
@@ -129,7 +130,7 @@ Declared (spec.roles, spec.databases; as the primary applied them):
 
 Poolers:
   NAME         TYPE  MODE         READY  ENDPOINT                   STATUS
-  orders-pool  rw    transaction  2/2    orders-pool.shop.svc:5432  Available
+  orders-pool  rw    transaction  2/2    orders-pool.shop.svc:5432  Available; 2/2 pods paused through the switchover to orders-1
   orders-ro    ro    session      0/1    -                          PodsNotReady: 0 of 1 PgBouncer pods available
 
 Events (the last 10):

@@ -256,6 +256,9 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 			if p.Spec.PgBouncer.Paused {
 				state += " (paused by hand: spec.pgbouncer.paused)"
 			}
+			if last := p.Status.LastSwitchover; last != nil {
+				state += fmt.Sprintf("; %d/%d pods paused through the switchover to %s", last.PausedPods, p.Status.Instances, last.To)
+			}
 			fmt.Fprintf(w, "  %s\t%s\t%s\t%d/%d\t%s\t%s\n", p.Name, p.Spec.Type, p.Spec.PoolMode, p.Status.ReadyInstances,
 				p.Status.Instances, orDash(p.Status.Endpoint), state)
 		}

@@ -139,7 +139,7 @@ func (c Config) followOnce(ctx context.Context, log func(string, ...any)) error 
 	if err != nil || !p.PauseOnSwitchover {
 		return err
 	}
-	conn, at, writable, err := c.server(ctx, p, contract.PoolerControlApp)
+	conn, at, writable, err := c.server(ctx, p, contract.PoolerApp(p.ID, false))
 	if err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func (c Config) pauseThrough(ctx context.Context, conn *pgx.Conn, p contract.Poo
 		cancel()
 	}
 	if err == nil {
-		_, err = conn.Exec(ctx, "SELECT set_config('application_name', $1, false)", contract.PoolerPausedApp)
+		_, err = conn.Exec(ctx, "SELECT set_config('application_name', $1, false)", contract.PoolerApp(p.ID, true))
 	}
 	if err != nil {
 		c.resume(ctx, log, began, fmt.Sprintf("pausing failed: %v", err))
@@ -215,7 +215,7 @@ func (c Config) pauseThrough(ctx context.Context, conn *pgx.Conn, p contract.Poo
 	}
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		try, cancel := context.WithTimeout(ctx, time.Second)
-		next, now, writable, err := c.server(try, p, contract.PoolerControlApp+" resuming")
+		next, now, writable, err := c.server(try, p, contract.PoolerProbeApp)
 		cancel()
 		if err == nil {
 			_ = next.Close(context.Background())

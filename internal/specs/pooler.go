@@ -109,7 +109,10 @@ func PoolerConfig(p *databasev1alpha1.MyDatabasePooler, db *databasev1alpha1.MyD
 	if db.Spec.TLS.Clients == databasev1alpha1.TLSClientsRequired {
 		c.ClientTLS = "require"
 	}
-	c.PauseOnSwitchover = p.Spec.Type != databasev1alpha1.PoolerReadOnly && p.Spec.PoolMode == databasev1alpha1.PoolModeTransaction
+	c.PauseOnSwitchover = PoolerPausesOnSwitchover(p)
+	if c.PauseOnSwitchover {
+		c.ID = contract.PoolerID(string(p.UID))
+	}
 	s := p.Spec.PgBouncer
 	c.Paused = s.Paused
 	for name, v := range map[string]*int32{
@@ -128,6 +131,12 @@ func PoolerConfig(p *databasev1alpha1.MyDatabasePooler, db *databasev1alpha1.MyD
 		}
 	}
 	return c
+}
+
+// PoolerPausesOnSwitchover: a read-write pooler in transaction mode
+// pauses through switchovers (contract.Pooler.PauseOnSwitchover).
+func PoolerPausesOnSwitchover(p *databasev1alpha1.MyDatabasePooler) bool {
+	return p.Spec.Type != databasev1alpha1.PoolerReadOnly && p.Spec.PoolMode == databasev1alpha1.PoolModeTransaction
 }
 
 // PoolerConfigMap holds PoolerConfig. A change reaches the running pods

@@ -154,6 +154,23 @@ func (c *cluster) requestSwitchover(t *testing.T, target *pod) {
 	})
 }
 
+// eventSaid waits for an event of reason about obj.
+func (c *cluster) eventSaid(t *testing.T, obj client.Object, reason string) {
+	t.Helper()
+	eventually(t, 30*time.Second, fmt.Sprintf("a %s event about %s", reason, obj.GetName()), func() (bool, string) {
+		events := &eventsv1.EventList{}
+		if err := c.api.Client.List(context.Background(), events, client.InNamespace(obj.GetNamespace())); err != nil {
+			return false, err.Error()
+		}
+		for _, e := range events.Items {
+			if e.Regarding.Name == obj.GetName() && e.Reason == reason {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("none of %d", len(events.Items))
+	})
+}
+
 // primaryReported waits until status.currentPrimary is want and, if
 // changed, a PrimaryChanged event says so.
 func (c *cluster) primaryReported(t *testing.T, want *pod, changed bool) {

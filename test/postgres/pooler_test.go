@@ -284,7 +284,7 @@ func TestPoolerSwitchover(t *testing.T) {
 	through += " default_query_exec_mode=exec"
 	eventually(t, 30*time.Second, "the pooler's control connection on the primary", func() (bool, string) {
 		out, err := c.psql(old.socket("postgres", "postgres"), "",
-			fmt.Sprintf("SELECT count(*) FROM pg_stat_activity WHERE usename = '%s' AND application_name = '%s'", contract.PoolerRole, contract.PoolerControlApp))
+			fmt.Sprintf("SELECT count(*) FROM pg_stat_activity WHERE usename = '%s' AND application_name = '%s'", contract.PoolerRole, contract.PoolerApp(contract.PoolerID(string(pc.p.UID)), false)))
 		return err == nil && out == "1", fmt.Sprint(out, err)
 	})
 	w := startWriters(t, through, nil, 4)
@@ -310,9 +310,21 @@ func TestPoolerSwitchover(t *testing.T) {
 	}
 	// The primary counted the paused pooler into the Lease; the operator
 	// reports it with the switchover.
-	if sw := c.database(t).Status.Switchover; sw == nil || !strings.HasSuffix(sw.Message, "; the poolers held their clients' transactions through it (1 PgBouncer pods paused)") {
-		t.Errorf("status.switchover %+v: the message does not count the paused pooler", sw)
+	sw := c.database(t).Status.Switchover
+	if sw == nil || !strings.HasSuffix(sw.Message, "; the poolers held their clients' transactions through it (PgBouncer pods paused: 1 of shop-pool)") ||
+		!slices.Equal(sw.Poolers, []databasev1alpha1.SwitchoverPooler{{Name: "shop-pool", PausedPods: 1}}) {
+		t.Errorf("status.switchover %+v: want the paused pooler named, with its 1 pod", sw)
 	}
+	// The pooler's status and events say it too.
+	eventually(t, 30*time.Second, "the pooler's status.lastSwitchover", func() (bool, string) {
+		p := &databasev1alpha1.MyDatabasePooler{}
+		if err := c.api.Client.Get(context.Background(), client.ObjectKeyFromObject(pc.p), p); err != nil {
+			return false, err.Error()
+		}
+		got := p.Status.LastSwitchover
+		return got != nil && got.From == old.name && got.To == next.name && got.PausedPods == 1 && got.FinishedAt.Equal(sw.FinishedAt), fmt.Sprintf("%+v", got)
+	})
+	c.eventSaid(t, pc.p, "PausedThroughSwitchover")
 }
 
 // pooled is a MyDatabase with its operator, and a pooler of one pod

@@ -247,6 +247,18 @@ func TestLifecycleOnRealPods(t *testing.T) {
 			}
 			t.Logf("pooler pod %s: %s", p.Name, bytes.Join(resumed, []byte("; ")))
 		}
+		// The pooler's status reports the last switchover: every pod paused.
+		testenv.Eventually(t, time.Minute, "the pooler's status.lastSwitchover", func() error {
+			p := &databasev1alpha1.MyDatabasePooler{}
+			if err := env.c.Get(ctx, client.ObjectKeyFromObject(pooler), p); err != nil {
+				return err
+			}
+			if last := p.Status.LastSwitchover; last == nil || last.FinishedAt.Before(&metav1.Time{Time: began.Truncate(time.Second)}) ||
+				int(last.PausedPods) != len(pods.Items) {
+				return fmt.Errorf("lastSwitchover %+v, want %d pods paused since %s", last, len(pods.Items), began.Format(time.RFC3339))
+			}
+			return nil
+		})
 	}
 
 	step("a pooler in front of the primary: PgBouncer pods run by the pooler manager, clients log in through its Service with verify-full", func(t *testing.T) {

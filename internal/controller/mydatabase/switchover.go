@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -76,13 +75,13 @@ func (r *switchover) reconcile(ctx context.Context, obs *observation) error {
 		}
 		switch {
 		case handedOver && promoted:
-			r.finishSwitchover(db, obs, databasev1alpha1.SwitchoverSucceeded, fmt.Sprintf("%s is the primary", sw.target))
+			r.finishSwitchover(ctx, db, obs, databasev1alpha1.SwitchoverSucceeded, fmt.Sprintf("%s is the primary", sw.target))
 		case r.holder() != "" && !handedOver && sw.status != nil && sw.status.From != "" && r.holder() != sw.status.From:
 			// A failover elected another instance meanwhile; its first
 			// take of the Lease dropped the request. Handing over again
 			// would move the primary a second time: the request is
 			// withdrawn, and the person decides.
-			r.finishSwitchover(db, obs, databasev1alpha1.SwitchoverFailed, fmt.Sprintf(
+			r.finishSwitchover(ctx, db, obs, databasev1alpha1.SwitchoverFailed, fmt.Sprintf(
 				"a failover made %s the primary before %s took over from %s: the switchover is withdrawn; request it again "+
 					"(a new spec.switchover.requestedAt) if %s should still be the primary", r.holder(), sw.target, sw.status.From, sw.target))
 		case sw.status == nil || sw.status.StartedAt == nil || now.Sub(sw.status.StartedAt.Time) >= switchoverTimeout(db):
@@ -93,7 +92,7 @@ func (r *switchover) reconcile(ctx context.Context, obs *observation) error {
 				message = fmt.Sprintf("%s holds the primary Lease but has not reported as the primary within %s: "+
 					"its instance manager's log says why", sw.target, switchoverTimeout(db))
 			}
-			r.finishSwitchover(db, obs, databasev1alpha1.SwitchoverFailed, message)
+			r.finishSwitchover(ctx, db, obs, databasev1alpha1.SwitchoverFailed, message)
 		case handedOver:
 			// Its report, when it changes, wakes a pass.
 			sw.status.Message = fmt.Sprintf("%s holds the primary Lease and is being promoted", sw.target)
@@ -153,7 +152,7 @@ func (r *switchover) startSwitchover(ctx context.Context, db *databasev1alpha1.M
 }
 
 // finishSwitchover ends the switchover in progress.
-func (r *switchover) finishSwitchover(db *databasev1alpha1.MyDatabase, obs *observation, phase databasev1alpha1.SwitchoverPhase, message string) {
+func (r *switchover) finishSwitchover(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, phase databasev1alpha1.SwitchoverPhase, message string) {
 	sw := obs.switchover
 	if sw.status == nil {
 		sw.status = &databasev1alpha1.SwitchoverStatus{To: sw.target}
@@ -163,15 +162,55 @@ func (r *switchover) finishSwitchover(db *databasev1alpha1.MyDatabase, obs *obse
 	if phase == databasev1alpha1.SwitchoverSucceeded {
 		held := ""
 		if r.lease != nil {
-			if n, _ := strconv.Atoi(r.lease.Annotations[contract.AnnotationPoolersPaused]); n > 0 {
-				held = fmt.Sprintf("; the poolers held their clients' transactions through it (%d PgBouncer pods paused)", n)
-				sw.status.Message += held
-			}
+			held = r.pausedPoolers(ctx, sw.status, contract.ParsePoolersPaused(r.lease.Annotations[contract.AnnotationPoolersPaused]))
+			sw.status.Message += held
 		}
 		r.event(db, corev1.EventTypeNormal, "SwitchedOver", "Switched over from %s to %s%s", sw.status.From, sw.status.To, held)
 	} else {
 		r.event(db, corev1.EventTypeWarning, "SwitchoverFailed", "Switchover failed: %s", message)
 	}
+}
+
+// pausedPoolers names in st the poolers whose pods paused for the
+// switchover (paused: pods by pooler ID, as the primary counted them), and
+// returns what to add to its message: each pooler's pods, by name where
+// one of the database's poolers has the ID (the rest, of pooler managers
+// before IDs or of a pooler deleted since, as a count).
+func (r *switchover) pausedPoolers(ctx context.Context, st *databasev1alpha1.SwitchoverStatus, paused map[string]int) string {
+	st.Poolers = nil
+	if len(paused) == 0 {
+		return ""
+	}
+	poolers := &databasev1alpha1.MyDatabasePoolerList{}
+	if err := r.List(ctx, poolers, client.InNamespace(r.db.Namespace)); err != nil {
+		log(ctx).Error(err, "listing the poolers that paused for the switchover; counting their pods alone")
+	}
+	for _, p := range poolers.Items {
+		id := contract.PoolerID(string(p.UID))
+		if n := paused[id]; n > 0 && p.Spec.Database == r.db.Name {
+			st.Poolers = append(st.Poolers, databasev1alpha1.SwitchoverPooler{Name: p.Name, PausedPods: int32(n)})
+			delete(paused, id)
+		}
+	}
+	slices.SortFunc(st.Poolers, func(a, b databasev1alpha1.SwitchoverPooler) int { return strings.Compare(a.Name, b.Name) })
+	said := make([]string, 0, len(st.Poolers)+1)
+	for _, p := range st.Poolers {
+		said = append(said, fmt.Sprintf("%d of %s", p.PausedPods, p.Name))
+	}
+	if rest := sumOf(paused); rest > 0 && len(said) > 0 {
+		said = append(said, fmt.Sprintf("%d more", rest))
+	} else if rest > 0 {
+		said = append(said, fmt.Sprint(rest))
+	}
+	return fmt.Sprintf("; the poolers held their clients' transactions through it (PgBouncer pods paused: %s)", strings.Join(said, ", "))
+}
+
+func sumOf(counts map[string]int) int {
+	sum := 0
+	for _, n := range counts {
+		sum += n
+	}
+	return sum
 }
 
 // askSwitchover makes the Lease name target (none when empty), the

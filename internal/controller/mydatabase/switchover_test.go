@@ -3,6 +3,7 @@ package mydatabase
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,13 @@ func reportRole(t *testing.T, db *databasev1alpha1.MyDatabase, name, role, lsn s
 // switchover request, if any, is taken off it.
 func holdLease(t *testing.T, db *databasev1alpha1.MyDatabase, holder string) {
 	t.Helper()
+	handLease(t, db, holder, nil)
+}
+
+// handLease is holdLease with the poolers' pods that paused, by pooler ID,
+// as a primary that hands the Lease over writes them.
+func handLease(t *testing.T, db *databasev1alpha1.MyDatabase, holder string, poolersPaused map[string]int) {
+	t.Helper()
 	eventually(t, "the Lease held by "+holder, func() error {
 		lease := &coordinationv1.Lease{}
 		if err := get(db.Namespace, specs.LeaseName(db), lease); err != nil {
@@ -78,6 +86,9 @@ func holdLease(t *testing.T, db *databasev1alpha1.MyDatabase, holder string) {
 		}
 		lease.Spec.HolderIdentity = new(holder)
 		delete(lease.Annotations, contract.AnnotationSwitchoverTo)
+		if poolersPaused != nil {
+			lease.Annotations[contract.AnnotationPoolersPaused] = contract.FormatPoolersPaused(poolersPaused)
+		}
 		return k8s.Update(context.Background(), lease)
 	})
 }
@@ -123,8 +134,15 @@ func TestRequestedSwitchover(t *testing.T) {
 		}
 		return nil
 	})
-	// The target holds the Lease before it has promoted: not done yet.
-	holdLease(t, db, "sw-2")
+	// The target holds the Lease before it has promoted: not done yet. The
+	// old primary counted the paused pods of a pooler of this database,
+	// and 1 of a pooler it cannot name (deleted, or older).
+	pooler := &databasev1alpha1.MyDatabasePooler{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sw-pool"},
+		Spec: databasev1alpha1.MyDatabasePoolerSpec{Database: "sw", PoolMode: databasev1alpha1.PoolModeTransaction}}
+	if err := k8s.Create(context.Background(), pooler); err != nil {
+		t.Fatal(err)
+	}
+	handLease(t, db, "sw-2", map[string]int{contract.PoolerID(string(pooler.UID)): 2, "0f0f0f0f": 1})
 	waitFor(t, db, "the target promoting", func(db *databasev1alpha1.MyDatabase) error {
 		sw := db.Status.Switchover
 		if db.Status.CurrentPrimary != "sw-2" || sw == nil || sw.Phase != databasev1alpha1.SwitchoverRunning ||
@@ -138,12 +156,14 @@ func TestRequestedSwitchover(t *testing.T) {
 	waitFor(t, db, "the switchover done", func(db *databasev1alpha1.MyDatabase) error {
 		sw := db.Status.Switchover
 		if db.Status.TargetPrimary != "" || db.Status.CurrentPrimary != "sw-2" || sw == nil ||
-			sw.Phase != databasev1alpha1.SwitchoverSucceeded || sw.RequestedAt == nil || !sw.RequestedAt.Equal(&asked) {
+			sw.Phase != databasev1alpha1.SwitchoverSucceeded || sw.RequestedAt == nil || !sw.RequestedAt.Equal(&asked) ||
+			!slices.Equal(sw.Poolers, []databasev1alpha1.SwitchoverPooler{{Name: "sw-pool", PausedPods: 2}}) ||
+			!strings.HasSuffix(sw.Message, "(PgBouncer pods paused: 2 of sw-pool, 1 more)") {
 			return fmt.Errorf("targetPrimary %q, currentPrimary %q, switchover %+v", db.Status.TargetPrimary, db.Status.CurrentPrimary, sw)
 		}
 		return nil
 	})
-	eventually(t, "a SwitchedOver event", eventWith(ns, "SwitchedOver", "from sw-0 to sw-2"))
+	eventually(t, "a SwitchedOver event", eventWith(ns, "SwitchedOver", "from sw-0 to sw-2; the poolers held their clients' transactions through it (PgBouncer pods paused: 2 of sw-pool, 1 more)"))
 
 	// A request for a server that is not a ready replica: refused, and the
 	// Lease asks nothing.

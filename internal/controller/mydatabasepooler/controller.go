@@ -85,12 +85,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	var alignErr error
 	var dep *appsv1.Deployment
+	var db *databasev1alpha1.MyDatabase
 	if !p.Spec.Paused {
-		dep, alignErr = r.align(ctx, p)
+		dep, db, alignErr = r.align(ctx, p)
 	} else {
 		dep = r.deployment(ctx, p)
 	}
-	if err := r.writeStatus(ctx, p, dep, alignErr); err != nil {
+	if err := r.writeStatus(ctx, p, dep, db, alignErr); err != nil {
 		return ctrl.Result{}, err
 	}
 	var s *stalled
@@ -114,17 +115,24 @@ func (r *Reconciler) stallRetry() time.Duration {
 
 // align writes the children: the certificates first (the pods mount
 // them), then the configuration, the Service, the Deployment and its
-// disruption budget.
-func (r *Reconciler) align(ctx context.Context, p *databasev1alpha1.MyDatabasePooler) (*appsv1.Deployment, error) {
+// disruption budget. It returns the Deployment and the MyDatabase, if
+// found.
+func (r *Reconciler) align(ctx context.Context, p *databasev1alpha1.MyDatabasePooler) (*appsv1.Deployment, *databasev1alpha1.MyDatabase, error) {
 	db := &databasev1alpha1.MyDatabase{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: p.Spec.Database}, db); err != nil {
 		if apierrors.IsNotFound(err) {
-			return r.deployment(ctx, p), &stalled{databasev1alpha1.ReasonDatabaseNotFound, fmt.Sprintf(
+			return r.deployment(ctx, p), nil, &stalled{databasev1alpha1.ReasonDatabaseNotFound, fmt.Sprintf(
 				"no MyDatabase %q in namespace %s: create it, or delete this pooler and create one for an existing database (spec.database cannot change)",
 				p.Spec.Database, p.Namespace)}
 		}
-		return nil, err
+		return nil, nil, err
 	}
+	dep, err := r.alignTo(ctx, p, db)
+	return dep, db, err
+}
+
+// alignTo writes the children of p in front of db.
+func (r *Reconciler) alignTo(ctx context.Context, p *databasev1alpha1.MyDatabasePooler, db *databasev1alpha1.MyDatabase) (*appsv1.Deployment, error) {
 	if err := r.certificates(ctx, p, db); err != nil {
 		return r.deployment(ctx, p), err
 	}
@@ -264,10 +272,13 @@ func (r *Reconciler) certificates(ctx context.Context, p *databasev1alpha1.MyDat
 	return nil
 }
 
-// writeStatus sets the status from the Deployment and the pass's outcome.
-func (r *Reconciler) writeStatus(ctx context.Context, p *databasev1alpha1.MyDatabasePooler, dep *appsv1.Deployment, alignErr error) error {
+// writeStatus sets the status from the Deployment, the MyDatabase's last
+// switchover and the pass's outcome.
+func (r *Reconciler) writeStatus(ctx context.Context, p *databasev1alpha1.MyDatabasePooler, dep *appsv1.Deployment,
+	db *databasev1alpha1.MyDatabase, alignErr error) error {
 	orig := p.DeepCopy()
 	st := &p.Status
+	switched := followSwitchover(p, db)
 	st.ObservedGeneration = p.Generation
 	st.Instances = specs.PoolerInstances(p)
 	st.ReadyInstances = 0
@@ -319,13 +330,26 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *databasev1alpha1.MyData
 	if equality.Semantic.DeepEqual(orig.Status, p.Status) {
 		return nil
 	}
-	return r.Status().Patch(ctx, p, client.MergeFrom(orig))
+	patch := client.MergeFrom(orig)
+	if switched != nil {
+		// Reported once: a pass on a stale pooler conflicts instead of
+		// reporting the switchover again.
+		patch = client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
+	}
+	if err := r.Status().Patch(ctx, p, patch); err != nil {
+		return err
+	}
+	if switched != nil {
+		r.Recorder.Eventf(p, db, switched.eventType, switched.reason, "Switchover", "%s", st.LastSwitchover.Message)
+	}
+	return nil
 }
 
 // SetupWithManager watches poolers, their children (through their
 // controller reference) and MyDatabases (through the index of
 // spec.database: a pooler waiting for its database starts when it
-// appears, and follows a change of its TLS or port).
+// appears, follows a change of its TLS or port, and reports the end of
+// its switchovers).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &databasev1alpha1.MyDatabasePooler{}, DatabaseField,
 		func(o client.Object) []string { return []string{o.(*databasev1alpha1.MyDatabasePooler).Spec.Database} }); err != nil {
@@ -353,7 +377,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &corev1.ConfigMap{}, &corev1.Secret{}, &policyv1.PodDisruptionBudget{}} {
 		b = b.Watches(obj, byController)
 	}
-	return b.Watches(&databasev1alpha1.MyDatabase{}, byDatabase, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+	return b.Watches(&databasev1alpha1.MyDatabase{}, byDatabase, builder.WithPredicates(predicate.Or[client.Object](
+		predicate.GenerationChangedPredicate{}, switchoverFinished))).
 		Named("mydatabasepooler").
 		Complete(r)
 }

@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -358,4 +359,85 @@ func TestPoolerPodMonitor(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestPoolerSwitchoverReport: a read-write pooler in transaction mode
+// reports each switchover of its MyDatabase that ends after it was made,
+// with how many of its pods paused as the MyDatabase's status names them
+// (the test plays the MyDatabase's reconciler), in status.lastSwitchover
+// and an event; a session-mode pooler, which does not pause, reports none.
+func TestPoolerSwitchoverReport(t *testing.T) {
+	ctx := context.Background()
+	ns := testenv.Namespace(t, k8s)
+	db := testenv.CreateDatabase(t, k8s, testenv.NewDatabase(ns, "shop"))
+	databaseCA(t, db)
+	rw, session := newPooler(ns, "shop-rw", "shop"), newPooler(ns, "shop-session", "shop")
+	rw.Spec.PoolMode = databasev1alpha1.PoolModeTransaction
+	for _, p := range []*databasev1alpha1.MyDatabasePooler{rw, session} {
+		if err := k8s.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		condition(t, ns, p.Name, databasev1alpha1.ConditionReconciling, metav1.ConditionTrue, databasev1alpha1.ReasonPodsNotReady)
+	}
+
+	// Each switchover ends a second after the last (the API keeps seconds).
+	ended := time.Now().Truncate(time.Second)
+	switchedOver := func(from, to string, poolers []databasev1alpha1.SwitchoverPooler) *metav1.Time {
+		t.Helper()
+		live := &databasev1alpha1.MyDatabase{}
+		if err := get(ns, db.Name, live); err != nil {
+			t.Fatal(err)
+		}
+		ended = ended.Add(time.Second)
+		finished := metav1.NewTime(ended)
+		live.Status.Switchover = &databasev1alpha1.SwitchoverStatus{From: from, To: to, Phase: databasev1alpha1.SwitchoverSucceeded,
+			FinishedAt: &finished, Poolers: poolers}
+		if err := k8s.Status().Update(ctx, live); err != nil {
+			t.Fatal(err)
+		}
+		return &finished
+	}
+	reported := func(want databasev1alpha1.PoolerSwitchoverStatus, says, eventType, reason string) {
+		t.Helper()
+		eventually(t, "status.lastSwitchover "+want.To, func() error {
+			p := &databasev1alpha1.MyDatabasePooler{}
+			if err := get(ns, rw.Name, p); err != nil {
+				return err
+			}
+			got := p.Status.LastSwitchover
+			if got == nil || got.From != want.From || got.To != want.To || got.PausedPods != want.PausedPods ||
+				!got.FinishedAt.Equal(want.FinishedAt) || !strings.Contains(got.Message, says) {
+				return fmt.Errorf("lastSwitchover %+v", got)
+			}
+			return nil
+		})
+		eventually(t, "the event "+reason, func() error {
+			events := &eventsv1.EventList{}
+			if err := k8s.List(ctx, events, client.InNamespace(ns)); err != nil {
+				return err
+			}
+			for _, e := range events.Items {
+				if e.Regarding.Name == rw.Name && e.Reason == reason && e.Type == eventType && strings.Contains(e.Note, says) {
+					return nil
+				}
+			}
+			return fmt.Errorf("none of %d events", len(events.Items))
+		})
+	}
+
+	finished := switchedOver("shop-0", "shop-1", []databasev1alpha1.SwitchoverPooler{{Name: rw.Name, PausedPods: 2}, {Name: "other", PausedPods: 1}})
+	reported(databasev1alpha1.PoolerSwitchoverStatus{From: "shop-0", To: "shop-1", FinishedAt: finished, PausedPods: 2},
+		"2 of 2 PgBouncer pods paused before shop-0 stopped", corev1.EventTypeNormal, "PausedThroughSwitchover")
+
+	finished = switchedOver("shop-1", "shop-2", nil)
+	reported(databasev1alpha1.PoolerSwitchoverStatus{From: "shop-1", To: "shop-2", FinishedAt: finished},
+		"the primary counted no pod of this pooler paused", corev1.EventTypeWarning, "NotPausedThroughSwitchover")
+
+	p := &databasev1alpha1.MyDatabasePooler{}
+	if err := get(ns, session.Name, p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.LastSwitchover != nil {
+		t.Errorf("a session-mode pooler, which does not pause, reports %+v", p.Status.LastSwitchover)
+	}
 }
