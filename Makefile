@@ -147,7 +147,7 @@ bench-ha: ## Failover and switchover figures on real PostgreSQL (test/postgres T
 HA_BENCH_DOC = $(CURDIR)/docs/high-availability.md $(CURDIR)/docs/benchmarks.md
 
 .PHONY: bench-pooler
-bench-pooler: ## Pooler figures on real PostgreSQL and PgBouncer (test/postgres TestPoolerFigures, TestPoolerSwitchoverFigures): pgbench through the pooler against straight to the server, 1,000 clients onto max_connections 100, and pgbench across a switchover; writes them into docs/pooler.md and docs/benchmarks.md (about 5 minutes).
+bench-pooler: ## Pooler figures on real PostgreSQL and PgBouncer (test/postgres TestPoolerFigures, TestPoolerSwitchoverFigures): pgbench through the pooler against straight to the server, 1,000 clients onto max_connections 100, and pgbench across a switchover; writes them into docs/pooler.md and docs/benchmarks.md (about 6 minutes).
 	@hack/postgres.sh
 	@hack/pgbouncer.sh >/dev/null
 	POOLER_BENCH_SECONDS=20 POOLER_BENCH_DOC="$(CURDIR)/docs/pooler.md $(CURDIR)/docs/benchmarks.md" go test ./test/postgres/ -run 'TestPoolerFigures|TestPoolerSwitchoverFigures' -count=1 -v -timeout 30m

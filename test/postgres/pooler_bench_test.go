@@ -59,7 +59,7 @@ func TestPoolerFigures(t *testing.T) {
 	}
 	const clients = 16
 	logs := pgbenchLogs(t, c)
-	run := func(name, conninfo string, round int, extra ...string) result {
+	run := func(name, conninfo string, round, clients int, extra ...string) result {
 		t.Helper()
 		prefix := filepath.Join(logs, fmt.Sprintf("%s-%d", name, round))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(seconds+60)*time.Second)
@@ -88,19 +88,22 @@ func TestPoolerFigures(t *testing.T) {
 	// half of the run; as fast as they go, then at an equal fixed rate
 	// (below what either reaches), where the latencies compare the hop
 	// the pooler adds rather than the CPU it takes from the rest on two
-	// cores.
-	const rate = 800
-	var directs, pooled, directsAt, pooledAt []result
+	// cores, and at a light rate of few clients, where the CPU is mostly
+	// idle and what is left is the hop itself.
+	const rate, lightRate, lightClients = 800, 100, 4
+	var directs, pooled, directsAt, pooledAt, directsLight, pooledLight []result
 	for round := range 2 {
-		directs = append(directs, run("direct", direct, round))
-		pooled = append(pooled, run("pooler", through, round))
-		directsAt = append(directsAt, run("direct-rate", direct, round, "-R", strconv.Itoa(rate)))
-		pooledAt = append(pooledAt, run("pooler-rate", through, round, "-R", strconv.Itoa(rate)))
+		directs = append(directs, run("direct", direct, round, clients))
+		pooled = append(pooled, run("pooler", through, round, clients))
+		directsAt = append(directsAt, run("direct-rate", direct, round, clients, "-R", strconv.Itoa(rate)))
+		pooledAt = append(pooledAt, run("pooler-rate", through, round, clients, "-R", strconv.Itoa(rate)))
+		directsLight = append(directsLight, run("direct-light", direct, round, lightClients, "-R", strconv.Itoa(lightRate)))
+		pooledLight = append(pooledLight, run("pooler-light", through, round, lightClients, "-R", strconv.Itoa(lightRate)))
 	}
 	best := func(rs []result) result { // the round of the lower p99
 		return slices.MinFunc(rs, func(a, b result) int { return int(a.p99 - b.p99) })
 	}
-	d, p, dr, pr := best(directs), best(pooled), best(directsAt), best(pooledAt)
+	d, p, dr, pr, dl, pl := best(directs), best(pooled), best(directsAt), best(pooledAt), best(directsLight), best(pooledLight)
 
 	// The storm: 1,000 clients through the pooler onto max_connections 100.
 	storm := func(conninfo string) (string, error) {
@@ -133,7 +136,10 @@ func TestPoolerFigures(t *testing.T) {
 		"| pooler / direct | %.2f× | %.2f× | %.2f× | | |\n"+
 		"| straight to the server, %d TPS (`-R %d`) | %.0f | %s | %s | %s | %d |\n"+
 		"| through the pooler, %d TPS | %.0f | %s | %s | %s | %d |\n"+
-		"| **pooler / direct at equal load** | | %.2f× | **%.2f×** (goal ≤ 1.15×) | | |\n\n"+
+		"| **pooler / direct at equal load** | | %.2f× | **%.2f×** (goal ≤ 1.15×) | | |\n"+
+		"| straight to the server, %d TPS of %d clients | %.0f | %s | %s | %s | %d |\n"+
+		"| through the pooler, %d TPS of %d clients | %.0f | %s | %s | %s | %d |\n"+
+		"| pooler / direct at a light load | | %.2f× | %.2f× | | |\n\n"+
 		"A storm of 1,000 clients (`pgbench -c 1000 -j 2 -T 15 -S`) onto `max_connections: 100`: through the pooler all 1,000 connected and served, "+
 		"0 failed, %s TPS; straight to the server: %s.\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), c.srv.major, scale, clients, seconds,
@@ -143,6 +149,9 @@ func TestPoolerFigures(t *testing.T) {
 		rate, rate, dr.tps, ms(dr.p50), ms(dr.p99), ms(dr.maxL), dr.failed,
 		rate, pr.tps, ms(pr.p50), ms(pr.p99), ms(pr.maxL), pr.failed,
 		ratio(pr.p50, dr.p50), ratio(pr.p99, dr.p99),
+		lightRate, lightClients, dl.tps, ms(dl.p50), ms(dl.p99), ms(dl.maxL), dl.failed,
+		lightRate, lightClients, pl.tps, ms(pl.p50), ms(pl.p99), ms(pl.maxL), pl.failed,
+		ratio(pl.p50, dl.p50), ratio(pl.p99, dl.p99),
 		func() string {
 			if stormTPS == nil {
 				return "?"
