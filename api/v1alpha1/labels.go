@@ -35,6 +35,12 @@ const (
 	// AnnotationConfigHash on the pod template rolls the pods when the
 	// PostgreSQL configuration changes.
 	AnnotationConfigHash = "database.example.com/config-hash"
+	// AnnotationPoolerConfig on a pooler's pod (never its template) is the
+	// hash of the configuration in the pooler's ConfigMap. The operator
+	// sets it when the configuration changes: a change of the pod makes
+	// the kubelet refresh the ConfigMap's volume at once, where it would
+	// otherwise wait for its periodic sync (a minute or more).
+	AnnotationPoolerConfig = "database.example.com/pooler-config"
 	// AnnotationPasswordDigest on a generated Secret is the SHA-256 of the
 	// password it was created with. A password of 190 random bits cannot be
 	// recovered from it; it lets the operator notice an edited Secret.

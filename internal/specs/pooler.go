@@ -2,6 +2,8 @@ package specs
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -143,11 +145,23 @@ func PoolerPausesOnSwitchover(p *databasev1alpha1.MyDatabasePooler) bool {
 // through the volume, and the pooler manager reloads PgBouncer: no pod
 // restarts for a setting.
 func PoolerConfigMap(p *databasev1alpha1.MyDatabasePooler, db *databasev1alpha1.MyDatabase) *corev1ac.ConfigMapApplyConfiguration {
-	b, _ := json.Marshal(PoolerConfig(p, db)) // contract.Pooler always marshals
+	b := poolerConfigJSON(p, db)
 	return corev1ac.ConfigMap(PoolerConfigMapName(p), p.Namespace).
 		WithLabels(PoolerLabels(p)).
 		WithOwnerReferences(poolerOwnerApply(p)).
 		WithData(map[string]string{contract.PoolerConfigKey: string(b)})
+}
+
+// PoolerConfigHash is the hash of the ConfigMap's configuration, which
+// the operator puts on the pooler's pods (AnnotationPoolerConfig).
+func PoolerConfigHash(p *databasev1alpha1.MyDatabasePooler, db *databasev1alpha1.MyDatabase) string {
+	sum := sha256.Sum256(poolerConfigJSON(p, db))
+	return hex.EncodeToString(sum[:8])
+}
+
+func poolerConfigJSON(p *databasev1alpha1.MyDatabasePooler, db *databasev1alpha1.MyDatabase) []byte {
+	b, _ := json.Marshal(PoolerConfig(p, db)) // contract.Pooler always marshals
+	return b
 }
 
 // PoolerService is where clients connect.

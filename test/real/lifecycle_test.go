@@ -314,6 +314,58 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		checkPlugin(t, ns, password, rows)
 	})
 
+	step("kubectl mydb pooler pause: a write through the pooler waits, still connected; resume: it runs", func(t *testing.T) {
+		conn := connect(t, throughPooler)
+		defer func() { _ = conn.Close(ctx) }()
+		pods := &corev1.PodList{}
+		if err := env.c.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels(specs.PoolerSelectorLabels(pooler))); err != nil || len(pods.Items) == 0 {
+			t.Fatalf("the pooler's pods: %d (%v)", len(pods.Items), err)
+		}
+		began := time.Now()
+		if out, err := kubectlMydb(t, "pooler", "pause", pooler.Name, "-n", ns); err != nil {
+			t.Fatalf("kubectl mydb pooler pause: %v\n%s", err, out)
+		}
+		// The operator nudges the pods, the kubelet refreshes their
+		// ConfigMap volume, each pooler manager pauses its PgBouncer.
+		testenv.Eventually(t, 2*time.Minute, "every PgBouncer pod paused by hand", func() error {
+			for _, p := range pods.Items {
+				out, err := exec.Command("kubectl", "logs", "--namespace", ns, p.Name, "--container", specs.PoolerContainerName,
+					"--since-time", began.UTC().Format(time.RFC3339)).CombinedOutput()
+				if err != nil || !bytes.Contains(out, []byte("pausing PgBouncer by hand")) {
+					return fmt.Errorf("%s not yet (%v)", p.Name, err)
+				}
+			}
+			return nil
+		})
+		paused := time.Since(began)
+		done := make(chan error, 1)
+		go func() {
+			_, err := conn.Exec(ctx, "INSERT INTO items (note) VALUES ('held by a pause by hand')")
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			t.Fatalf("a write through the paused pooler ran (%v)", err)
+		case <-time.After(2 * time.Second):
+		}
+		resumed := time.Now()
+		if out, err := kubectlMydb(t, "pooler", "resume", pooler.Name, "-n", ns); err != nil {
+			t.Fatalf("kubectl mydb pooler resume: %v\n%s", err, out)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("the held write, once resumed: %v", err)
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatal("the held write did not run within 2 minutes of the resume")
+		}
+		rows++
+		t.Logf("PAUSE BY HAND: every PgBouncer pod paused %s after kubectl mydb pooler pause; the held write ran %s after resume",
+			paused.Round(10*time.Millisecond), time.Since(resumed).Round(10*time.Millisecond))
+		writeResult(t, "pooler-pause-by-hand", paused)
+	})
+
 	step("kubectl mydb: a switchover, then a rolling restart through the switchover path", func(t *testing.T) {
 		pooled(t, "kubectl mydb switchover and restart", "pooler-slowest-write-switchover-and-restart", func() { checkPluginMoves(t, ns, dbName+"-2") })
 		checkPlugin(t, ns, password, rows)

@@ -66,6 +66,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=database.example.com,resources=mydatabasepoolers,verbs=get;list;watch
 // +kubebuilder:rbac:groups=database.example.com,resources=mydatabasepoolers/status,verbs=get;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=core,resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=monitoring.coreos.com,resources=podmonitors,verbs=get;create;patch;delete
 
 // stalled is a reason a person must act on, and what to do.
@@ -140,6 +141,9 @@ func (r *Reconciler) alignTo(ctx context.Context, p *databasev1alpha1.MyDatabase
 	if _, err := engine.Apply(ctx, specs.PoolerConfigMap(p, db), &corev1.ConfigMap{}); err != nil {
 		return nil, err
 	}
+	if err := r.nudgePods(ctx, p, specs.PoolerConfigHash(p, db)); err != nil {
+		return nil, err
+	}
 	if _, err := engine.Apply(ctx, specs.PoolerService(p), &corev1.Service{}); err != nil {
 		return nil, err
 	}
@@ -155,6 +159,28 @@ func (r *Reconciler) alignTo(ctx context.Context, p *databasev1alpha1.MyDatabase
 		return dep, err
 	}
 	return dep, r.podMonitor(ctx, engine, p, db)
+}
+
+// nudgePods puts the hash of the configuration on each of the pooler's
+// running pods that lacks it (AnnotationPoolerConfig): the kubelet then
+// refreshes the ConfigMap's volume at once, and the pooler manager reloads
+// PgBouncer or pauses it within seconds of a change, not a minute.
+func (r *Reconciler) nudgePods(ctx context.Context, p *databasev1alpha1.MyDatabasePooler, hash string) error {
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(p.Namespace), client.MatchingLabels(specs.PoolerSelectorLabels(p))); err != nil {
+		return err
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.Annotations[databasev1alpha1.AnnotationPoolerConfig] == hash || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, databasev1alpha1.AnnotationPoolerConfig, hash))
+		if err := r.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("annotating the pooler's pod %s with its configuration: %w", pod.Name, err)
+		}
+	}
+	return nil
 }
 
 // podMonitor keeps a PodMonitor of the pooler's pods while its MyDatabase

@@ -2,6 +2,8 @@ package mydatabasepooler
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -194,12 +196,18 @@ func TestPoolerLifecycle(t *testing.T) {
 		})
 	})
 
-	t.Run("a setting reaches the ConfigMap, not the pods", func(t *testing.T) {
+	t.Run("a setting reaches the ConfigMap, not the pods' template; the pods are nudged", func(t *testing.T) {
 		dep := &appsv1.Deployment{}
 		if err := get(ns, p.Name, dep); err != nil {
 			t.Fatal(err)
 		}
 		template := dep.Generation
+		// A pod of the pooler, as the Deployment's ReplicaSet makes it.
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: p.Name + "-abc", Labels: dep.Spec.Template.Labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "pgbouncer", Image: "pgbouncer:test"}}}}
+		if err := k8s.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
 		update(t, ns, p.Name, func(p *databasev1alpha1.MyDatabasePooler) {
 			p.Spec.PoolMode = databasev1alpha1.PoolModeTransaction
 			p.Spec.PgBouncer.DefaultPoolSize = ptr.To(int32(7))
@@ -224,6 +232,22 @@ func TestPoolerLifecycle(t *testing.T) {
 		if dep.Generation != template {
 			t.Errorf("the Deployment changed (generation %d, was %d): its pods would restart", dep.Generation, template)
 		}
+		// The pod carries the hash of the new configuration: the kubelet
+		// refreshes the ConfigMap's volume on the change of the pod.
+		eventually(t, "the pod annotated with the configuration's hash", func() error {
+			cm := &corev1.ConfigMap{}
+			if err := get(ns, specs.PoolerConfigMapName(p), cm); err != nil {
+				return err
+			}
+			sum := sha256.Sum256([]byte(cm.Data[contract.PoolerConfigKey]))
+			if err := get(ns, pod.Name, pod); err != nil {
+				return err
+			}
+			if got, want := pod.Annotations[databasev1alpha1.AnnotationPoolerConfig], hex.EncodeToString(sum[:8]); got != want {
+				return fmt.Errorf("annotation %q, want %q", got, want)
+			}
+			return nil
+		})
 	})
 
 	t.Run("one instance has no disruption budget", func(t *testing.T) {
