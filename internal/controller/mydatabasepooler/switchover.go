@@ -44,7 +44,7 @@ func followSwitchover(p *databasev1alpha1.MyDatabasePooler, db *databasev1alpha1
 	p.Status.LastSwitchover = last
 	if last.PausedPods == 0 {
 		last.Message = fmt.Sprintf("switchover from %s to %s: the primary counted no pod of this pooler paused before it stopped, "+
-			"so transactions running through it failed; the pooler pods' logs say why (a pause waits 10 s at most for running transactions)",
+			"so any transaction running through it then failed; the pooler pods' logs say why (a pause waits 10 s at most for running transactions)",
 			sw.From, sw.To)
 		return &switchoverEvent{corev1.EventTypeWarning, "NotPausedThroughSwitchover"}
 	}
