@@ -54,6 +54,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.databases) || self.databases.all(d, !has(d.owner) || d.owner == self.user || (has(self.roles) && self.roles.exists(r, r.name == d.owner && r.ensure != 'absent')))",message="a database's owner must be spec.user or a role declared present in spec.roles"
 // +kubebuilder:validation:XValidation:rule="!has(self.databases) || self.databases.all(d, !has(d.publications) || d.publications.all(p, p.ensure == 'absent')) || (has(self.replication) && has(self.replication.logical) && self.replication.logical)",message="publications need spec.replication.logical: true (wal_level=logical)"
 // +kubebuilder:validation:XValidation:rule="!has(self.databases) || self.databases.all(d, d.name != self.databaseName || (d.ensure != 'absent' && (!has(d.owner) || d.owner == self.user) && !has(d.encoding) && !has(d.locale) && !has(d.template)))",message="spec.databaseName may be listed in databases for its extensions and comment only: it is made at bootstrap, owned by spec.user, and never dropped"
+// +kubebuilder:validation:XValidation:rule="has(self.replica) == has(oldSelf.replica)",message="spec.replica is set when a MyDatabase is made and stays: set spec.replica.enabled to false to promote the replica"
+// +kubebuilder:validation:XValidation:rule="!has(self.replica) || !has(self.bootstrap)",message="spec.replica and spec.bootstrap exclude each other: a replica's data comes from its source's object store"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.walStorage) || has(self.walStorage)",message="walStorage cannot be removed: the servers' WAL lives on those volumes; to go back to one volume, restore a backup into a new MyDatabase without walStorage"
 type MyDatabaseSpec struct {
 	// engine is the database software. Only postgres is supported today.
@@ -278,6 +280,12 @@ type MyDatabaseSpec struct {
 	// a restore (BootstrapSpec). Immutable.
 	// +optional
 	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
+
+	// replica makes this MyDatabase a standby copy of another one, fed from
+	// that one's WAL archive, until it is promoted (ReplicaSpec). Set when
+	// the MyDatabase is made, never added or removed later.
+	// +optional
+	Replica *ReplicaSpec `json:"replica,omitempty"`
 }
 
 // StorageSpec is a volume of each server: its data volume (spec.storage)
@@ -532,6 +540,11 @@ type MyDatabaseStatus struct {
 	// hibernation reports the last hibernation (spec.hibernate).
 	// +optional
 	Hibernation *HibernationStatus `json:"hibernation,omitempty"`
+
+	// replica is where a replica MyDatabase (spec.replica.enabled) stands
+	// against its source; gone once it is promoted.
+	// +optional
+	Replica *ReplicaStatus `json:"replica,omitempty"`
 
 	// conditions: Ready (summary), Reconciling and Stalled, in the kstatus
 	// convention.

@@ -106,7 +106,12 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 		spec map[string]any
 		want string
 	}{
-		"unknown engine":                        {map[string]any{"engine": "mysql"}, `Unsupported value: "mysql"`},
+		"unknown engine": {map[string]any{"engine": "mysql"}, `Unsupported value: "mysql"`},
+		"replica without a source path": {map[string]any{"replica": map[string]any{"enabled": true, "source": map[string]any{"objectStore": map[string]any{
+			"endpoint": "https://s3.example.com", "bucket": "backups", "credentialsSecret": "s3"}}}}, "spec.replica.source.objectStore.path is required"},
+		"replica and bootstrap": {map[string]any{"replica": replicaOf(true), "bootstrap.recovery": map[string]any{"objectStore": map[string]any{
+			"endpoint": "https://s3.example.com", "bucket": "backups", "path": "shop/orders", "credentialsSecret": "s3"}}},
+			"spec.replica and spec.bootstrap exclude each other"},
 		"replicas 0":                            {map[string]any{"replicas": int64(0)}, "spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1"},
 		"replicas 10":                           {map[string]any{"replicas": int64(10)}, "spec.replicas in body should be less than or equal to 9"},
 		"unsupported major":                     {map[string]any{"version": "14"}, "version must be a supported PostgreSQL major (15, 16, 17 or 18)"},
@@ -189,6 +194,12 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 	})
 }
 
+// replicaOf is a spec.replica of the source prod/shop, enabled or not.
+func replicaOf(enabled bool) map[string]any {
+	return map[string]any{"enabled": enabled, "source": map[string]any{"objectStore": map[string]any{
+		"endpoint": "https://s3.example.com", "bucket": "backups", "path": "prod/shop", "credentialsSecret": "s3"}}}
+}
+
 func TestInvalidUpdatesAreRejected(t *testing.T) {
 	base := map[string]any{
 		"version":                  "17",
@@ -219,6 +230,12 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 		"credentials added":          {map[string]any{"credentials": nil}, map[string]any{"credentials.secretName": "mine"}, "credentials is immutable"},
 		"bootstrap added": {nil, map[string]any{"bootstrap.recovery": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
 			"bucket": "backups", "path": "shop/orders", "credentialsSecret": "s3"}}}, "bootstrap is immutable"},
+		"replica added": {nil, map[string]any{"replica": replicaOf(true)}, "spec.replica is set when a MyDatabase is made and stays"},
+		"replica removed": {map[string]any{"replica": replicaOf(true)}, map[string]any{"replica": nil},
+			"spec.replica is set when a MyDatabase is made and stays"},
+		"replica promoted": {map[string]any{"replica": replicaOf(true)}, map[string]any{"replica": replicaOf(false)}, ""},
+		"replica demoted": {map[string]any{"replica": replicaOf(false)}, map[string]any{"replica": replicaOf(true)},
+			"spec.replica.enabled cannot go back to true"},
 		// Only one engine exists today, so a change is refused by the enum;
 		// the immutability rule on engine takes over when mysql joins.
 		"engine changed": {nil, map[string]any{"engine": "mysql"}, `spec.engine: Unsupported value: "mysql"`},

@@ -27,10 +27,21 @@ const (
 	// JSON: there a change reaches the instance managers without a pod
 	// restart.
 	AnnotationQuorum = "database.example.com/quorum"
+	// AnnotationReplica on the primary Lease of a replica MyDatabase is
+	// ReplicaFollow while spec.replica.enabled, ReplicaPromote once it is
+	// false: the designated primary promotes in place when it reads
+	// ReplicaPromote, without a pod restart.
+	AnnotationReplica = "database.example.com/replica"
 	// AnnotationBackupRequest on a pod asks its instance manager to take a
 	// base backup: the value is the MyDatabaseBackup's name. The instance
 	// manager reports the run in Report.Backup.
 	AnnotationBackupRequest = "database.example.com/backup-request"
+)
+
+// The values of AnnotationReplica.
+const (
+	ReplicaFollow  = "follow"
+	ReplicaPromote = "promote"
 )
 
 // The exit codes of the major upgrade Job's instance manager

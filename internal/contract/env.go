@@ -76,12 +76,15 @@ const (
 )
 
 // An object store takes six variables, each of its prefix and one of the
-// Store suffixes: the store the primary archives to (BackupStore) and the
-// one a new primary is restored from (RestoreStore). Optional: a store
-// without an endpoint is none.
+// Store suffixes: the store the primary archives to (BackupStore), the
+// one a new primary is restored from (RestoreStore), and the source's of a
+// replica MyDatabase (ReplicaStore), whose base backup makes its data and
+// whose archive its designated primary replays. Optional: a store without
+// an endpoint is none.
 const (
 	BackupStore  = "BACKUP_"
 	RestoreStore = "RESTORE_"
+	ReplicaStore = "REPLICA_"
 
 	StoreEndpoint        = "ENDPOINT"
 	StoreBucket          = "BUCKET"

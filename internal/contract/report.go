@@ -58,6 +58,10 @@ type Report struct {
 	// (spec.bootstrap.recovery) while it runs, or after it failed; nil
 	// before one and once one succeeded.
 	Restore *Restore `json:"restore,omitempty"`
+	// Replica is set by the designated primary of a replica MyDatabase
+	// (Role primary, but a standby that replays its source's archive):
+	// where its replay stands. Replayed is its replay position.
+	Replica *ReplicaState `json:"replica,omitempty"`
 	// Storage is the data volume as the report measured it; like the WAL
 	// positions, a change of it alone is sent at most every MinInterval.
 	Storage *Storage `json:"storage,omitempty"`
@@ -67,6 +71,15 @@ type Report struct {
 	Manager string `json:"manager,omitempty"`
 	// Time is when the report was made.
 	Time time.Time `json:"time"`
+}
+
+// ReplicaState is a designated primary's replay of its source's archive.
+type ReplicaState struct {
+	// LastWAL is the last WAL file fetched from the source's archive.
+	LastWAL string `json:"lastWAL,omitempty"`
+	// ReplayedAt is the source's commit time of the last transaction
+	// replayed.
+	ReplayedAt *time.Time `json:"replayedAt,omitempty"`
 }
 
 // Storage is an instance's data volume (statfs), its WAL (the files in
@@ -195,10 +208,14 @@ func LSN(s string) (uint64, error) {
 func FormatLSN(l uint64) string { return pglogrepl.LSN(l).String() }
 
 // Material tells whether next differs from r in more than WAL positions,
-// storage and time: such a change is reported at once.
+// storage, a replica's progress and time: such a change is reported at
+// once.
 func (r Report) Material(next Report) bool {
 	a, b := r, next
 	a.LSN, a.Replayed, a.Storage, a.Time = "", "", nil, time.Time{}
 	b.LSN, b.Replayed, b.Storage, b.Time = "", "", nil, time.Time{}
+	if a.Replica != nil && b.Replica != nil {
+		a.Replica, b.Replica = &ReplicaState{}, &ReplicaState{}
+	}
 	return a.String() != b.String()
 }

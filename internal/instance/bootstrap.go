@@ -68,7 +68,8 @@ func (c Config) standby() bool {
 }
 
 // initPrimary makes a new data directory with the roles and database of
-// the spec, or restores it from an object store (restore.go). All of it
+// the spec, or restores it from an object store (restore.go), or from a
+// replica MyDatabase's source (replica.go). All of it
 // happens in a scratch directory, renamed into place at the end.
 func (m *manager) initPrimary(ctx context.Context) error {
 	c := m.c
@@ -77,12 +78,19 @@ func (m *manager) initPrimary(ctx context.Context) error {
 	if err := os.RemoveAll(scratch); err != nil {
 		return err
 	}
-	if c.Restore != nil {
+	switch {
+	case c.Replica != nil:
+		if err := m.restoreStandby(ctx, scratch); err != nil {
+			return err
+		}
+	case c.Restore != nil:
 		if err := m.restorePrimary(ctx, scratch); err != nil {
 			return err
 		}
-	} else if err := m.initdb(ctx, scratch); err != nil {
-		return err
+	default:
+		if err := m.initdb(ctx, scratch); err != nil {
+			return err
+		}
 	}
 	if err := os.Rename(scratch, c.PGData); err != nil {
 		return err

@@ -95,6 +95,10 @@ type Config struct {
 	// Restore is what a new primary is restored from instead of initdb
 	// (RESTORE_*, restore.go); nil without spec.bootstrap.recovery.
 	Restore *Restore
+	// Replica is the source's object store of a replica MyDatabase
+	// (REPLICA_*, replica.go): its base backup makes the data, and the
+	// designated primary replays its archive; nil without spec.replica.
+	Replica *backup.Config
 
 	// Self is this program's path, which the server's archive and restore
 	// commands run.
@@ -108,7 +112,8 @@ type Config struct {
 // then removed from this process's environment, so that no child inherits
 // them unless it is given them.
 var secretVars = []string{contract.EnvPassword, contract.EnvReplicationPassword,
-	contract.BackupStore + contract.StoreSecretAccessKey, contract.RestoreStore + contract.StoreSecretAccessKey}
+	contract.BackupStore + contract.StoreSecretAccessKey, contract.RestoreStore + contract.StoreSecretAccessKey,
+	contract.ReplicaStore + contract.StoreSecretAccessKey}
 
 // ConfigFromEnv reads the Config, every variable required, and removes the
 // passwords from the environment.
@@ -135,6 +140,7 @@ func ConfigFromEnv() (Config, error) {
 	c.Backup = storeFromEnv(contract.BackupStore)
 	restore, restoreErr := restoreFromEnv()
 	c.Restore = restore
+	c.Replica = storeFromEnv(contract.ReplicaStore)
 	for _, v := range secretVars {
 		if err := os.Unsetenv(v); err != nil {
 			return c, err

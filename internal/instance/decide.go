@@ -30,6 +30,9 @@ type situation struct {
 	ready     bool   // the server answered
 	lsn       uint64 // its position, when it answered
 	fenceOpen bool
+	// designated: the running primary is a replica MyDatabase's designated
+	// primary, a standby of its source's archive (replica.go).
+	designated bool
 	// lapsed: a primary that has not renewed for a whole Lease duration;
 	// another instance may hold the Lease by now.
 	lapsed    bool
@@ -61,10 +64,11 @@ const (
 	handOver          // a switchover: stop, and hand the Lease to the target
 	release           // give the Lease up
 	reclone           // clone the primary again: it no longer has the WAL this replica needs
+	promote           // promote the designated primary in place: the replica MyDatabase is promoted
 )
 
 func (a action) String() string {
-	return [...]string{"wait", "initialise", "run as primary", "renew", "fence", "follow", "run as replica", "stand", "hand over", "release", "clone again"}[a]
+	return [...]string{"wait", "initialise", "run as primary", "renew", "fence", "follow", "run as replica", "stand", "hand over", "release", "clone again", "promote"}[a]
 }
 
 // decide is the decision table of one turn.
@@ -78,6 +82,15 @@ func decide(s situation) action {
 			// Another instance may hold the Lease: stop, so that waiting
 			// sessions fail and the pod is no longer ready.
 			return fenceOff
+		case s.designated:
+			// A standby: it takes no writes and hands nothing over.
+			if s.ready && s.fenceOpen && l.promote {
+				return promote
+			}
+			if s.ready {
+				return renew
+			}
+			return wait
 		case s.ready && s.fenceOpen && l.switchoverTo != "" && l.switchoverTo != s.me:
 			// Renewing instead while the target catches up (act).
 			return handOver

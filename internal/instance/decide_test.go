@@ -37,6 +37,18 @@ func TestDecide(t *testing.T) {
 			situation{me: "db-0", running: asPrimary, ready: true, lapsed: true}, fenceOff},
 		"a primary that sees another holder fences itself": {
 			situation{me: "db-0", running: asPrimary, ready: true, fenceOpen: true, leaseRead: true, lease: held("db-1")}, fenceOff},
+		"a designated primary renews": {
+			situation{me: "db-0", running: asPrimary, designated: true, ready: true, fenceOpen: true, lease: held("db-0")}, renew},
+		"a designated primary asked to promote promotes": {
+			situation{me: "db-0", running: asPrimary, designated: true, ready: true, fenceOpen: true,
+				lease: leaseView{holder: "db-0", version: "7", transitions: 1, promote: true}}, promote},
+		"a designated primary whose fence closed does not promote": {
+			situation{me: "db-0", running: asPrimary, designated: true, ready: true,
+				lease: leaseView{holder: "db-0", version: "7", transitions: 1, promote: true}}, renew},
+		"a designated primary never hands over": {
+			situation{me: "db-0", running: asPrimary, designated: true, ready: true, fenceOpen: true, lease: asked("db-1")}, renew},
+		"a designated primary that sees another holder stops": {
+			situation{me: "db-0", running: asPrimary, designated: true, ready: true, fenceOpen: true, leaseRead: true, lease: held("db-1")}, fenceOff},
 		"a primary whose server does not answer does not renew": {
 			situation{me: "db-0", running: asPrimary, fenceOpen: true}, wait},
 		"the holder after a restart runs as primary": {

@@ -68,6 +68,9 @@ type leaseView struct {
 	// declared is what the MyDatabase declares inside PostgreSQL
 	// (contract.AnnotationDeclared), as written.
 	declared string
+	// promote: the operator asks the designated primary of a replica
+	// MyDatabase to promote (contract.AnnotationReplica).
+	promote bool
 }
 
 // timelineAnnotation on the Lease is the newest timeline any primary has
@@ -188,6 +191,7 @@ func (l *leases) view() leaseView {
 		quorum:       quorum,
 		quorumErr:    qerr,
 		declared:     l.lease.Annotations[contract.AnnotationDeclared],
+		promote:      l.lease.Annotations[contract.AnnotationReplica] == contract.ReplicaPromote,
 	}
 }
 

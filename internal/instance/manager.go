@@ -46,15 +46,18 @@ type manager struct {
 	restore        atomic.Pointer[contract.Restore]
 	restoreRetryAt time.Time
 
-	server    *server
-	lastSeen  serverState // the server's last answer, kept after it stops
-	role      serverRole
-	following string
-	upstream  string    // the address a replica streams from, "" for none
-	stranded  stranding // a replica that neither streams nor replays (stranded.go)
-	renewed   time.Time // start of the last successful renewal or take
-	stopFence context.CancelFunc
-	bridge    *bridge // the previous process's fence bridge, until stopped (bridge.go)
+	server   *server
+	lastSeen serverState // the server's last answer, kept after it stops
+	role     serverRole
+	// designated: the server runs as a replica MyDatabase's designated
+	// primary (role asPrimary, but a standby: replica.go).
+	designated bool
+	following  string
+	upstream   string    // the address a replica streams from, "" for none
+	stranded   stranding // a replica that neither streams nor replays (stranded.go)
+	renewed    time.Time // start of the last successful renewal or take
+	stopFence  context.CancelFunc
+	bridge     *bridge // the previous process's fence bridge, until stopped (bridge.go)
 
 	pw       *passwords      // password rotation (rotate.go)
 	declared *declaredKeeper // declared roles and databases (declared.go)
@@ -179,18 +182,19 @@ const restartBackoff = 10 * time.Second
 // turn observes, decides and acts once.
 func (m *manager) turn(ctx context.Context) {
 	s := situation{
-		me:        m.c.PodName,
-		bootstrap: m.c.PodName == m.c.BootstrapPod,
-		hasData:   m.c.initialised(),
-		running:   m.role,
-		following: m.following,
-		fenceOpen: m.fence.open(),
-		lapsed:    time.Since(m.renewed) >= m.t.lease,
+		me:         m.c.PodName,
+		bootstrap:  m.c.PodName == m.c.BootstrapPod,
+		hasData:    m.c.initialised(),
+		running:    m.role,
+		following:  m.following,
+		fenceOpen:  m.fence.open(),
+		designated: m.designated,
+		lapsed:     time.Since(m.renewed) >= m.t.lease,
 	}
 	var obs serverState
 	if m.role != stopped {
 		o, err := m.observe(ctx)
-		obs, s.ready = o, err == nil && o.primary == (m.role == asPrimary)
+		obs, s.ready = o, err == nil && o.primary == m.writable()
 		if s.ready {
 			m.lastSeen, s.lsn = o, o.lsn
 		}
@@ -233,7 +237,7 @@ func (m *manager) turn(ctx context.Context) {
 	// wait is also a ready replica's turn: only the primary's server takes
 	// the declaration (a replica that found something to do would try to
 	// write, and fail, read-only).
-	m.declared.offer(declaredWork{primary: s.ready && s.running == asPrimary && (a == wait || a == renew), annotation: s.lease.declared})
+	m.declared.offer(declaredWork{primary: s.ready && m.writable() && (a == wait || a == renew), annotation: s.lease.declared})
 	if s.ready && (a == wait || a == renew) {
 		m.keepSlots(ctx, s.lease.quorum)
 	}
@@ -264,6 +268,11 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs serverStat
 		return nil, m.start(ctx, asPrimary, "")
 	case runPrimary:
 		switch {
+		case m.followsSource(s.lease):
+			if err := m.take(ctx, max(obs.timeline, m.lastSeen.timeline)); err != nil {
+				return nil, err
+			}
+			return nil, m.runDesignated(ctx)
 		case m.role == asReplica && s.ready:
 			// Handed the Lease (or holding it across a restart): renew it
 			// on this instance's own clock first, which opens the fence,
@@ -315,6 +324,8 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs serverStat
 		return m.stand(ctx, s, obs)
 	case reclone:
 		return nil, m.reclone(ctx)
+	case promote:
+		return nil, m.promoteReplica(ctx, obs.timeline, s.lease.timeline)
 	}
 	return nil, nil
 }
@@ -325,9 +336,9 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs serverStat
 func (m *manager) report(ctx context.Context, candidate *contract.Candidacy, seen *serverState) {
 	r := contract.Report{Manager: m.digest, Address: m.c.AdvertiseAddress, Failsafe: m.c.failsafeAddress(), Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
 		Passwords: m.acceptedPasswords(), Backup: m.backupRun.Load(), Restore: m.restore.Load()}
-	r.Declared, r.DeclaredOf = m.declared.outcome(m.role == asPrimary)
+	r.Declared, r.DeclaredOf = m.declared.outcome(m.writable())
 	if m.role != stopped && seen == nil {
-		if o, err := m.observe(ctx); err == nil && o.primary == (m.role == asPrimary) {
+		if o, err := m.observe(ctx); err == nil && o.primary == m.writable() {
 			seen = &o
 		}
 	}
@@ -335,9 +346,12 @@ func (m *manager) report(ctx context.Context, candidate *contract.Candidacy, see
 		r.Ready, r.SystemID, r.Timeline = true, o.systemID, o.timeline
 		r.LSN = contract.FormatLSN(o.lsn)
 		r.Role = databasev1alpha1.RoleReplica
-		if o.primary {
+		switch {
+		case o.primary:
 			r.Role, r.Archive = databasev1alpha1.RolePrimary, o.archive
-		} else {
+		case m.designated:
+			r.Role, r.Replayed, r.Replica = databasev1alpha1.RolePrimary, contract.FormatLSN(o.replayed), m.replicaState(ctx)
+		default:
 			r.Replayed = contract.FormatLSN(o.replayed)
 		}
 	}

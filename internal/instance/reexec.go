@@ -292,6 +292,7 @@ func (m *manager) adopt() error {
 	}
 	m.server = &server{cmd: &exec.Cmd{Process: p}, exited: m.procs.watch(h.Server), started: h.Started}
 	m.role, m.following, m.upstream = h.Role, h.Following, h.Upstream
+	m.designated = h.Role == asPrimary && m.c.Replica != nil && m.c.standby()
 	if h.Role == asPrimary && h.Lease != nil {
 		m.leases.record(h.Lease)
 		m.leases.lease = h.Lease
@@ -301,7 +302,9 @@ func (m *manager) adopt() error {
 		// started without it would confirm commits no replica has
 		// flushed until the first turn.
 		m.fence.setQuorum(m.leases.view().quorum)
-		m.startFence()
+		if !m.designated {
+			m.startFence()
+		}
 		if h.Bridge != nil {
 			m.retire(h.Bridge)
 		}

@@ -114,6 +114,10 @@ type fetchRecord struct {
 	Found bool      `json:"found"`
 	Error string    `json:"error,omitempty"`
 	At    time.Time `json:"at"`
+	// LastSegment is the last WAL segment (not a history file) fetched,
+	// by this call or an earlier one: recovery asks for the next one at
+	// once, which the archive often does not hold yet.
+	LastSegment string `json:"lastSegment,omitempty"`
 }
 
 // RecordFetchResult keeps, beside the configuration file config, what came
@@ -124,8 +128,17 @@ func RecordFetchResult(config, name string, err error) {
 	if err != nil && !errors.Is(err, backup.ErrNotFound) {
 		r.Error = err.Error()
 	}
-	b, _ := json.Marshal(r) // a fetchRecord always marshals
 	file := filepath.Join(filepath.Dir(config), walFetchRecordFile)
+	if prev, err := os.ReadFile(file); err == nil {
+		var p fetchRecord
+		if json.Unmarshal(prev, &p) == nil {
+			r.LastSegment = p.LastSegment
+		}
+	}
+	if r.Found && len(name) == 24 {
+		r.LastSegment = name
+	}
+	b, _ := json.Marshal(r) // a fetchRecord always marshals
 	if os.WriteFile(file+".tmp", b, 0o600) == nil {
 		_ = os.Rename(file+".tmp", file)
 	}

@@ -131,7 +131,7 @@ func (m *manager) keepPassword(ctx context.Context, src passwordSource) error {
 	if err != nil {
 		return err
 	}
-	if !ok && m.role == asPrimary {
+	if !ok && m.writable() {
 		if err := m.setPassword(ctx, src.role, password); err != nil {
 			return err
 		}

@@ -20,12 +20,21 @@ func (m *manager) start(ctx context.Context, role serverRole, address string) er
 		return err
 	}
 	args := m.c.serverArgs()
-	if role == asReplica {
+	// The data of a replica MyDatabase is a standby's until it is promoted:
+	// its holder runs it as the designated primary (replica.go).
+	designated := role == asPrimary && m.c.Replica != nil && m.c.standby()
+	switch {
+	case role == asReplica:
 		var err error
 		if args, err = m.standbyArgs(ctx, address); err != nil {
 			return err
 		}
-	} else {
+	case designated:
+		var err error
+		if args, err = m.designatedArgs(ctx); err != nil {
+			return err
+		}
+	default:
 		if err := os.Remove(m.c.PGData + "/standby.signal"); err != nil && !os.IsNotExist(err) {
 			return err
 		}
@@ -34,7 +43,11 @@ func (m *manager) start(ctx context.Context, role serverRole, address string) er
 	if err != nil {
 		return err
 	}
-	m.server, m.role, m.following, m.upstream = srv, role, "", address
+	m.server, m.role, m.following, m.upstream, m.designated = srv, role, "", address, designated
+	if designated {
+		m.log("postgres started as the designated primary: a standby of the source's archive")
+		return nil // no commit to confirm: no fence
+	}
 	m.log("postgres started as %v", role)
 	if role == asPrimary {
 		m.startFence()
@@ -54,7 +67,7 @@ func (m *manager) stop() {
 }
 
 func (m *manager) serverGone() {
-	m.server, m.role, m.following, m.upstream = nil, stopped, "", ""
+	m.server, m.role, m.following, m.upstream, m.designated = nil, stopped, "", "", false
 	m.closeFence()
 }
 

@@ -65,6 +65,9 @@ func (m *manager) stand(ctx context.Context, s situation, obs serverState) (*con
 	if err != nil {
 		return me, err
 	}
+	if m.followsSource(s.lease) {
+		return nil, m.runDesignated(ctx)
+	}
 	if err := m.reserveTimelines(obs.timeline, s.lease.timeline); err != nil {
 		return nil, err
 	}
@@ -140,7 +143,7 @@ func (m *manager) promote(ctx context.Context) error {
 	if err := m.holdWhile(ctx, func() error { return m.promoteServer(ctx) }); err != nil {
 		return err
 	}
-	m.role, m.following = asPrimary, ""
+	m.role, m.following, m.designated = asPrimary, "", false
 	m.startFence()
 	m.log("promoted")
 	if err := m.afterPromotion(ctx); err != nil {

@@ -18,8 +18,9 @@ const ComponentInstance = "instance"
 // creates it, so that it carries an owner reference and goes with the
 // MyDatabase, reads its holder, and keeps on it the quorum the instance
 // managers replicate and elect by (contract.AnnotationQuorum), and the
-// roles and databases the primary's applies (contract.AnnotationDeclared):
-// there a change needs no pod restart. sole, when set, is the member that alone holds data
+// roles and databases the primary's applies (contract.AnnotationDeclared),
+// and whether a replica MyDatabase follows its source or is promoted
+// (contract.AnnotationReplica): there a change needs no pod restart. sole, when set, is the member that alone holds data
 // (contract.Quorum.Sole); pooled, whether a MyDatabasePooler leads to db
 // (contract.Declared.Pooler).
 func Lease(db *databasev1alpha1.MyDatabase, sole string, pooled bool) *coordinationv1ac.LeaseApplyConfiguration {
@@ -28,6 +29,12 @@ func Lease(db *databasev1alpha1.MyDatabase, sole string, pooled bool) *coordinat
 	annotations := map[string]string{contract.AnnotationQuorum: q.String()}
 	if d := DeclaredOf(db, pooled); d != nil {
 		annotations[contract.AnnotationDeclared] = d.String()
+	}
+	if r := Replica(db); r != nil {
+		annotations[contract.AnnotationReplica] = contract.ReplicaFollow
+		if !r.Enabled {
+			annotations[contract.AnnotationReplica] = contract.ReplicaPromote
+		}
 	}
 	return coordinationv1ac.Lease(LeaseName(db), db.Namespace).
 		WithLabels(Labels(db, ComponentInstance)).

@@ -36,10 +36,27 @@ func Recovery(db *databasev1alpha1.MyDatabase) *databasev1alpha1.RecoverySpec {
 	return db.Spec.Bootstrap.Recovery
 }
 
+// Replica is spec.replica, nil without one.
+func Replica(db *databasev1alpha1.MyDatabase) *databasev1alpha1.ReplicaSpec { return db.Spec.Replica }
+
+// FollowsSource tells whether db is a replica MyDatabase that still
+// follows its source: spec.replica.enabled, or a promotion asked for whose
+// designated primary still reports as one (status.replica).
+func FollowsSource(db *databasev1alpha1.MyDatabase) bool {
+	r := Replica(db)
+	return r != nil && (r.Enabled || db.Status.Replica != nil)
+}
+
+// ReplicaSource names a replica's source archive: its bucket and path.
+func ReplicaSource(r *databasev1alpha1.ReplicaSpec) string {
+	return r.Source.ObjectStore.Bucket + "/" + r.Source.ObjectStore.Path
+}
+
 // backupEnv is the environment of the instance manager for spec.backup
-// (BACKUP_*: the store its primary archives to) and
-// spec.bootstrap.recovery (RESTORE_*: the store and target a new primary
-// is restored from). The secret keys come from the credentials Secrets;
+// (BACKUP_*: the store its primary archives to), spec.bootstrap.recovery
+// (RESTORE_*: the store and target a new primary is restored from) and
+// spec.replica (REPLICA_*: the source's store, for as long as spec.replica
+// is there, so that promoting, which the Lease says, restarts no pod). The secret keys come from the credentials Secrets;
 // the instance manager keeps them out of the server's environment.
 func backupEnv(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 	var env []*corev1ac.EnvVarApplyConfiguration
@@ -65,6 +82,9 @@ func backupEnv(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfigura
 				env = append(env, corev1ac.EnvVar().WithName(contract.EnvBackupRetentionKeep).WithValue(strconv.Itoa(int(*r.Keep))))
 			}
 		}
+	}
+	if rep := Replica(db); rep != nil {
+		store(contract.ReplicaStore, rep.Source.ObjectStore, rep.Source.ObjectStore.Path)
 	}
 	r := Recovery(db)
 	if r == nil {

@@ -83,15 +83,7 @@ func TestBackupAndRestore(t *testing.T) {
 		}
 		return at
 	}
-	// archived switches p's WAL and waits until the segment is archived:
-	// the archive then ends there.
-	archived := func(p *pod) {
-		last := c.query(t, superuser(p), "", "SELECT pg_walfile_name(pg_switch_wal())")
-		eventually(t, 30*time.Second, last+" archived by "+p.name, func() (bool, string) {
-			got := c.query(t, superuser(p), "", "SELECT coalesce(last_archived_wal, '') || ' ' || failed_count FROM pg_stat_archiver")
-			return got >= last+" ", got
-		})
-	}
+	archived := func(p *pod) { archiveNow(t, c, p) }
 	insert("base", 100)
 
 	// The base backups, under write load: every insert acknowledged while
@@ -111,21 +103,7 @@ func TestBackupAndRestore(t *testing.T) {
 			}
 		}
 	})
-	takeBackup := func(p *pod) backup.Manifest {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		out, err := c.run(ctx, p.env, c.instanceBin, "backup")
-		if err != nil {
-			t.Fatalf("instance backup on %s: %v\n%s", p.name, err, out)
-		}
-		var manifest backup.Manifest
-		if err := json.Unmarshal([]byte(out), &manifest); err != nil {
-			t.Fatalf("instance backup printed %q: %v", out, err)
-		}
-		t.Logf("base backup %s on %s: WAL %s to %s on timeline %d, %d bytes compressed",
-			manifest.ID, p.name, manifest.BeginLSN, manifest.EndLSN, manifest.Timeline, manifest.Size)
-		return manifest
-	}
+	takeBackup := func(p *pod) backup.Manifest { return takeBackup(t, c, p) }
 	onPrimary := takeBackup(primary)
 	// The primary lists the store again at once after a backup in its
 	// container (one on a replica shows at its next look, minutes later).
@@ -367,6 +345,38 @@ func TestBackupAndRestore(t *testing.T) {
 }
 
 // with is r and phase's count.
+// takeBackup runs `instance backup` in p's container, as a
+// MyDatabaseBackup does, and returns the backup's manifest.
+func takeBackup(t *testing.T, c *cluster, p *pod) backup.Manifest {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := c.run(ctx, p.env, c.instanceBin, "backup")
+	if err != nil {
+		t.Fatalf("instance backup on %s: %v\n%s", p.name, err, out)
+	}
+	var manifest backup.Manifest
+	if err := json.Unmarshal([]byte(out), &manifest); err != nil {
+		t.Fatalf("instance backup printed %q: %v", out, err)
+	}
+	t.Logf("base backup %s on %s: WAL %s to %s on timeline %d, %d bytes compressed",
+		manifest.ID, p.name, manifest.BeginLSN, manifest.EndLSN, manifest.Timeline, manifest.Size)
+	return manifest
+}
+
+// archiveNow switches p's WAL and waits until the segment is archived:
+// the archive then ends there. It returns the segment's name.
+func archiveNow(t *testing.T, c *cluster, p *pod) string {
+	t.Helper()
+	su := p.socket("postgres", "postgres")
+	last := c.query(t, su, "", "SELECT pg_walfile_name(pg_switch_wal())")
+	eventually(t, 30*time.Second, last+" archived by "+p.name, func() (bool, string) {
+		got := c.query(t, su, "", "SELECT coalesce(last_archived_wal, '') || ' ' || failed_count FROM pg_stat_archiver")
+		return got >= last+" ", got
+	})
+	return last
+}
+
 func with[M ~map[string]V, V any](r M, phase string, n V) M {
 	out := maps.Clone(r)
 	out[phase] = n

@@ -37,7 +37,19 @@ func (r *objectStores) reconcile(ctx context.Context, obs *observation) error {
 	if rec := specs.Recovery(db); rec != nil {
 		stores["spec.bootstrap.recovery.objectStore"] = rec.ObjectStore
 	}
-	for _, field := range []string{"spec.backup.objectStore", "spec.bootstrap.recovery.objectStore"} {
+	if rep := specs.Replica(db); rep != nil {
+		stores["spec.replica.source.objectStore"] = rep.Source.ObjectStore
+		// Once promoted, this MyDatabase archives a new timeline to its own
+		// path: never into its source's archive.
+		if db.Spec.Backup != nil && db.Spec.Backup.ObjectStore.Bucket == rep.Source.ObjectStore.Bucket &&
+			specs.BackupPath(db) == rep.Source.ObjectStore.Path {
+			obs.stalled = &blocker{databasev1alpha1.ReasonReplicaArchiveClash, fmt.Sprintf(
+				"spec.backup archives to %s, the archive spec.replica.source reads: give spec.backup.objectStore.path another path, "+
+					"so that this MyDatabase, once promoted, never writes into its source's archive", specs.ReplicaSource(rep))}
+			return nil
+		}
+	}
+	for _, field := range []string{"spec.backup.objectStore", "spec.bootstrap.recovery.objectStore", "spec.replica.source.objectStore"} {
 		store, ok := stores[field]
 		if !ok {
 			continue

@@ -103,6 +103,7 @@ func (k *kit) components(s *scope) (prerequisites, features []component) {
 			&rotation{kit: k, scope: s},
 			&roles{kit: k, scope: s, tls: tls},
 			&schedule{kit: k, scope: s},
+			&replica{kit: k, scope: s},
 		}
 }
 

@@ -25,7 +25,9 @@ import (
 // So a minor version or a setting that needs a restart costs one
 // switchover, never a primary restart. A primary is restarted in place
 // only when there is no replica that reports itself ready to take over (a
-// single server, or pods that run no instance manager); a switchover that
+// single server, or pods that run no instance manager) or when it is a
+// replica MyDatabase's designated primary, which takes no writes to hand
+// over (pickTarget says why in the event); a switchover that
 // fails is tried again. Pods that lack a volume the StatefulSet's claim
 // templates gained (spec.walStorage added) go in ordinal order instead
 // (replaceLacking), which may cost two switchovers.
@@ -73,10 +75,11 @@ func (r *rollout) reconcile(ctx context.Context, obs *observation) error {
 			return r.deleteExact(ctx, pod)
 		}
 	}
-	if target, why := pickTarget(r.scope, ""); why == "" {
+	target, why := pickTarget(r.scope, "")
+	if why == "" {
 		return r.switchover.startSwitchover(ctx, db, obs, target, databasev1alpha1.SwitchoverRollingUpdate)
 	}
-	r.event(db, corev1.EventTypeNormal, "RollingUpdate", "Restarting the primary %s with the new spec: no replica is ready to take over", primary)
+	r.event(db, corev1.EventTypeNormal, "RollingUpdate", "Restarting the primary %s with the new spec: %s", primary, why)
 	return r.deleteExact(ctx, outdated[0])
 }
 
@@ -120,6 +123,6 @@ func (r *rollout) replaceLacking(ctx context.Context, obs *observation, pod *cor
 	if why == "" {
 		return r.switchover.startSwitchover(ctx, db, obs, target, databasev1alpha1.SwitchoverRollingUpdate)
 	}
-	r.event(db, corev1.EventTypeNormal, "RollingUpdate", "Restarting the primary %s with the new spec: no replica is ready to take over", primary)
+	r.event(db, corev1.EventTypeNormal, "RollingUpdate", "Restarting the primary %s with the new spec: %s", primary, why)
 	return r.deleteExact(ctx, pod)
 }

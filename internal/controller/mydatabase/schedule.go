@@ -72,8 +72,10 @@ func (r *schedule) reconcile(ctx context.Context, obs *observation) error {
 			state.last = &metav1.Time{Time: t}
 		}
 	}
-	if s.Suspend || db.Spec.Hibernate {
-		return nil // a hibernation's missed times are not made up on resume beyond the latest (scheduledTimes)
+	if s.Suspend || db.Spec.Hibernate || specs.FollowsSource(db) {
+		// A hibernation's missed times are not made up on resume beyond
+		// the latest (scheduledTimes); a replica's source takes the backups.
+		return nil
 	}
 	now := r.Clock.Now()
 	due, next := scheduledTimes(sched, since, now)

@@ -78,6 +78,9 @@ type observation struct {
 	// schedule is spec.backup.schedule's last and next times (schedule),
 	// nil when the pass did not get to it (the status keeps what it had).
 	schedule *scheduleState
+	// replica is status.replica (the replica component), nil when the pass
+	// did not get to it (the status keeps what it had).
+	replica *replicaState
 	// requeue, when positive, is how soon the pass wants to look again at
 	// something no watch brings (a switchover's deadline).
 	requeue time.Duration
@@ -287,6 +290,9 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	setHibernatedCondition(db, now)
 	setMonitoringCondition(db, obs.monitoring, now)
 	setArchivingStatus(db, obs.pods, st.CurrentPrimary, obs.schedule, now)
+	if obs.replica != nil {
+		st.Replica = obs.replica.status
+	}
 	if obs.pods != nil { // else the pass did not look: the status keeps what it had
 		setDeclaredStatus(db, reportOf(obs.pods, st.CurrentPrimary), obs.pooled, now)
 	}

@@ -241,6 +241,10 @@ func (r *kit) askSwitchover(ctx context.Context, lease *coordinationv1.Lease, ta
 // WAL. It returns why there is none.
 func pickTarget(s *scope, named string) (string, string) {
 	primary := s.primaryPod()
+	if r := reportOf(s.pods, primary); r != nil && r.Replica != nil {
+		return "", fmt.Sprintf("%s is the designated primary of a replica MyDatabase: it takes no writes, so a switchover has nothing to hand over; "+
+			"delete its pod to move the role (another instance is elected designated primary)", primary)
+	}
 	instances := instanceStatuses(s.pods, primary)
 	var names []string
 	best, bestLSN := "", uint64(0)

@@ -123,6 +123,10 @@ func (r *Reconciler) step(ctx context.Context, b *databasev1alpha1.MyDatabaseBac
 	case !db.DeletionTimestamp.IsZero():
 		r.fail(b, fmt.Sprintf("MyDatabase %q is being deleted", db.Name))
 		return ctrl.Result{}, nil
+	case specs.FollowsSource(db):
+		r.fail(b, fmt.Sprintf("MyDatabase %q is a replica of %s: its backups are its source's; back it up once promoted (spec.replica.enabled: false)",
+			db.Name, specs.ReplicaSource(db.Spec.Replica)))
+		return ctrl.Result{}, nil
 	}
 	if st.Instance == "" && db.Spec.Hibernate {
 		st.Phase = databasev1alpha1.BackupPending

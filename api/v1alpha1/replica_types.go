@@ -1,0 +1,60 @@
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// ReplicaSpec makes a MyDatabase a standby copy of another one, its
+// source, which may run in another namespace or another Kubernetes
+// cluster: the only link between the two is the source's WAL archive. The
+// replica's designated primary restores the source's latest base backup,
+// then replays every WAL file the source archives; the replica's other
+// servers stream from it. It accepts no writes. docs/replica-clusters.md
+// has the design and the failure cases.
+type ReplicaSpec struct {
+	// enabled keeps this MyDatabase a replica of its source. Setting it to
+	// false promotes it, once and in place: the designated primary replays
+	// what the archive still holds, then starts a new timeline, takes
+	// writes, and archives to this MyDatabase's own spec.backup path. A
+	// MyDatabase made with enabled false is promoted as soon as it has
+	// restored the source's archive.
+	// +kubebuilder:validation:XValidation:rule="oldSelf || !self",message="spec.replica.enabled cannot go back to true: a promoted MyDatabase has a history of its own; to follow the source again, make a new replica MyDatabase"
+	Enabled bool `json:"enabled"`
+
+	// source is where the source's WAL comes from.
+	Source ReplicaSource `json:"source"`
+}
+
+// ReplicaSource is where a replica MyDatabase reads its source's WAL.
+type ReplicaSource struct {
+	// objectStore is the source's spec.backup store, its path included:
+	// the replica reads its base backups and WAL archive, never writes
+	// there.
+	// +kubebuilder:validation:XValidation:rule="has(self.path) && self.path != ''",message="spec.replica.source.objectStore.path is required: it names the source's archive (<namespace>/<name> by default for the source's spec.backup)"
+	ObjectStore ObjectStore `json:"objectStore"`
+}
+
+// ReplicaStatus is where a replica MyDatabase stands against its source,
+// as its designated primary last reported.
+type ReplicaStatus struct {
+	// source is the bucket and path the designated primary replays from.
+	Source string `json:"source"`
+	// designatedPrimary is the pod that replays the source's archive; the
+	// other servers stream from it.
+	// +optional
+	DesignatedPrimary string `json:"designatedPrimary,omitempty"`
+	// lastFetchedWAL is the last WAL file fetched from the source's
+	// archive.
+	// +optional
+	LastFetchedWAL string `json:"lastFetchedWAL,omitempty"`
+	// lastReplayedLSN is the WAL position replayed so far.
+	// +optional
+	LastReplayedLSN string `json:"lastReplayedLSN,omitempty"`
+	// lastReplayedTime is the source's commit time of the last transaction
+	// replayed: the replica holds the source's data as of then. How far
+	// behind it is: now minus this, while the source takes writes.
+	// +optional
+	LastReplayedTime *metav1.Time `json:"lastReplayedTime,omitempty"`
+}
+
+// ReasonReplicaArchiveClash (Stalled): a replica MyDatabase's spec.backup
+// would archive into the archive its spec.replica.source reads.
+const ReasonReplicaArchiveClash = "ReplicaArchiveClash"

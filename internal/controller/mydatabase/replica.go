@@ -1,0 +1,56 @@
+package mydatabase
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
+)
+
+// replica is the component of a replica MyDatabase (spec.replica): it
+// reports in status.replica where the designated primary's replay of the
+// source's archive stands, and the promotion once the primary reports as
+// one that takes writes. What the servers do is the instance managers'
+// (internal/instance, replica.go); the operator's part is the Lease's
+// contract.AnnotationReplica (specs.Lease) and the source's store in the
+// pods' environment (specs.backupEnv).
+type replica struct {
+	*kit
+	*scope
+}
+
+// replicaState is the replica part of the status.
+type replicaState struct {
+	status *databasev1alpha1.ReplicaStatus
+}
+
+func (r *replica) reconcile(_ context.Context, obs *observation) error {
+	db := r.db
+	rep := specs.Replica(db)
+	if rep == nil {
+		return nil
+	}
+	primary := r.primaryPod()
+	report := reportOf(r.pods, primary)
+	st := &databasev1alpha1.ReplicaStatus{Source: specs.ReplicaSource(rep)}
+	switch {
+	case report != nil && report.Replica != nil:
+		st.DesignatedPrimary, st.LastReplayedLSN = primary, report.Replayed
+		st.LastFetchedWAL, st.LastReplayedTime = report.Replica.LastWAL, metaTime(report.Replica.ReplayedAt)
+	case report != nil && report.Ready && report.Role == databasev1alpha1.RolePrimary:
+		// A primary that takes writes: promoted.
+		if db.Status.Replica != nil {
+			r.event(db, corev1.EventTypeNormal, "Promoted", "%s promoted: this MyDatabase takes writes on timeline %d and no longer follows %s",
+				primary, report.Timeline, st.Source)
+		}
+		st = nil
+	case db.Status.Replica != nil:
+		st = db.Status.Replica // no report yet (a new pod, or a restart): as it was
+	case !rep.Enabled:
+		st = nil
+	}
+	obs.replica = &replicaState{status: st}
+	return nil
+}

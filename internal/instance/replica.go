@@ -1,0 +1,148 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"example.com/myoperator/internal/backup"
+	"example.com/myoperator/internal/contract"
+)
+
+// A replica MyDatabase (spec.replica) is a standby copy of another one,
+// its source, fed from the source's WAL archive (REPLICA_*: Config.Replica;
+// docs/replica-clusters.md):
+//
+//   - Its bootstrap pod restores the source's latest base backup as a
+//     standby's data (restoreStandby), never initdb.
+//   - The Lease's holder runs that data as the designated primary
+//     (designatedArgs): a hot standby of no one whose restore_command
+//     fetches each WAL file the source archives. It reports role primary,
+//     so the replicas stream from it and the Services route to it, and
+//     its replay (ReplicaState); it takes no writes, confirms no commit
+//     (no fence) and hands nothing over.
+//   - The HA loop is the usual one: a designated primary renews the Lease,
+//     and when it is lost an elected replica takes it and restarts as the
+//     designated primary (runDesignated) instead of promoting.
+//   - The operator promotes the replica by writing contract.ReplicaPromote
+//     on the Lease: the designated primary promotes in place (decide,
+//     promote): PostgreSQL restores what the archive still holds, then
+//     starts a new timeline above every one the source's archive names.
+//     From then on the data is this MyDatabase's alone, archived to its
+//     own spec.backup path: no instance reads the source's archive again.
+
+// followsSource tells whether the holder's server runs as the designated
+// primary: a replica MyDatabase not asked to promote, on a standby's data.
+func (m *manager) followsSource(l leaseView) bool {
+	return m.c.Replica != nil && !l.promote && m.c.standby()
+}
+
+// writable: the server runs as the primary that takes writes, not as a
+// designated primary.
+func (m *manager) writable() bool { return m.role == asPrimary && !m.designated }
+
+// replicaConfigFile holds the source's object store, for wal-fetch.
+func (c Config) replicaConfigFile() string { return filepath.Join(c.SocketDir, "replica.json") }
+
+// restoreStandby makes a replica MyDatabase's data in scratch: the
+// source's latest base backup, with standby.signal, so that the server
+// started on it replays the source's archive and never promotes by itself.
+func (m *manager) restoreStandby(ctx context.Context, scratch string) error {
+	store, err := backup.Open(*m.c.Replica)
+	if err != nil {
+		m.restoreFailed("", err)
+		return err
+	}
+	backups, err := store.Backups(ctx)
+	if err == nil && len(backups) == 0 {
+		err = fmt.Errorf("the source's archive %s/%s holds no base backup yet: take one on the source", m.c.Replica.Bucket, m.c.Replica.Path)
+	}
+	var chosen backup.Manifest
+	if err == nil {
+		chosen, err = backup.Choose(backups, "", time.Time{})
+	}
+	if err != nil {
+		m.restoreFailed("", err)
+		return err
+	}
+	m.log("restoring base backup %s (from %s on timeline %d) of the source %s/%s as a standby", chosen.ID, chosen.BeginLSN, chosen.Timeline,
+		m.c.Replica.Bucket, m.c.Replica.Path)
+	w := m.watchRestore(ctx, chosen.ID, fmt.Sprintf("downloading base backup %s of the source", chosen.ID))
+	err = store.Restore(ctx, chosen, scratch)
+	if err == nil {
+		err = os.Chmod(scratch, 0o700)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(scratch, "standby.signal"), nil, 0o600)
+	}
+	w.stop(err)
+	return err
+}
+
+// runDesignated (re)starts the holder's server as the designated primary:
+// from a stopped server, or from a replica that streamed from the last
+// one. The Lease is already this instance's.
+func (m *manager) runDesignated(ctx context.Context) error {
+	if m.role != stopped {
+		m.stop()
+	}
+	return m.start(ctx, asPrimary, "")
+}
+
+// designatedArgs are the settings of a designated primary: a standby's of
+// no one (standbyArgs), whose restore_command fetches from the source's
+// archive, not this MyDatabase's own.
+func (m *manager) designatedArgs(ctx context.Context) ([]string, error) {
+	args, err := m.standbyArgs(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	if err := backup.WriteConfig(m.c.replicaConfigFile(), *m.c.Replica); err != nil {
+		return nil, err
+	}
+	return append(args, "-c", fmt.Sprintf("restore_command=%s wal-fetch --config %s %%f %%p", shellQuote(m.c.Self), shellQuote(m.c.replicaConfigFile()))), nil
+}
+
+// promoteReplica promotes the designated primary in place: PostgreSQL
+// restores what the source's archive still holds, then starts a new
+// timeline. The application's role then gets this MyDatabase's password
+// (the source's came with the data), as a restore's does.
+func (m *manager) promoteReplica(ctx context.Context, mine, newest int64) error {
+	if err := m.reserveTimelines(mine, newest); err != nil {
+		return err
+	}
+	if err := m.promote(ctx); err != nil {
+		return err
+	}
+	if err := m.setPassword(ctx, m.c.User, m.c.Password); err != nil {
+		return fmt.Errorf("setting the password of role %s after the promotion: %w", m.c.User, err)
+	}
+	m.log("promoted the replica MyDatabase: role %s has this MyDatabase's password", m.c.User)
+	return nil
+}
+
+// replicaState is the designated primary's replay, for its report: the
+// last WAL file fetched from the source's archive and the commit time of
+// the last transaction replayed.
+func (m *manager) replicaState(ctx context.Context) *contract.ReplicaState {
+	st := &contract.ReplicaState{}
+	if r, ok := m.c.lastFetch(); ok {
+		st.LastWAL = r.LastSegment
+	}
+	err := m.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, "SELECT pg_last_xact_replay_timestamp()").Scan(&st.ReplayedAt)
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		m.logOnce(fmt.Errorf("reading the replay's time: %w", err))
+	}
+	if st.ReplayedAt != nil {
+		t := st.ReplayedAt.UTC().Truncate(time.Millisecond)
+		st.ReplayedAt = &t
+	}
+	return st
+}

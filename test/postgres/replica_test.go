@@ -1,0 +1,159 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/backup"
+	"example.com/myoperator/internal/specs"
+)
+
+// TestReplicaDatabase: a replica MyDatabase, in another namespace of the
+// same API server (standing for another Kubernetes cluster: the two share
+// nothing but the object store), follows its source through the source's
+// WAL archive. Its designated primary restores the source's base backup
+// and replays what the source archives, its replica streams from it,
+// neither takes a write, and status.replica says where the replay stands.
+// Then spec.replica.enabled: false promotes it in place: it takes writes
+// on a timeline of its own, archives to its own path and never to its
+// source's, and its replica follows it.
+func TestReplicaDatabase(t *testing.T) {
+	servers := findServers(t)
+	srv := servers[len(servers)-1]
+	store := startStore(t, t.TempDir())
+	objectStore := objectStoreOf(store)
+	ctx := context.Background()
+
+	db := newDatabase(srv.major, nil)
+	db.Spec.Replicas = new(int32(1))
+	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStore}
+	const password = "password-of-the-source"
+	c := newCluster(t, srv, db, specs.CredentialsSecret(db, password), storeSecret(store, db.Namespace))
+	source := c.startPods(t, 1)[0]
+	app := tcp(source.port, db.Spec.User, db.Spec.DatabaseName)
+	insert := func(c *cluster, conninfo, password string, from, to int) {
+		c.query(t, conninfo, password, fmt.Sprintf("INSERT INTO orders (id) SELECT generate_series(%d, %d)", from, to))
+	}
+	c.query(t, app, password, "CREATE TABLE orders (id int PRIMARY KEY)")
+	insert(c, app, password, 1, 100)
+	takeBackup(t, c, source)
+	insert(c, app, password, 101, 200)
+	archiveNow(t, c, source)
+
+	replicaOf := objectStore
+	replicaOf.Path = specs.BackupPath(db)
+	rdb := newDatabase(srv.major, nil)
+	rdb.Name, rdb.Namespace = "shop-dr", "dr"
+	rdb.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStore}
+	rdb.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: replicaOf}}
+	const replicaPassword = "password-of-the-replica"
+	rc := newClusterOn(t, c.api, srv, rdb, specs.CredentialsSecret(rdb, replicaPassword), storeSecret(store, rdb.Namespace))
+	pods := rc.startPods(t, 2)
+	rc.op = rc.startOperator(t)
+	designated, standby := pods[0], pods[1]
+	logContains(t, designated.log(0), "as a standby", "postgres started as the designated primary")
+	rows := func(p *pod) string {
+		out, err := rc.psql(p.socket("postgres", db.Spec.DatabaseName), "", "SELECT count(*) FROM orders")
+		if err != nil {
+			return err.Error()
+		}
+		return out
+	}
+	has := func(want int) {
+		t.Helper()
+		for _, p := range pods {
+			eventually(t, time.Minute, fmt.Sprintf("%d rows on %s", want, p.name), func() (bool, string) {
+				got := rows(p)
+				return got == strconv.Itoa(want), got
+			})
+		}
+	}
+	has(200)
+	// The data is the source's, its roles' passwords too: the replica's
+	// own password is set only once it is promoted.
+	rapp := tcp(designated.port, db.Spec.User, db.Spec.DatabaseName)
+	rc.refused(t, rapp, password, "read-only transaction", "INSERT INTO orders (id) VALUES (1000)")
+	rc.refused(t, tcp(standby.port, db.Spec.User, db.Spec.DatabaseName), password, "read-only transaction", "INSERT INTO orders (id) VALUES (1000)")
+	if got := rc.query(t, designated.socket("postgres", "postgres"), "",
+		"SELECT application_name || ' ' || state FROM pg_stat_replication ORDER BY 1"); got != standby.name+" streaming" {
+		t.Errorf("the designated primary's standbys: %q, want %s streaming (no fence: it confirms no commit)", got, standby.name)
+	}
+
+	// What the source writes and archives reaches both.
+	insert(c, app, password, 201, 300)
+	last := archiveNow(t, c, source)
+	has(300)
+	eventually(t, 30*time.Second, "status.replica", func() (bool, string) {
+		r := rc.database(t).Status.Replica
+		if r == nil {
+			return false, "none"
+		}
+		return r.Source == store.Bucket+"/"+replicaOf.Path && r.DesignatedPrimary == designated.name && r.LastFetchedWAL >= last &&
+			r.LastReplayedLSN != "" && r.LastReplayedTime != nil, fmt.Sprintf("%+v", *r)
+	})
+
+	// A base backup of a replica is refused, in plain words: its source
+	// takes them.
+	refused := &databasev1alpha1.MyDatabaseBackup{ObjectMeta: metav1.ObjectMeta{Name: "of-the-replica", Namespace: rdb.Namespace},
+		Spec: databasev1alpha1.MyDatabaseBackupSpec{Database: rdb.Name}}
+	if err := rc.api.Client.Create(ctx, refused); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the replica's backup refused", func() (bool, string) {
+		if err := rc.api.Client.Get(ctx, client.ObjectKeyFromObject(refused), refused); err != nil {
+			return false, err.Error()
+		}
+		return refused.Status.Phase == databasev1alpha1.BackupFailed && strings.Contains(refused.Status.Message, "is a replica of backups/prod/shop"),
+			fmt.Sprintf("%s: %s", refused.Status.Phase, refused.Status.Message)
+	})
+
+	// Promotion.
+	sourceTimeline := c.query(t, source.socket("postgres", "postgres"), "", "SELECT timeline_id FROM pg_control_checkpoint()")
+	rc.updateDatabase(t, func(d *databasev1alpha1.MyDatabase) { d.Spec.Replica.Enabled = false })
+	rc.eventSaid(t, rdb, "Promoted")
+	rsu := designated.socket("postgres", db.Spec.DatabaseName)
+	if got := rc.query(t, rsu, "", "SELECT pg_is_in_recovery()"); got != "f" {
+		t.Fatalf("%s in recovery after the Promoted event: %s", designated.name, got)
+	}
+	if st := rc.database(t).Status.Replica; st != nil {
+		t.Errorf("status.replica after the promotion: %+v", *st)
+	}
+	timeline, _ := strconv.Atoi(rc.query(t, rsu, "", "SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int"))
+	if from, _ := strconv.Atoi(sourceTimeline); timeline <= from {
+		t.Errorf("the promoted replica runs on timeline %d, the source on %d: want a new one", timeline, from)
+	}
+	insert(rc, rsu, "", 1001, 1100)
+	has(400)
+	// Its own password, once the promoted primary sets it.
+	eventually(t, time.Minute, "the replica's own password accepted", func() (bool, string) {
+		out, err := rc.psql(rapp, replicaPassword, "SELECT 1")
+		return err == nil, out
+	})
+
+	// Archived to its own path, never to the source's.
+	own, theirs := openArchive(t, store, specs.BackupPath(rdb)), openArchive(t, store, replicaOf.Path)
+	segment := archiveNow(t, rc, designated)
+	history := fmt.Sprintf("%08X.history", timeline)
+	for _, name := range []string{segment, history} {
+		if _, err := own.ArchivedSize(ctx, name); err != nil {
+			t.Errorf("%s in the promoted replica's archive %s: %v", name, specs.BackupPath(rdb), err)
+		}
+		if _, err := theirs.ArchivedSize(ctx, name); !errors.Is(err, backup.ErrNotFound) {
+			t.Errorf("%s in the source's archive %s: %v, want not found", name, replicaOf.Path, err)
+		}
+	}
+	// The source goes on alone.
+	insert(c, app, password, 301, 310)
+	if got := c.query(t, app, password, "SELECT count(*) FROM orders"); got != "310" {
+		t.Errorf("the source has %s rows, want 310", got)
+	}
+}
