@@ -10,6 +10,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -101,6 +102,31 @@ func TestReplicaDatabase(t *testing.T) {
 			r.LastReplayedLSN != "" && r.LastReplayedTime != nil, fmt.Sprintf("%+v", *r)
 	})
 
+	// The designated primary stops: the replica elected in its place
+	// restarts as the designated primary, never promotes (that would make
+	// a second writer beside the source), and replays on from the archive;
+	// the old one comes back as its replica.
+	designated.stop(t)
+	designated, standby = standby, designated
+	eventually(t, time.Minute, designated.name+" the designated primary", func() (bool, string) {
+		r, err := rc.reportOf(designated)
+		lease, lerr := rc.readLease()
+		if err != nil || lerr != nil {
+			return false, fmt.Sprint(err, lerr)
+		}
+		holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+		return holder == designated.name && r.Ready && r.Replica != nil, fmt.Sprintf("holder %q, report %+v", holder, r)
+	})
+	if got := rc.query(t, designated.socket("postgres", "postgres"), "", "SELECT pg_is_in_recovery()"); got != "t" {
+		t.Fatalf("%s, elected, is out of recovery: %s", designated.name, got)
+	}
+	standby.start(t)
+	standby.waitReady(t)
+	insert(c, app, password, 301, 350)
+	archiveNow(t, c, source)
+	has(350)
+	rapp = tcp(designated.port, db.Spec.User, db.Spec.DatabaseName)
+
 	// A base backup of a replica is refused, in plain words: its source
 	// takes them.
 	refused := &databasev1alpha1.MyDatabaseBackup{ObjectMeta: metav1.ObjectMeta{Name: "of-the-replica", Namespace: rdb.Namespace},
@@ -132,7 +158,7 @@ func TestReplicaDatabase(t *testing.T) {
 		t.Errorf("the promoted replica runs on timeline %d, the source on %d: want a new one", timeline, from)
 	}
 	insert(rc, rsu, "", 1001, 1100)
-	has(400)
+	has(450)
 	// Its own password, once the promoted primary sets it.
 	eventually(t, time.Minute, "the replica's own password accepted", func() (bool, string) {
 		out, err := rc.psql(rapp, replicaPassword, "SELECT 1")
@@ -152,8 +178,8 @@ func TestReplicaDatabase(t *testing.T) {
 		}
 	}
 	// The source goes on alone.
-	insert(c, app, password, 301, 310)
-	if got := c.query(t, app, password, "SELECT count(*) FROM orders"); got != "310" {
-		t.Errorf("the source has %s rows, want 310", got)
+	insert(c, app, password, 351, 360)
+	if got := c.query(t, app, password, "SELECT count(*) FROM orders"); got != "360" {
+		t.Errorf("the source has %s rows, want 360", got)
 	}
 }
