@@ -23,20 +23,66 @@ type ReplicaSpec struct {
 	Source ReplicaSource `json:"source"`
 }
 
-// ReplicaSource is where a replica MyDatabase reads its source's WAL.
+// ReplicaSource is where a replica MyDatabase reads its source's WAL: the
+// source's archive, a streaming connection to its primary, or both
+// (streaming first; when the stream breaks, the archive until it is back).
+// +kubebuilder:validation:XValidation:rule="has(self.objectStore) || has(self.streaming)",message="spec.replica.source takes objectStore, streaming or both: where the source's WAL comes from"
 type ReplicaSource struct {
 	// objectStore is the source's spec.backup store, its path included:
 	// the replica reads its base backups and WAL archive, never writes
 	// there.
 	// +kubebuilder:validation:XValidation:rule="has(self.path) && self.path != ''",message="spec.replica.source.objectStore.path is required: it names the source's archive (<namespace>/<name> by default for the source's spec.backup)"
-	ObjectStore ObjectStore `json:"objectStore"`
+	// +optional
+	ObjectStore *ObjectStore `json:"objectStore,omitempty"`
+
+	// streaming connects to the source's primary as a standby does, with
+	// a client certificate of the source's replication role: the WAL
+	// arrives as the source writes it, not segment by segment. Without
+	// objectStore, the data is cloned from the source (pg_basebackup).
+	// +optional
+	Streaming *ReplicaStreaming `json:"streaming,omitempty"`
+}
+
+// ReplicaStreaming is a connection to the source's primary.
+type ReplicaStreaming struct {
+	// host reaches the source's primary from this MyDatabase's pods: its
+	// -rw Service (<name>-rw.<namespace>.svc in the same Kubernetes
+	// cluster), or an address that leads to it from another one.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Host string `json:"host"`
+
+	// port of host.
+	// +kubebuilder:default=5432
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+
+	// secretName is a Secret of this namespace with tls.crt and tls.key,
+	// a client certificate of the source's replication role (replicator),
+	// and ca.crt, the source's CA, which its server certificate must chain
+	// to: the source's <name>-replication-cert Secret, copied here.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	SecretName string `json:"secretName"`
 }
 
 // ReplicaStatus is where a replica MyDatabase stands against its source,
 // as its designated primary last reported.
 type ReplicaStatus struct {
-	// source is the bucket and path the designated primary replays from.
+	// source is where the designated primary replays from: the archive's
+	// bucket/path, the streaming host:port, or both.
 	Source string `json:"source"`
+	// streaming: the designated primary streams from the source's primary
+	// now (with objectStore too, it replays the archive while it does not).
+	// +optional
+	Streaming bool `json:"streaming,omitempty"`
+	// lagBytes is how much WAL the source's primary had flushed, at its
+	// last message to the stream, that this replica has not replayed yet.
+	// Streaming only.
+	// +optional
+	LagBytes *int64 `json:"lagBytes,omitempty"`
 	// designatedPrimary is the pod that replays the source's archive; the
 	// other servers stream from it.
 	// +optional
@@ -54,6 +100,10 @@ type ReplicaStatus struct {
 	// +optional
 	LastReplayedTime *metav1.Time `json:"lastReplayedTime,omitempty"`
 }
+
+// ReasonReplicaSourceSecretInvalid (Stalled): spec.replica.source.streaming's
+// Secret is missing or lacks a key.
+const ReasonReplicaSourceSecretInvalid = "ReplicaSourceSecretInvalid"
 
 // ReasonReplicaArchiveClash (Stalled): a replica MyDatabase's spec.backup
 // would archive into the archive its spec.replica.source reads.

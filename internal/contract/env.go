@@ -73,6 +73,14 @@ const (
 	EnvRestoreTargetLSN       = "RESTORE_TARGET_LSN"
 	EnvRestoreTargetName      = "RESTORE_TARGET_NAME"
 	EnvRestoreTargetImmediate = "RESTORE_TARGET_IMMEDIATE"
+
+	// EnvReplicaStreamHost and EnvReplicaStreamPort are the source's
+	// primary a replica MyDatabase streams from (spec.replica.source.
+	// streaming); EnvReplicaStreamTLSDir holds the client certificate and
+	// the source's CA. Optional.
+	EnvReplicaStreamHost   = "REPLICA_STREAM_HOST"
+	EnvReplicaStreamPort   = "REPLICA_STREAM_PORT"
+	EnvReplicaStreamTLSDir = "REPLICA_STREAM_TLS_DIR"
 )
 
 // An object store takes six variables, each of its prefix and one of the

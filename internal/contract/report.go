@@ -80,6 +80,10 @@ type ReplicaState struct {
 	// ReplayedAt is the source's commit time of the last transaction
 	// replayed.
 	ReplayedAt *time.Time `json:"replayedAt,omitempty"`
+	// Streaming: it streams from the source's primary, which had flushed
+	// WAL up to SourceLSN at its last message.
+	Streaming bool   `json:"streaming,omitempty"`
+	SourceLSN string `json:"sourceLSN,omitempty"`
 }
 
 // Storage is an instance's data volume (statfs), its WAL (the files in
@@ -215,7 +219,8 @@ func (r Report) Material(next Report) bool {
 	a.LSN, a.Replayed, a.Storage, a.Time = "", "", nil, time.Time{}
 	b.LSN, b.Replayed, b.Storage, b.Time = "", "", nil, time.Time{}
 	if a.Replica != nil && b.Replica != nil {
-		a.Replica, b.Replica = &ReplicaState{}, &ReplicaState{}
+		// Only whether it streams is material.
+		a.Replica, b.Replica = &ReplicaState{Streaming: a.Replica.Streaming}, &ReplicaState{Streaming: b.Replica.Streaming}
 	}
 	return a.String() != b.String()
 }

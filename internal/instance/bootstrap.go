@@ -79,7 +79,7 @@ func (m *manager) initPrimary(ctx context.Context) error {
 		return err
 	}
 	switch {
-	case c.Replica != nil:
+	case c.replicaDB():
 		if err := m.restoreStandby(ctx, scratch); err != nil {
 			return err
 		}

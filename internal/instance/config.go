@@ -99,6 +99,10 @@ type Config struct {
 	// (REPLICA_*, replica.go): its base backup makes the data, and the
 	// designated primary replays its archive; nil without spec.replica.
 	Replica *backup.Config
+	// ReplicaStream is the source's primary a replica MyDatabase streams
+	// from (REPLICA_STREAM_*, replica.go); nil without
+	// spec.replica.source.streaming.
+	ReplicaStream *ReplicaStream
 
 	// Self is this program's path, which the server's archive and restore
 	// commands run.
@@ -141,6 +145,9 @@ func ConfigFromEnv() (Config, error) {
 	restore, restoreErr := restoreFromEnv()
 	c.Restore = restore
 	c.Replica = storeFromEnv(contract.ReplicaStore)
+	if host := os.Getenv(contract.EnvReplicaStreamHost); host != "" {
+		c.ReplicaStream = &ReplicaStream{Host: host, Port: os.Getenv(contract.EnvReplicaStreamPort), TLSDir: os.Getenv(contract.EnvReplicaStreamTLSDir)}
+	}
 	for _, v := range secretVars {
 		if err := os.Unsetenv(v); err != nil {
 			return c, err

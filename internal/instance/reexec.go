@@ -292,7 +292,7 @@ func (m *manager) adopt() error {
 	}
 	m.server = &server{cmd: &exec.Cmd{Process: p}, exited: m.procs.watch(h.Server), started: h.Started}
 	m.role, m.following, m.upstream = h.Role, h.Following, h.Upstream
-	m.designated = h.Role == asPrimary && m.c.Replica != nil && m.c.standby()
+	m.designated = h.Role == asPrimary && m.c.replicaDB() && m.c.standby()
 	if h.Role == asPrimary && h.Lease != nil {
 		m.leases.record(h.Lease)
 		m.leases.lease = h.Lease

@@ -39,7 +39,39 @@ import (
 // followsSource tells whether the holder's server runs as the designated
 // primary: a replica MyDatabase not asked to promote, on a standby's data.
 func (m *manager) followsSource(l leaseView) bool {
-	return m.c.Replica != nil && !l.promote && m.c.standby()
+	return m.c.replicaDB() && !l.promote && m.c.standby()
+}
+
+// ReplicaStream is the source's primary a replica MyDatabase streams from.
+type ReplicaStream struct {
+	Host, Port string
+	// TLSDir holds tls.crt and tls.key, a client certificate of the
+	// source's replication role, and ca.crt, the source's CA.
+	TLSDir string
+}
+
+// replicaDB: this is a replica MyDatabase (spec.replica), whatever it
+// follows.
+func (c Config) replicaDB() bool { return c.Replica != nil || c.ReplicaStream != nil }
+
+// sourceConninfo are the libpq keywords of a replication connection to the
+// source's primary: by the source's client certificate, the server's
+// checked against the source's CA (verify-ca, as between instances:
+// replication.go). Its application_name keeps it apart from the source's
+// own instances in the source's pg_stat_replication: the source never
+// counts it in a quorum, asks it for a failsafe promise nor keeps a slot
+// for it.
+func (c Config) sourceConninfo() string {
+	s := c.ReplicaStream
+	return fmt.Sprintf("host=%s port=%s user=%s connect_timeout=5 sslmode=verify-ca sslrootcert=%s sslcert=%s sslkey=%s application_name='%s'",
+		s.Host, s.Port, contract.ReplicationRole, c.tlsCopy(sourceCA), c.tlsCopy(sourceCert), c.tlsCopy(sourceKey), sourceApplicationName(c.PodName))
+}
+
+// sourceApplicationName is how a replica MyDatabase's pod shows in its
+// source's pg_stat_replication.
+func sourceApplicationName(pod string) string {
+	name := "mydatabase_replica " + pod
+	return name[:min(len(name), 63)]
 }
 
 // writable: the server runs as the primary that takes writes, not as a
@@ -50,9 +82,13 @@ func (m *manager) writable() bool { return m.role == asPrimary && !m.designated 
 func (c Config) replicaConfigFile() string { return filepath.Join(c.SocketDir, "replica.json") }
 
 // restoreStandby makes a replica MyDatabase's data in scratch: the
-// source's latest base backup, with standby.signal, so that the server
-// started on it replays the source's archive and never promotes by itself.
+// source's latest base backup (from its archive, else cloned from its
+// primary), with standby.signal, so that the server started on it replays
+// the source's WAL and never promotes by itself.
 func (m *manager) restoreStandby(ctx context.Context, scratch string) error {
+	if m.c.Replica == nil {
+		return m.cloneSource(ctx, scratch)
+	}
 	store, err := backup.Open(*m.c.Replica)
 	if err != nil {
 		m.restoreFailed("", err)
@@ -84,6 +120,24 @@ func (m *manager) restoreStandby(ctx context.Context, scratch string) error {
 	return err
 }
 
+// cloneSource copies the source's primary with pg_basebackup into scratch,
+// as a standby's data.
+func (m *manager) cloneSource(ctx context.Context, scratch string) error {
+	if _, err := m.c.copyTLS(); err != nil {
+		return err
+	}
+	s := m.c.ReplicaStream
+	m.log("cloning the source's primary at %s:%s", s.Host, s.Port)
+	w := m.watchRestore(ctx, "", fmt.Sprintf("cloning the source's primary at %s:%s", s.Host, s.Port))
+	_, err := m.procs.run(ctx, nil, "", "pg_basebackup", "--pgdata="+scratch, "--dbname="+m.c.sourceConninfo(), "--no-password",
+		"--wal-method=stream", "--checkpoint=fast")
+	if err == nil {
+		err = os.WriteFile(filepath.Join(scratch, "standby.signal"), nil, 0o600)
+	}
+	w.stop(err)
+	return err
+}
+
 // runDesignated (re)starts the holder's server as the designated primary:
 // from a stopped server, or from a replica that streamed from the last
 // one. The Lease is already this instance's.
@@ -95,12 +149,20 @@ func (m *manager) runDesignated(ctx context.Context) error {
 }
 
 // designatedArgs are the settings of a designated primary: a standby's of
-// no one (standbyArgs), whose restore_command fetches from the source's
-// archive, not this MyDatabase's own.
+// no one (standbyArgs) but the source: its primary_conninfo streams from
+// the source's primary, its restore_command fetches from the source's
+// archive, not this MyDatabase's own. With both, PostgreSQL streams, and
+// when the stream breaks replays the archive until it can stream again.
 func (m *manager) designatedArgs(ctx context.Context) ([]string, error) {
 	args, err := m.standbyArgs(ctx, "")
 	if err != nil {
 		return nil, err
+	}
+	if m.c.ReplicaStream != nil {
+		args = append(args, "-c", "primary_conninfo="+m.c.sourceConninfo())
+	}
+	if m.c.Replica == nil {
+		return append(args, "-c", "restore_command="), nil
 	}
 	if err := backup.WriteConfig(m.c.replicaConfigFile(), *m.c.Replica); err != nil {
 		return nil, err
@@ -127,15 +189,21 @@ func (m *manager) promoteReplica(ctx context.Context, mine, newest int64) error 
 }
 
 // replicaState is the designated primary's replay, for its report: the
-// last WAL file fetched from the source's archive and the commit time of
-// the last transaction replayed.
+// last WAL file fetched from the source's archive, the commit time of the
+// last transaction replayed, and whether it streams from the source's
+// primary, which had flushed WAL up to SourceLSN at its last message.
 func (m *manager) replicaState(ctx context.Context) *contract.ReplicaState {
 	st := &contract.ReplicaState{}
 	if r, ok := m.c.lastFetch(); ok {
 		st.LastWAL = r.LastSegment
 	}
 	err := m.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, "SELECT pg_last_xact_replay_timestamp()").Scan(&st.ReplayedAt)
+		var source *string
+		err := conn.QueryRow(ctx, `SELECT pg_last_xact_replay_timestamp(),
+			coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver), false),
+			(SELECT latest_end_lsn::text FROM pg_stat_wal_receiver WHERE status = 'streaming')`).Scan(&st.ReplayedAt, &st.Streaming, &source)
+		st.SourceLSN = deref(source)
+		return err
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		m.logOnce(fmt.Errorf("reading the replay's time: %w", err))

@@ -22,7 +22,7 @@ func (m *manager) start(ctx context.Context, role serverRole, address string) er
 	args := m.c.serverArgs()
 	// The data of a replica MyDatabase is a standby's until it is promoted:
 	// its holder runs it as the designated primary (replica.go).
-	designated := role == asPrimary && m.c.Replica != nil && m.c.standby()
+	designated := role == asPrimary && m.c.replicaDB() && m.c.standby()
 	switch {
 	case role == asReplica:
 		var err error

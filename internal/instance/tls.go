@@ -36,6 +36,11 @@ const (
 	clientCA   = "client-ca.crt"
 	clientCert = "replication.crt"
 	clientKey  = "replication.key"
+	// A replica MyDatabase's client certificate of its source, and the
+	// source's CA (replica.go).
+	sourceCert = "source.crt"
+	sourceKey  = "source.key"
+	sourceCA   = "source-ca.crt"
 )
 
 // tlsFiles are the files the instance copies: none of the server's when
@@ -46,6 +51,10 @@ func (c Config) tlsFiles() []tlsFile {
 	if c.TLSDir != "" {
 		files = append(files, tlsFile{c.TLSDir, "tls.crt", serverCert}, tlsFile{c.TLSDir, "tls.key", serverKey},
 			tlsFile{c.TLSDir, "ca.crt", serverCA})
+	}
+	if s := c.ReplicaStream; s != nil {
+		files = append(files, tlsFile{s.TLSDir, "tls.crt", sourceCert}, tlsFile{s.TLSDir, "tls.key", sourceKey},
+			tlsFile{s.TLSDir, "ca.crt", sourceCA})
 	}
 	return files
 }

@@ -36,22 +36,6 @@ func Recovery(db *databasev1alpha1.MyDatabase) *databasev1alpha1.RecoverySpec {
 	return db.Spec.Bootstrap.Recovery
 }
 
-// Replica is spec.replica, nil without one.
-func Replica(db *databasev1alpha1.MyDatabase) *databasev1alpha1.ReplicaSpec { return db.Spec.Replica }
-
-// FollowsSource tells whether db is a replica MyDatabase that still
-// follows its source: spec.replica.enabled, or a promotion asked for whose
-// designated primary still reports as one (status.replica).
-func FollowsSource(db *databasev1alpha1.MyDatabase) bool {
-	r := Replica(db)
-	return r != nil && (r.Enabled || db.Status.Replica != nil)
-}
-
-// ReplicaSource names a replica's source archive: its bucket and path.
-func ReplicaSource(r *databasev1alpha1.ReplicaSpec) string {
-	return r.Source.ObjectStore.Bucket + "/" + r.Source.ObjectStore.Path
-}
-
 // backupEnv is the environment of the instance manager for spec.backup
 // (BACKUP_*: the store its primary archives to), spec.bootstrap.recovery
 // (RESTORE_*: the store and target a new primary is restored from) and
@@ -83,8 +67,8 @@ func backupEnv(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfigura
 			}
 		}
 	}
-	if rep := Replica(db); rep != nil {
-		store(contract.ReplicaStore, rep.Source.ObjectStore, rep.Source.ObjectStore.Path)
+	if rep := Replica(db); rep != nil && rep.Source.ObjectStore != nil {
+		store(contract.ReplicaStore, *rep.Source.ObjectStore, rep.Source.ObjectStore.Path)
 	}
 	r := Recovery(db)
 	if r == nil {

@@ -288,7 +288,8 @@ func podTemplateWithout(db *databasev1alpha1.MyDatabase, p Platform) *corev1ac.P
 				WithSecretName(ReplicationCertSecretName(db)).WithDefaultMode(0o440)),
 			corev1ac.Volume().WithName("run").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource())).
-		WithVolumes(customQueriesVolume(db)...)
+		WithVolumes(customQueriesVolume(db)...).
+		WithVolumes(replicaSourceVolume(db)...)
 	place(spec, db.Spec.NodeSelector, db.Spec.Tolerations, db.Spec.PriorityClassName, db.Spec.TopologySpreadConstraints)
 	if db.Spec.Affinity != nil {
 		spec.WithAffinity(convert[corev1ac.AffinityApplyConfiguration](db.Spec.Affinity))
@@ -384,7 +385,8 @@ func container(db *databasev1alpha1.MyDatabase) *corev1ac.ContainerApplyConfigur
 		WithReadinessProbe(execProbe(ReadinessCommand, 5, 3)).
 		WithLivenessProbe(execProbe(LivenessCommand, 10, 6)).
 		WithSecurityContext(restrictedContainer()).
-		WithVolumeMounts(customQueriesMount(db)...)
+		WithVolumeMounts(customQueriesMount(db)...).
+		WithVolumeMounts(replicaSourceMount(db)...)
 	if r := resources(db); r != nil {
 		c.WithResources(r)
 	}
@@ -453,7 +455,7 @@ func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 	if db.Spec.WALStorage != nil {
 		vars = append(vars, env(contract.EnvWALDir, WALDir))
 	}
-	return append(vars, append(metricsEnv(db), backupEnv(db)...)...)
+	return append(vars, append(append(metricsEnv(db), backupEnv(db)...), replicaStreamEnv(db)...)...)
 }
 
 // InstanceSelector selects the pods of this MyDatabase and no other of the

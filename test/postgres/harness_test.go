@@ -544,7 +544,7 @@ func (c *cluster) newPod(ordinal, port int) *pod {
 			t.Fatalf("env %s: the harness cannot resolve this valueFrom", name)
 		}
 		switch name {
-		case "PGDATA", "WAL_DIR", "PGHOST", "CONFIG_DIR", "TLS_DIR", "REPLICATION_TLS_DIR", "CUSTOM_QUERIES":
+		case "PGDATA", "WAL_DIR", "PGHOST", "CONFIG_DIR", "TLS_DIR", "REPLICATION_TLS_DIR", "CUSTOM_QUERIES", "REPLICA_STREAM_TLS_DIR":
 			value = p.hostPath(t, value)
 		case "PGPORT":
 			if value != containerPort {

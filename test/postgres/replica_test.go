@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,6 +17,7 @@ import (
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/backup"
 	"example.com/myoperator/internal/specs"
+	"example.com/myoperator/internal/testenv"
 )
 
 // TestReplicaDatabase: a replica MyDatabase, in another namespace of the
@@ -28,56 +30,23 @@ import (
 // on a timeline of its own, archives to its own path and never to its
 // source's, and its replica follows it.
 func TestReplicaDatabase(t *testing.T) {
-	servers := findServers(t)
-	srv := servers[len(servers)-1]
-	store := startStore(t, t.TempDir())
-	objectStore := objectStoreOf(store)
-	ctx := context.Background()
-
-	db := newDatabase(srv.major, nil)
-	db.Spec.Replicas = new(int32(1))
-	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStore}
-	const password = "password-of-the-source"
-	c := newCluster(t, srv, db, specs.CredentialsSecret(db, password), storeSecret(store, db.Namespace))
-	source := c.startPods(t, 1)[0]
-	app := tcp(source.port, db.Spec.User, db.Spec.DatabaseName)
-	insert := func(c *cluster, conninfo, password string, from, to int) {
-		c.query(t, conninfo, password, fmt.Sprintf("INSERT INTO orders (id) SELECT generate_series(%d, %d)", from, to))
-	}
-	c.query(t, app, password, "CREATE TABLE orders (id int PRIMARY KEY)")
-	insert(c, app, password, 1, 100)
-	takeBackup(t, c, source)
-	insert(c, app, password, 101, 200)
+	src := startReplicaSource(t)
+	c, source, store, app, password, db := src.c, src.pod, src.store, src.app, src.password, src.db
+	insert, ctx := src.insert, context.Background()
 	archiveNow(t, c, source)
 
-	replicaOf := objectStore
-	replicaOf.Path = specs.BackupPath(db)
-	rdb := newDatabase(srv.major, nil)
+	replicaOf := *src.archive
+	rdb := newDatabase(c.srv.major, nil)
 	rdb.Name, rdb.Namespace = "shop-dr", "dr"
-	rdb.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStore}
-	rdb.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: replicaOf}}
+	rdb.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
+	rdb.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: &replicaOf}}
 	const replicaPassword = "password-of-the-replica"
-	rc := newClusterOn(t, c.api, srv, rdb, specs.CredentialsSecret(rdb, replicaPassword), storeSecret(store, rdb.Namespace))
+	rc := newClusterOn(t, c.api, c.srv, rdb, specs.CredentialsSecret(rdb, replicaPassword), storeSecret(store, rdb.Namespace))
 	pods := rc.startPods(t, 2)
 	rc.op = rc.startOperator(t)
 	designated, standby := pods[0], pods[1]
 	logContains(t, designated.log(0), "as a standby", "postgres started as the designated primary")
-	rows := func(p *pod) string {
-		out, err := rc.psql(p.socket("postgres", db.Spec.DatabaseName), "", "SELECT count(*) FROM orders")
-		if err != nil {
-			return err.Error()
-		}
-		return out
-	}
-	has := func(want int) {
-		t.Helper()
-		for _, p := range pods {
-			eventually(t, time.Minute, fmt.Sprintf("%d rows on %s", want, p.name), func() (bool, string) {
-				got := rows(p)
-				return got == strconv.Itoa(want), got
-			})
-		}
-	}
+	has := func(want int) { t.Helper(); rc.hasRows(t, pods, want) }
 	has(200)
 	// The data is the source's, its roles' passwords too: the replica's
 	// own password is set only once it is promoted.
@@ -182,4 +151,128 @@ func TestReplicaDatabase(t *testing.T) {
 	if got := c.query(t, app, password, "SELECT count(*) FROM orders"); got != "360" {
 		t.Errorf("the source has %s rows, want 360", got)
 	}
+}
+
+// replicaSource is the source MyDatabase of the replica tests: one server,
+// archiving, with a base backup and the table orders holding ids 1 to 200.
+type replicaSource struct {
+	c        *cluster
+	db       *databasev1alpha1.MyDatabase
+	pod      *pod
+	store    *testenv.ObjectStore
+	archive  *databasev1alpha1.ObjectStore // its spec.backup store, path included
+	app      string                        // conninfo of the application's role
+	password string
+	// insert adds the ids from to to in the orders table of c at conninfo.
+	insert func(c *cluster, conninfo, password string, from, to int)
+}
+
+func startReplicaSource(t *testing.T) *replicaSource {
+	t.Helper()
+	servers := findServers(t)
+	srv := servers[len(servers)-1]
+	store := startStore(t, t.TempDir())
+	db := newDatabase(srv.major, nil)
+	db.Spec.Replicas = new(int32(1))
+	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
+	s := &replicaSource{db: db, store: store, password: "password-of-the-source"}
+	s.c = newCluster(t, srv, db, specs.CredentialsSecret(db, s.password), storeSecret(store, db.Namespace))
+	s.pod = s.c.startPods(t, 1)[0]
+	s.app = tcp(s.pod.port, db.Spec.User, db.Spec.DatabaseName)
+	s.insert = func(c *cluster, conninfo, password string, from, to int) {
+		c.query(t, conninfo, password, fmt.Sprintf("INSERT INTO orders (id) SELECT generate_series(%d, %d)", from, to))
+	}
+	s.c.query(t, s.app, s.password, "CREATE TABLE orders (id int PRIMARY KEY)")
+	s.insert(s.c, s.app, s.password, 1, 100)
+	takeBackup(t, s.c, s.pod)
+	s.insert(s.c, s.app, s.password, 101, 200)
+	archive := objectStoreOf(store)
+	archive.Path = specs.BackupPath(db)
+	s.archive = &archive
+	return s
+}
+
+// hasRows waits until each of pods holds want rows in orders.
+func (c *cluster) hasRows(t *testing.T, pods []*pod, want int) {
+	t.Helper()
+	for _, p := range pods {
+		eventually(t, time.Minute, fmt.Sprintf("%d rows on %s", want, p.name), func() (bool, string) {
+			out, err := c.psql(p.socket("postgres", c.db.Spec.DatabaseName), "", "SELECT count(*) FROM orders")
+			return err == nil && out == strconv.Itoa(want), out
+		})
+	}
+}
+
+// TestReplicaDatabaseStreaming: a replica MyDatabase that streams from its
+// source's primary, with the source's archive as a fallback: the rows
+// arrive as they commit, no WAL switch needed; with the stream cut it
+// replays the archive, and streams again once the stream is back;
+// status.replica says which, with the lag in bytes. A second replica
+// streams only: it clones the source's primary (no archive at all).
+func TestReplicaDatabaseStreaming(t *testing.T) {
+	src := startReplicaSource(t)
+	c, store, db := src.c, src.store, src.db
+	insert := func(from, to int) { src.insert(c, src.app, src.password, from, to) }
+	// The link between the two: a proxy the test can cut.
+	link, err := testenv.StartProxy(testenv.To(fmt.Sprintf("127.0.0.1:%d", src.pod.port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(link.Close)
+	// The source's replication certificate, copied to the replica's
+	// namespace as a person would.
+	sourceCert := c.secrets[specs.ReplicationCertSecretName(db)]
+
+	replica := func(name string, archive *databasev1alpha1.ObjectStore) (*cluster, *pod) {
+		rdb := newDatabase(c.srv.major, nil)
+		rdb.Name, rdb.Namespace = name, name
+		rdb.Spec.Replicas = new(int32(1))
+		rdb.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: archive,
+			Streaming: &databasev1alpha1.ReplicaStreaming{Host: "127.0.0.1", Port: int32(link.Port()), SecretName: "source-replication"}}}
+		copied := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "source-replication", Namespace: rdb.Namespace}, Data: sourceCert.Data}
+		rc := newClusterOn(t, c.api, c.srv, rdb, specs.CredentialsSecret(rdb, "unused"), storeSecret(store, rdb.Namespace), copied)
+		p := rc.startPods(t, 1)[0]
+		rc.op = rc.startOperator(t)
+		return rc, p
+	}
+	status := func(rc *cluster, what string, ok func(r databasev1alpha1.ReplicaStatus) bool) {
+		t.Helper()
+		eventually(t, time.Minute, rc.db.Name+": status.replica "+what, func() (bool, string) {
+			r := rc.database(t).Status.Replica
+			return r != nil && ok(*r), fmt.Sprintf("%+v", r)
+		})
+	}
+
+	both, bothPod := replica("both", src.archive)
+	bothPods := []*pod{bothPod}
+	both.hasRows(t, bothPods, 200)
+	status(both, "streaming", func(r databasev1alpha1.ReplicaStatus) bool {
+		return r.Streaming && r.LagBytes != nil && r.Source == store.Bucket+"/"+src.archive.Path+" and "+link.Addr()
+	})
+	insert(201, 250) // no WAL switch: it streams
+	both.hasRows(t, bothPods, 250)
+	if got := c.query(t, src.pod.socket("postgres", "postgres"), "", "SELECT application_name FROM pg_stat_replication WHERE application_name LIKE 'mydatabase_replica %'"); got != "mydatabase_replica "+bothPod.name {
+		t.Errorf("the source's standbys from replicas: %q", got)
+	}
+
+	// The stream cut: the archive, segment by segment.
+	link.Cut()
+	status(both, "not streaming", func(r databasev1alpha1.ReplicaStatus) bool { return !r.Streaming })
+	insert(251, 300)
+	archiveNow(t, c, src.pod)
+	both.hasRows(t, bothPods, 300)
+	// Back: streaming again.
+	link.Restore()
+	status(both, "streaming again", func(r databasev1alpha1.ReplicaStatus) bool { return r.Streaming })
+	insert(301, 320)
+	both.hasRows(t, bothPods, 320)
+	both.refused(t, tcp(bothPod.port, db.Spec.User, db.Spec.DatabaseName), src.password, "read-only transaction", "INSERT INTO orders (id) VALUES (1000)")
+
+	// Streaming only: a clone of the source's primary.
+	only, onlyPod := replica("stream-only", nil)
+	logContains(t, onlyPod.log(0), "cloning the source's primary at "+link.Addr(), "postgres started as the designated primary")
+	only.hasRows(t, []*pod{onlyPod}, 320)
+	insert(321, 330)
+	only.hasRows(t, []*pod{onlyPod}, 330)
+	status(only, "streaming", func(r databasev1alpha1.ReplicaStatus) bool { return r.Streaming && r.LastFetchedWAL == "" })
 }

@@ -23,8 +23,8 @@ type objectStores struct {
 	*scope
 }
 
-// reconcile stalls a MyDatabase whose spec.backup or
-// spec.bootstrap.recovery names a credentials Secret that does not exist
+// reconcile stalls a MyDatabase whose spec.backup,
+// spec.bootstrap.recovery or spec.replica.source names a credentials Secret that does not exist
 // or lacks a key, before any pod is made: the kubelet would otherwise
 // leave the pods in CreateContainerConfigError. The Secret is the user's
 // (read around the cache, never written).
@@ -37,8 +37,8 @@ func (r *objectStores) reconcile(ctx context.Context, obs *observation) error {
 	if rec := specs.Recovery(db); rec != nil {
 		stores["spec.bootstrap.recovery.objectStore"] = rec.ObjectStore
 	}
-	if rep := specs.Replica(db); rep != nil {
-		stores["spec.replica.source.objectStore"] = rep.Source.ObjectStore
+	if rep := specs.Replica(db); rep != nil && rep.Source.ObjectStore != nil {
+		stores["spec.replica.source.objectStore"] = *rep.Source.ObjectStore
 		// Once promoted, this MyDatabase archives a new timeline to its own
 		// path: never into its source's archive.
 		if db.Spec.Backup != nil && db.Spec.Backup.ObjectStore.Bucket == rep.Source.ObjectStore.Bucket &&
@@ -76,6 +76,39 @@ func (r *objectStores) reconcile(ctx context.Context, obs *observation) error {
 				"Secret %q named in %s.credentialsSecret lacks the keys %s", name, field, strings.Join(missing, ", "))}
 			return nil
 		}
+	}
+	return r.checkReplicaSource(ctx, obs)
+}
+
+// checkReplicaSource stalls a replica MyDatabase whose
+// spec.replica.source.streaming names a Secret that does not exist or
+// lacks a key, before any pod is made (the user's Secret, read around the
+// cache, never written).
+func (r *objectStores) checkReplicaSource(ctx context.Context, obs *observation) error {
+	rep := specs.Replica(r.db)
+	if rep == nil || rep.Source.Streaming == nil {
+		return nil
+	}
+	name := rep.Source.Streaming.SecretName
+	secret := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: r.db.Namespace, Name: name}, secret)
+	if apierrors.IsNotFound(err) {
+		obs.stalled = &blocker{databasev1alpha1.ReasonReplicaSourceSecretInvalid, fmt.Sprintf(
+			"Secret %q named in spec.replica.source.streaming.secretName does not exist in namespace %q: copy the source's <name>-replication-cert Secret here (keys %s)",
+			name, r.db.Namespace, strings.Join(specs.ReplicaSourceSecretKeys, ", "))}
+		return nil
+	} else if err != nil {
+		return objectError("get", secret, name, err)
+	}
+	var missing []string
+	for _, k := range specs.ReplicaSourceSecretKeys {
+		if len(secret.Data[k]) == 0 {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		obs.stalled = &blocker{databasev1alpha1.ReasonReplicaSourceSecretInvalid, fmt.Sprintf(
+			"Secret %q named in spec.replica.source.streaming.secretName lacks the keys %s", name, strings.Join(missing, ", "))}
 	}
 	return nil
 }

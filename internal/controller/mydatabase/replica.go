@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -37,8 +38,13 @@ func (r *replica) reconcile(_ context.Context, obs *observation) error {
 	st := &databasev1alpha1.ReplicaStatus{Source: specs.ReplicaSource(rep)}
 	switch {
 	case report != nil && report.Replica != nil:
-		st.DesignatedPrimary, st.LastReplayedLSN = primary, report.Replayed
+		st.DesignatedPrimary, st.LastReplayedLSN, st.Streaming = primary, report.Replayed, report.Replica.Streaming
 		st.LastFetchedWAL, st.LastReplayedTime = report.Replica.LastWAL, metaTime(report.Replica.ReplayedAt)
+		source, serr := contract.LSN(report.Replica.SourceLSN)
+		replayed, rerr := contract.LSN(report.Replayed)
+		if st.Streaming && serr == nil && rerr == nil {
+			st.LagBytes = new(int64(max(source, replayed) - replayed))
+		}
 	case report != nil && report.Ready && report.Role == databasev1alpha1.RolePrimary:
 		// A primary that takes writes: promoted.
 		if db.Status.Replica != nil {
