@@ -62,7 +62,7 @@ type ReplicaStreaming struct {
 	// secretName is a Secret of this namespace with tls.crt and tls.key,
 	// a client certificate of the source's replication role (replicator),
 	// and ca.crt, the source's CA, which its server certificate must chain
-	// to: the source's <name>-replication-cert Secret, copied here.
+	// to: the source's <name>-replication-tls Secret, copied here.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	SecretName string `json:"secretName"`

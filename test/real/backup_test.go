@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -155,7 +156,76 @@ func TestDefaultBackupAndRestoreOnRealPods(t *testing.T) {
 	if logs := podLogs(t, dst, dbName+"-0"); !strings.Contains(logs, "restoring base backup "+b.Status.BackupID) {
 		t.Errorf("the restore did not start from the backup %s:\n%s", b.Status.BackupID, logs)
 	}
+	replicaFollowsAndIsPromoted(t, db, primary, objectStore, newDB, conn)
 	for _, ns := range []string{dst, src} {
 		deleteAndWait(t, ns)
 	}
+}
+
+// replicaFollowsAndIsPromoted: a replica MyDatabase of source, in a
+// namespace of its own (standing for another cluster: the only link is the
+// object store), restores the source's base backup and replays its
+// archive: every row the source holds, and the ones it writes and archives
+// next; it refuses writes; promoted, it takes them, the rows all there.
+// conn is a connection to the source's application database, primary the
+// source's primary pod.
+func replicaFollowsAndIsPromoted(t *testing.T, source *databasev1alpha1.MyDatabase, primary string, objectStore func(string) databasev1alpha1.ObjectStore,
+	newDB func(string, int32) *databasev1alpha1.MyDatabase, conn *pgx.Conn) {
+	t.Helper()
+	ns := newNamespace(t, "real-replica", map[string]string{"pod-security.kubernetes.io/enforce": "restricted"})
+	replica := newDB(ns, 1)
+	archive := objectStore(ns)
+	archive.Path = specs.BackupPath(source)
+	replica.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: &archive}}
+	if err := env.c.Create(t.Context(), replica); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ns, 1, 4*time.Minute)
+	pod := dbName + "-0"
+	sql := func(query string) (string, error) {
+		return podExec(ns, pod, "psql", "--no-psqlrc", "--tuples-only", "--no-align", "--username", "postgres", "--dbname", "app", "--command", query)
+	}
+	var want int
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM items").Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	hasRows := func(want int) {
+		t.Helper()
+		testenv.Eventually(t, 2*time.Minute, fmt.Sprintf("%d rows on the replica MyDatabase", want), func() error {
+			got, err := sql("SELECT count(*) FROM items")
+			if err == nil && strings.TrimSpace(got) != fmt.Sprint(want) {
+				err = fmt.Errorf("%s rows", strings.TrimSpace(got))
+			}
+			return err
+		})
+	}
+	hasRows(want)
+	if _, err := conn.Exec(t.Context(), "INSERT INTO items (note) SELECT 'after the replica' FROM generate_series(1, 10)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := superuserSQL(source.Namespace, primary, "SELECT pg_switch_wal()"); err != nil {
+		t.Fatal(err)
+	}
+	hasRows(want + 10)
+	if out, err := sql("INSERT INTO items (note) VALUES ('refused')"); err == nil || !strings.Contains(out+err.Error(), "read-only transaction") {
+		t.Fatalf("a write on the replica MyDatabase: %v: %s", err, out)
+	}
+	if st := getDB(t, ns).Status.Replica; st == nil || st.DesignatedPrimary != pod || st.LastReplayedTime == nil {
+		t.Errorf("status.replica %+v", st)
+	}
+
+	patch(t, ns, func(d *databasev1alpha1.MyDatabase) { d.Spec.Replica.Enabled = false })
+	testenv.Eventually(t, 2*time.Minute, "the promoted replica MyDatabase takes a write", func() error {
+		_, err := sql("INSERT INTO items (note) VALUES ('promoted')")
+		return err
+	})
+	hasRows(want + 11)
+	testenv.Eventually(t, time.Minute, "status.replica gone", func() error {
+		if st := getDB(t, ns).Status.Replica; st != nil {
+			return fmt.Errorf("status.replica %+v", st)
+		}
+		return nil
+	})
+	t.Logf("the replica MyDatabase followed the source's archive (%d rows, then 10 more) and was promoted", want)
+	deleteAndWait(t, ns)
 }

@@ -94,7 +94,7 @@ func (r *objectStores) checkReplicaSource(ctx context.Context, obs *observation)
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: r.db.Namespace, Name: name}, secret)
 	if apierrors.IsNotFound(err) {
 		obs.stalled = &blocker{databasev1alpha1.ReasonReplicaSourceSecretInvalid, fmt.Sprintf(
-			"Secret %q named in spec.replica.source.streaming.secretName does not exist in namespace %q: copy the source's <name>-replication-cert Secret here (keys %s)",
+			"Secret %q named in spec.replica.source.streaming.secretName does not exist in namespace %q: copy the source's <name>-replication-tls Secret here (keys %s)",
 			name, r.db.Namespace, strings.Join(specs.ReplicaSourceSecretKeys, ", "))}
 		return nil
 	} else if err != nil {
