@@ -15,17 +15,20 @@ import (
 )
 
 // A replica MyDatabase (spec.replica) is a standby copy of another one,
-// its source, fed from the source's WAL archive (REPLICA_*: Config.Replica;
-// docs/replica-clusters.md):
+// its source, fed from the source's WAL archive (REPLICA_*: Config.Replica),
+// a stream from the source's primary (REPLICA_STREAM_*:
+// Config.ReplicaStream), or both (docs/replica-clusters.md):
 //
-//   - Its bootstrap pod restores the source's latest base backup as a
-//     standby's data (restoreStandby), never initdb.
+//   - Its bootstrap pod restores the source's latest base backup, or
+//     clones the source's primary, as a standby's data (restoreStandby),
+//     never initdb.
 //   - The Lease's holder runs that data as the designated primary
-//     (designatedArgs): a hot standby of no one whose restore_command
-//     fetches each WAL file the source archives. It reports role primary,
-//     so the replicas stream from it and the Services route to it, and
-//     its replay (ReplicaState); it takes no writes, confirms no commit
-//     (no fence) and hands nothing over.
+//     (designatedArgs): a hot standby of the source, streaming from its
+//     primary, fetching each WAL file it archives, or both (PostgreSQL
+//     falls back to the archive while the stream is down). It reports
+//     role primary, so the replicas stream from it and the Services route
+//     to it, and its replay (ReplicaState); it takes no writes, confirms
+//     no commit (no fence) and hands nothing over.
 //   - The HA loop is the usual one: a designated primary renews the Lease,
 //     and when it is lost an elected replica takes it and restarts as the
 //     designated primary (runDesignated) instead of promoting.
@@ -34,7 +37,7 @@ import (
 //     promote): PostgreSQL restores what the archive still holds, then
 //     starts a new timeline above every one the source's archive names.
 //     From then on the data is this MyDatabase's alone, archived to its
-//     own spec.backup path: no instance reads the source's archive again.
+//     own spec.backup path: no instance reads the source's WAL again.
 
 // followsSource tells whether the holder's server runs as the designated
 // primary: a replica MyDatabase not asked to promote, on a standby's data.

@@ -396,6 +396,25 @@ func TestHibernationLine(t *testing.T) {
 	}
 }
 
+func TestReplicaLine(t *testing.T) {
+	at := metav1.NewTime(now.Add(-90 * time.Second))
+	age := func(t *metav1.Time) string { return now.Sub(t.Time).String() }
+	for _, tc := range []struct {
+		r    databasev1alpha1.ReplicaStatus
+		want string
+	}{
+		{databasev1alpha1.ReplicaStatus{Source: "backups/prod/shop", DesignatedPrimary: "shop-dr-0", LastFetchedWAL: "000000010000000000000004", LastReplayedTime: &at},
+			"backups/prod/shop: no writes; from the archive, last WAL 000000010000000000000004; replayed the source's commits of 1m30s ago (designated primary shop-dr-0)"},
+		{databasev1alpha1.ReplicaStatus{Source: "backups/prod/shop and shop-rw.prod.svc:5432", Streaming: true, LagBytes: new(int64(512)), DesignatedPrimary: "shop-dr-1"},
+			"backups/prod/shop and shop-rw.prod.svc:5432: no writes; streaming, 512 bytes behind (designated primary shop-dr-1)"},
+		{databasev1alpha1.ReplicaStatus{Source: "shop-rw.prod.svc:5432"}, "shop-rw.prod.svc:5432: no writes"},
+	} {
+		if got := replicaLine(&tc.r, age); got != tc.want {
+			t.Errorf("replicaLine(%+v) = %q, want %q", tc.r, got, tc.want)
+		}
+	}
+}
+
 // TestPausePooler: pause and resume set spec.pgbouncer.paused, and say
 // when the pods act on it; a pooler the operator does not reconcile is
 // refused, since the change would never reach its pods.

@@ -154,6 +154,9 @@ func writeStatus(out io.Writer, v *statusView, now time.Time) error {
 	if h := st.Hibernation; h != nil && h.Phase != databasev1alpha1.HibernationResumed {
 		fmt.Fprintf(w, "Hibernation\t%s\n", hibernationLine(h, age))
 	}
+	if r := st.Replica; r != nil {
+		fmt.Fprintf(w, "Replica of\t%s\n", replicaLine(r, age))
+	}
 	fmt.Fprintf(w, "Ready\t%s servers (generation %d, observed %d)\n", orDash(st.Ready), db.Generation, st.ObservedGeneration)
 	fmt.Fprintf(w, "Primary\t%s\n", primaryLine(st))
 	fmt.Fprintf(w, "Read-write\t%s\n", orDash(st.Endpoint))
@@ -307,6 +310,27 @@ func hibernationLine(h *databasev1alpha1.HibernationStatus, age func(*metav1.Tim
 		return fmt.Sprintf("no server runs (for %s); %s resumes as the primary (kubectl mydb hibernate NAME --off)", age(h.HibernatedAt), h.Primary)
 	}
 	return fmt.Sprintf("%s: %s", h.Phase, orDash(h.Message))
+}
+
+// replicaLine says what a replica MyDatabase follows and where its replay
+// stands.
+func replicaLine(r *databasev1alpha1.ReplicaStatus, age func(*metav1.Time) string) string {
+	line := r.Source + ": no writes"
+	switch {
+	case r.Streaming && r.LagBytes != nil:
+		line += fmt.Sprintf("; streaming, %d bytes behind", *r.LagBytes)
+	case r.Streaming:
+		line += "; streaming"
+	case r.LastFetchedWAL != "":
+		line += "; from the archive, last WAL " + r.LastFetchedWAL
+	}
+	if r.LastReplayedTime != nil {
+		line += "; replayed the source's commits of " + age(r.LastReplayedTime) + " ago"
+	}
+	if r.DesignatedPrimary != "" {
+		line += " (designated primary " + r.DesignatedPrimary + ")"
+	}
+	return line
 }
 
 func switchoverLine(sw *databasev1alpha1.SwitchoverStatus, age func(*metav1.Time) string) string {
