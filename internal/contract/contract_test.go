@@ -32,6 +32,12 @@ func full() *databasev1alpha1.MyDatabase {
 	db.Spec.WALStorage = &databasev1alpha1.StorageSpec{}
 	db.Spec.Bootstrap = &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: store, BackupID: "20261203T120000",
 		Target: &databasev1alpha1.RecoveryTarget{Time: &metav1.Time{Time: time.Date(2026, 12, 3, 12, 30, 0, 0, time.UTC)}}}}
+	// Not a MyDatabase admission accepts (spec.replica excludes
+	// spec.bootstrap), but every variable at once.
+	source := store
+	source.Path = "prod/orders"
+	db.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: &source,
+		Streaming: &databasev1alpha1.ReplicaStreaming{Host: "orders-rw.prod.svc", Port: 5433, SecretName: "source-tls"}}}
 	return db
 }
 
@@ -66,7 +72,7 @@ func contractNames(t *testing.T) []string {
 		switch {
 		case len(c) > 3 && c[:3] == "Env":
 			names = append(names, v)
-		case c == "BackupStore" || c == "RestoreStore":
+		case c == "BackupStore" || c == "RestoreStore" || c == "ReplicaStore":
 			for s, suffix := range values {
 				if len(s) > 5 && s[:5] == "Store" {
 					names = append(names, v+suffix)
@@ -135,8 +141,12 @@ func TestTheInstanceManagerReadsWhatTheOperatorSets(t *testing.T) {
 		!r.Target.Time.Equal(db.Spec.Bootstrap.Recovery.Target.Time.Time) || r.Store.AccessKeyID != "secret of RESTORE_ACCESS_KEY_ID" {
 		t.Errorf("restore %+v", c.Restore)
 	}
-	for _, v := range []string{contract.EnvPassword, contract.EnvReplicationPassword,
-		contract.BackupStore + contract.StoreSecretAccessKey, contract.RestoreStore + contract.StoreSecretAccessKey} {
+	if r, s := c.Replica, c.ReplicaStream; r == nil || r.Path != "prod/orders" || r.SecretAccessKey != "secret of REPLICA_SECRET_ACCESS_KEY" ||
+		s == nil || s.Host != "orders-rw.prod.svc" || s.Port != "5433" || s.TLSDir != specs.ReplicaSourceTLSDir {
+		t.Errorf("replica %+v, stream %+v", c.Replica, c.ReplicaStream)
+	}
+	for _, v := range []string{contract.EnvPassword, contract.EnvReplicationPassword, contract.BackupStore + contract.StoreSecretAccessKey,
+		contract.RestoreStore + contract.StoreSecretAccessKey, contract.ReplicaStore + contract.StoreSecretAccessKey} {
 		if _, set := os.LookupEnv(v); set {
 			t.Errorf("%s is still in the environment", v)
 		}
