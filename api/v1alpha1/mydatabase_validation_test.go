@@ -194,10 +194,15 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 	})
 }
 
-// replicaOf is a spec.replica of the source prod/shop, enabled or not.
-func replicaOf(enabled bool) map[string]any {
-	return map[string]any{"enabled": enabled, "source": map[string]any{"objectStore": map[string]any{
+// replicaOf is a spec.replica of the source prod/shop, enabled or not,
+// with a promotion token if one is given.
+func replicaOf(enabled bool, token ...string) map[string]any {
+	r := map[string]any{"enabled": enabled, "source": map[string]any{"objectStore": map[string]any{
 		"endpoint": "https://s3.example.com", "bucket": "backups", "path": "prod/shop", "credentialsSecret": "s3"}}}
+	if len(token) > 0 {
+		r["promotionToken"] = token[0]
+	}
+	return r
 }
 
 func TestInvalidUpdatesAreRejected(t *testing.T) {
@@ -230,12 +235,16 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 		"credentials added":          {map[string]any{"credentials": nil}, map[string]any{"credentials.secretName": "mine"}, "credentials is immutable"},
 		"bootstrap added": {nil, map[string]any{"bootstrap.recovery": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
 			"bucket": "backups", "path": "shop/orders", "credentialsSecret": "s3"}}}, "bootstrap is immutable"},
-		"replica added": {nil, map[string]any{"replica": replicaOf(true)}, "spec.replica is set when a MyDatabase is made and stays"},
-		"replica removed": {map[string]any{"replica": replicaOf(true)}, map[string]any{"replica": nil},
-			"spec.replica is set when a MyDatabase is made and stays"},
-		"replica promoted": {map[string]any{"replica": replicaOf(true)}, map[string]any{"replica": replicaOf(false)}, ""},
-		"replica demoted": {map[string]any{"replica": replicaOf(false)}, map[string]any{"replica": replicaOf(true)},
-			"spec.replica.enabled cannot go back to true"},
+		"replica added, following":     {nil, map[string]any{"replica": replicaOf(true)}, "spec.replica is added with enabled: false"},
+		"replica added, not following": {nil, map[string]any{"replica": replicaOf(false)}, ""},
+		"replica removed while following": {map[string]any{"replica": replicaOf(true)}, map[string]any{"replica": nil},
+			"spec.replica can be removed only with enabled: false"},
+		"replica removed once promoted": {map[string]any{"replica": replicaOf(false)}, map[string]any{"replica": nil}, ""},
+		"replica promoted":              {map[string]any{"replica": replicaOf(true)}, map[string]any{"replica": replicaOf(false)}, ""},
+		"demoted":                       {map[string]any{"replica": replicaOf(false)}, map[string]any{"replica": replicaOf(true)}, ""},
+		"promotion token":               {map[string]any{"replica": replicaOf(true)}, map[string]any{"replica": replicaOf(false, "1/0/3000060")}, ""},
+		"promotion token not a token": {map[string]any{"replica": replicaOf(true)}, map[string]any{"replica": replicaOf(false, "0/3000060")},
+			"spec.replica.promotionToken is the source's status.replica.demotionToken"},
 		// Only one engine exists today, so a change is refused by the enum;
 		// the immutability rule on engine takes over when mysql joins.
 		"engine changed": {nil, map[string]any{"engine": "mysql"}, `spec.engine: Unsupported value: "mysql"`},

@@ -11,13 +11,28 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // has the design and the failure cases.
 type ReplicaSpec struct {
 	// enabled keeps this MyDatabase a replica of its source. Setting it to
-	// false promotes it, once and in place: the designated primary replays
-	// what the archive still holds, then starts a new timeline, takes
-	// writes, and archives to this MyDatabase's own spec.backup path. A
-	// MyDatabase made with enabled false is promoted as soon as it has
-	// restored the source's archive.
-	// +kubebuilder:validation:XValidation:rule="oldSelf || !self",message="spec.replica.enabled cannot go back to true: a promoted MyDatabase has a history of its own; to follow the source again, make a new replica MyDatabase"
+	// false promotes it in place: the designated primary replays what the
+	// source's WAL still holds (up to promotionToken, when set), then
+	// starts a new timeline, takes writes, and archives to this
+	// MyDatabase's own spec.backup path. A MyDatabase made with enabled
+	// false is promoted as soon as it has restored the source's archive.
+	// Setting it to true on a MyDatabase that takes writes demotes it: its
+	// primary stops, its WAL ends, and it follows the source from there
+	// (status.replica.demotionToken says where it ended); spec.replica is
+	// then added with enabled false first (the pods restart once, to learn
+	// the source), and enabled set to true after.
 	Enabled bool `json:"enabled"`
+
+	// promotionToken is the demotion token of the source
+	// (its status.replica.demotionToken, <timeline>/<LSN>): setting
+	// enabled to false then promotes only once this replica has replayed
+	// the source's WAL past that point, where the demoted source's WAL
+	// ended, so no commit it acknowledged is lost. Without it, the
+	// promotion takes what has arrived (the source lost).
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]+/[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$')",message="spec.replica.promotionToken is the source's status.replica.demotionToken, such as 1/0/3000060"
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	PromotionToken string `json:"promotionToken,omitempty"`
 
 	// source is where the source's WAL comes from.
 	Source ReplicaSource `json:"source"`
@@ -99,6 +114,17 @@ type ReplicaStatus struct {
 	// behind it is: now minus this, while the source takes writes.
 	// +optional
 	LastReplayedTime *metav1.Time `json:"lastReplayedTime,omitempty"`
+	// demotionToken, on a MyDatabase that was demoted, is where its WAL
+	// ended (<timeline>/<LSN> of its last checkpoint, at its clean stop):
+	// give it as spec.replica.promotionToken to the MyDatabase that
+	// promotes in its place, so that it promotes only once it has all of
+	// it. Gone once this one follows the new primary's timeline.
+	// +optional
+	DemotionToken string `json:"demotionToken,omitempty"`
+	// message says what the designated primary waits for, when it does
+	// (a promotion waiting for the token's WAL).
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // ReasonReplicaSourceSecretInvalid (Stalled): spec.replica.source.streaming's

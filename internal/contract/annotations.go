@@ -32,6 +32,10 @@ const (
 	// false: the designated primary promotes in place when it reads
 	// ReplicaPromote, without a pod restart.
 	AnnotationReplica = "database.example.com/replica"
+	// AnnotationPromotionToken on the primary Lease of a replica
+	// MyDatabase asked to promote is spec.replica.promotionToken: the
+	// designated primary promotes only once it has replayed past it.
+	AnnotationPromotionToken = "database.example.com/promotion-token"
 	// AnnotationBackupRequest on a pod asks its instance manager to take a
 	// base backup: the value is the MyDatabaseBackup's name. The instance
 	// manager reports the run in Report.Backup.

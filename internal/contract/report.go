@@ -3,6 +3,8 @@ package contract
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -84,6 +86,31 @@ type ReplicaState struct {
 	// WAL up to SourceLSN at its last message.
 	Streaming bool   `json:"streaming,omitempty"`
 	SourceLSN string `json:"sourceLSN,omitempty"`
+	// DemotionToken is where this MyDatabase's own WAL ended when it was
+	// demoted (FormatToken), until it follows a newer timeline.
+	DemotionToken string `json:"demotionToken,omitempty"`
+	// Waiting says what a promotion waits for (the promotion token's WAL).
+	Waiting string `json:"waiting,omitempty"`
+}
+
+// FormatToken is a demotion or promotion token: <timeline>/<LSN>.
+func FormatToken(timeline int64, lsn uint64) string {
+	return fmt.Sprintf("%d/%s", timeline, FormatLSN(lsn))
+}
+
+// ParseToken reads a FormatToken.
+func ParseToken(s string) (timeline int64, lsn uint64, err error) {
+	tli, rest, ok := strings.Cut(s, "/")
+	if !ok {
+		return 0, 0, fmt.Errorf("token %q is not <timeline>/<LSN>", s)
+	}
+	if timeline, err = strconv.ParseInt(tli, 10, 64); err != nil || timeline < 1 {
+		return 0, 0, fmt.Errorf("token %q: timeline %q is not a number from 1", s, tli)
+	}
+	if lsn, err = LSN(rest); err != nil {
+		return 0, 0, fmt.Errorf("token %q: %w", s, err)
+	}
+	return timeline, lsn, nil
 }
 
 // Storage is an instance's data volume (statfs), its WAL (the files in

@@ -31,8 +31,14 @@ type situation struct {
 	lsn       uint64 // its position, when it answered
 	fenceOpen bool
 	// designated: the running primary is a replica MyDatabase's designated
-	// primary, a standby of its source's archive (replica.go).
+	// primary, a standby of its source (replica.go).
 	designated bool
+	// demote: this is a replica MyDatabase asked to follow its source: a
+	// primary that takes writes stops taking them (replica.go).
+	demote bool
+	// tokenReached: the designated primary has replayed past the Lease's
+	// promotion token, or there is none.
+	tokenReached bool
 	// lapsed: a primary that has not renewed for a whole Lease duration;
 	// another instance may hold the Lease by now.
 	lapsed    bool
@@ -65,10 +71,11 @@ const (
 	release           // give the Lease up
 	reclone           // clone the primary again: it no longer has the WAL this replica needs
 	promote           // promote the designated primary in place: the replica MyDatabase is promoted
+	demote            // stop the primary, end its WAL, and run it as the designated primary of the source
 )
 
 func (a action) String() string {
-	return [...]string{"wait", "initialise", "run as primary", "renew", "fence", "follow", "run as replica", "stand", "hand over", "release", "clone again", "promote"}[a]
+	return [...]string{"wait", "initialise", "run as primary", "renew", "fence", "follow", "run as replica", "stand", "hand over", "release", "clone again", "promote", "demote"}[a]
 }
 
 // decide is the decision table of one turn.
@@ -84,13 +91,15 @@ func decide(s situation) action {
 			return fenceOff
 		case s.designated:
 			// A standby: it takes no writes and hands nothing over.
-			if s.ready && s.fenceOpen && l.promote {
+			if s.ready && s.fenceOpen && l.promote && s.tokenReached {
 				return promote
 			}
 			if s.ready {
 				return renew
 			}
 			return wait
+		case s.demote:
+			return demote
 		case s.ready && s.fenceOpen && l.switchoverTo != "" && l.switchoverTo != s.me:
 			// Renewing instead while the target catches up (act).
 			return handOver

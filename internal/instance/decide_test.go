@@ -40,8 +40,15 @@ func TestDecide(t *testing.T) {
 		"a designated primary renews": {
 			situation{me: "db-0", running: asPrimary, designated: true, ready: true, fenceOpen: true, lease: held("db-0")}, renew},
 		"a designated primary asked to promote promotes": {
-			situation{me: "db-0", running: asPrimary, designated: true, ready: true, fenceOpen: true,
+			situation{me: "db-0", running: asPrimary, designated: true, ready: true, fenceOpen: true, tokenReached: true,
 				lease: leaseView{holder: "db-0", version: "7", transitions: 1, promote: true}}, promote},
+		"a designated primary asked to promote waits for the token's WAL": {
+			situation{me: "db-0", running: asPrimary, designated: true, ready: true, fenceOpen: true,
+				lease: leaseView{holder: "db-0", version: "7", transitions: 1, promote: true, promotionToken: "1/0/3000060"}}, renew},
+		"a primary asked to follow its source demotes": {
+			situation{me: "db-0", running: asPrimary, ready: true, fenceOpen: true, demote: true, lease: held("db-0")}, demote},
+		"a primary that sees another holder fences itself, asked to demote or not": {
+			situation{me: "db-0", running: asPrimary, ready: true, fenceOpen: true, demote: true, leaseRead: true, lease: held("db-1")}, fenceOff},
 		"a designated primary whose fence closed does not promote": {
 			situation{me: "db-0", running: asPrimary, designated: true, ready: true,
 				lease: leaseView{holder: "db-0", version: "7", transitions: 1, promote: true}}, renew},

@@ -69,8 +69,13 @@ type leaseView struct {
 	// (contract.AnnotationDeclared), as written.
 	declared string
 	// promote: the operator asks the designated primary of a replica
-	// MyDatabase to promote (contract.AnnotationReplica).
-	promote bool
+	// MyDatabase to promote (contract.AnnotationReplica); follow, that the
+	// MyDatabase follow its source (a primary that takes writes demotes).
+	promote, follow bool
+	// promotionToken is where the WAL of the demoted source ended
+	// (contract.AnnotationPromotionToken): a promotion waits until it is
+	// replayed. Empty: none.
+	promotionToken string
 }
 
 // timelineAnnotation on the Lease is the newest timeline any primary has
@@ -181,17 +186,19 @@ func (l *leases) view() leaseView {
 	handoff, _ := contract.LSN(l.lease.Annotations[handoffAnnotation])
 	quorum, qerr := contract.ParseQuorum(l.lease.Annotations[contract.AnnotationQuorum])
 	return leaseView{
-		holder:       holder,
-		version:      l.lease.ResourceVersion,
-		expired:      holder == "" || l.now().Sub(l.seenAt) >= l.duration(),
-		transitions:  ptr.Deref(spec.LeaseTransitions, 0),
-		timeline:     tli,
-		switchoverTo: l.lease.Annotations[contract.AnnotationSwitchoverTo],
-		handoff:      handoff,
-		quorum:       quorum,
-		quorumErr:    qerr,
-		declared:     l.lease.Annotations[contract.AnnotationDeclared],
-		promote:      l.lease.Annotations[contract.AnnotationReplica] == contract.ReplicaPromote,
+		holder:         holder,
+		version:        l.lease.ResourceVersion,
+		expired:        holder == "" || l.now().Sub(l.seenAt) >= l.duration(),
+		transitions:    ptr.Deref(spec.LeaseTransitions, 0),
+		timeline:       tli,
+		switchoverTo:   l.lease.Annotations[contract.AnnotationSwitchoverTo],
+		handoff:        handoff,
+		quorum:         quorum,
+		quorumErr:      qerr,
+		declared:       l.lease.Annotations[contract.AnnotationDeclared],
+		promote:        l.lease.Annotations[contract.AnnotationReplica] == contract.ReplicaPromote,
+		follow:         l.lease.Annotations[contract.AnnotationReplica] == contract.ReplicaFollow,
+		promotionToken: l.lease.Annotations[contract.AnnotationPromotionToken],
 	}
 }
 

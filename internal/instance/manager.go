@@ -50,8 +50,10 @@ type manager struct {
 	lastSeen serverState // the server's last answer, kept after it stops
 	role     serverRole
 	// designated: the server runs as a replica MyDatabase's designated
-	// primary (role asPrimary, but a standby: replica.go).
+	// primary (role asPrimary, but a standby: replica.go); waiting, what
+	// its promotion waits for, for the report.
 	designated bool
+	waiting    atomic.Pointer[string]
 	following  string
 	upstream   string    // the address a replica streams from, "" for none
 	stranded   stranding // a replica that neither streams nor replays (stranded.go)
@@ -218,6 +220,8 @@ func (m *manager) turn(ctx context.Context) {
 		}
 	}
 	s.stranded = m.strandedNow(ctx, s, obs)
+	s.demote = m.c.replicaDB() && s.lease.follow
+	s.tokenReached = m.tokenReached(s.lease, obs)
 	if m.bridge != nil && m.bridge.Quorum != s.lease.quorum {
 		m.bridge.stop("the quorum changed")
 	}
@@ -268,9 +272,16 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs serverStat
 		return nil, m.start(ctx, asPrimary, "")
 	case runPrimary:
 		switch {
-		case m.followsSource(s.lease):
+		case m.followsSource(s.lease), s.demote && m.role == stopped:
+			// A primary's data asked to follow (a demotion that did not
+			// finish) is demoted before it starts, never run writable.
 			if err := m.take(ctx, max(obs.timeline, m.lastSeen.timeline)); err != nil {
 				return nil, err
+			}
+			if !m.c.standby() {
+				if err := m.demoteData(ctx); err != nil {
+					return nil, err
+				}
 			}
 			return nil, m.runDesignated(ctx)
 		case m.role == asReplica && s.ready:
@@ -326,6 +337,13 @@ func (m *manager) act(ctx context.Context, a action, s situation, obs serverStat
 		return nil, m.reclone(ctx)
 	case promote:
 		return nil, m.promoteReplica(ctx, obs.timeline, s.lease.timeline)
+	case demote:
+		m.log("demoting: this MyDatabase follows its source from now on")
+		m.stop()
+		if err := m.demoteData(ctx); err != nil {
+			return nil, err
+		}
+		return nil, m.runDesignated(ctx)
 	}
 	return nil, nil
 }

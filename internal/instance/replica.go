@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,9 +41,12 @@ import (
 //     own spec.backup path: no instance reads the source's WAL again.
 
 // followsSource tells whether the holder's server runs as the designated
-// primary: a replica MyDatabase not asked to promote, on a standby's data.
+// primary: a replica MyDatabase asked to follow its source (the operator
+// says so on the Lease: pods that know a source may run before it does,
+// and a MyDatabase that learns its source before it is demoted must not
+// follow it yet), on a standby's data.
 func (m *manager) followsSource(l leaseView) bool {
-	return m.c.replicaDB() && !l.promote && m.c.standby()
+	return m.c.replicaDB() && l.follow && m.c.standby()
 }
 
 // ReplicaStream is the source's primary a replica MyDatabase streams from.
@@ -191,6 +195,78 @@ func (m *manager) promoteReplica(ctx context.Context, mine, newest int64) error 
 	return nil
 }
 
+// demotionTokenFile keeps where this MyDatabase's own WAL ended when it
+// was demoted, beside the data (never in it: a base backup or a clone
+// must not carry it).
+func (c Config) demotionTokenFile() string { return c.PGData + ".demotion-token" }
+
+// demoteData ends this MyDatabase's own history on the stopped data of its
+// primary and makes it a standby's. A clean stop (the fast shutdown of
+// stop, which sends all of its WAL to every standby connected) ends the
+// WAL with a shutdown checkpoint: the demotion token is that checkpoint's
+// position, which the MyDatabase that promotes in its place must have
+// replayed. With spec.backup, the WAL segment the checkpoint is in is
+// archived now (the archiver leaves the last, incomplete one), so that a
+// replica that reads this archive gets all of it. Data that was not
+// stopped cleanly gets no token: where its WAL ends is known only once it
+// has recovered, and whatever it holds past what the other side has is
+// lost when that side promotes.
+func (m *manager) demoteData(ctx context.Context) error {
+	control, err := m.controlData(ctx)
+	if err != nil {
+		return err
+	}
+	if state := control["Database cluster state"]; state != "shut down" {
+		m.log("demoting data whose state is %q, not shut down: no demotion token", state)
+		_ = os.Remove(m.c.demotionTokenFile())
+	} else {
+		tli, terr := strconv.ParseInt(control["Latest checkpoint's TimeLineID"], 10, 64)
+		lsn, lerr := contract.LSN(control["Latest checkpoint location"])
+		segment, serr := strconv.ParseUint(control["Bytes per WAL segment"], 10, 64)
+		if err := errors.Join(terr, lerr, serr); err != nil {
+			return fmt.Errorf("reading where the WAL ends: %w", err)
+		}
+		if m.c.Backup != nil {
+			name := fmt.Sprintf("%08X%08X%08X", tli, lsn>>32, (lsn&0xFFFFFFFF)/segment)
+			store, err := backup.Open(*m.c.Backup)
+			if err == nil {
+				err = store.PushWAL(ctx, filepath.Join(m.c.PGData, "pg_wal", name))
+			}
+			if err != nil {
+				return fmt.Errorf("archiving %s, where the WAL ends: %w", name, err)
+			}
+		}
+		token := contract.FormatToken(tli, lsn)
+		if err := os.WriteFile(m.c.demotionTokenFile(), []byte(token), 0o600); err != nil {
+			return err
+		}
+		m.log("demoted: the WAL ends at %s (demotion token %s)", contract.FormatLSN(lsn), token)
+	}
+	return os.WriteFile(m.c.PGData+"/standby.signal", nil, 0o600)
+}
+
+// tokenReached tells whether the designated primary has replayed past the
+// Lease's promotion token (true without one, or for another server).
+func (m *manager) tokenReached(l leaseView, obs serverState) bool {
+	if !m.designated || l.promotionToken == "" {
+		m.waiting.Store(nil)
+		return true
+	}
+	tli, lsn, err := contract.ParseToken(l.promotionToken)
+	if err != nil {
+		m.logOnce(fmt.Errorf("the promotion token: %w: not promoting", err))
+		return false
+	}
+	if obs.timeline > tli || (obs.timeline == tli && obs.replayed > lsn) {
+		m.waiting.Store(nil)
+		return true
+	}
+	w := fmt.Sprintf("promoting once the source's WAL is replayed past %s (the promotion token): replayed %s on timeline %d",
+		l.promotionToken, contract.FormatLSN(obs.replayed), obs.timeline)
+	m.waiting.Store(&w)
+	return false
+}
+
 // replicaState is the designated primary's replay, for its report: the
 // last WAL file fetched from the source's archive, the commit time of the
 // last transaction replayed, and whether it streams from the source's
@@ -214,6 +290,18 @@ func (m *manager) replicaState(ctx context.Context) *contract.ReplicaState {
 	if st.ReplayedAt != nil {
 		t := st.ReplayedAt.UTC().Truncate(time.Millisecond)
 		st.ReplayedAt = &t
+	}
+	if w := m.waiting.Load(); w != nil {
+		st.Waiting = *w
+	}
+	// The token holds until this server follows a newer timeline: that of
+	// the primary that promoted in this one's place.
+	if b, err := os.ReadFile(m.c.demotionTokenFile()); err == nil {
+		if tli, _, err := contract.ParseToken(string(b)); err == nil && m.lastSeen.timeline > tli {
+			_ = os.Remove(m.c.demotionTokenFile())
+		} else {
+			st.DemotionToken = string(b)
+		}
 	}
 	return st
 }

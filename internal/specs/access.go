@@ -34,6 +34,9 @@ func Lease(db *databasev1alpha1.MyDatabase, sole string, pooled bool) *coordinat
 		annotations[contract.AnnotationReplica] = contract.ReplicaFollow
 		if !r.Enabled {
 			annotations[contract.AnnotationReplica] = contract.ReplicaPromote
+			if r.PromotionToken != "" {
+				annotations[contract.AnnotationPromotionToken] = r.PromotionToken
+			}
 		}
 	}
 	return coordinationv1ac.Lease(LeaseName(db), db.Namespace).

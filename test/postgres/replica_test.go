@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/backup"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
@@ -275,4 +277,125 @@ func TestReplicaDatabaseStreaming(t *testing.T) {
 	insert(321, 330)
 	only.hasRows(t, []*pod{onlyPod}, 330)
 	status(only, "streaming", func(r databasev1alpha1.ReplicaStatus) bool { return r.Streaming && r.LastFetchedWAL == "" })
+}
+
+// TestReplicaSwitchover: a planned switchover between two MyDatabases
+// under a write loop, no acknowledged write lost. The source is demoted
+// (spec.replica added with enabled false, its pod restarted to learn the
+// new source, as a rollout does, then enabled true): its primary stops,
+// its WAL ends at a checkpoint whose position is its demotion token, and
+// it follows the replica's archive. The replica is promoted with that
+// token: it promotes only once it has replayed the source's WAL past it.
+// Every write the source acknowledged is on the new primary, and the old
+// source replays what the new one writes from then on.
+func TestReplicaSwitchover(t *testing.T) {
+	src := startReplicaSource(t)
+	c, a, store, db := src.c, src.pod, src.store, src.db
+	archiveNow(t, c, a)
+
+	// B: a replica of A through A's archive; it archives to its own path
+	// once promoted.
+	bdb := newDatabase(c.srv.major, nil)
+	bdb.Name, bdb.Namespace = "shop-b", "site-b"
+	bdb.Spec.Replicas = new(int32(1))
+	bdb.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
+	bdb.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: src.archive}}
+	bc := newClusterOn(t, c.api, c.srv, bdb, specs.CredentialsSecret(bdb, "password-of-b"), storeSecret(store, bdb.Namespace))
+	b := bc.startPods(t, 1)[0]
+	bc.op = bc.startOperator(t)
+	c.op = c.startOperator(t)
+	bc.hasRows(t, []*pod{b}, 200)
+
+	// A learns its new source, B's archive, without following it yet: its
+	// pod restarts with the new environment, as a rollout does.
+	bArchive := objectStoreOf(store)
+	bArchive.Path = specs.BackupPath(bdb)
+	c.updateDatabase(t, func(d *databasev1alpha1.MyDatabase) {
+		d.Spec.Replica = &databasev1alpha1.ReplicaSpec{Source: databasev1alpha1.ReplicaSource{ObjectStore: &bArchive}}
+	})
+	for _, e := range specs.Env(c.database(t)) {
+		switch {
+		case !strings.HasPrefix(*e.Name, contract.ReplicaStore):
+		case e.Value != nil:
+			a.setEnv(*e.Name, *e.Value)
+		default:
+			ref := e.ValueFrom.SecretKeyRef
+			a.setEnv(*e.Name, string(c.secrets[*ref.Name].Data[*ref.Key]))
+		}
+	}
+	a.stop(t)
+	a.start(t)
+	a.waitReady(t)
+	c.waitPrimary(t, []*pod{a}, time.Minute)
+	app := tcp(a.port, db.Spec.User, db.Spec.DatabaseName)
+
+	// The write loop: every id A acknowledges is recorded.
+	var acked []int
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for id := 10000; ; id++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := c.psql(app, src.password, fmt.Sprintf("INSERT INTO orders (id) VALUES (%d)", id)); err == nil {
+				mu.Lock()
+				acked = append(acked, id)
+				mu.Unlock()
+			}
+		}
+	})
+	time.Sleep(2 * time.Second)
+
+	// Demote A.
+	c.updateDatabase(t, func(d *databasev1alpha1.MyDatabase) { d.Spec.Replica.Enabled = true })
+	var token string
+	eventually(t, time.Minute, "A's demotion token", func() (bool, string) {
+		r := c.database(t).Status.Replica
+		if r == nil {
+			return false, "no status.replica"
+		}
+		token = r.DemotionToken
+		return token != "", fmt.Sprintf("%+v", *r)
+	})
+	c.eventSaid(t, db, "Demoted")
+	if got := c.query(t, a.socket("postgres", "postgres"), "", "SELECT pg_is_in_recovery()"); got != "t" {
+		t.Fatalf("A after its demotion: in recovery %s", got)
+	}
+	time.Sleep(time.Second) // writes now fail: none is acknowledged
+	close(stop)
+	wg.Wait()
+	t.Logf("A demoted at %s, %d writes acknowledged before", token, len(acked))
+	if len(acked) == 0 {
+		t.Fatal("no write acknowledged")
+	}
+
+	// Promote B with the token: it must take A's last WAL from A's
+	// archive, the segment the demotion archived (the archiver leaves the
+	// last, incomplete one).
+	bc.updateDatabase(t, func(d *databasev1alpha1.MyDatabase) {
+		d.Spec.Replica.Enabled, d.Spec.Replica.PromotionToken = false, token
+	})
+	bc.eventSaid(t, bdb, "Promoted")
+	bsu := b.socket("postgres", db.Spec.DatabaseName)
+	missing := bc.query(t, bsu, "", fmt.Sprintf("SELECT count(*) FROM unnest(ARRAY%v::int[]) AS a(id) WHERE id NOT IN (SELECT id FROM orders)",
+		strings.ReplaceAll(fmt.Sprint(acked), " ", ",")))
+	if missing != "0" {
+		t.Fatalf("%s of the %d writes A acknowledged are missing on B", missing, len(acked))
+	}
+
+	// A follows B: what B writes and archives reaches A.
+	bc.query(t, bsu, "", "INSERT INTO orders (id) VALUES (99999)")
+	archiveNow(t, bc, b)
+	eventually(t, time.Minute, "B's write on A", func() (bool, string) {
+		out, err := c.psql(a.socket("postgres", db.Spec.DatabaseName), "", "SELECT count(*) FROM orders WHERE id = 99999")
+		return err == nil && out == "1", out
+	})
+	eventually(t, 30*time.Second, "A's token gone once it follows B's timeline", func() (bool, string) {
+		r := c.database(t).Status.Replica
+		return r != nil && r.DemotionToken == "", fmt.Sprintf("%+v", r)
+	})
 }

@@ -12,11 +12,12 @@ import (
 
 // replica is the component of a replica MyDatabase (spec.replica): it
 // reports in status.replica where the designated primary's replay of the
-// source's archive stands, and the promotion once the primary reports as
-// one that takes writes. What the servers do is the instance managers'
-// (internal/instance, replica.go); the operator's part is the Lease's
-// contract.AnnotationReplica (specs.Lease) and the source's store in the
-// pods' environment (specs.backupEnv).
+// source's WAL stands, a demotion (the token where this MyDatabase's own
+// WAL ended), and a promotion once the primary takes writes. What the
+// servers do is the instance managers' (internal/instance, replica.go);
+// the operator's part is the Lease's contract.AnnotationReplica and
+// contract.AnnotationPromotionToken (specs.Lease) and the source in the
+// pods' environment (specs.backupEnv, specs.replicaStreamEnv).
 type replica struct {
 	*kit
 	*scope
@@ -40,11 +41,18 @@ func (r *replica) reconcile(_ context.Context, obs *observation) error {
 	case report != nil && report.Replica != nil:
 		st.DesignatedPrimary, st.LastReplayedLSN, st.Streaming = primary, report.Replayed, report.Replica.Streaming
 		st.LastFetchedWAL, st.LastReplayedTime = report.Replica.LastWAL, metaTime(report.Replica.ReplayedAt)
+		st.DemotionToken, st.Message = report.Replica.DemotionToken, report.Replica.Waiting
 		source, serr := contract.LSN(report.Replica.SourceLSN)
 		replayed, rerr := contract.LSN(report.Replayed)
 		if st.Streaming && serr == nil && rerr == nil {
 			st.LagBytes = new(int64(max(source, replayed) - replayed))
 		}
+		if st.DemotionToken != "" && (db.Status.Replica == nil || db.Status.Replica.DemotionToken != st.DemotionToken) {
+			r.event(db, corev1.EventTypeNormal, "Demoted", "%s demoted: its WAL ends at %s; it follows %s. Promote the MyDatabase that takes over "+
+				"with spec.replica.promotionToken: %s, so that it has every commit this one acknowledged", primary, st.DemotionToken, st.Source, st.DemotionToken)
+		}
+	case report != nil && report.Ready && report.Role == databasev1alpha1.RolePrimary && rep.Enabled:
+		st.Message = "demoting: the primary takes writes until its instance manager stops it and follows " + st.Source
 	case report != nil && report.Ready && report.Role == databasev1alpha1.RolePrimary:
 		// A primary that takes writes: promoted.
 		if db.Status.Replica != nil {
