@@ -96,21 +96,8 @@ func (m *manager) restoreStandby(ctx context.Context, scratch string) error {
 	if m.c.Replica == nil {
 		return m.cloneSource(ctx, scratch)
 	}
-	store, err := backup.Open(*m.c.Replica)
+	store, chosen, err := m.chooseBackup(ctx, *m.c.Replica, "", time.Time{})
 	if err != nil {
-		m.restoreFailed("", err)
-		return err
-	}
-	backups, err := store.Backups(ctx)
-	if err == nil && len(backups) == 0 {
-		err = fmt.Errorf("the source's archive %s/%s holds no base backup yet: take one on the source", m.c.Replica.Bucket, m.c.Replica.Path)
-	}
-	var chosen backup.Manifest
-	if err == nil {
-		chosen, err = backup.Choose(backups, "", time.Time{})
-	}
-	if err != nil {
-		m.restoreFailed("", err)
 		return err
 	}
 	m.log("restoring base backup %s (from %s on timeline %d) of the source %s/%s as a standby", chosen.ID, chosen.BeginLSN, chosen.Timeline,

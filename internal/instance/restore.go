@@ -248,13 +248,9 @@ func (m *manager) restoreFailed(id string, err error) {
 // recovery reached its target and the server promoted itself.
 func (m *manager) restorePrimary(ctx context.Context, scratch string) error {
 	c := m.c
-	store, chosen, err := m.chooseBackup(ctx)
+	store, chosen, err := m.chooseBackup(ctx, c.Restore.Store, c.Restore.BackupID, c.Restore.Target.Time)
 	if err != nil {
-		// No backup to restore: the store refused, holds none at its
-		// path, or none before the target. Reported, as a failed
-		// restore is.
-		m.restoreFailed("", err)
-		return err
+		return err // the store refused, holds none at its path, or none before the target
 	}
 	m.log("restoring base backup %s (from %s on timeline %d) of %s/%s", chosen.ID, chosen.BeginLSN, chosen.Timeline,
 		c.Restore.Store.Bucket, c.Restore.Store.Path)
@@ -264,18 +260,24 @@ func (m *manager) restorePrimary(ctx context.Context, scratch string) error {
 	return err
 }
 
-// chooseBackup opens the object store of spec.bootstrap.recovery and
-// picks the base backup to restore.
-func (m *manager) chooseBackup(ctx context.Context) (*backup.Store, backup.Manifest, error) {
-	store, err := backup.Open(m.c.Restore.Store)
-	if err != nil {
-		return nil, backup.Manifest{}, err
+// chooseBackup opens the object store at cfg and picks the base backup to
+// restore: id, or the latest that finished before the time before (the
+// latest of all when both are zero). An error is reported, as a failed
+// restore is.
+func (m *manager) chooseBackup(ctx context.Context, cfg backup.Config, id string, before time.Time) (*backup.Store, backup.Manifest, error) {
+	store, err := backup.Open(cfg)
+	var chosen backup.Manifest
+	if err == nil {
+		var backups []backup.Manifest
+		if backups, err = store.Backups(ctx); err != nil {
+			err = fmt.Errorf("listing the base backups: %w", err)
+		} else {
+			chosen, err = backup.Choose(backups, id, before)
+		}
 	}
-	backups, err := store.Backups(ctx)
 	if err != nil {
-		return nil, backup.Manifest{}, fmt.Errorf("listing the base backups: %w", err)
+		m.restoreFailed("", err)
 	}
-	chosen, err := backup.Choose(backups, m.c.Restore.BackupID, m.c.Restore.Target.Time)
 	return store, chosen, err
 }
 
