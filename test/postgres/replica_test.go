@@ -287,10 +287,11 @@ func TestReplicaDatabaseStreaming(t *testing.T) {
 // it follows the replica's archive. The replica is promoted with that
 // token: it promotes only once it has replayed the source's WAL past it.
 // Every write the source acknowledged is on the new primary, and the old
-// source replays what the new one writes from then on.
+// source replays what the new one writes from then on. Then back again,
+// the same way.
 func TestReplicaSwitchover(t *testing.T) {
 	src := startReplicaSource(t)
-	c, a, store, db := src.c, src.pod, src.store, src.db
+	c, a, store := src.c, src.pod, src.store
 	archiveNow(t, c, a)
 
 	// B: a replica of A through A's archive; it archives to its own path
@@ -327,21 +328,43 @@ func TestReplicaSwitchover(t *testing.T) {
 	a.start(t)
 	a.waitReady(t)
 	c.waitPrimary(t, []*pod{a}, time.Minute)
-	app := tcp(a.port, db.Spec.User, db.Spec.DatabaseName)
 
-	// The write loop: every id A acknowledges is recorded.
+	// A to B, then back again.
+	siteA := &site{c: c, p: a, password: src.password}
+	siteB := &site{c: bc, p: b, password: "password-of-b"}
+	plannedSwitchover(t, siteA, siteB, 10000)
+	plannedSwitchover(t, siteB, siteA, 20000)
+}
+
+// site is one side of a planned switchover: a MyDatabase of one server, and
+// the password of its application role once it takes writes.
+type site struct {
+	c        *cluster
+	p        *pod
+	password string
+}
+
+// plannedSwitchover moves the primary role from, which takes writes, to
+// to, a replica of it that knows from as its source, under a write loop on
+// from (ids from firstID up): from is demoted and gives its token, to is
+// promoted with it. Every write from acknowledged is on to, and from
+// replays what to writes from then on.
+func plannedSwitchover(t *testing.T, from, to *site, firstID int) {
+	t.Helper()
+	user, dbname := from.c.db.Spec.User, from.c.db.Spec.DatabaseName
+	app := tcp(from.p.port, user, dbname)
 	var acked []int
 	var mu sync.Mutex
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		for id := 10000; ; id++ {
+		for id := firstID; ; id++ {
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			if _, err := c.psql(app, src.password, fmt.Sprintf("INSERT INTO orders (id) VALUES (%d)", id)); err == nil {
+			if _, err := from.c.psql(app, from.password, fmt.Sprintf("INSERT INTO orders (id) VALUES (%d)", id)); err == nil {
 				mu.Lock()
 				acked = append(acked, id)
 				mu.Unlock()
@@ -350,52 +373,57 @@ func TestReplicaSwitchover(t *testing.T) {
 	})
 	time.Sleep(2 * time.Second)
 
-	// Demote A.
-	c.updateDatabase(t, func(d *databasev1alpha1.MyDatabase) { d.Spec.Replica.Enabled = true })
+	from.c.updateDatabase(t, func(d *databasev1alpha1.MyDatabase) { d.Spec.Replica.Enabled = true })
 	var token string
-	eventually(t, time.Minute, "A's demotion token", func() (bool, string) {
-		r := c.database(t).Status.Replica
+	eventually(t, time.Minute, from.c.db.Name+"'s demotion token", func() (bool, string) {
+		r := from.c.database(t).Status.Replica
 		if r == nil {
 			return false, "no status.replica"
 		}
 		token = r.DemotionToken
 		return token != "", fmt.Sprintf("%+v", *r)
 	})
-	c.eventSaid(t, db, "Demoted")
-	if got := c.query(t, a.socket("postgres", "postgres"), "", "SELECT pg_is_in_recovery()"); got != "t" {
-		t.Fatalf("A after its demotion: in recovery %s", got)
+	from.c.eventSaid(t, from.c.db, "Demoted")
+	if got := from.c.query(t, from.p.socket("postgres", "postgres"), "", "SELECT pg_is_in_recovery()"); got != "t" {
+		t.Fatalf("%s after its demotion: in recovery %s", from.c.db.Name, got)
 	}
 	time.Sleep(time.Second) // writes now fail: none is acknowledged
 	close(stop)
 	wg.Wait()
-	t.Logf("A demoted at %s, %d writes acknowledged before", token, len(acked))
+	t.Logf("%s demoted at %s, %d writes acknowledged before", from.c.db.Name, token, len(acked))
 	if len(acked) == 0 {
 		t.Fatal("no write acknowledged")
 	}
 
-	// Promote B with the token: it must take A's last WAL from A's
-	// archive, the segment the demotion archived (the archiver leaves the
-	// last, incomplete one).
-	bc.updateDatabase(t, func(d *databasev1alpha1.MyDatabase) {
+	// The promotion takes the demoted side's last WAL from its archive:
+	// the segment the demotion archived (the archiver leaves the last,
+	// incomplete one).
+	to.c.updateDatabase(t, func(d *databasev1alpha1.MyDatabase) {
 		d.Spec.Replica.Enabled, d.Spec.Replica.PromotionToken = false, token
 	})
-	bc.eventSaid(t, bdb, "Promoted")
-	bsu := b.socket("postgres", db.Spec.DatabaseName)
-	missing := bc.query(t, bsu, "", fmt.Sprintf("SELECT count(*) FROM unnest(ARRAY%v::int[]) AS a(id) WHERE id NOT IN (SELECT id FROM orders)",
+	eventually(t, time.Minute, to.c.db.Name+" promoted", func() (bool, string) {
+		out, err := to.c.psql(to.p.socket("postgres", "postgres"), "", "SELECT pg_is_in_recovery()")
+		return err == nil && out == "f" && to.c.database(t).Status.Replica == nil, out
+	})
+	to.c.eventSaid(t, to.c.db, "Promoted")
+	su := to.p.socket("postgres", dbname)
+	missing := to.c.query(t, su, "", fmt.Sprintf("SELECT count(*) FROM unnest(ARRAY%v::int[]) AS a(id) WHERE id NOT IN (SELECT id FROM orders)",
 		strings.ReplaceAll(fmt.Sprint(acked), " ", ",")))
 	if missing != "0" {
-		t.Fatalf("%s of the %d writes A acknowledged are missing on B", missing, len(acked))
+		t.Fatalf("%s of the %d writes %s acknowledged are missing on %s", missing, len(acked), from.c.db.Name, to.c.db.Name)
 	}
 
-	// A follows B: what B writes and archives reaches A.
-	bc.query(t, bsu, "", "INSERT INTO orders (id) VALUES (99999)")
-	archiveNow(t, bc, b)
-	eventually(t, time.Minute, "B's write on A", func() (bool, string) {
-		out, err := c.psql(a.socket("postgres", db.Spec.DatabaseName), "", "SELECT count(*) FROM orders WHERE id = 99999")
+	// The demoted side follows: what the new primary writes and archives
+	// reaches it, and its token is gone once it follows the new timeline.
+	mark := firstID + 9999
+	to.c.query(t, su, "", fmt.Sprintf("INSERT INTO orders (id) VALUES (%d)", mark))
+	archiveNow(t, to.c, to.p)
+	eventually(t, time.Minute, fmt.Sprintf("%s's write on %s", to.c.db.Name, from.c.db.Name), func() (bool, string) {
+		out, err := from.c.psql(from.p.socket("postgres", dbname), "", fmt.Sprintf("SELECT count(*) FROM orders WHERE id = %d", mark))
 		return err == nil && out == "1", out
 	})
-	eventually(t, 30*time.Second, "A's token gone once it follows B's timeline", func() (bool, string) {
-		r := c.database(t).Status.Replica
+	eventually(t, 30*time.Second, from.c.db.Name+"'s token gone once it follows the new timeline", func() (bool, string) {
+		r := from.c.database(t).Status.Replica
 		return r != nil && r.DemotionToken == "", fmt.Sprintf("%+v", r)
 	})
 }
