@@ -39,6 +39,15 @@ import (
 //     starts a new timeline above every one the source's archive names.
 //     From then on the data is this MyDatabase's alone, archived to its
 //     own spec.backup path: no instance reads the source's WAL again.
+//     With a promotion token on the Lease, it first waits until it has
+//     replayed past it (tokenReached).
+//   - The operator demotes a MyDatabase that takes writes by writing
+//     contract.ReplicaFollow on its Lease: its primary stops, its WAL ends
+//     at a shutdown checkpoint, the demotion token (demoteData), and it
+//     restarts as the designated primary of its new source, keeping the
+//     Lease. A planned switchover between two MyDatabases is the demotion
+//     of one and the promotion of the other with its token
+//     (docs/replica-clusters.md).
 
 // followsSource tells whether the holder's server runs as the designated
 // primary: a replica MyDatabase asked to follow its source (the operator
