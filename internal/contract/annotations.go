@@ -27,10 +27,11 @@ const (
 	// JSON: there a change reaches the instance managers without a pod
 	// restart.
 	AnnotationQuorum = "database.example.com/quorum"
-	// AnnotationReplica on the primary Lease of a replica MyDatabase is
-	// ReplicaFollow while spec.replica.enabled, ReplicaPromote once it is
-	// false: the designated primary promotes in place when it reads
-	// ReplicaPromote, without a pod restart.
+	// AnnotationReplica on the primary Lease of a MyDatabase with
+	// spec.replica is ReplicaFollow while spec.replica.enabled,
+	// ReplicaPromote while it is false. Either takes effect without a pod
+	// restart: a designated primary that reads ReplicaPromote promotes in
+	// place, a primary that takes writes and reads ReplicaFollow demotes.
 	AnnotationReplica = "database.example.com/replica"
 	// AnnotationPromotionToken on the primary Lease of a replica
 	// MyDatabase asked to promote is spec.replica.promotionToken: the

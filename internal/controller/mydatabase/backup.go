@@ -55,23 +55,16 @@ func (r *objectStores) reconcile(ctx context.Context, obs *observation) error {
 			continue
 		}
 		name := store.CredentialsSecret
-		secret := &corev1.Secret{}
-		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
-		if apierrors.IsNotFound(err) {
+		found, missing, err := r.secretLacks(ctx, name, specs.ObjectStoreAccessKeyIDKey, specs.ObjectStoreSecretAccessKeyKey)
+		switch {
+		case err != nil:
+			return err
+		case !found:
 			obs.stalled = &blocker{databasev1alpha1.ReasonObjectStoreCredentials, fmt.Sprintf(
 				"Secret %q named in %s.credentialsSecret does not exist in namespace %q: create it with the keys %s and %s of the bucket's access key",
 				name, field, db.Namespace, specs.ObjectStoreAccessKeyIDKey, specs.ObjectStoreSecretAccessKeyKey)}
 			return nil
-		} else if err != nil {
-			return objectError("get", secret, name, err)
-		}
-		var missing []string
-		for _, k := range []string{specs.ObjectStoreAccessKeyIDKey, specs.ObjectStoreSecretAccessKeyKey} {
-			if len(secret.Data[k]) == 0 {
-				missing = append(missing, k)
-			}
-		}
-		if len(missing) > 0 {
+		case len(missing) > 0:
 			obs.stalled = &blocker{databasev1alpha1.ReasonObjectStoreCredentials, fmt.Sprintf(
 				"Secret %q named in %s.credentialsSecret lacks the keys %s", name, field, strings.Join(missing, ", "))}
 			return nil
@@ -82,35 +75,46 @@ func (r *objectStores) reconcile(ctx context.Context, obs *observation) error {
 
 // checkReplicaSource stalls a replica MyDatabase whose
 // spec.replica.source.streaming names a Secret that does not exist or
-// lacks a key, before any pod is made (the user's Secret, read around the
-// cache, never written).
+// lacks a key, before any pod is made.
 func (r *objectStores) checkReplicaSource(ctx context.Context, obs *observation) error {
 	rep := specs.Replica(r.db)
 	if rep == nil || rep.Source.Streaming == nil {
 		return nil
 	}
 	name := rep.Source.Streaming.SecretName
-	secret := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: r.db.Namespace, Name: name}, secret)
-	if apierrors.IsNotFound(err) {
+	found, missing, err := r.secretLacks(ctx, name, specs.ReplicaSourceSecretKeys...)
+	switch {
+	case err != nil:
+		return err
+	case !found:
 		obs.stalled = &blocker{databasev1alpha1.ReasonReplicaSourceSecretInvalid, fmt.Sprintf(
 			"Secret %q named in spec.replica.source.streaming.secretName does not exist in namespace %q: copy the source's <name>-replication-tls Secret here (keys %s)",
 			name, r.db.Namespace, strings.Join(specs.ReplicaSourceSecretKeys, ", "))}
-		return nil
-	} else if err != nil {
-		return objectError("get", secret, name, err)
-	}
-	var missing []string
-	for _, k := range specs.ReplicaSourceSecretKeys {
-		if len(secret.Data[k]) == 0 {
-			missing = append(missing, k)
-		}
-	}
-	if len(missing) > 0 {
+	case len(missing) > 0:
 		obs.stalled = &blocker{databasev1alpha1.ReasonReplicaSourceSecretInvalid, fmt.Sprintf(
 			"Secret %q named in spec.replica.source.streaming.secretName lacks the keys %s", name, strings.Join(missing, ", "))}
 	}
 	return nil
+}
+
+// secretLacks reads the user's Secret name (around the cache, never
+// written): found is false when it does not exist, missing lists the keys
+// it has no value for.
+func (r *objectStores) secretLacks(ctx context.Context, name string, keys ...string) (found bool, missing []string, err error) {
+	secret := &corev1.Secret{}
+	err = r.APIReader.Get(ctx, client.ObjectKey{Namespace: r.db.Namespace, Name: name}, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil, nil
+	case err != nil:
+		return false, nil, objectError("get", secret, name, err)
+	}
+	for _, k := range keys {
+		if len(secret.Data[k]) == 0 {
+			missing = append(missing, k)
+		}
+	}
+	return true, missing, nil
 }
 
 // reportOf is the report of the named pod, nil when it has none.

@@ -120,3 +120,61 @@ func TestObjectStoreCredentials(t *testing.T) {
 		t.Errorf("the secret key is not a reference to the Secret: %+v", env["BACKUP_SECRET_ACCESS_KEY"])
 	}
 }
+
+// TestReplicaSourceChecks: a replica MyDatabase whose own spec.backup
+// would archive into the archive its source is read from stalls
+// (ReplicaArchiveClash); one whose streaming Secret is missing, or lacks
+// a key, stalls (ReplicaSourceSecretInvalid) before any pod is made; once
+// the Secret is whole, the servers get the source's host, port and the
+// Secret's volume.
+func TestReplicaSourceChecks(t *testing.T) {
+	ns := namespace(t)
+	store := databasev1alpha1.ObjectStore{Endpoint: "https://s3.example.com", Bucket: "backups", CredentialsSecret: "s3-key"}
+	if err := k8s.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-key"},
+		Data: map[string][]byte{specs.ObjectStoreAccessKeyIDKey: []byte("AKID"), specs.ObjectStoreSecretAccessKeyKey: []byte("key")}}); err != nil {
+		t.Fatal(err)
+	}
+	clash := create(t, newDB(ns, "clash", func(db *databasev1alpha1.MyDatabase) {
+		source := store
+		source.Path = ns + "/clash" // its own default spec.backup path
+		db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: store}
+		db.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: &source}}
+	}))
+	waitFor(t, clash, "Stalled: its archive is its source's", stalledWith(databasev1alpha1.ReasonReplicaArchiveClash, "backups/"+ns+"/clash"))
+
+	db := create(t, newDB(ns, "dr", func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{
+			Streaming: &databasev1alpha1.ReplicaStreaming{Host: "shop-rw.prod.svc", Port: 5433, SecretName: "shop-source"}}}
+	}))
+	waitFor(t, db, "Stalled: no streaming Secret", stalledWith(databasev1alpha1.ReasonReplicaSourceSecretInvalid, `"shop-source"`))
+	if err := get(ns, "dr", &appsv1.StatefulSet{}); err == nil {
+		t.Error("a StatefulSet exists although the streaming Secret does not")
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop-source"},
+		Data: map[string][]byte{specs.TLSCertKey: []byte("cert"), specs.TLSKeyKey: []byte("key")}}
+	if err := k8s.Create(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, db, "Stalled: a key missing", stalledWith(databasev1alpha1.ReasonReplicaSourceSecretInvalid, specs.CACertKey))
+	secret.Data[specs.CACertKey] = []byte("ca")
+	if err := k8s.Update(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", exists(ns, "dr", sts))
+	env := map[string]string{}
+	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env[contract.EnvReplicaStreamHost] != "shop-rw.prod.svc" || env[contract.EnvReplicaStreamPort] != "5433" ||
+		env[contract.EnvReplicaStreamTLSDir] != specs.ReplicaSourceTLSDir {
+		t.Errorf("the source in the environment: %v", env)
+	}
+	mounted := false
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		mounted = mounted || (v.Secret != nil && v.Secret.SecretName == "shop-source")
+	}
+	if !mounted {
+		t.Error("the streaming Secret is no volume of the pods")
+	}
+}
