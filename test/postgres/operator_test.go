@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,6 +51,8 @@ func (c *cluster) startOperator(t *testing.T) *operator {
 			t.Fatal(err)
 		}
 		ctrl.SetLogger(zap.New(zap.WriteTo(f), zap.UseDevMode(true)))
+	} else {
+		ctrl.SetLogger(logr.Discard())
 	}
 	mgr, err := ctrl.NewManager(c.api.Config, ctrl.Options{
 		Scheme: c.api.Scheme,

@@ -32,10 +32,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/contract"
@@ -199,6 +201,9 @@ func (h *harness) setup() error {
 		return err
 	}
 	// Made once the CRD is served: its REST mapper then knows MyDatabase.
+	// The suite's client has nothing to log (the operator logs to its own
+	// file); without a logger controller-runtime prints a warning.
+	crlog.SetLogger(logr.Discard())
 	if h.c, err = client.New(cfg, client.Options{Scheme: testenv.Scheme()}); err != nil {
 		return err
 	}
