@@ -104,11 +104,13 @@ func RecordedPID(pidfile, bin string) (int, bool) {
 // Tail returns the last n lines of a file.
 func Tail(path string, n int) string {
 	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return LastLines(string(b), n)
+}
+
+// LastLines is the last n lines of s.
+func LastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // GoBuild builds the package pkg of the module at repo into out.

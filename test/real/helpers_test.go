@@ -19,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -35,6 +34,9 @@ func newNamespace(t *testing.T, name string, labels map[string]string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			dumpNamespace(t, name)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		// Nothing of the test may keep the namespace: drop every finalizer
@@ -361,7 +363,8 @@ func podLogs(t *testing.T, ns, name string) string {
 	return string(b)
 }
 
-// dumpNamespace logs what a failed step leaves, to read the failure.
+// dumpNamespace logs what a failed test leaves in ns, to read the failure
+// by; the pods' whole logs go to files in bin/real/pods.
 func dumpNamespace(t *testing.T, ns string) {
 	ctx := context.Background()
 	var dbs databasev1alpha1.MyDatabaseList
@@ -374,11 +377,18 @@ func dumpNamespace(t *testing.T, ns string) {
 	if err := env.c.List(ctx, &pods, client.InNamespace(ns)); err == nil {
 		for _, p := range pods.Items {
 			t.Logf("pod %s: %s, conditions %+v", p.Name, p.Status.Phase, p.Status.Conditions)
+			// The whole log goes to a file (the node and its logs are gone
+			// once the suite ends), its tail to the test's output.
 			for _, previous := range []bool{true, false} {
-				opts := &corev1.PodLogOptions{TailLines: ptr.To[int64](20), Previous: previous}
-				if b, err := env.cs.CoreV1().Pods(ns).GetLogs(p.Name, opts).DoRaw(ctx); err == nil {
-					t.Logf("pod %s log (previous container: %v):\n%s", p.Name, previous, b)
+				b, err := env.cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Previous: previous}).DoRaw(ctx)
+				if err != nil {
+					continue
 				}
+				path := filepath.Join(env.work, "pods", fmt.Sprintf("%s_%s_previous-%v.log", ns, p.Name, previous))
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+					_ = os.WriteFile(path, b, 0o644)
+				}
+				t.Logf("pod %s log (previous container: %v; whole in %s), its end:\n%s", p.Name, previous, path, testenv.LastLines(string(b), 20))
 			}
 		}
 	}
