@@ -237,23 +237,39 @@ func (m *manager) dataPosition(ctx context.Context) (serverState, error) {
 	return m.observeAt(ctx, dir)
 }
 
-// cloneReplica copies the primary at address with pg_basebackup into a
-// scratch directory, renamed into place when complete. Data already there
-// is replaced only then: a clone that fails (the primary lost half way)
-// leaves it as it was.
+// cloneReplica copies the primary at address with pg_basebackup, as
+// replaceData does.
 func (m *manager) cloneReplica(ctx context.Context, address string) error {
-	c := m.c
 	conninfo, err := m.replicationConninfo(ctx, address)
 	if err != nil {
 		return err
 	}
+	m.log("cloning the primary at %s", address)
+	if err := m.replaceData(ctx, func(scratch string) error { return m.baseBackup(ctx, conninfo, scratch) }); err != nil {
+		return err
+	}
+	m.log("replica cloned")
+	return nil
+}
+
+// baseBackup copies the server at conninfo (a replication connection's
+// keywords) into dir with pg_basebackup.
+func (m *manager) baseBackup(ctx context.Context, conninfo, dir string) error {
+	_, err := m.procs.run(ctx, nil, "", "pg_basebackup", "--pgdata="+dir, "--dbname="+conninfo, "--no-password",
+		"--wal-method=stream", "--checkpoint=fast")
+	return err
+}
+
+// replaceData has fill make new data in a scratch directory, renamed into
+// place when complete. Data already there is replaced only then: a copy
+// that fails (its source lost half way) leaves it as it was.
+func (m *manager) replaceData(ctx context.Context, fill func(scratch string) error) error {
+	c := m.c
 	scratch := c.PGData + ".clone"
 	if err := os.RemoveAll(scratch); err != nil {
 		return err
 	}
-	m.log("cloning the primary at %s", address)
-	if _, err := m.procs.run(ctx, nil, "", "pg_basebackup", "--pgdata="+scratch, "--dbname="+conninfo, "--no-password",
-		"--wal-method=stream", "--checkpoint=fast"); err != nil {
+	if err := fill(scratch); err != nil {
 		return err
 	}
 	old := c.PGData + ".replaced"
@@ -271,35 +287,30 @@ func (m *manager) cloneReplica(ctx context.Context, address string) error {
 	if err := os.Remove(c.rewindMarker()); err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	m.log("replica cloned")
 	return os.RemoveAll(old)
 }
 
 // rewind makes the stopped data directory of a former primary a copy of
-// the primary at address from the point where their timelines diverged
-// (nothing when they have not). When pg_rewind cannot (the WAL it needs is
-// gone), the data is cloned again: what it held beyond the divergence was
-// never replicated, so it is no longer part of the database's history.
-func (m *manager) rewind(ctx context.Context, address string) error {
-	conninfo, err := m.replicationConninfo(ctx, address)
-	if err != nil {
-		return err
-	}
+// the server at conninfo (a replication connection's keywords; what names
+// it in the log) from the point where their timelines diverged (nothing
+// when they have not). When pg_rewind cannot (the WAL it needs is gone),
+// reclone copies it again: what it held beyond the divergence was never
+// replicated, so it is no longer part of the database's history.
+func (m *manager) rewind(ctx context.Context, conninfo, what string, reclone func() error) error {
 	if err := os.WriteFile(m.c.rewindMarker(), nil, 0o600); err != nil {
 		return err
 	}
-	out, err := m.procs.run(ctx, nil, "", "pg_rewind", "--target-pgdata="+m.c.PGData, "--source-server="+conninfo+" dbname=postgres")
+	_, err := m.procs.run(ctx, nil, "", "pg_rewind", "--target-pgdata="+m.c.PGData, "--source-server="+conninfo+" dbname=postgres")
 	if err == nil {
-		if strings.Contains(out, "Done!") {
-			m.log("rewound to the primary at %s", address)
-		}
+		// Its own lines (on stderr, in the log) say what it changed.
+		m.log("rewound to %s", what)
 		return os.Remove(m.c.rewindMarker())
 	}
 	if ctx.Err() != nil {
 		return err
 	}
-	m.log("pg_rewind against %s failed (%v): cloning it again; until a clone succeeds this data is never started", address, err)
-	return m.cloneReplica(ctx, address)
+	m.log("pg_rewind against %s failed (%v): cloning it again; until a clone succeeds this data is never started", what, err)
+	return reclone()
 }
 
 // history is how a replica's data stands against a primary's timeline
@@ -313,53 +324,68 @@ const (
 )
 
 // diverged compares data at position seen (its timeline and the WAL it
-// has) with the primary at address. The primary's timeline history says
-// where each earlier timeline ended; data past that point on its timeline
-// holds WAL the primary does not have: what a fenced former primary wrote
-// and never had acknowledged. Two instances promoted one after the other
-// without hearing of each other's timeline can pick the same number:
-// their history files differ, and pg_rewind, which compares numbers,
-// would see nothing to do.
+// has) with the primary at address (against).
 func (m *manager) diverged(ctx context.Context, address string, seen serverState) (history, error) {
 	conninfo, err := m.replicationConninfo(ctx, address)
 	if err != nil {
 		return 0, err
 	}
-	conn, err := m.dialReplication(ctx, conninfo)
+	theirs, content, err := m.timelineOf(ctx, conninfo)
 	if err != nil {
 		return 0, err
+	}
+	return m.against(theirs, content, seen), nil
+}
+
+// timelineOf asks the server at conninfo (a replication connection's
+// keywords) for its timeline and that timeline's history file (none for
+// timeline 1).
+func (m *manager) timelineOf(ctx context.Context, conninfo string) (int64, string, error) {
+	conn, err := m.dialReplication(ctx, conninfo)
+	if err != nil {
+		return 0, "", err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
 	sys, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	theirs := int64(sys.Timeline)
+	if sys.Timeline <= 1 {
+		return int64(sys.Timeline), "", nil
+	}
+	h, err := pglogrepl.TimelineHistory(ctx, conn, sys.Timeline)
+	if err != nil {
+		return 0, "", err
+	}
+	return int64(sys.Timeline), string(h.Content), nil
+}
+
+// against compares data at position seen with a server on timeline
+// theirs, whose history file is content. That history says where each
+// earlier timeline ended; data past that point on its timeline holds WAL
+// the server does not have: what a fenced former primary wrote and never
+// had acknowledged. Data on a timeline newer than theirs is past it too.
+// Two instances promoted one after the other without hearing of each
+// other's timeline can pick the same number: their history files differ,
+// and pg_rewind, which compares numbers, would see nothing to do.
+func (m *manager) against(theirs int64, content string, seen serverState) history {
 	if theirs < seen.timeline {
-		return forked, nil
-	}
-	var content string
-	if theirs > 1 {
-		h, err := pglogrepl.TimelineHistory(ctx, conn, sys.Timeline)
-		if err != nil {
-			return 0, err
-		}
-		content = string(h.Content)
+		return forked
 	}
 	if theirs == seen.timeline {
 		if theirs > 1 {
 			mine, err := os.ReadFile(fmt.Sprintf("%s/pg_wal/%08X.history", m.c.PGData, theirs))
 			if err == nil && string(mine) != content {
-				return foreign, nil
+				return foreign
 			}
 		}
-		return inHistory, nil
+		return inHistory
 	}
 	end, found := timelineEnd(content, seen.timeline)
 	if !found || seen.lsn > end {
-		return forked, nil
+		return forked
 	}
-	return inHistory, nil
+	return inHistory
 }
 
 // timelineEnd reads where timeline tli ended in a timeline history file

@@ -158,9 +158,16 @@ func TestAHalfDoneRewindLeavesNoData(t *testing.T) {
 	defer m.procs.stop()
 	ctx := context.Background()
 
+	rewind := func() error {
+		conninfo, err := m.replicationConninfo(ctx, "10.0.0.2:5432")
+		if err != nil {
+			return err
+		}
+		return m.rewind(ctx, conninfo, "the primary", func() error { return m.cloneReplica(ctx, "10.0.0.2:5432") })
+	}
 	script("pg_rewind", `touch "$(echo "$1" | sed 's/^--target-pgdata=//')/half-rewound"; exit 1`)
 	script("pg_basebackup", "exit 1")
-	if err := m.rewind(ctx, "10.0.0.2:5432"); err == nil {
+	if err := rewind(); err == nil {
 		t.Fatal("a rewind and a clone that both failed: no error")
 	}
 	if c.initialised() {
@@ -172,7 +179,7 @@ func TestAHalfDoneRewindLeavesNoData(t *testing.T) {
 
 	// The clone that follows succeeds: data again.
 	script("pg_basebackup", `d="$(echo "$1" | sed 's/^--pgdata=//')"; mkdir -p "$d" && echo 17 > "$d/PG_VERSION"`)
-	if err := m.rewind(ctx, "10.0.0.2:5432"); err != nil {
+	if err := rewind(); err != nil {
 		t.Fatal(err)
 	}
 	if !c.initialised() {
@@ -182,7 +189,7 @@ func TestAHalfDoneRewindLeavesNoData(t *testing.T) {
 		t.Fatal("the clone kept the half-rewound data")
 	}
 	script("pg_rewind", "echo Done!")
-	if err := m.rewind(ctx, "10.0.0.2:5432"); err != nil || !c.initialised() {
+	if err := rewind(); err != nil || !c.initialised() {
 		t.Fatalf("a rewind that succeeds: %v, data %t", err, c.initialised())
 	}
 }

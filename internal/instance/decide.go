@@ -69,7 +69,7 @@ const (
 	stand             // stand for election
 	handOver          // a switchover: stop, and hand the Lease to the target
 	release           // give the Lease up
-	reclone           // clone the primary again: it no longer has the WAL this replica needs
+	reclone           // clone the primary again: it no longer has the WAL this replica needs, or forked before it
 	promote           // promote the designated primary in place: the replica MyDatabase is promoted
 	demote            // stop the primary, end its WAL, and run it as the designated primary of the source
 )

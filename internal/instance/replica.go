@@ -132,8 +132,7 @@ func (m *manager) cloneSource(ctx context.Context, scratch string) error {
 	s := m.c.ReplicaStream
 	m.log("cloning the source's primary at %s:%s", s.Host, s.Port)
 	w := m.watchRestore(ctx, "", fmt.Sprintf("cloning the source's primary at %s:%s", s.Host, s.Port))
-	_, err := m.procs.run(ctx, nil, "", "pg_basebackup", "--pgdata="+scratch, "--dbname="+m.c.sourceConninfo(), "--no-password",
-		"--wal-method=stream", "--checkpoint=fast")
+	err := m.baseBackup(ctx, m.c.sourceConninfo(), scratch)
 	if err == nil {
 		err = os.WriteFile(filepath.Join(scratch, "standby.signal"), nil, 0o600)
 	}
@@ -148,7 +147,130 @@ func (m *manager) runDesignated(ctx context.Context) error {
 	if m.role != stopped {
 		m.stop()
 	}
+	if err := m.rejoinSource(ctx); err != nil {
+		return err
+	}
 	return m.start(ctx, asPrimary, "")
+}
+
+// rejoinSource makes the stopped data one whose history the source's
+// continues, before it runs as the designated primary. Data that took
+// writes past the point where the source's timeline forked from it (an
+// old source back after its replica was promoted without its demotion
+// token) would never replay the source's WAL: PostgreSQL refuses a
+// timeline that forked before its position. Such data is rewound to the
+// fork with pg_rewind against the source's primary, or copied again when
+// pg_rewind cannot or there is no stream: cloned from the source's
+// primary, else restored from the latest base backup in the source's
+// archive. What it held past the fork was never the source's: with
+// spec.backup it stays in this MyDatabase's own archive (demoteData
+// archived its last segment). A source on an older timeline than the
+// data has not promoted yet (a planned switchover, before the other side
+// promotes): nothing to do. A source that cannot be asked (the network,
+// the store) leaves the data as it is: the server starts and waits for
+// the source's WAL.
+func (m *manager) rejoinSource(ctx context.Context) error {
+	if !m.c.initialised() {
+		return nil
+	}
+	seen, err := m.dataPosition(ctx)
+	if err != nil {
+		return err
+	}
+	// The timeline of the WAL the data ends with, not one it was asked to
+	// follow and could not.
+	seen.timeline = m.walTimeline(ctx, seen)
+	m.lastSeen = seen
+	theirs, content, err := m.sourceTimeline(ctx, seen.timeline)
+	if err != nil {
+		m.log("asking the source for its timeline: %v: starting on the data as it is", err)
+		return nil
+	}
+	if theirs < seen.timeline {
+		return nil
+	}
+	h := m.against(theirs, content, seen)
+	if h == inHistory {
+		return nil
+	}
+	fork := "before"
+	if end, ok := timelineEnd(content, seen.timeline); ok {
+		fork = "at " + contract.FormatLSN(end) + ", before"
+	}
+	kept := "this MyDatabase has no spec.backup to keep it"
+	if m.c.Backup != nil {
+		kept = "it stays in this MyDatabase's own archive"
+	}
+	m.log("the source's timeline %d forked from this data's %s its end (timeline %d, WAL to %s): what was written here past the fork "+
+		"is no part of the source's history (%s)", theirs, fork, seen.timeline, contract.FormatLSN(seen.lsn), kept)
+	// The token marks WAL that is no longer this data's.
+	if err := os.Remove(m.c.demotionTokenFile()); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if h == forked && m.c.ReplicaStream != nil {
+		err = m.rewind(ctx, m.c.sourceConninfo(), "the source's primary", func() error { return m.copySource(ctx) })
+	} else {
+		err = m.copySource(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	// pg_rewind copies the source primary's files, which hold no
+	// standby.signal: the data stays a standby's.
+	return os.WriteFile(filepath.Join(m.c.PGData, "standby.signal"), nil, 0o600)
+}
+
+// copySource replaces the data with a new copy of the source's: a clone of
+// its primary when there is a stream (its latest state), else its latest
+// base backup.
+func (m *manager) copySource(ctx context.Context) error {
+	if m.c.ReplicaStream != nil {
+		return m.replaceData(ctx, func(scratch string) error { return m.cloneSource(ctx, scratch) })
+	}
+	return m.replaceData(ctx, func(scratch string) error { return m.restoreStandby(ctx, scratch) })
+}
+
+// sourceTimeline is the source's newest timeline and its history file:
+// its primary's, or, from its archive, the newest above timeline from
+// (probed one after the other, as PostgreSQL does), else from's own when
+// the archive holds it (0 and none when it holds neither: the source has
+// not gone past from).
+func (m *manager) sourceTimeline(ctx context.Context, from int64) (int64, string, error) {
+	if m.c.ReplicaStream != nil {
+		return m.timelineOf(ctx, m.c.sourceConninfo())
+	}
+	store, err := backup.Open(*m.c.Replica)
+	if err != nil {
+		return 0, "", err
+	}
+	path := filepath.Join(m.c.SocketDir, "source.history")
+	defer func() { _ = os.Remove(path) }()
+	fetch := func(tli int64) (string, error) {
+		if err := store.FetchWAL(ctx, fmt.Sprintf("%08X.history", tli), path); err != nil {
+			return "", err
+		}
+		b, err := os.ReadFile(path)
+		return string(b), err
+	}
+	newest, content := int64(0), ""
+	for tli := from + 1; ; tli++ {
+		text, err := fetch(tli)
+		if errors.Is(err, backup.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return 0, "", err
+		}
+		newest, content = tli, text
+	}
+	if newest > 0 || from < 2 {
+		return newest, content, nil
+	}
+	text, err := fetch(from)
+	if errors.Is(err, backup.ErrNotFound) {
+		return 0, "", nil
+	}
+	return from, text, err
 }
 
 // designatedArgs are the settings of a designated primary: a standby's of

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,8 +25,15 @@ import (
 // instance manager notices that the replica neither streams nor replays,
 // asks the primary itself, as the WAL receiver does, and on that answer
 // clones the primary again. Nothing is lost: the replica is behind on the
-// primary's own history (another history gets another answer), so its
-// data holds nothing the primary lacks.
+// primary's own history, so its data holds nothing the primary lacks.
+//
+// The other answer that never changes is "requested starting point ... is
+// not in this server's history": the primary's timeline forked from the
+// replica's before the replica's position. It happens to the replicas of
+// a demoted MyDatabase whose designated primary was rewound, or copied
+// again, to its new source's history (rejoinSource): what the replicas
+// hold past the fork is no part of the database's history any more, and
+// they are cloned again too.
 
 // stranding is what a running replica's turns saw of its progress.
 type stranding struct {
@@ -49,32 +58,75 @@ func (m *manager) strandedNow(ctx context.Context, s situation, obs serverState)
 		return false
 	}
 	st.askedAt = time.Now()
-	gone, err := m.walGone(ctx, m.upstream, obs.lsn, obs.timeline)
+	gone, forked, err := m.walGone(ctx, m.upstream, obs.lsn, m.walTimeline(ctx, obs))
 	if err != nil {
 		m.logOnce(fmt.Errorf("the replica neither streams nor replays; asking the primary at %s for WAL from %s: %w",
 			m.upstream, contract.FormatLSN(obs.lsn), err))
 		return false
 	}
-	if gone {
+	switch {
+	case gone:
 		m.log("the primary at %s no longer has the WAL from %s this replica needs, and no archive provides it",
 			m.upstream, contract.FormatLSN(obs.lsn))
+	case forked:
+		m.log("the primary at %s forked its timeline before %s on timeline %d, where this replica's data is: its history is no longer the primary's",
+			m.upstream, contract.FormatLSN(obs.lsn), obs.timeline)
 	}
-	return gone
+	return gone || forked
+}
+
+// walTimeline is the timeline of the WAL this running replica holds at
+// its position, as its WAL receiver asks for it: the newest timeline whose
+// segment holding that position is in pg_wal (a standby keeps what it
+// streamed and what it restored under their names). The timeline it
+// reports is the one it follows (replicaTimeline), which a replica whose
+// data went past the point where that timeline forked never reaches.
+func (m *manager) walTimeline(ctx context.Context, obs serverState) int64 {
+	control, err := m.controlData(ctx)
+	if err != nil {
+		return obs.timeline
+	}
+	size, err := strconv.ParseUint(control["Bytes per WAL segment"], 10, 64)
+	if err != nil {
+		return obs.timeline
+	}
+	if tli := segmentTimeline(m.c.PGData+"/pg_wal", obs.lsn, size); tli > 0 {
+		return tli
+	}
+	return obs.timeline
+}
+
+// segmentTimeline is the newest timeline whose WAL segment (of size
+// bytes) holding the last byte before lsn is in walDir, 0 when none is.
+func segmentTimeline(walDir string, lsn, size uint64) int64 {
+	if size == 0 || lsn == 0 {
+		return 0
+	}
+	segment, perID := (lsn-1)/size, 0x100000000/size
+	names, _ := filepath.Glob(filepath.Join(walDir, fmt.Sprintf("????????%08X%08X", segment/perID, segment%perID)))
+	newest := int64(0)
+	for _, name := range names {
+		if tli, err := strconv.ParseInt(filepath.Base(name)[:8], 16, 64); err == nil {
+			newest = max(newest, tli)
+		}
+	}
+	return newest
 }
 
 // walGone asks the primary at address to stream from lsn on timeline, as
 // a WAL receiver would, and tells whether it answers that it no longer
-// has that WAL.
-func (m *manager) walGone(ctx context.Context, address string, lsn uint64, timeline int64) (bool, error) {
+// has that WAL (gone), or that its history forked from that timeline
+// before lsn (forked).
+func (m *manager) walGone(ctx context.Context, address string, lsn uint64, timeline int64) (gone, forked bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, m.t.lease/2)
 	defer cancel()
 	conninfo, err := m.replicationConninfo(ctx, address)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	conn, err := m.dialReplication(ctx, conninfo)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
 	err = startReplication(ctx, conn, pglogrepl.LSN(lsn), int32(timeline))
@@ -85,15 +137,18 @@ func (m *manager) walGone(ctx context.Context, address string, lsn uint64, timel
 		if msg, err = conn.ReceiveMessage(ctx); err == nil {
 			e, failed := msg.(*pgproto3.ErrorResponse)
 			if !failed {
-				return false, nil
+				return false, false, nil
 			}
 			err = pgconn.ErrorResponseToPgError(e)
 		}
 	}
-	if removed(err) {
-		return true, nil
+	switch {
+	case removed(err):
+		return true, false, nil
+	case notInHistory(err):
+		return false, true, nil
 	}
-	return false, err
+	return false, false, err
 }
 
 // removed tells whether err is a walsender's "requested WAL segment ...
@@ -103,6 +158,15 @@ func removed(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Message, "requested WAL segment ") &&
 		strings.HasSuffix(pgErr.Message, " has already been removed")
+}
+
+// notInHistory tells whether err is a walsender's "requested starting
+// point ... on timeline ... is not in this server's history", known by its
+// message (its SQLSTATE is the generic one).
+func notInHistory(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Message, "requested starting point ") &&
+		strings.HasSuffix(pgErr.Message, " is not in this server's history")
 }
 
 // reclone replaces this stranded replica's data with a new clone of the

@@ -222,7 +222,10 @@ func (m *manager) follow(ctx context.Context, holder string, ready bool) error {
 		}
 		switch h {
 		case forked:
-			err = m.rewind(ctx, r.Address)
+			var conninfo string
+			if conninfo, err = m.replicationConninfo(ctx, r.Address); err == nil {
+				err = m.rewind(ctx, conninfo, "the primary at "+r.Address, func() error { return m.cloneReplica(ctx, r.Address) })
+			}
 		case foreign:
 			m.log("timeline %d here has another history than the primary's: cloning it again", m.lastSeen.timeline)
 			err = m.cloneReplica(ctx, r.Address)

@@ -344,7 +344,6 @@ func TestBackupAndRestore(t *testing.T) {
 	})
 }
 
-// with is r and phase's count.
 // takeBackup runs `instance backup` in p's container, as a
 // MyDatabaseBackup does, and returns the backup's manifest.
 func takeBackup(t *testing.T, c *cluster, p *pod) backup.Manifest {
@@ -377,6 +376,7 @@ func archiveNow(t *testing.T, c *cluster, p *pod) string {
 	return last
 }
 
+// with is r with phase counted n.
 func with[M ~map[string]V, V any](r M, phase string, n V) M {
 	out := maps.Clone(r)
 	out[phase] = n

@@ -264,6 +264,16 @@ func newClusterOn(t *testing.T, api *testenv.Env, srv server, db *databasev1alph
 	return c
 }
 
+// addSecret creates s, a Secret a person adds once the cluster runs, for
+// the operator and the pods to read.
+func (c *cluster) addSecret(t *testing.T, s *corev1.Secret) {
+	t.Helper()
+	if err := c.api.Client.Create(context.Background(), s.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	c.secrets[s.Name] = s
+}
+
 // startAPI starts the API server unless the cluster shares another's,
 // creates the MyDatabase (which gives it its UID), what the operator would
 // create for its instance managers, and a token of their ServiceAccount.

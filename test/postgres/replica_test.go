@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,7 +36,7 @@ import (
 // on a timeline of its own, archives to its own path and never to its
 // source's, and its replica follows it.
 func TestReplicaDatabase(t *testing.T) {
-	src := startReplicaSource(t)
+	src := startReplicaSource(t, 1)
 	c, source, store, app, password, db := src.c, src.pod, src.store, src.app, src.password, src.db
 	insert, ctx := src.insert, context.Background()
 	archiveNow(t, c, source)
@@ -155,12 +159,13 @@ func TestReplicaDatabase(t *testing.T) {
 	}
 }
 
-// replicaSource is the source MyDatabase of the replica tests: one server,
-// archiving, with a base backup and the table orders holding ids 1 to 200.
+// replicaSource is the source MyDatabase of the replica tests: its
+// servers (the first the primary), archiving, with a base backup and the table orders holding ids 1 to 200.
 type replicaSource struct {
 	c        *cluster
 	db       *databasev1alpha1.MyDatabase
-	pod      *pod
+	pod      *pod   // the primary
+	pods     []*pod // all of its servers
 	store    *testenv.ObjectStore
 	archive  *databasev1alpha1.ObjectStore // its spec.backup store, path included
 	app      string                        // conninfo of the application's role
@@ -169,17 +174,18 @@ type replicaSource struct {
 	insert func(c *cluster, conninfo, password string, from, to int)
 }
 
-func startReplicaSource(t *testing.T) *replicaSource {
+func startReplicaSource(t *testing.T, servers int) *replicaSource {
 	t.Helper()
-	servers := findServers(t)
-	srv := servers[len(servers)-1]
+	found := findServers(t)
+	srv := found[len(found)-1]
 	store := startStore(t, t.TempDir())
 	db := newDatabase(srv.major, nil)
-	db.Spec.Replicas = new(int32(1))
+	db.Spec.Replicas = new(int32(servers))
 	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
 	s := &replicaSource{db: db, store: store, password: "password-of-the-source"}
 	s.c = newCluster(t, srv, db, specs.CredentialsSecret(db, s.password), storeSecret(store, db.Namespace))
-	s.pod = s.c.startPods(t, 1)[0]
+	s.pods = s.c.startPods(t, servers)
+	s.pod = s.pods[0]
 	s.app = tcp(s.pod.port, db.Spec.User, db.Spec.DatabaseName)
 	s.insert = func(c *cluster, conninfo, password string, from, to int) {
 		c.query(t, conninfo, password, fmt.Sprintf("INSERT INTO orders (id) SELECT generate_series(%d, %d)", from, to))
@@ -212,7 +218,7 @@ func (c *cluster) hasRows(t *testing.T, pods []*pod, want int) {
 // status.replica says which, with the lag in bytes. A second replica
 // streams only: it clones the source's primary (no archive at all).
 func TestReplicaDatabaseStreaming(t *testing.T) {
-	src := startReplicaSource(t)
+	src := startReplicaSource(t, 1)
 	c, store, db := src.c, src.store, src.db
 	insert := func(from, to int) { src.insert(c, src.app, src.password, from, to) }
 	// The link between the two: a proxy the test can cut.
@@ -221,18 +227,14 @@ func TestReplicaDatabaseStreaming(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(link.Close)
-	// The source's replication certificate, copied to the replica's
-	// namespace as a person would.
-	sourceCert := c.secrets[specs.ReplicationCertSecretName(db)]
 
 	replica := func(name string, archive *databasev1alpha1.ObjectStore) (*cluster, *pod) {
 		rdb := newDatabase(c.srv.major, nil)
 		rdb.Name, rdb.Namespace = name, name
 		rdb.Spec.Replicas = new(int32(1))
 		rdb.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: archive,
-			Streaming: &databasev1alpha1.ReplicaStreaming{Host: "127.0.0.1", Port: int32(link.Port()), SecretName: "source-replication"}}}
-		copied := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "source-replication", Namespace: rdb.Namespace}, Data: sourceCert.Data}
-		rc := newClusterOn(t, c.api, c.srv, rdb, specs.CredentialsSecret(rdb, "unused"), storeSecret(store, rdb.Namespace), copied)
+			Streaming: &databasev1alpha1.ReplicaStreaming{Host: "127.0.0.1", Port: int32(link.Port()), SecretName: sourceCertName}}}
+		rc := newClusterOn(t, c.api, c.srv, rdb, specs.CredentialsSecret(rdb, "unused"), storeSecret(store, rdb.Namespace), sourceCertCopy(c, rdb.Namespace))
 		p := rc.startPods(t, 1)[0]
 		rc.op = rc.startOperator(t)
 		return rc, p
@@ -290,7 +292,7 @@ func TestReplicaDatabaseStreaming(t *testing.T) {
 // source replays what the new one writes from then on. Then back again,
 // the same way.
 func TestReplicaSwitchover(t *testing.T) {
-	src := startReplicaSource(t)
+	src := startReplicaSource(t, 1)
 	c, a, store := src.c, src.pod, src.store
 	archiveNow(t, c, a)
 
@@ -300,33 +302,24 @@ func TestReplicaSwitchover(t *testing.T) {
 	bdb.Name, bdb.Namespace = "shop-b", "site-b"
 	bdb.Spec.Replicas = new(int32(1))
 	bdb.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
-	bdb.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: src.archive}}
-	bc := newClusterOn(t, c.api, c.srv, bdb, specs.CredentialsSecret(bdb, "password-of-b"), storeSecret(store, bdb.Namespace))
+	bdb.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: src.archive,
+		Streaming: streamingFrom(a)}}
+	bc := newClusterOn(t, c.api, c.srv, bdb, specs.CredentialsSecret(bdb, "password-of-b"), storeSecret(store, bdb.Namespace),
+		sourceCertCopy(c, bdb.Namespace))
 	b := bc.startPods(t, 1)[0]
 	bc.op = bc.startOperator(t)
 	c.op = c.startOperator(t)
 	bc.hasRows(t, []*pod{b}, 200)
 
-	// A learns its new source, B's archive, without following it yet: its
-	// pod restarts with the new environment, as a rollout does.
+	// A learns its new source, B's archive and primary, without following
+	// it yet: its pod restarts with the new environment, as a rollout does.
 	bArchive := objectStoreOf(store)
 	bArchive.Path = specs.BackupPath(bdb)
+	c.addSecret(t, sourceCertCopy(bc, c.db.Namespace))
 	c.updateDatabase(t, func(d *databasev1alpha1.MyDatabase) {
-		d.Spec.Replica = &databasev1alpha1.ReplicaSpec{Source: databasev1alpha1.ReplicaSource{ObjectStore: &bArchive}}
+		d.Spec.Replica = &databasev1alpha1.ReplicaSpec{Source: databasev1alpha1.ReplicaSource{ObjectStore: &bArchive, Streaming: streamingFrom(b)}}
 	})
-	for _, e := range specs.Env(c.database(t)) {
-		switch {
-		case !strings.HasPrefix(*e.Name, contract.ReplicaStore):
-		case e.Value != nil:
-			a.setEnv(*e.Name, *e.Value)
-		default:
-			ref := e.ValueFrom.SecretKeyRef
-			a.setEnv(*e.Name, string(c.secrets[*ref.Name].Data[*ref.Key]))
-		}
-	}
-	a.stop(t)
-	a.start(t)
-	a.waitReady(t)
+	a.learnSource(t)
 	c.waitPrimary(t, []*pod{a}, time.Minute)
 
 	// A to B, then back again.
@@ -334,6 +327,51 @@ func TestReplicaSwitchover(t *testing.T) {
 	siteB := &site{c: bc, p: b, password: "password-of-b"}
 	plannedSwitchover(t, siteA, siteB, 10000)
 	plannedSwitchover(t, siteB, siteA, 20000)
+}
+
+// learnSource restarts p with the source its MyDatabase's spec.replica
+// now names in its environment, and the streaming source's Secret as a
+// volume, as the rollout of a StatefulSet does (the harness has no
+// StatefulSet controller).
+func (p *pod) learnSource(t *testing.T) {
+	t.Helper()
+	c := p.c
+	for _, e := range specs.Env(c.database(t)) {
+		switch {
+		case !strings.HasPrefix(*e.Name, contract.ReplicaStore):
+		case *e.Name == contract.EnvReplicaStreamTLSDir:
+			dir := filepath.Join(p.dir, "replica-source")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			p.writeSecret(t, dir, c.secrets[sourceCertName], &corev1ac.SecretVolumeSourceApplyConfiguration{})
+			p.setEnv(*e.Name, dir)
+		case e.Value != nil:
+			p.setEnv(*e.Name, *e.Value)
+		default:
+			ref := e.ValueFrom.SecretKeyRef
+			p.setEnv(*e.Name, string(c.secrets[*ref.Name].Data[*ref.Key]))
+		}
+	}
+	p.stop(t)
+	p.start(t)
+	p.waitReady(t)
+}
+
+// sourceCertName names the source's replication certificate in a replica
+// MyDatabase's namespace.
+const sourceCertName = "source-replication"
+
+// sourceCertCopy is the replication certificate of source (its client
+// certificate and CA), copied into namespace as a person would.
+func sourceCertCopy(source *cluster, namespace string) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sourceCertName, Namespace: namespace},
+		Data: source.secrets[specs.ReplicationCertSecretName(source.db)].Data}
+}
+
+// streamingFrom is a stream from p's server, with sourceCertCopy.
+func streamingFrom(p *pod) *databasev1alpha1.ReplicaStreaming {
+	return &databasev1alpha1.ReplicaStreaming{Host: "127.0.0.1", Port: int32(p.port), SecretName: sourceCertName}
 }
 
 // site is one side of a planned switchover: a MyDatabase of one server, and
@@ -426,4 +464,125 @@ func plannedSwitchover(t *testing.T, from, to *site, firstID int) {
 		r := from.c.database(t).Status.Replica
 		return r != nil && r.DemotionToken == "", fmt.Sprintf("%+v", r)
 	})
+	// And it streams from the new primary.
+	eventually(t, time.Minute, from.c.db.Name+" streams from "+to.c.db.Name, func() (bool, string) {
+		r := from.c.database(t).Status.Replica
+		return r != nil && r.Streaming, fmt.Sprintf("%+v", r)
+	})
+	if got := to.c.query(t, to.p.socket("postgres", "postgres"), "",
+		"SELECT application_name || ' ' || state FROM pg_stat_replication WHERE application_name LIKE 'mydatabase_replica %'"); got != "mydatabase_replica "+from.p.name+" streaming" {
+		t.Errorf("%s's standbys from replica MyDatabases: %q, want %s's designated primary streaming", to.c.db.Name, got, from.c.db.Name)
+	}
+}
+
+// TestReplicaOldSourceRejoins: an unplanned switchover, then the old source
+// back. Cut off from the replica MyDatabase B, the source A takes writes B
+// never receives (A's replica gets them); B is promoted without a demotion
+// token and takes writes of its own. A, demoted to follow B, is past the
+// point where B's timeline forked from it: with a stream, its designated
+// primary is rewound to B's history with pg_rewind; through the archive
+// only, it restores B's latest base backup instead. Its replica, whose data
+// holds A's writes too, is cloned again. Both then hold B's rows and none
+// of A's writes past the fork, which stay in A's own archive.
+func TestReplicaOldSourceRejoins(t *testing.T) {
+	t.Run("streaming", func(t *testing.T) { oldSourceRejoins(t, true) })
+	t.Run("archive only", func(t *testing.T) { oldSourceRejoins(t, false) })
+}
+
+func oldSourceRejoins(t *testing.T, streaming bool) {
+	src := startReplicaSource(t, 2)
+	c, store := src.c, src.store
+	archiveNow(t, c, src.pod)
+	// The link from B to A: a proxy the test can cut.
+	link, err := testenv.StartProxy(testenv.To(fmt.Sprintf("127.0.0.1:%d", src.pod.port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(link.Close)
+
+	bdb := newDatabase(c.srv.major, nil)
+	bdb.Name, bdb.Namespace = "shop-b", "site-b"
+	bdb.Spec.Replicas = new(int32(1))
+	bdb.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
+	bdb.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: src.archive}}
+	if streaming {
+		bdb.Spec.Replica.Source.Streaming = &databasev1alpha1.ReplicaStreaming{Host: "127.0.0.1", Port: int32(link.Port()), SecretName: sourceCertName}
+	}
+	bc := newClusterOn(t, c.api, c.srv, bdb, specs.CredentialsSecret(bdb, "password-of-b"), storeSecret(store, bdb.Namespace),
+		sourceCertCopy(c, bdb.Namespace))
+	b := bc.startPods(t, 1)[0]
+	bc.op = bc.startOperator(t)
+	c.op = c.startOperator(t)
+	bc.hasRows(t, []*pod{b}, 200)
+
+	// A learns its new source, B, beforehand (both pods restarted).
+	bSource := databasev1alpha1.ReplicaSource{ObjectStore: new(objectStoreOf(store))}
+	bSource.ObjectStore.Path = specs.BackupPath(bdb)
+	if streaming {
+		c.addSecret(t, sourceCertCopy(bc, c.db.Namespace))
+		bSource.Streaming = streamingFrom(b)
+	}
+	c.updateDatabase(t, func(d *databasev1alpha1.MyDatabase) { d.Spec.Replica = &databasev1alpha1.ReplicaSpec{Source: bSource} })
+	for _, p := range slices.Backward(src.pods) {
+		p.learnSource(t)
+	}
+	primary := c.waitPrimary(t, src.pods, time.Minute)
+	replica := without(src.pods, primary)[0]
+	app := tcp(primary.port, c.db.Spec.User, c.db.Spec.DatabaseName)
+	src.insert(c, app, src.password, 201, 210)
+	archiveNow(t, c, primary)
+	bc.hasRows(t, []*pod{b}, 210)
+
+	// Cut off: what A writes now reaches its replica, never B (the link
+	// cut, the segment not archived).
+	link.Cut()
+	src.insert(c, app, src.password, 211, 250)
+	forkedWAL := c.query(t, primary.socket("postgres", "postgres"), "", "SELECT pg_walfile_name(pg_current_wal_lsn())")
+	c.hasRows(t, []*pod{replica}, 250)
+	bc.updateDatabase(t, func(d *databasev1alpha1.MyDatabase) { d.Spec.Replica.Enabled = false })
+	eventually(t, time.Minute, "B promoted", func() (bool, string) {
+		out, err := bc.psql(b.socket("postgres", "postgres"), "", "SELECT pg_is_in_recovery()")
+		return err == nil && out == "f", out
+	})
+	bsu := b.socket("postgres", bdb.Spec.DatabaseName)
+	if got := bc.query(t, bsu, "", "SELECT count(*) FROM orders"); got != "210" {
+		t.Fatalf("B promoted with %s rows, want the 210 it had before it was cut off", got)
+	}
+	bc.query(t, bsu, "", "INSERT INTO orders (id) SELECT generate_series(1001, 1010)")
+	if !streaming {
+		takeBackup(t, bc, b)
+		archiveNow(t, bc, b)
+	}
+
+	// A back, demoted to follow B.
+	offsets := map[*pod]int64{primary: logFile(primary.logPath).size(), replica: logFile(replica.logPath).size()}
+	c.updateDatabase(t, func(d *databasev1alpha1.MyDatabase) { d.Spec.Replica.Enabled = true })
+	for _, p := range []*pod{primary, replica} {
+		// All rows, B's own, A's past the fork: B's 220, its 10, none.
+		eventually(t, 2*time.Minute, "B's rows, and none of A's past the fork, on "+p.name, func() (bool, string) {
+			out, err := c.psql(p.socket("postgres", c.db.Spec.DatabaseName), "",
+				"SELECT count(*), count(*) FILTER (WHERE id > 1000), count(*) FILTER (WHERE id BETWEEN 211 AND 250) FROM orders")
+			return err == nil && out == "220|10|0", out
+		})
+	}
+	copied := "rewound to the source's primary"
+	if !streaming {
+		copied = "restoring base backup"
+	}
+	logContains(t, primary.log(offsets[primary]), "forked from this data's at", copied,
+		"postgres started as the designated primary")
+	logContains(t, replica.log(offsets[replica]), "forked its timeline before", "replica cloned")
+	if streaming {
+		eventually(t, time.Minute, "A streams from B", func() (bool, string) {
+			r := c.database(t).Status.Replica
+			return r != nil && r.Streaming, fmt.Sprintf("%+v", r)
+		})
+	}
+	// A's writes past the fork: in A's own archive, which its demotion
+	// completed.
+	if _, err := openArchive(t, store, src.archive.Path).ArchivedSize(context.Background(), forkedWAL); err != nil {
+		t.Errorf("%s, holding A's writes past the fork, in A's archive: %v", forkedWAL, err)
+	}
+	// B's data now, with B's password.
+	c.refused(t, app, "password-of-b", "read-only transaction", "INSERT INTO orders (id) VALUES (2000)")
 }
