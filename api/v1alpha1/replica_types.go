@@ -122,7 +122,10 @@ type ReplicaStatus struct {
 	// +optional
 	DemotionToken string `json:"demotionToken,omitempty"`
 	// message says what the designated primary waits for, when it does
-	// (a promotion waiting for the token's WAL).
+	// (a promotion waiting for the token's WAL), and, until the next
+	// promotion, how a demotion changed the data to follow the source
+	// (rewound or copied again past the point where the source's timeline
+	// forked from it) and what it lost there.
 	// +optional
 	Message string `json:"message,omitempty"`
 }

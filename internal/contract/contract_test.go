@@ -219,3 +219,32 @@ func TestDeclaredRoundTrips(t *testing.T) {
 		t.Errorf("read back\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestMaterial: a report that differs only in WAL positions, storage, time
+// or a replica's progress waits for MinInterval; a new role, whether a
+// replica MyDatabase streams, and its rejoin are reported at once.
+func TestMaterial(t *testing.T) {
+	base := contract.Report{Role: databasev1alpha1.RolePrimary, LSN: "0/3000000", Time: time.Now(),
+		Replica: &contract.ReplicaState{LastWAL: "000000010000000000000003", Streaming: true}}
+	for _, tc := range []struct {
+		name   string
+		change func(*contract.Report)
+		want   bool
+	}{
+		{"WAL positions and time", func(r *contract.Report) { r.LSN, r.Replayed, r.Time = "0/4000000", "0/4000000", r.Time.Add(time.Second) }, false},
+		{"replay progress", func(r *contract.Report) {
+			r.Replica = &contract.ReplicaState{LastWAL: "000000010000000000000004", Streaming: true, SourceLSN: "0/5000000"}
+		}, false},
+		{"the role", func(r *contract.Report) { r.Role = databasev1alpha1.RoleReplica }, true},
+		{"streaming", func(r *contract.Report) { r.Replica = &contract.ReplicaState{LastWAL: "000000010000000000000003"} }, true},
+		{"a rejoin", func(r *contract.Report) {
+			r.Replica = &contract.ReplicaState{LastWAL: "000000010000000000000003", Streaming: true, Rejoined: "rewound: ..."}
+		}, true},
+	} {
+		next := base
+		tc.change(&next)
+		if got := base.Material(next); got != tc.want {
+			t.Errorf("%s: Material = %t, want %t", tc.name, got, tc.want)
+		}
+	}
+}

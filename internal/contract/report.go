@@ -91,6 +91,10 @@ type ReplicaState struct {
 	DemotionToken string `json:"demotionToken,omitempty"`
 	// Waiting says what a promotion waits for (the promotion token's WAL).
 	Waiting string `json:"waiting,omitempty"`
+	// Rejoined says that the data was rewound or copied again to the
+	// source's history when it was demoted, and what it lost there, until
+	// it is promoted.
+	Rejoined string `json:"rejoined,omitempty"`
 }
 
 // FormatToken is a demotion or promotion token: <timeline>/<LSN>.
@@ -246,8 +250,9 @@ func (r Report) Material(next Report) bool {
 	a.LSN, a.Replayed, a.Storage, a.Time = "", "", nil, time.Time{}
 	b.LSN, b.Replayed, b.Storage, b.Time = "", "", nil, time.Time{}
 	if a.Replica != nil && b.Replica != nil {
-		// Only whether it streams is material.
-		a.Replica, b.Replica = &ReplicaState{Streaming: a.Replica.Streaming}, &ReplicaState{Streaming: b.Replica.Streaming}
+		// Only whether it streams, and a rejoin, are material.
+		a.Replica = &ReplicaState{Streaming: a.Replica.Streaming, Rejoined: a.Replica.Rejoined}
+		b.Replica = &ReplicaState{Streaming: b.Replica.Streaming, Rejoined: b.Replica.Rejoined}
 	}
 	return a.String() != b.String()
 }

@@ -201,24 +201,37 @@ func (m *manager) rejoinSource(ctx context.Context) error {
 	if m.c.Backup != nil {
 		kept = "it stays in this MyDatabase's own archive"
 	}
-	m.log("the source's timeline %d forked from this data's %s its end (timeline %d, WAL to %s): what was written here past the fork "+
+	what := fmt.Sprintf("the source's timeline %d forked from this data's %s its end (timeline %d, WAL to %s): what was written here past the fork "+
 		"is no part of the source's history (%s)", theirs, fork, seen.timeline, contract.FormatLSN(seen.lsn), kept)
+	m.log("%s", what)
 	// The token marks WAL that is no longer this data's.
 	if err := os.Remove(m.c.demotionTokenFile()); err != nil && !os.IsNotExist(err) {
 		return err
 	}
+	how := "copied again"
 	if h == forked && m.c.ReplicaStream != nil {
-		err = m.rewind(ctx, m.c.sourceConninfo(), "the source's primary", func() error { return m.copySource(ctx) })
+		how = "rewound"
+		err = m.rewind(ctx, m.c.sourceConninfo(), "the source's primary", func() error {
+			how = "copied again"
+			return m.copySource(ctx)
+		})
 	} else {
 		err = m.copySource(ctx)
 	}
 	if err != nil {
 		return err
 	}
+	if err := os.WriteFile(m.c.rejoinedFile(), []byte(how+": "+what), 0o600); err != nil {
+		return err
+	}
 	// pg_rewind copies the source primary's files, which hold no
 	// standby.signal: the data stays a standby's.
 	return os.WriteFile(filepath.Join(m.c.PGData, "standby.signal"), nil, 0o600)
 }
+
+// rejoinedFile says, beside the data, how rejoinSource changed it, until
+// the data is promoted: what the operator reports and warns of.
+func (c Config) rejoinedFile() string { return c.PGData + ".rejoined" }
 
 // copySource replaces the data with a new copy of the source's: a clone of
 // its primary when there is a stream (its latest state), else its latest
@@ -304,6 +317,9 @@ func (m *manager) promoteReplica(ctx context.Context, mine, newest int64) error 
 		return err
 	}
 	if err := m.promote(ctx); err != nil {
+		return err
+	}
+	if err := os.Remove(m.c.rejoinedFile()); err != nil && !os.IsNotExist(err) {
 		return err
 	}
 	if err := m.setPassword(ctx, m.c.User, m.c.Password); err != nil {
@@ -411,6 +427,9 @@ func (m *manager) replicaState(ctx context.Context) *contract.ReplicaState {
 	}
 	if w := m.waiting.Load(); w != nil {
 		st.Waiting = *w
+	}
+	if b, err := os.ReadFile(m.c.rejoinedFile()); err == nil {
+		st.Rejoined = string(b)
 	}
 	// The token holds until this server follows a newer timeline: that of
 	// the primary that promoted in this one's place.

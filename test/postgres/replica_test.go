@@ -572,6 +572,14 @@ func oldSourceRejoins(t *testing.T, streaming bool) {
 	logContains(t, primary.log(offsets[primary]), "forked from this data's at", copied,
 		"postgres started as the designated primary")
 	logContains(t, replica.log(offsets[replica]), "forked its timeline before", "replica cloned")
+	// Said where a person looks: status.replica.message and a Warning.
+	how := map[bool]string{true: "rewound: ", false: "copied again: "}[streaming]
+	eventually(t, time.Minute, "status.replica.message says what the demotion lost", func() (bool, string) {
+		r := c.database(t).Status.Replica
+		return r != nil && strings.HasPrefix(r.Message, how) && strings.Contains(r.Message, "it stays in this MyDatabase's own archive"),
+			fmt.Sprintf("%+v", r)
+	})
+	c.eventSaid(t, c.db, "Rejoined")
 	if streaming {
 		eventually(t, time.Minute, "A streams from B", func() (bool, string) {
 			r := c.database(t).Status.Replica

@@ -2,6 +2,8 @@ package mydatabase
 
 import (
 	"context"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -41,11 +43,15 @@ func (r *replica) reconcile(_ context.Context, obs *observation) error {
 	case report != nil && report.Replica != nil:
 		st.DesignatedPrimary, st.LastReplayedLSN, st.Streaming = primary, report.Replayed, report.Replica.Streaming
 		st.LastFetchedWAL, st.LastReplayedTime = report.Replica.LastWAL, metaTime(report.Replica.ReplayedAt)
-		st.DemotionToken, st.Message = report.Replica.DemotionToken, report.Replica.Waiting
+		st.DemotionToken = report.Replica.DemotionToken
+		st.Message = strings.Join(slices.DeleteFunc([]string{report.Replica.Waiting, report.Replica.Rejoined}, func(m string) bool { return m == "" }), "; ")
 		source, serr := contract.LSN(report.Replica.SourceLSN)
 		replayed, rerr := contract.LSN(report.Replayed)
 		if st.Streaming && serr == nil && rerr == nil {
 			st.LagBytes = new(int64(max(source, replayed) - replayed))
+		}
+		if rejoined := report.Replica.Rejoined; rejoined != "" && (db.Status.Replica == nil || !strings.Contains(db.Status.Replica.Message, rejoined)) {
+			r.event(db, corev1.EventTypeWarning, "Rejoined", "%s demoted and %s", primary, rejoined)
 		}
 		if st.DemotionToken != "" && (db.Status.Replica == nil || db.Status.Replica.DemotionToken != st.DemotionToken) {
 			r.event(db, corev1.EventTypeNormal, "Demoted", "%s demoted: its WAL ends at %s; it follows %s. Promote the MyDatabase that takes over "+
