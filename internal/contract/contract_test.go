@@ -231,7 +231,9 @@ func TestMaterial(t *testing.T) {
 		change func(*contract.Report)
 		want   bool
 	}{
-		{"WAL positions and time", func(r *contract.Report) { r.LSN, r.Replayed, r.Time = "0/4000000", "0/4000000", r.Time.Add(time.Second) }, false},
+		{"WAL positions and time", func(r *contract.Report) {
+			r.LSN, r.Replayed, r.Time = "0/4000000", "0/4000000", r.Time.Add(time.Second)
+		}, false},
 		{"replay progress", func(r *contract.Report) {
 			r.Replica = &contract.ReplicaState{LastWAL: "000000010000000000000004", Streaming: true, SourceLSN: "0/5000000"}
 		}, false},
