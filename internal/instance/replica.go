@@ -147,11 +147,16 @@ func (m *manager) runDesignated(ctx context.Context) error {
 	if m.role != stopped {
 		m.stop()
 	}
-	if err := m.rejoinSource(ctx); err != nil {
+	// A rewind or a copy can outlast the Lease: held meanwhile, so that no
+	// other server stands for election.
+	if err := m.holdWhile(ctx, func() error { return m.rejoinSource(ctx) }); err != nil {
 		return err
 	}
 	return m.start(ctx, asPrimary, "")
 }
+
+// sourceAskTimeout bounds rejoinSource's question to the source.
+const sourceAskTimeout = 20 * time.Second
 
 // rejoinSource makes the stopped data one whose history the source's
 // continues, before it runs as the designated primary. Data that took
@@ -181,7 +186,11 @@ func (m *manager) rejoinSource(ctx context.Context) error {
 	// follow and could not.
 	seen.timeline = m.walTimeline(ctx, seen)
 	m.lastSeen = seen
-	theirs, content, err := m.sourceTimeline(ctx, seen.timeline)
+	// Bounded: an unreachable source must not keep the server from
+	// starting for long.
+	askCtx, cancel := context.WithTimeout(ctx, sourceAskTimeout)
+	theirs, content, err := m.sourceTimeline(askCtx, seen.timeline)
+	cancel()
 	if err != nil {
 		m.log("asking the source for its timeline: %v: starting on the data as it is", err)
 		return nil

@@ -112,7 +112,7 @@ func (m *manager) holdWhile(ctx context.Context, f func() error) error {
 			}
 			start, err := m.leases.renew(ctx, m.lastSeen.timeline)
 			if errors.Is(err, errLostRace) || errors.Is(err, errNotHolder) {
-				m.log("renewing the Lease while promoting: %v", err)
+				m.log("renewing the Lease while it waits for a promotion or a rejoin: %v", err)
 				return
 			}
 			if err == nil {
