@@ -200,6 +200,48 @@ func startReplicaSource(t *testing.T, servers int) *replicaSource {
 	return s
 }
 
+// startSiteB starts the MyDatabase shop-b of one server in namespace
+// site-b, a replica of src through source, which archives to its own path
+// once promoted, and the operators of both; it returns once B holds src's
+// 200 rows.
+func (src *replicaSource) startSiteB(t *testing.T, source databasev1alpha1.ReplicaSource) (*cluster, *pod) {
+	t.Helper()
+	c, store := src.c, src.store
+	bdb := newDatabase(c.srv.major, nil)
+	bdb.Name, bdb.Namespace = "shop-b", "site-b"
+	bdb.Spec.Replicas = new(int32(1))
+	bdb.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
+	bdb.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: source}
+	bc := newClusterOn(t, c.api, c.srv, bdb, specs.CredentialsSecret(bdb, "password-of-b"), storeSecret(store, bdb.Namespace),
+		sourceCertCopy(c, bdb.Namespace))
+	b := bc.startPods(t, 1)[0]
+	bc.op = bc.startOperator(t)
+	c.op = c.startOperator(t)
+	bc.hasRows(t, []*pod{b}, 200)
+	return bc, b
+}
+
+// learnSiteB gives src's MyDatabase A the source B (bc, its server b): its
+// archive, and its primary when streaming, with B's replication
+// certificate copied. spec.replica is added with enabled false, so A
+// takes writes on; its pods restart with the source, replicas first, as
+// a rollout does. It returns A's primary then.
+func (src *replicaSource) learnSiteB(t *testing.T, bc *cluster, b *pod, streaming bool) *pod {
+	t.Helper()
+	c := src.c
+	source := databasev1alpha1.ReplicaSource{ObjectStore: new(objectStoreOf(src.store))}
+	source.ObjectStore.Path = specs.BackupPath(bc.db)
+	if streaming {
+		c.addSecret(t, sourceCertCopy(bc, c.db.Namespace))
+		source.Streaming = streamingFrom(b)
+	}
+	c.updateDatabase(t, func(d *databasev1alpha1.MyDatabase) { d.Spec.Replica = &databasev1alpha1.ReplicaSpec{Source: source} })
+	for _, p := range slices.Backward(src.pods) {
+		p.learnSource(t)
+	}
+	return c.waitPrimary(t, src.pods, time.Minute)
+}
+
 // hasRows waits until each of pods holds want rows in orders.
 func (c *cluster) hasRows(t *testing.T, pods []*pod, want int) {
 	t.Helper()
@@ -293,34 +335,13 @@ func TestReplicaDatabaseStreaming(t *testing.T) {
 // the same way.
 func TestReplicaSwitchover(t *testing.T) {
 	src := startReplicaSource(t, 1)
-	c, a, store := src.c, src.pod, src.store
+	c, a := src.c, src.pod
 	archiveNow(t, c, a)
 
-	// B: a replica of A through A's archive; it archives to its own path
-	// once promoted.
-	bdb := newDatabase(c.srv.major, nil)
-	bdb.Name, bdb.Namespace = "shop-b", "site-b"
-	bdb.Spec.Replicas = new(int32(1))
-	bdb.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
-	bdb.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: src.archive,
-		Streaming: streamingFrom(a)}}
-	bc := newClusterOn(t, c.api, c.srv, bdb, specs.CredentialsSecret(bdb, "password-of-b"), storeSecret(store, bdb.Namespace),
-		sourceCertCopy(c, bdb.Namespace))
-	b := bc.startPods(t, 1)[0]
-	bc.op = bc.startOperator(t)
-	c.op = c.startOperator(t)
-	bc.hasRows(t, []*pod{b}, 200)
-
-	// A learns its new source, B's archive and primary, without following
-	// it yet: its pod restarts with the new environment, as a rollout does.
-	bArchive := objectStoreOf(store)
-	bArchive.Path = specs.BackupPath(bdb)
-	c.addSecret(t, sourceCertCopy(bc, c.db.Namespace))
-	c.updateDatabase(t, func(d *databasev1alpha1.MyDatabase) {
-		d.Spec.Replica = &databasev1alpha1.ReplicaSpec{Source: databasev1alpha1.ReplicaSource{ObjectStore: &bArchive, Streaming: streamingFrom(b)}}
-	})
-	a.learnSource(t)
-	c.waitPrimary(t, []*pod{a}, time.Minute)
+	// B: a replica of A through A's archive and its primary.
+	bc, b := src.startSiteB(t, databasev1alpha1.ReplicaSource{ObjectStore: src.archive, Streaming: streamingFrom(a)})
+	// A learns B as its source, without following it yet.
+	src.learnSiteB(t, bc, b, true)
 
 	// A to B, then back again.
 	siteA := &site{c: c, p: a, password: src.password}
@@ -500,33 +521,14 @@ func oldSourceRejoins(t *testing.T, streaming bool) {
 	}
 	t.Cleanup(link.Close)
 
-	bdb := newDatabase(c.srv.major, nil)
-	bdb.Name, bdb.Namespace = "shop-b", "site-b"
-	bdb.Spec.Replicas = new(int32(1))
-	bdb.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
-	bdb.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: src.archive}}
+	aSource := databasev1alpha1.ReplicaSource{ObjectStore: src.archive}
 	if streaming {
-		bdb.Spec.Replica.Source.Streaming = &databasev1alpha1.ReplicaStreaming{Host: "127.0.0.1", Port: int32(link.Port()), SecretName: sourceCertName}
+		aSource.Streaming = &databasev1alpha1.ReplicaStreaming{Host: "127.0.0.1", Port: int32(link.Port()), SecretName: sourceCertName}
 	}
-	bc := newClusterOn(t, c.api, c.srv, bdb, specs.CredentialsSecret(bdb, "password-of-b"), storeSecret(store, bdb.Namespace),
-		sourceCertCopy(c, bdb.Namespace))
-	b := bc.startPods(t, 1)[0]
-	bc.op = bc.startOperator(t)
-	c.op = c.startOperator(t)
-	bc.hasRows(t, []*pod{b}, 200)
-
-	// A learns its new source, B, beforehand (both pods restarted).
-	bSource := databasev1alpha1.ReplicaSource{ObjectStore: new(objectStoreOf(store))}
-	bSource.ObjectStore.Path = specs.BackupPath(bdb)
-	if streaming {
-		c.addSecret(t, sourceCertCopy(bc, c.db.Namespace))
-		bSource.Streaming = streamingFrom(b)
-	}
-	c.updateDatabase(t, func(d *databasev1alpha1.MyDatabase) { d.Spec.Replica = &databasev1alpha1.ReplicaSpec{Source: bSource} })
-	for _, p := range slices.Backward(src.pods) {
-		p.learnSource(t)
-	}
-	primary := c.waitPrimary(t, src.pods, time.Minute)
+	bc, b := src.startSiteB(t, aSource)
+	bdb := bc.db
+	// A learns B as its source beforehand.
+	primary := src.learnSiteB(t, bc, b, streaming)
 	replica := without(src.pods, primary)[0]
 	app := tcp(primary.port, c.db.Spec.User, c.db.Spec.DatabaseName)
 	src.insert(c, app, src.password, 201, 210)
