@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/contract"
@@ -64,10 +65,23 @@ func (f *fakeManagers) calls() []string {
 	return slices.Clone(f.replaced)
 }
 
-// reportManager plays an instance manager of version digest.
+// reportManager plays an instance manager of version digest, and returns
+// once the operator's cache has the report: an informer delivers a pod's
+// update in no order with the MyDatabase's, so a test that changes the
+// spec next would otherwise race it.
 func reportManager(t *testing.T, db *databasev1alpha1.MyDatabase, name, digest string) {
 	t.Helper()
 	eventually(t, name+" reporting instance manager "+digest, func() error { return setManager(db.Namespace, name, digest) })
+	eventually(t, "the operator's cache holding "+name+"'s report", func() error {
+		pod := &corev1.Pod{}
+		if err := reconciler.Client.Get(context.Background(), client.ObjectKey{Namespace: db.Namespace, Name: name}, pod); err != nil {
+			return err
+		}
+		if r, err := contract.Parse(pod.Annotations[contract.AnnotationInstance]); err != nil || r.Manager != digest {
+			return fmt.Errorf("it has %+v (%v)", r, err)
+		}
+		return nil
+	})
 }
 
 // TestInstanceManagersReplacedInPlace: instance managers that report
