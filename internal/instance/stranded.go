@@ -58,7 +58,8 @@ func (m *manager) strandedNow(ctx context.Context, s situation, obs serverState)
 		return false
 	}
 	st.askedAt = time.Now()
-	gone, forked, err := m.walGone(ctx, m.upstream, obs.lsn, m.walTimeline(ctx, obs))
+	timeline := m.walTimeline(ctx, obs)
+	gone, forked, err := m.walGone(ctx, m.upstream, obs.lsn, timeline)
 	if err != nil {
 		m.logOnce(fmt.Errorf("the replica neither streams nor replays; asking the primary at %s for WAL from %s: %w",
 			m.upstream, contract.FormatLSN(obs.lsn), err))
@@ -70,7 +71,7 @@ func (m *manager) strandedNow(ctx context.Context, s situation, obs serverState)
 			m.upstream, contract.FormatLSN(obs.lsn))
 	case forked:
 		m.log("the primary at %s forked its timeline before %s on timeline %d, where this replica's data is: its history is no longer the primary's",
-			m.upstream, contract.FormatLSN(obs.lsn), obs.timeline)
+			m.upstream, contract.FormatLSN(obs.lsn), timeline)
 	}
 	return gone || forked
 }
