@@ -61,8 +61,11 @@ export KWOK_WORKDIR=$STATE/kwok
 export REAL_NODE_STATE=$STATE/real-node
 
 if [ -t 2 ]; then bold=$'\033[1m' red=$'\033[1;31m' off=$'\033[0m'; else bold='' red='' off=''; fi
-# Every line says how long the run has taken so far.
-say() { printf '%s[dev %d:%02d]%s %s\n' "$bold" $((SECONDS / 60)) $((SECONDS % 60)) "$off" "$*" >&2; }
+# Every line says how long the run has taken so far, and so do those of the
+# scripts it runs (the clock they share starts here).
+# shellcheck source=hack/lib/progress.sh
+. "$repo/hack/lib/progress.sh"
+say() { progress "${bold}dev" "$off$*"; }
 die() { printf '%s[dev] ERROR:%s %s\n' "$red" "$off" "$*" >&2; exit 1; }
 
 # binaries [--envtest|--node]: build (once) the Kubernetes binaries of that
@@ -236,7 +239,9 @@ start_object_store() {
   local i
   for i in $(seq 1 120); do
     [ -f "$STATE/s3.env" ] && break
-    alive "$pidfile" "$bin" || { tail -20 "$STATE/s3.log" >&2; die "the object store exited"; }
+    # kill -0, not alive: until the started shell has exec'd the store, its
+    # command line is this script's.
+    kill -0 "$(cat "$pidfile")" 2>/dev/null || { tail -20 "$STATE/s3.log" >&2; die "the object store exited"; }
     sleep 0.5
   done
   [ -f "$STATE/s3.env" ] || die "the object store did not come up (log: $STATE/s3.log)"
@@ -267,16 +272,19 @@ runtime() {
 
 up() {
   start_local_build
+  start_s3_build
   if [ "$(runtime)" = real ]; then
     say "Starting (or reusing) a one-node cluster with real pods (hack/real-node.sh; DEV_RUNTIME=kwok for the simulated one) ..."
-    POSTGRES_MAJORS=17 "$repo/hack/real-node.sh" up || die "hack/real-node.sh up failed"
+    # Only the images the sample needs.
+    POSTGRES_MAJORS=17 PGBOUNCER_IMAGE=0 "$repo/hack/real-node.sh" up || die "hack/real-node.sh up failed"
     binaries --node # built by the node's parts: only puts them on PATH
     echo real >"$STATE/runtime"
     cp "$REAL_NODE_STATE/kubeconfig" "$KUBECONFIG_FILE"
-    store_and_provisioner_alive || wait_local_build
+    alive "$STATE/provisioner.pid" "$STATE/dev-provisioner" || wait_local_build
     start_provisioner "$REAL_NODE_STATE/volumes"
-    start_object_store 10.244.0.1 # the node's bridge (hack/real-node.sh)
-    say "Cluster ready: 1 node with real pods, default StorageClass 'standard' (dev-provisioner), an S3 bucket."
+    STORE_IP=10.244.0.1 # the node's bridge (hack/real-node.sh)
+    object_store || say "The object store starts once its S3 server is built (in the background)."
+    say "Cluster ready: 1 node with real pods, default StorageClass 'standard' (dev-provisioner)."
     say "  export KUBECONFIG=$KUBECONFIG_FILE"
     return
   fi
@@ -298,10 +306,11 @@ up() {
   fi
   wait_healthy 60 || die "the cluster's API server does not answer (logs: $KWOK_WORKDIR/clusters/$CLUSTER/logs)"
   kwokctl scale node --replicas "$NODES" --name "$CLUSTER" >>"$STATE/kwokctl.log" 2>&1 || die "kwokctl scale node failed"
-  store_and_provisioner_alive || wait_local_build
+  alive "$STATE/provisioner.pid" "$STATE/dev-provisioner" || wait_local_build
   start_provisioner
-  start_object_store 127.0.0.1
-  say "Cluster ready: $NODES simulated nodes, default StorageClass 'standard' (dev-provisioner), an S3 bucket."
+  STORE_IP=127.0.0.1
+  object_store || say "The object store starts once its S3 server is built (in the background)."
+  say "Cluster ready: $NODES simulated nodes, default StorageClass 'standard' (dev-provisioner)."
   say "  export KUBECONFIG=$KUBECONFIG_FILE"
 }
 
@@ -350,48 +359,93 @@ stop_operator() {
   say "Operator stopped. The cluster keeps running: make dev starts the operator again in seconds, make dev-down removes everything."
 }
 
-# build_local: everything make dev builds from this checkout and the module
-# proxy besides the cluster, into $STATE/new: the operator (manager and
-# instance), the volume provisioner and the object store unless they run
-# already, the S3 server, the tools make install runs, and for real pods the
-# operator's image (its name in $STATE/operator-image.name). One go build,
-# with the flags of the image's binaries, so shared packages compile once and
-# the links run side by side.
+# build_local: what make dev builds from this checkout besides the cluster,
+# into $STATE/new: the operator (manager and instance), the volume
+# provisioner and the object store's wrapper unless they run already, and
+# for real pods the operator's image (its name in
+# $STATE/operator-image.name). One go build, with the flags of the image's
+# binaries, so shared packages compile once and the links run side by side;
+# most of its packages are in the Go build cache already, compiled with the
+# cluster's binaries (hack/k8s-binaries.sh).
 build_local() {
   cd "$repo"
-  mkdir -p "$STATE/new"
-  local pkgs=(./cmd ./cmd/instance)
+  mkdir -p "$STATE/new" "$STATE/build"
+  local pkgs=(./cmd ./cmd/instance) p b
   alive "$STATE/provisioner.pid" "$STATE/dev-provisioner" || pkgs+=(./cmd/dev-provisioner)
   alive "$STATE/s3.pid" "$STATE/dev-objectstore" || pkgs+=(./cmd/dev-objectstore)
-  CGO_ENABLED=0 go build -trimpath -o "$STATE/new/" "${pkgs[@]}" || return 1
-  mv "$STATE/new/cmd" "$STATE/new/manager"
-  hack/s3.sh >/dev/null || return 1
-  make -s controller-gen kustomize || return 1
+  # Into a directory that is kept, so that go build links again only what
+  # changed; copied from there, since the running ones are replaced later.
+  CGO_ENABLED=0 go build -trimpath -o "$STATE/build/" "${pkgs[@]}" || return 1
+  for p in "${pkgs[@]}"; do
+    b=${p##*/}
+    cp "$STATE/build/$b" "$STATE/new/${b/#cmd/manager}"
+  done
   if [ "$(runtime)" = real ]; then
     hack/operator-image.sh "$STATE/operator-image.tar" "$STATE/new" >"$STATE/operator-image.name" || return 1
   fi
 }
 
-# start_local_build: build_local in the background with SCHED_IDLE, so that
-# it gets the CPU only when the cluster's own parts leave it idle (they
-# compile, download and start meanwhile). wait_local_build waits for it.
+# idle <log> <command...>: run the command in the background with
+# SCHED_IDLE (else nice 19), so that it gets the CPU only when the cluster's
+# own parts leave it idle (they compile, download and start meanwhile); its
+# PID is in $!.
+idle() {
+  local log=$1; shift
+  (chrt --idle -p 0 "$BASHPID" >/dev/null 2>&1 || renice -n 19 -p "$BASHPID" >/dev/null; "$@") >"$log" 2>&1 </dev/null &
+}
+
+# start_local_build: build_local in the background; wait_local_build waits
+# for it.
 start_local_build() {
   [ -n "${LOCAL_BUILD:-}" ] && return
   mkdir -p "$STATE"
-  (chrt --idle -p 0 "$BASHPID" >/dev/null 2>&1 || renice -n 19 -p "$BASHPID" >/dev/null; build_local) \
-    >"$STATE/build.log" 2>&1 </dev/null &
+  idle "$STATE/build.log" build_local
   LOCAL_BUILD=$!
 }
 wait_local_build() {
   [ -n "${LOCAL_BUILT:-}" ] && return
-  say "Building the operator, the volume provisioner and the object store (started in the background; log: ${STATE#"$repo"/}/build.log) ..."
+  say "Building the operator, its image and the volume provisioner (started in the background; log: ${STATE#"$repo"/}/build.log) ..."
   wait "$LOCAL_BUILD" || { tail -30 "$STATE/build.log" >&2; die "the build failed (log: $STATE/build.log)"; }
   LOCAL_BUILT=1
 }
-# store_and_provisioner_alive: both run already (a make dev before started
-# them), so starting the cluster needs nothing from build_local.
-store_and_provisioner_alive() {
-  alive "$STATE/provisioner.pid" "$STATE/dev-provisioner" && alive "$STATE/s3.pid" "$STATE/dev-objectstore"
+
+# start_s3_build: the object store's S3 server (hack/s3.sh: versitygw, a
+# module of its own that shares few packages with the rest) builds in a
+# background job of its own. Only the backups need it, so a first run
+# shows the database first and enables the backups when it is built.
+start_s3_build() {
+  [ -n "${S3_BUILD:-}" ] && return
+  mkdir -p "$STATE"
+  idle "$STATE/s3-build.log" "$repo/hack/s3.sh"
+  S3_BUILD=$!
+}
+
+# object_store [--wait]: the object store runs, started here if need be.
+# Fails while its S3 server is still building, unless --wait.
+object_store() {
+  alive "$STATE/s3.pid" "$STATE/dev-objectstore" && [ -f "$STATE/s3.env" ] && return
+  if [ -z "${S3_BUILT:-}" ]; then
+    if [ "${1:-}" != --wait ] && kill -0 "$S3_BUILD" 2>/dev/null; then return 1; fi
+    kill -0 "$S3_BUILD" 2>/dev/null && say "Waiting for the S3 server's build (started in the background; log: ${STATE#"$repo"/}/s3-build.log) ..."
+    wait "$S3_BUILD" || { tail -30 "$STATE/s3-build.log" >&2; die "building the S3 server failed (log: $STATE/s3-build.log)"; }
+    S3_BUILT=1
+  fi
+  wait_local_build # the object store's wrapper
+  start_object_store "$STORE_IP"
+}
+
+# apply_sample [--backup]: apply the sample; with --backup, its spec.backup
+# goes to the dev object store (a Secret with the store's keys first).
+apply_sample() {
+  if [ "${1:-}" = --backup ]; then
+    say "Secret '$BACKUP_SECRET': the keys of the dev object store"
+    kubectl create secret generic "$BACKUP_SECRET" --dry-run=client -o yaml \
+      --from-literal=ACCESS_KEY_ID="$(sed -n 's/^ACCESS_KEY_ID=//p' "$STATE/s3.env")" \
+      --from-literal=SECRET_ACCESS_KEY="$(sed -n 's/^SECRET_ACCESS_KEY=//p' "$STATE/s3.env")" | kubectl apply -f - >/dev/null
+    sample_with_backup "$BACKUP_SECRET" | kubectl apply -f -
+  else
+    kubectl apply -f "$SAMPLE"
+  fi
 }
 
 demo() {
@@ -399,17 +453,19 @@ demo() {
   up
   export KUBECONFIG=$KUBECONFIG_FILE
 
-  say "Installing the CRD (make install) ..."
-  if [ -z "${LOCAL_BUILT:-}" ] && [ -x "$repo/bin/controller-gen" ] && [ -x "$repo/bin/kustomize" ]; then
-    # Beside the build, which then has no tool to make.
-    make -s -C "$repo" install >"$STATE/install.log" 2>&1 &
-    local install=$!
-    wait_local_build
-    wait "$install" || { cat "$STATE/install.log" >&2; die "make install failed"; }
-  else
-    wait_local_build
-    make -s -C "$repo" install
+  # Beside the build. make install regenerates the CRDs from api/ first;
+  # until its tools are built (a first run), the generated CRDs of the
+  # checkout are what it would apply, and building the tools would delay
+  # the demo by minutes.
+  local install=(make -s -C "$repo" install) what="make install"
+  if [ ! -x "$repo/bin/controller-gen" ] || [ ! -x "$repo/bin/kustomize" ]; then
+    install=(kubectl apply -k "$repo/config/crd") what="kubectl apply -k config/crd: make install's tools are not built yet"
   fi
+  say "Installing the CRDs ($what) ..."
+  "${install[@]}" >"$STATE/install.log" 2>&1 &
+  local installing=$!
+  wait_local_build
+  wait "$installing" || { cat "$STATE/install.log" >&2; die "${install[*]} failed"; }
   # Until the CRD is served the operator refuses to start. (kubectl wait
   # fails at once, rather than waiting, while a new CRD has no conditions.)
   local i
@@ -453,13 +509,20 @@ demo() {
   local name ns
   name=$(kubectl create --dry-run=client -o jsonpath='{.metadata.name}' -f "$SAMPLE")
   ns=$(kubectl config view --minify -o jsonpath='{..namespace}'); ns=${ns:-default}
-  local backup_secret=$name-backup
-  say "Secret '$backup_secret': the keys of the dev object store"
-  kubectl create secret generic "$backup_secret" --dry-run=client -o yaml \
-    --from-literal=ACCESS_KEY_ID="$(sed -n 's/^ACCESS_KEY_ID=//p' "$STATE/s3.env")" \
-    --from-literal=SECRET_ACCESS_KEY="$(sed -n 's/^SECRET_ACCESS_KEY=//p' "$STATE/s3.env")" | kubectl apply -f - >/dev/null
-  say "Applying ${SAMPLE#"$repo"/} (MyDatabase '$name' in namespace '$ns'), backing up to the dev object store ..."
-  sample_with_backup "$backup_secret" | kubectl apply -f -
+  BACKUP_SECRET=$name-backup
+  # Backups need the object store from the start (turning WAL archiving on
+  # later restarts PostgreSQL), but on a first run its S3 server may still
+  # be building: then the database comes first and the backups after.
+  local later=
+  if object_store; then
+    say "Applying ${SAMPLE#"$repo"/} (MyDatabase '$name' in namespace '$ns'), backing up to the dev object store ..."
+    apply_sample --backup
+  else
+    later=1
+    say "Applying ${SAMPLE#"$repo"/} (MyDatabase '$name' in namespace '$ns') without backups for now:"
+    say "  the object store's S3 server is still building; they are turned on once it is up."
+    apply_sample
+  fi
   say "Waiting until mydatabase/$name is Ready (timeout $READY_TIMEOUT) ..."
   if ! kubectl wait --for=condition=Ready "mydatabase/$name" --timeout="$READY_TIMEOUT"; then
     kubectl get mydatabase "$name" -o yaml >&2 || true
@@ -476,8 +539,13 @@ demo() {
   # shellcheck disable=SC2016 # a Go template, not shell
   kubectl get secret "$secret" -o go-template='{{range $k, $v := .data}}  {{$k}}{{"\n"}}{{end}}'
   echo
+  [ "$(runtime)" = real ] && show_psql "$name" "$secret"
+  if [ -n "$later" ]; then
+    object_store --wait
+    say "Turning backups on: spec.backup to the dev object store (PostgreSQL restarts once, to archive its WAL) ..."
+    apply_sample --backup
+  fi
   if [ "$(runtime)" = real ]; then
-    show_psql "$name" "$secret"
     show_backup "$name"
   else
     say "NOTE: the nodes are simulated by KWOK. Pods on them run NO containers: KWOK only marks them"
@@ -543,7 +611,7 @@ show_backup() {
 }
 
 case "${1:-}" in
-  up) up && wait_local_build ;;
+  up) up && wait_local_build && object_store --wait ;;
   demo) demo ;;
   down) down ;;
   kubeconfig) echo "$KUBECONFIG_FILE" ;;

@@ -16,19 +16,22 @@
 # beyond the Go module proxy, so setup-envtest and kwokctl's downloads are
 # unreachable.
 #
-# How it stays quick: the Kubernetes commands a call lacks are built by one
-# `go build` (their shared packages compile once, their links run side by
-# side), and the other modules (etcd, kwok, CoreDNS) build at the same time.
+# How it stays quick: what a call lacks of the Kubernetes commands, etcd and
+# CoreDNS is built by one `go build` in one module (the packages they share
+# compile once, the links run side by side), kwok and kwokctl beside it.
 # Cold, on 2 cores, see docs/real-pods.md ("How long the first run takes").
 set -euo pipefail
 
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
 CACHE_DIR=${MYOPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/myoperator}
 
-say() { printf '[k8s-binaries] %s\n' "$*" >&2; }
+# shellcheck source=hack/lib/progress.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/progress.sh"
+say() { progress k8s-binaries "$*"; }
 die() { say "ERROR: $*"; exit 1; }
 
 command -v go >/dev/null || die "go is not on PATH; install Go 1.26 first"
@@ -81,6 +84,7 @@ build() {
     say "building $outs failed (see the go output above)"
     return 1
   fi
+  [ ! -e "$tmp/server" ] || mv "$tmp/server" "$tmp/etcd" # go.etcd.io/etcd/server/v3
   local b
   for b in $outs; do mv "$tmp/$b" "$bindir/$b"; done
   rm -rf "$tmp"
@@ -96,61 +100,45 @@ new_module() {
 }
 
 pids=()
-# Kubernetes: its go.mod points its staging modules (k8s.io/api, ...) at local
-# directories, so `go install k8s.io/kubernetes/cmd/...@version` is refused.
-# Replace each of them with the published release of the same minor.
-k8s_cmds=()
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
-  needs "$b" && k8s_cmds+=("$b")
+# Kubernetes, etcd and CoreDNS: one module, one `go build`. Their
+# dependencies overlap (client-go, k8s.io/api, gRPC, protobuf,
+# OpenTelemetry, Prometheus), and a package compiles once per build only
+# where every module under it has the same version; in three modules they
+# did not (CoreDNS alone brought its own client-go and k8s.io/api). The module
+# requires the operator's module versions too (`go list -m all` of this
+# checkout), so that the Go build cache already holds most of what the
+# operator's own build compiles afterwards: go.mod keeps each version of a
+# module the two share at least the one this module selects (docs/real-pods.md,
+# "How long the first run takes", has the figures).
+cluster_cmds=()
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd coredns; do
+  needs "$b" && cluster_cmds+=("$b")
 done
-if [ ${#k8s_cmds[@]} -gt 0 ]; then
-  mod="$srcdir/kubernetes-$K8S_VERSION"
-  # Made once and kept (hack/node-parts.sh reads the module's pause.c
-  # through it); .complete marks it made.
+if [ ${#cluster_cmds[@]} -gt 0 ]; then
+  mod="$srcdir/cluster-k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_coredns-${COREDNS_VERSION}"
   if [ ! -f "$mod/.complete" ]; then
     new_module "$mod" "k8s.io/kubernetes $K8S_VERSION"
+    # Kubernetes's go.mod points its staging modules (k8s.io/api, ...) at
+    # local directories, so `go install k8s.io/kubernetes/cmd/...@version` is
+    # refused: replace each with the published release of the same minor.
     staging_version="v0${K8S_VERSION#v1}"
     gomod=$(cd "$mod" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
     [ -f "$gomod" ] || die "could not download k8s.io/kubernetes@$K8S_VERSION from the module proxy"
     {
+      echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION"
+      echo "require github.com/coredns/coredns $COREDNS_VERSION"
       echo "replace ("
       sed -n '/^replace (/,/^)/p' "$gomod" | sed -n "s#^\t\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\t\1 => \1 $staging_version#p"
       echo ")"
+      echo "require ("
+      (cd "$repo" && go list -m -f '{{if not .Main}}	{{.Path}} {{.Version}}{{end}}' all) || die "go list -m all in $repo failed"
+      echo ")"
     } >>"$mod/go.mod"
-    touch "$mod/.complete"
-  fi
-  minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-  ld="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
-  ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
-  build "$mod" "${k8s_cmds[*]}" "${k8s_cmds[*]/#/k8s.io/kubernetes/cmd/}" "$ld" &
-  pids+=($!)
-fi
-
-# etcd: server/v3 is etcd's main package; its go.mod also uses local replaces.
-if needs etcd; then
-  mod="$srcdir/etcd-$ETCD_VERSION"
-  new_module "$mod" "go.etcd.io/etcd/server/v3 $ETCD_VERSION"
-  # go names the binary of .../server/v3 "server".
-  (build "$mod" server go.etcd.io/etcd/server/v3 && mv "$bindir/server" "$bindir/etcd") &
-  pids+=($!)
-fi
-
-# KWOK depends on an older k8s.io line, so it gets its own module too.
-if needs kwok kwokctl; then
-  mod="$srcdir/kwok-$KWOK_VERSION"
-  new_module "$mod" "sigs.k8s.io/kwok $KWOK_VERSION"
-  build "$mod" "kwok kwokctl" "sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl" &
-  pids+=($!)
-fi
-
-# CoreDNS, the cluster DNS of a node with real pods, with only the plugins
-# hack/real-node.sh's Corefile names (CoreDNS's own main links all of them,
-# cloud backends included: most of its build time). Keep the two in step.
-if needs coredns; then
-  mod="$srcdir/coredns-$COREDNS_VERSION"
-  new_module "$mod" "github.com/coredns/coredns $COREDNS_VERSION"
-  mkdir -p "$mod/coredns"
-  cat >"$mod/coredns/main.go" <<'GO'
+    # CoreDNS, the cluster DNS of a node with real pods, with only the
+    # plugins hack/real-node.sh's Corefile names (CoreDNS's own main links
+    # all of them, cloud backends included). Keep the two in step.
+    mkdir -p "$mod/coredns"
+    cat >"$mod/coredns/main.go" <<'GO'
 package main
 
 import (
@@ -169,7 +157,28 @@ func init() { dnsserver.Directives = []string{"ready", "health", "errors", "cach
 
 func main() { coremain.Run() }
 GO
-  build "$mod" coredns example.com/buildonly/coredns &
+    touch "$mod/.complete"
+  fi
+  pkgs=()
+  for b in "${cluster_cmds[@]}"; do
+    case $b in
+      etcd) pkgs+=(go.etcd.io/etcd/server/v3) ;;
+      coredns) pkgs+=(example.com/buildonly/coredns) ;;
+      *) pkgs+=("k8s.io/kubernetes/cmd/$b") ;;
+    esac
+  done
+  minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+  ld="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+  ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+  build "$mod" "${cluster_cmds[*]}" "${pkgs[*]}" "$ld" &
+  pids+=($!)
+fi
+
+# KWOK depends on an older k8s.io line, so it gets its own module.
+if needs kwok kwokctl; then
+  mod="$srcdir/kwok-$KWOK_VERSION"
+  new_module "$mod" "sigs.k8s.io/kwok $KWOK_VERSION"
+  build "$mod" "kwok kwokctl" "sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl" &
   pids+=($!)
 fi
 

@@ -30,6 +30,8 @@
 #                           IMAGES=...)
 #   POSTGRES_MAJORS="17"    only these PostgreSQL images (default "17 15";
 #                           make dev needs only its sample's 17)
+#   PGBOUNCER_IMAGE=0       no PgBouncer image (make dev's sample has no
+#                           pooler; a later call without it builds it)
 #
 # Nothing is downloaded from outside the package registries: the Go module
 # proxy and the Debian mirror. The first run takes about 17 minutes on two
@@ -45,7 +47,9 @@ DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 IMAGES_REV=2
 PAUSE_TAG=3.10
 
-say() { printf '[node-parts] %s\n' "$*" >&2; }
+# shellcheck source=hack/lib/progress.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/progress.sh"
+say() { progress node-parts "$*"; }
 die() { say "ERROR: $*"; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "must run as root (mmdebstrap --mode=root, apt-get)"
@@ -176,14 +180,15 @@ pgbouncer_image() {
     "docker.io/library/mydatabase-pgbouncer:$version"
   say "mydatabase-pgbouncer:$version built in $((SECONDS - start)) s ($(du -h "$images/pgbouncer-$version.tar" | cut -f1))"
 }
-pgbouncer_image
+[ "${PGBOUNCER_IMAGE:-1}" = 0 ] || pgbouncer_image
 
 wait "$k8s_pid" || die "hack/k8s-binaries.sh --node failed"
 K8S_BIN=$(cat "$k8s_out")
 rm -f "$k8s_out"
 if [ ! -f "$images/pause.tar" ]; then
-  src=$(cd "$CACHE_DIR/src/kubernetes-"* && go list -mod=mod -m -f '{{.Dir}}' k8s.io/kubernetes) ||
-    die "the k8s.io/kubernetes module is not in the module cache"
+  k8s_version=$("$K8S_BIN/kube-apiserver" --version | sed -n 's/^Kubernetes \(v[0-9.]*\)$/\1/p')
+  src=$(cd / && go mod download -json "k8s.io/kubernetes@$k8s_version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  [ -d "$src" ] || die "the k8s.io/kubernetes module ($k8s_version) is not in the module cache"
   say "building the pause image from $src/build/pause/linux/pause.c"
   gcc -Os -static -o "$images/.pause" -DVERSION="$PAUSE_TAG" "$src/build/pause/linux/pause.c" ||
     die "gcc -static pause.c failed (is gcc's libc6-dev installed?)"

@@ -67,7 +67,9 @@ DNS_IP=10.96.0.10
 HOST_PATHS=(/run/containerd /var/lib/kubelet /var/lib/cni /var/log/pods /var/log/containers /var/run/netns /run/netns)
 SYSCTLS=(net/ipv4/ip_forward net/bridge/bridge-nf-call-iptables)
 
-say() { printf '[real-node] %s\n' "$*" >&2; }
+# shellcheck source=hack/lib/progress.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/progress.sh"
+say() { progress real-node "$*"; }
 die() { say "ERROR: $*"; exit 1; }
 
 # parts: the binaries and images (built once, cached outside the checkout).

@@ -14,7 +14,9 @@ set -euo pipefail
 VERSITYGW_VERSION=${VERSITYGW_VERSION:-v1.8.0}
 CACHE_DIR=${MYOPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/myoperator}
 
-say() { printf '[s3] %s\n' "$*" >&2; }
+# shellcheck source=hack/lib/progress.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/progress.sh"
+say() { progress s3 "$*"; }
 command -v go >/dev/null || { say "ERROR: go is not on PATH"; exit 1; }
 
 bin="$CACHE_DIR/bin/versitygw-$VERSITYGW_VERSION/versitygw"
