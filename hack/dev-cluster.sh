@@ -54,6 +54,11 @@ CLUSTER=${DEV_CLUSTER_NAME:-myoperator-dev}
 NODES=${DEV_NODES:-3}
 SAMPLE=${DEV_SAMPLE:-$repo/config/samples/database_v1alpha1_mydatabase.yaml}
 READY_TIMEOUT=${DEV_READY_TIMEOUT:-180s}
+# Where hack/k8s-binaries.sh and hack/node-parts.sh keep what they build.
+CACHE_DIR=${MYOPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/myoperator}
+# The node's images: only those the sample needs (every hack/real-node.sh
+# command builds what its node lacks, `load` too).
+export POSTGRES_MAJORS=${POSTGRES_MAJORS:-17} PGBOUNCER_IMAGE=${PGBOUNCER_IMAGE:-0}
 
 KUBECONFIG_FILE=$STATE/kubeconfig
 export KWOK_WORKDIR=$STATE/kwok
@@ -275,8 +280,11 @@ up() {
   start_s3_build
   if [ "$(runtime)" = real ]; then
     say "Starting (or reusing) a one-node cluster with real pods (hack/real-node.sh; DEV_RUNTIME=kwok for the simulated one) ..."
-    # Only the images the sample needs.
-    POSTGRES_MAJORS=17 PGBOUNCER_IMAGE=0 "$repo/hack/real-node.sh" up || die "hack/real-node.sh up failed"
+    if ! compgen -G "$CACHE_DIR/bin/k8s-*/kubelet" >/dev/null; then
+      say "First run on this machine: Kubernetes, etcd, CoreDNS, the postgres:17 image, the operator and the S3"
+      say "  server build from source, about 10 minutes on 2 cores (docs/real-pods.md). Later runs take under a minute."
+    fi
+    "$repo/hack/real-node.sh" up || die "hack/real-node.sh up failed"
     binaries --node # built by the node's parts: only puts them on PATH
     echo real >"$STATE/runtime"
     cp "$REAL_NODE_STATE/kubeconfig" "$KUBECONFIG_FILE"
