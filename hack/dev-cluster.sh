@@ -597,7 +597,15 @@ show_psql() {
   say "The database runs in real pods. Connect with:"
   echo "  $cmd"
   say "Running it once with -c 'SELECT version()':"
-  eval "${cmd/ -it / -i } -c 'SELECT version()'" </dev/null || die "the psql command did not work"
+  # The Service routes to the pod a moment after it is Ready (kube-proxy
+  # programs the node once it sees the new endpoint), so a refusal is
+  # retried for up to 30 s.
+  local run="${cmd/ -it / -i } -c 'SELECT version()'" i
+  for i in $(seq 1 30); do
+    eval "$run" </dev/null 2>/dev/null && return
+    sleep 1
+  done
+  eval "$run" </dev/null || die "the psql command did not work"
 }
 
 # show_backup <MyDatabase>: wait for the schedule's first backup (a new
