@@ -100,16 +100,18 @@ new_module() {
 }
 
 pids=()
-# Kubernetes, etcd and CoreDNS: one module, one `go build`. Their
-# dependencies overlap (client-go, k8s.io/api, gRPC, protobuf,
-# OpenTelemetry, Prometheus), and a package compiles once per build only
-# where every module under it has the same version; in three modules they
-# did not (CoreDNS alone brought its own client-go and k8s.io/api). The module
-# requires the operator's module versions too (`go list -m all` of this
-# checkout), so that the Go build cache already holds most of what the
-# operator's own build compiles afterwards: go.mod keeps each version of a
-# module the two share at least the one this module selects (docs/real-pods.md,
-# "How long the first run takes", has the figures).
+# Kubernetes, etcd and CoreDNS: one module, one `go build`. They share
+# many packages (client-go, k8s.io/api, gRPC, protobuf, OpenTelemetry,
+# Prometheus), and the Go build cache reuses a compiled package only where
+# it and everything under it have the same versions: in three modules they
+# did not (CoreDNS brought its own client-go and k8s.io/api), so those
+# compiled two or three times. The module also requires the versions this
+# checkout's operator selects (`go list -m all`), so that the operator's
+# own build finds most of its packages compiled already. That holds while
+# the operator's go.mod has, of each module the two share, the version this
+# module selects; when it lags (a new Kubernetes), raise it with go get:
+# nothing breaks meanwhile, the operator's first build just takes about a
+# minute longer (docs/real-pods.md, "How long the first run takes").
 cluster_cmds=()
 for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd coredns; do
   needs "$b" && cluster_cmds+=("$b")

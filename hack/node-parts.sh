@@ -34,7 +34,7 @@
 #                           pooler; a later call without it builds it)
 #
 # Nothing is downloaded from outside the package registries: the Go module
-# proxy and the Debian mirror. The first run takes about 17 minutes on two
+# proxy and the Debian mirror. The first run takes about 8 minutes on two
 # cores, most of it compiling the Kubernetes binaries (docs/real-pods.md,
 # "How long the first run takes"); later runs only check that the files
 # exist. Progress goes to stderr.

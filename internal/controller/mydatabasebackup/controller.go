@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,6 +42,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=database.example.com,resources=mydatabasebackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=database.example.com,resources=mydatabasebackups/status,verbs=get;patch
 // +kubebuilder:rbac:groups=core,resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get
 
 // instanceField indexes MyDatabaseBackups by status.instance.
 const instanceField = "status.instance"
@@ -134,12 +136,20 @@ func (r *Reconciler) step(ctx context.Context, b *databasev1alpha1.MyDatabaseBac
 		return ctrl.Result{RequeueAfter: retry}, nil
 	}
 	if st.Instance == "" {
+		st.Phase = databasev1alpha1.BackupPending
+		revision, why, err := r.revision(ctx, db)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if why != "" {
+			st.Message = why
+			return ctrl.Result{RequeueAfter: retry}, nil
+		}
 		pods := &corev1.PodList{}
 		if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(specs.SelectorLabels(db))); err != nil {
 			return ctrl.Result{}, err
 		}
-		pod, why := choose(pods.Items, b.Spec.Target, r.Clock.Now())
-		st.Phase = databasev1alpha1.BackupPending
+		pod, why := choose(pods.Items, revision, b.Spec.Target, r.Clock.Now())
 		if pod == nil {
 			st.Message = why
 			return ctrl.Result{RequeueAfter: retry}, nil
@@ -183,16 +193,50 @@ func (r *Reconciler) step(ctx context.Context, b *databasev1alpha1.MyDatabaseBac
 	return ctrl.Result{}, nil
 }
 
-// choose picks the pod that takes a backup to target: the ready replica
-// that has replayed the most, unless target is Primary or none is ready;
-// else the ready primary. It says why it chose, or why there is none.
-func choose(pods []corev1.Pod, target databasev1alpha1.BackupTarget, now time.Time) (*corev1.Pod, string) {
+// revision is the pod template revision a pod must run to take a backup:
+// the StatefulSet's, once its controller has taken in the current
+// template (the operator applies it before it makes a scheduled backup,
+// in the same pass). A pod
+// the rollout is still to replace may not know the object store at all
+// (one from before spec.backup was set: the schedule's first backup comes
+// at once), or be replaced while it copies. Until there is one, it says
+// what the backup waits for. The StatefulSet is read around the cache: a
+// cached one from before the spec's change would name the old revision.
+// One its controller has not reported on yet has made no pod: pods there
+// are then were made some other way (test/postgres makes them itself), and
+// any of them may take the backup (revision "").
+func (r *Reconciler) revision(ctx context.Context, db *databasev1alpha1.MyDatabase) (revision, why string, err error) {
+	sts := &appsv1.StatefulSet{}
+	err = r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.StatefulSetName(db)}, sts)
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", fmt.Sprintf("waiting for MyDatabase %q's StatefulSet", db.Name), nil
+	case err != nil:
+		return "", "", err
+	case sts.Status.ObservedGeneration == 0 && sts.Status.UpdateRevision == "":
+		return "", "", nil
+	case sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision == "":
+		return "", fmt.Sprintf("waiting for StatefulSet %q to take in its current pod template", sts.Name), nil
+	}
+	return sts.Status.UpdateRevision, "", nil
+}
+
+// choose picks the pod that takes a backup to target, among those that run
+// the pod template revision (any, if it is ""): the ready replica that has replayed the most,
+// unless target is Primary or none is ready; else the ready primary. It
+// says why it chose, or why there is none.
+func choose(pods []corev1.Pod, revision string, target databasev1alpha1.BackupTarget, now time.Time) (*corev1.Pod, string) {
 	var primary, replica *corev1.Pod
 	var replayed uint64
+	outdated := 0
 	for i := range pods {
 		p := &pods[i]
 		rep, err := contract.Parse(p.Annotations[contract.AnnotationInstance])
 		if err != nil || !rep.Ready || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if revision != "" && p.Labels[appsv1.ControllerRevisionHashLabelKey] != revision {
+			outdated++
 			continue
 		}
 		switch rep.Role {
@@ -215,10 +259,21 @@ func choose(pods []corev1.Pod, target databasev1alpha1.BackupTarget, now time.Ti
 	case primary != nil:
 		return primary, "the primary: no replica is ready"
 	}
-	if target == databasev1alpha1.BackupTargetPrimary {
-		return nil, "waiting for a ready primary to take the backup: no instance reports one"
+	why := "no instance reports one"
+	if outdated > 0 {
+		why = fmt.Sprintf("%d ready %s the rollout is still to update to the current spec", outdated, plural(outdated, "instance", "instances"))
 	}
-	return nil, "waiting for a ready primary or replica to take the backup: no instance reports one"
+	if target == databasev1alpha1.BackupTargetPrimary {
+		return nil, "waiting for a ready primary to take the backup: " + why
+	}
+	return nil, "waiting for a ready primary or replica to take the backup: " + why
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // copyRun writes what the instance reported into the status.

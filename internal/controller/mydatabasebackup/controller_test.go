@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -29,7 +30,8 @@ import (
 func TestChoose(t *testing.T) {
 	pod := func(name, role string, ready bool, replayed string, mutate ...func(*corev1.Pod, *contract.Report)) corev1.Pod {
 		rep := contract.Report{Role: role, Ready: ready, Replayed: replayed, Time: testNow.Add(-5 * time.Second)}
-		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{databasev1alpha1.LabelRole: role}}}
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{databasev1alpha1.LabelRole: role,
+			appsv1.ControllerRevisionHashLabelKey: "db-2"}}}
 		for _, m := range mutate {
 			m(&p, &rep)
 		}
@@ -41,6 +43,7 @@ func TestChoose(t *testing.T) {
 	stale := func(_ *corev1.Pod, r *contract.Report) { r.Time = testNow.Add(-reportFresh) }
 	deleting := func(p *corev1.Pod, _ *contract.Report) { p.DeletionTimestamp = &metav1.Time{Time: testNow} }
 	unlabelled := func(p *corev1.Pod, _ *contract.Report) { delete(p.Labels, databasev1alpha1.LabelRole) }
+	outdated := func(p *corev1.Pod, _ *contract.Report) { p.Labels[appsv1.ControllerRevisionHashLabelKey] = "db-1" }
 	garbled := func(p *corev1.Pod, _ *contract.Report) {
 		p.Annotations = map[string]string{contract.AnnotationInstance: "{"}
 	}
@@ -79,8 +82,13 @@ func TestChoose(t *testing.T) {
 			pod("db-1", databasev1alpha1.RoleReplica, true, "0/5000100")}, onPrim, "",
 			"waiting for a ready primary to take the backup: no instance reports one"},
 		"no pod at all": {nil, prefer, "", "waiting for a ready primary or replica to take the backup: no instance reports one"},
+		"not a replica the rollout is still to update": {[]corev1.Pod{primary,
+			pod("db-1", databasev1alpha1.RoleReplica, true, "0/5000100", outdated)}, prefer, "db-0", "the primary: no replica is ready"},
+		"no one while the rollout is still to update them": {[]corev1.Pod{pod("db-0", databasev1alpha1.RolePrimary, true, "", outdated),
+			pod("db-1", databasev1alpha1.RoleReplica, true, "0/5000100", outdated)}, prefer, "",
+			"waiting for a ready primary or replica to take the backup: 2 ready instances the rollout is still to update to the current spec"},
 	} {
-		got, why := choose(tc.pods, tc.target, testNow)
+		got, why := choose(tc.pods, "db-2", tc.target, testNow)
 		name0 := ""
 		if got != nil {
 			name0 = got.Name
@@ -196,8 +204,8 @@ func TestCacheBehindTheAPIServer(t *testing.T) {
 		cached, live *databasev1alpha1.MyDatabase // nil: not there
 		want         string                       // the message the pass leaves
 	}{
-		"created a moment before":           {nil, backedUp, "waiting for a ready primary or replica"},
-		"given spec.backup a moment before": {testenv.NewDatabase("shop", "db"), backedUp, "waiting for a ready primary or replica"},
+		"created a moment before":           {nil, backedUp, `waiting for MyDatabase "db"'s StatefulSet`},
+		"given spec.backup a moment before": {testenv.NewDatabase("shop", "db"), backedUp, `waiting for MyDatabase "db"'s StatefulSet`},
 		"gone from the API server too":      {nil, nil, `there is no MyDatabase "db"`},
 		"without spec.backup in both":       {testenv.NewDatabase("shop", "db"), testenv.NewDatabase("shop", "db"), "has no spec.backup"},
 	} {
@@ -383,6 +391,55 @@ func TestMyDatabaseBackup(t *testing.T) {
 	if err := k8s.Update(context.Background(), b1); err == nil || !strings.Contains(err.Error(), "immutable") {
 		t.Errorf("changing a MyDatabaseBackup's spec: %v", err)
 	}
+}
+
+// TestBackupWaitsForTheRollout: a backup is taken by a pod that runs the
+// MyDatabase's current spec, never by one the rollout is still to replace:
+// spec.backup added to a running MyDatabase brings the schedule's first
+// backup at once, while the pods still run without it (a make dev run
+// failed its first backup so: the pod asked was replaced under it).
+func TestBackupWaitsForTheRollout(t *testing.T) {
+	ns := namespace(t)
+	db := create(t, newDB(ns, "db", withBackup))
+	instancePod(t, db, "db-0", databasev1alpha1.RolePrimary, "0/5000100")
+	pending := func(what string) func(databasev1alpha1.MyDatabaseBackupStatus) error {
+		return func(st databasev1alpha1.MyDatabaseBackupStatus) error {
+			if st.Phase != databasev1alpha1.BackupPending || st.Instance != "" || !strings.Contains(st.Message, what) {
+				return fmt.Errorf("%s on %q: %s", st.Phase, st.Instance, st.Message)
+			}
+			return nil
+		}
+	}
+
+	// A new template its controller has not taken in yet.
+	sts := &appsv1.StatefulSet{}
+	if err := get(ns, "db", sts); err != nil {
+		t.Fatal(err)
+	}
+	sts.Spec.Template.Spec.Containers[0].Image = "postgres:17.12"
+	if err := k8s.Update(context.Background(), sts); err != nil {
+		t.Fatal(err)
+	}
+	b := backupObject(t, ns, "b", "db", "")
+	waitBackup(t, b, "Pending for the StatefulSet", pending(`waiting for StatefulSet "db" to take in its current pod template`))
+
+	// Taken in: a new revision, which the pod does not run yet.
+	rollout(t, db, "db-2")
+	waitBackup(t, b, "Pending for the rollout", pending("1 ready instance the rollout is still to update"))
+
+	// The rollout replaces the pod: the new one takes the backup.
+	if err := k8s.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-0"}},
+		client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "db-0 gone", func() error {
+		if err := get(ns, "db-0", &corev1.Pod{}); err == nil {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+	instancePod(t, db, "db-0", databasev1alpha1.RolePrimary, "0/5000100")
+	askedOf(t, b, "db-0")
 }
 
 // TestHibernatedDatabaseWaits: a backup of a hibernated MyDatabase asks no

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,10 +86,36 @@ func namespace(t testing.TB) string { return testenv.Namespace(t, k8s) }
 // newDB returns a MyDatabase as the API server would default it.
 var newDB = testenv.NewDatabase
 
-// create creates db, failing the test if the API server refuses it.
+// create creates db, failing the test if the API server refuses it, and
+// plays the MyDatabase controller and the StatefulSet controller: db's
+// StatefulSet is at the revision "<name>-1".
 func create(t testing.TB, db *databasev1alpha1.MyDatabase) *databasev1alpha1.MyDatabase {
 	t.Helper()
-	return testenv.CreateDatabase(t, k8s, db)
+	db = testenv.CreateDatabase(t, k8s, db)
+	rollout(t, db, db.Name+"-1")
+	return db
+}
+
+// rollout plays the StatefulSet controller: db's StatefulSet (made if it
+// is not there) has taken in a pod template at revision, which the pods
+// instancePod makes from then on run.
+func rollout(t testing.TB, db *databasev1alpha1.MyDatabase, revision string) {
+	t.Helper()
+	labels := specs.SelectorLabels(db)
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: specs.StatefulSetName(db)},
+		Spec: appsv1.StatefulSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: labels},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres:17"}}}}}}
+	if err := k8s.Create(context.Background(), sts); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if err := get(sts.Namespace, sts.Name, sts); err != nil {
+		t.Fatal(err)
+	}
+	sts.Status.ObservedGeneration, sts.Status.UpdateRevision = sts.Generation, revision
+	if err := k8s.Status().Update(context.Background(), sts); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // withBackup gives a MyDatabase spec.backup. Its credentials Secret is
@@ -109,13 +136,19 @@ func get(ns, name string, obj client.Object) error {
 	return k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, obj)
 }
 
-// instancePod plays the StatefulSet controller, the MyDatabase controller
-// (the role label it gives the Lease's holder) and the instance manager
-// (a ready server's report in role, at lsn, at testNow).
+// instancePod plays the StatefulSet controller (a pod of its revision),
+// the MyDatabase controller (the role label it gives the Lease's holder)
+// and the instance manager (a ready server's report in role, at lsn, at
+// testNow).
 func instancePod(t *testing.T, db *databasev1alpha1.MyDatabase, name, role, lsn string) {
 	t.Helper()
+	sts := &appsv1.StatefulSet{}
+	if err := get(db.Namespace, specs.StatefulSetName(db), sts); err != nil {
+		t.Fatal(err)
+	}
 	labels := specs.Labels(db, specs.ComponentDatabase)
 	labels[databasev1alpha1.LabelRole] = role
+	labels[appsv1.ControllerRevisionHashLabelKey] = sts.Status.UpdateRevision
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name, Labels: labels, Annotations: map[string]string{
 			contract.AnnotationInstance: contract.Report{Role: role, Ready: true, Timeline: 1, LSN: lsn, Replayed: lsn, Time: testNow}.String()}},
