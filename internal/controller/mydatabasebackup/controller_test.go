@@ -368,16 +368,7 @@ func TestMyDatabaseBackup(t *testing.T) {
 	// forever on a pod that never heard of it.
 	b3 := backupObject(t, ns, "b3", "bk", "")
 	askedOf(t, b3, "bk-1")
-	if err := k8s.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bk-1"}},
-		client.GracePeriodSeconds(0)); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "bk-1 gone", func() error {
-		if err := get(ns, "bk-1", &corev1.Pod{}); err == nil {
-			return fmt.Errorf("still there")
-		}
-		return nil
-	})
+	deletePod(t, ns, "bk-1")
 	instancePod(t, db, "bk-1", databasev1alpha1.RoleReplica, "0/5000100")
 	waitBackup(t, b3, "Failed", failedWith("was deleted or replaced"))
 
@@ -428,16 +419,7 @@ func TestBackupWaitsForTheRollout(t *testing.T) {
 	waitBackup(t, b, "Pending for the rollout", pending("1 ready instance the rollout is still to update"))
 
 	// The rollout replaces the pod: the new one takes the backup.
-	if err := k8s.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-0"}},
-		client.GracePeriodSeconds(0)); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "db-0 gone", func() error {
-		if err := get(ns, "db-0", &corev1.Pod{}); err == nil {
-			return fmt.Errorf("still there")
-		}
-		return nil
-	})
+	deletePod(t, ns, "db-0")
 	instancePod(t, db, "db-0", databasev1alpha1.RolePrimary, "0/5000100")
 	askedOf(t, b, "db-0")
 }

@@ -168,6 +168,21 @@ func instancePod(t *testing.T, db *databasev1alpha1.MyDatabase, name, role, lsn 
 	})
 }
 
+// deletePod deletes a pod at once and waits until it is gone.
+func deletePod(t *testing.T, ns, name string) {
+	t.Helper()
+	if err := k8s.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
+		client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, name+" gone", func() error {
+		if err := get(ns, name, &corev1.Pod{}); err == nil {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+}
+
 // publishReport plays a pod's instance manager: it publishes r.
 func publishReport(t *testing.T, ns, pod string, r contract.Report) {
 	t.Helper()
