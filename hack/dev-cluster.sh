@@ -30,7 +30,10 @@
 # hack/s3.sh) with a bucket "backups", on the node's bridge for real pods
 # (127.0.0.1 for KWOK). The demo gives the sample spec.backup to it, with a
 # daily schedule whose first backup is taken at once; with real pods it
-# waits for that backup to complete and shows it.
+# waits for that backup to complete and shows it. On a first run the S3
+# server may still be building when the sample is applied: then the sample
+# goes in without spec.backup, and gets it once the store is up, after the
+# psql command.
 #
 # Nothing is downloaded at run time: kwokctl gets local binaries, every
 # component listens on 127.0.0.1 only, on free ports picked at creation.
@@ -547,7 +550,9 @@ demo() {
   # shellcheck disable=SC2016 # a Go template, not shell
   kubectl get secret "$secret" -o go-template='{{range $k, $v := .data}}  {{$k}}{{"\n"}}{{end}}'
   echo
-  [ "$(runtime)" = real ] && show_psql "$name" "$secret"
+  if [ "$(runtime)" = real ]; then
+    show_psql "$name" "$secret"
+  fi
   if [ -n "$later" ]; then
     object_store --wait
     say "Turning backups on: spec.backup to the dev object store (PostgreSQL restarts once, to archive its WAL) ..."
