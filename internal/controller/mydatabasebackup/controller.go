@@ -194,17 +194,17 @@ func (r *Reconciler) step(ctx context.Context, b *databasev1alpha1.MyDatabaseBac
 }
 
 // revision is the pod template revision a pod must run to take a backup:
-// the StatefulSet's, once its controller has taken in the current
-// template (the operator applies it before it makes a scheduled backup,
-// in the same pass). A pod
-// the rollout is still to replace may not know the object store at all
-// (one from before spec.backup was set: the schedule's first backup comes
-// at once), or be replaced while it copies. Until there is one, it says
-// what the backup waits for. The StatefulSet is read around the cache: a
-// cached one from before the spec's change would name the old revision.
-// One its controller has not reported on yet has made no pod: pods there
-// are then were made some other way (test/postgres makes them itself), and
-// any of them may take the backup (revision "").
+// the StatefulSet's, once its controller has taken in the current template
+// (the operator applies the template before it makes a scheduled backup,
+// in the same pass). A pod the rollout is still to replace may not know
+// the object store at all (one from before spec.backup was set, which
+// brings the schedule's first backup at once), or be replaced while it
+// copies. Until there is a revision, why says what the backup waits for.
+// The StatefulSet is read around the cache: a cached one from before the
+// spec's change would name the old revision. A StatefulSet its controller
+// has never reported on has made no pod: pods that are there were made
+// some other way (test/postgres makes its own), and any of them may take
+// the backup (revision "").
 func (r *Reconciler) revision(ctx context.Context, db *databasev1alpha1.MyDatabase) (revision, why string, err error) {
 	sts := &appsv1.StatefulSet{}
 	err = r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.StatefulSetName(db)}, sts)
@@ -222,9 +222,9 @@ func (r *Reconciler) revision(ctx context.Context, db *databasev1alpha1.MyDataba
 }
 
 // choose picks the pod that takes a backup to target, among those that run
-// the pod template revision (any, if it is ""): the ready replica that has replayed the most,
-// unless target is Primary or none is ready; else the ready primary. It
-// says why it chose, or why there is none.
+// the pod template revision (any, if it is ""): the ready replica that has
+// replayed the most, unless target is Primary or none is ready; else the
+// ready primary. It says why it chose, or why there is none.
 func choose(pods []corev1.Pod, revision string, target databasev1alpha1.BackupTarget, now time.Time) (*corev1.Pod, string) {
 	var primary, replica *corev1.Pod
 	var replayed uint64
