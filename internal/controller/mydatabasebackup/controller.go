@@ -261,19 +261,12 @@ func choose(pods []corev1.Pod, revision string, target databasev1alpha1.BackupTa
 	}
 	why := "no instance reports one"
 	if outdated > 0 {
-		why = fmt.Sprintf("%d ready %s the rollout is still to update to the current spec", outdated, plural(outdated, "instance", "instances"))
+		why = fmt.Sprintf("ready instances the rollout is still to update to the current spec: %d", outdated)
 	}
 	if target == databasev1alpha1.BackupTargetPrimary {
 		return nil, "waiting for a ready primary to take the backup: " + why
 	}
 	return nil, "waiting for a ready primary or replica to take the backup: " + why
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
 
 // copyRun writes what the instance reported into the status.

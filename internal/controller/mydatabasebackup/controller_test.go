@@ -86,7 +86,7 @@ func TestChoose(t *testing.T) {
 			pod("db-1", databasev1alpha1.RoleReplica, true, "0/5000100", outdated)}, prefer, "db-0", "the primary: no replica is ready"},
 		"no one while the rollout is still to update them": {[]corev1.Pod{pod("db-0", databasev1alpha1.RolePrimary, true, "", outdated),
 			pod("db-1", databasev1alpha1.RoleReplica, true, "0/5000100", outdated)}, prefer, "",
-			"waiting for a ready primary or replica to take the backup: 2 ready instances the rollout is still to update to the current spec"},
+			"waiting for a ready primary or replica to take the backup: ready instances the rollout is still to update to the current spec: 2"},
 	} {
 		got, why := choose(tc.pods, "db-2", tc.target, testNow)
 		name0 := ""
@@ -416,7 +416,7 @@ func TestBackupWaitsForTheRollout(t *testing.T) {
 
 	// Taken in: a new revision, which the pod does not run yet.
 	rollout(t, db, "db-2")
-	waitBackup(t, b, "Pending for the rollout", pending("1 ready instance the rollout is still to update"))
+	waitBackup(t, b, "Pending for the rollout", pending("ready instances the rollout is still to update to the current spec: 1"))
 
 	// The rollout replaces the pod: the new one takes the backup.
 	deletePod(t, ns, "db-0")
