@@ -147,7 +147,7 @@ func (m *manager) retire(b *bridge) {
 // fails closes ready at once, without "streaming": the instance manager
 // that waits for it re-executes without a bridge rather than wait on.
 func RunBridge(ctx context.Context, c Config, untilMono int64, quorum contract.Quorum, ready *os.File, log Logger) error {
-	f := newFence()
+	f := newFence(time.Now)
 	f.until = time.Now().Add(time.Duration(untilMono - monotonicNow()))
 	f.setQuorum(quorum)
 	ctx, cancel := context.WithDeadline(ctx, f.until)

@@ -17,7 +17,7 @@ import (
 // takes the Lease itself, and takes nothing while its promise holds.
 func TestPromises(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
-	f := newFailsafe("db-1")
+	f := newFailsafe("db-1", time.Now)
 	f.now = func() time.Time { return now }
 	if ok, _ := f.grant("db-0", 4*time.Second); ok {
 		t.Fatal("granted before this instance saw any holder")
@@ -59,15 +59,15 @@ func TestPromiseOverTheWire(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte("the replication client key"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	member := &manager{c: Config{PodName: "db-1", ReplicationTLSDir: dir}, failsafe: newFailsafe("db-1")}
+	member := &manager{ha: &ha{c: Config{PodName: "db-1", ReplicationTLSDir: dir}, failsafe: newFailsafe("db-1", time.Now)}}
 	member.failsafe.observe("db-0")
 	srv := httptest.NewServer(member.failsafeHandler(func() time.Duration { return 4 * time.Second }))
 	defer srv.Close()
 	address := strings.TrimPrefix(srv.URL, "http://")
-	primary := &manager{c: Config{PodName: "db-0", ReplicationTLSDir: dir}}
+	primary := httpPromises{Config{PodName: "db-0", ReplicationTLSDir: dir}}
 	ctx := context.Background()
 
-	if err := primary.askPromises(ctx, []string{"db-1"}, map[string][]string{"db-1": {address}}, time.Second); err != nil {
+	if err := primary.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": {address}}, time.Second); err != nil {
 		t.Fatalf("a member's promise: %v", err)
 	}
 	if !member.failsafe.promised() {
@@ -75,7 +75,7 @@ func TestPromiseOverTheWire(t *testing.T) {
 	}
 	// A member's pod replaced: the address last read is another pod's or
 	// nobody's; the member is asked where it streams from next.
-	other := &manager{c: Config{PodName: "db-2", ReplicationTLSDir: dir}, failsafe: newFailsafe("db-2")}
+	other := &manager{ha: &ha{c: Config{PodName: "db-2", ReplicationTLSDir: dir}, failsafe: newFailsafe("db-2", time.Now)}}
 	other.failsafe.observe("db-0")
 	otherSrv := httptest.NewServer(other.failsafeHandler(func() time.Duration { return 4 * time.Second }))
 	defer otherSrv.Close()
@@ -88,27 +88,27 @@ func TestPromiseOverTheWire(t *testing.T) {
 	}
 	defer func() { _ = hung.Close() }()
 	stale := []string{goneAddress, strings.TrimPrefix(otherSrv.URL, "http://"), hung.Addr().String(), address}
-	if err := primary.askPromises(ctx, []string{"db-1"}, map[string][]string{"db-1": stale}, time.Second); err != nil {
+	if err := primary.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": stale}, time.Second); err != nil {
 		t.Fatalf("a member found at its last address: %v", err)
 	}
-	if err := primary.askPromises(ctx, []string{"db-1"}, map[string][]string{"db-1": stale[:3]}, time.Second); err == nil ||
+	if err := primary.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": stale[:3]}, time.Second); err == nil ||
 		!strings.Contains(err.Error(), "not to this request") {
 		t.Fatalf("a member at none of its addresses: %v, want no promise", err)
 	}
-	if err := primary.askPromises(ctx, []string{"db-1", "db-2"}, map[string][]string{"db-1": {address}}, time.Second); err == nil {
+	if err := primary.askAll(ctx, "db-0", []string{"db-1", "db-2"}, map[string][]string{"db-1": {address}}, time.Second); err == nil {
 		t.Fatal("a round with a member whose address is unknown succeeded")
 	}
-	stranger := &manager{c: Config{PodName: "db-0", ReplicationTLSDir: t.TempDir()}}
+	stranger := httpPromises{Config{PodName: "db-0", ReplicationTLSDir: t.TempDir()}}
 	if err := os.WriteFile(filepath.Join(stranger.c.ReplicationTLSDir, "tls.key"), []byte("another key"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := stranger.askPromises(ctx, []string{"db-1"}, map[string][]string{"db-1": {address}}, time.Second); err == nil ||
+	if err := stranger.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": {address}}, time.Second); err == nil ||
 		!strings.Contains(err.Error(), "403") {
 		t.Fatalf("a request without the key: %v, want it refused", err)
 	}
 	// A member that refuses says why.
 	member.failsafe.observe("db-2")
-	if err := primary.askPromises(ctx, []string{"db-1"}, map[string][]string{"db-1": {address}}, time.Second); err == nil ||
+	if err := primary.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": {address}}, time.Second); err == nil ||
 		!strings.Contains(err.Error(), "db-1 refused") {
 		t.Fatalf("a member that takes another for the holder: %v", err)
 	}
@@ -117,7 +117,7 @@ func TestPromiseOverTheWire(t *testing.T) {
 // TestPromiseAddresses: a member is asked at its reported address first,
 // then where it streams from, on its reported port or this instance's.
 func TestPromiseAddresses(t *testing.T) {
-	m := &manager{
+	m := &ha{
 		c:     Config{PodName: "db-0", AdvertiseAddress: "10.0.0.10:5432", MetricsAddress: ":9187"},
 		peers: map[string]string{"db-1": "10.0.0.11:9187", "db-2": "10.0.0.12:9300"},
 	}

@@ -94,7 +94,7 @@ func (f *fence) quorumNow() contract.Quorum {
 	return f.quorum
 }
 
-func newFence() *fence { return &fence{now: time.Now} }
+func newFence(now clock) *fence { return &fence{now: now} }
 
 // extend opens the fence until deadline after start, the start of a
 // successful renewal; never moves an open deadline earlier.

@@ -8,7 +8,7 @@ import (
 )
 
 func TestFenceClosesAtItsDeadline(t *testing.T) {
-	f := newFence()
+	f := newFence(time.Now)
 	now := f.now()
 	f.now = func() time.Time { return now }
 	if f.open() {
@@ -61,7 +61,7 @@ func TestQuorumCountsMembersOnly(t *testing.T) {
 // TestAwaitStreaming: a promotion reports the primary only once the
 // fence's standby streams; it waits for it, within a bound.
 func TestAwaitStreaming(t *testing.T) {
-	f := newFence()
+	f := newFence(time.Now)
 	if f.awaitStreaming(context.Background(), 20*time.Millisecond) {
 		t.Fatal("streaming before the witness started")
 	}

@@ -146,6 +146,21 @@ func (k *kube) publish(ctx context.Context, r contract.Report) error {
 	return err
 }
 
+// getLease reads the primary Lease (apiServer).
+func (k *kube) getLease(ctx context.Context) (*coordinationv1.Lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, k.timeout)
+	defer cancel()
+	return k.leases.Get(ctx, k.c.LeaseName, metav1.GetOptions{})
+}
+
+// updateLease writes the primary Lease, conditional on its resourceVersion
+// (apiServer).
+func (k *kube) updateLease(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, k.timeout)
+	defer cancel()
+	return k.leases.Update(ctx, lease, metav1.UpdateOptions{FieldManager: fieldManager})
+}
+
 // peer is another instance of the same MyDatabase.
 type peer struct {
 	name   string

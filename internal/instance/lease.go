@@ -93,7 +93,8 @@ const handoffAnnotation = "database.example.com/handoff-lsn"
 // leases takes, renews, releases and observes the primary Lease. It
 // measures expiry from when it saw a renewal, on the local monotonic clock.
 type leases struct {
-	k      *kube
+	api    apiServer
+	me     string
 	t      timing
 	now    func() time.Time
 	lease  *coordinationv1.Lease
@@ -104,13 +105,13 @@ type leases struct {
 	written atomic.Int32
 }
 
-func newLeases(k *kube, t timing) *leases { return &leases{k: k, t: t, now: time.Now} }
+func newLeases(api apiServer, me string, t timing, now clock) *leases {
+	return &leases{api: api, me: me, t: t, now: now}
+}
 
 // observe reads the Lease.
 func (l *leases) observe(ctx context.Context) (leaseView, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.k.timeout)
-	defer cancel()
-	lease, err := l.k.leases.Get(ctx, l.k.c.LeaseName, metav1.GetOptions{})
+	lease, err := l.api.getLease(ctx)
 	if err != nil {
 		return leaseView{}, err
 	}
@@ -142,7 +143,7 @@ func (l *leases) record(lease *coordinationv1.Lease) bool {
 // expiresIn is how long until the Lease another instance holds expires,
 // by this instance's clock; false when there is no such Lease.
 func (l *leases) expiresIn() (time.Duration, bool) {
-	if l.lease == nil || holderOf(l.lease) == "" || holderOf(l.lease) == l.k.c.PodName {
+	if l.lease == nil || holderOf(l.lease) == "" || holderOf(l.lease) == l.me {
 		return 0, false
 	}
 	d := l.duration() - l.now().Sub(l.seenAt)
@@ -211,8 +212,8 @@ func (l *leases) view() leaseView {
 // made of that holder: handing over from the new primary would move the
 // primary a second time (the operator withdraws the switchover).
 func (l *leases) take(ctx context.Context, timeline int64) (time.Time, error) {
-	taken := holderOf(l.lease) != l.k.c.PodName
-	lease := l.held(l.k.c.PodName)
+	taken := holderOf(l.lease) != l.me
+	lease := l.held(l.me)
 	if taken {
 		delete(lease.Annotations, contract.AnnotationSwitchoverTo)
 	}
@@ -230,7 +231,7 @@ func (l *leases) held(holder string) *coordinationv1.Lease {
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
 	}
-	now := metav1.NewMicroTime(time.Now())
+	now := metav1.NewMicroTime(l.now())
 	if ptr.Deref(lease.Spec.HolderIdentity, "") != holder {
 		lease.Spec.AcquireTime = &now
 		lease.Spec.LeaseTransitions = new(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
@@ -248,7 +249,7 @@ func (l *leases) held(holder string) *coordinationv1.Lease {
 // lost on the way back), it renews the newer version: only a take or a
 // hand-over, which count a transition, makes the Lease another's.
 func (l *leases) renew(ctx context.Context, timeline int64) (time.Time, error) {
-	if l.lease == nil || ptr.Deref(l.lease.Spec.HolderIdentity, "") != l.k.c.PodName {
+	if l.lease == nil || ptr.Deref(l.lease.Spec.HolderIdentity, "") != l.me {
 		return time.Time{}, errNotHolder
 	}
 	start, err := l.take(ctx, timeline)
@@ -256,13 +257,11 @@ func (l *leases) renew(ctx context.Context, timeline int64) (time.Time, error) {
 		return start, err
 	}
 	mine := l.lease.Spec
-	ctx, cancel := context.WithTimeout(ctx, l.k.timeout)
-	defer cancel()
-	lease, gerr := l.k.leases.Get(ctx, l.k.c.LeaseName, metav1.GetOptions{})
+	lease, gerr := l.api.getLease(ctx)
 	if gerr != nil {
 		return start, err
 	}
-	if ptr.Deref(lease.Spec.HolderIdentity, "") != l.k.c.PodName ||
+	if ptr.Deref(lease.Spec.HolderIdentity, "") != l.me ||
 		ptr.Deref(lease.Spec.LeaseTransitions, 0) != ptr.Deref(mine.LeaseTransitions, 0) {
 		return start, err // taken, or handed over and back: lost
 	}
@@ -274,7 +273,7 @@ func (l *leases) renew(ctx context.Context, timeline int64) (time.Time, error) {
 // this primary's WAL ended, and how many pods of each pooler paused for
 // it: only once this server has stopped.
 func (l *leases) handOver(ctx context.Context, target string, end uint64, poolersPaused map[string]int) error {
-	if l.lease == nil || ptr.Deref(l.lease.Spec.HolderIdentity, "") != l.k.c.PodName {
+	if l.lease == nil || ptr.Deref(l.lease.Spec.HolderIdentity, "") != l.me {
 		return errNotHolder
 	}
 	lease := l.held(target)
@@ -288,7 +287,7 @@ func (l *leases) handOver(ctx context.Context, target string, end uint64, pooler
 // release gives the Lease up at once, so that another instance need not
 // wait for it to expire: only after the server has stopped.
 func (l *leases) release(ctx context.Context) error {
-	if l.lease == nil || ptr.Deref(l.lease.Spec.HolderIdentity, "") != l.k.c.PodName {
+	if l.lease == nil || ptr.Deref(l.lease.Spec.HolderIdentity, "") != l.me {
 		return nil
 	}
 	lease := l.lease.DeepCopy()
@@ -300,9 +299,7 @@ func (l *leases) release(ctx context.Context) error {
 
 func (l *leases) update(ctx context.Context, lease *coordinationv1.Lease) (time.Time, error) {
 	start := l.now()
-	ctx, cancel := context.WithTimeout(ctx, l.k.timeout)
-	defer cancel()
-	updated, err := l.k.leases.Update(ctx, lease, metav1.UpdateOptions{FieldManager: fieldManager})
+	updated, err := l.api.updateLease(ctx, lease)
 	if err != nil {
 		if apierrors.IsConflict(err) {
 			return start, errLostRace

@@ -37,7 +37,7 @@ func TestExpiryUsesTheHoldersDuration(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := at
-			l := &leases{k: &kube{c: Config{PodName: "db-1"}}, t: newTiming(tc.mine), now: func() time.Time { return now }}
+			l := &leases{me: "db-1", t: newTiming(tc.mine), now: func() time.Time { return now }}
 			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "7"},
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: new("db-0"), RenewTime: &metav1.MicroTime{Time: at}}}
 			if tc.written > 0 {
@@ -66,7 +66,7 @@ func TestATakeDropsTheSwitchoverRequest(t *testing.T) {
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: new("db-0")}}
 	cs := fake.NewClientset(lease)
 	k := &kube{leases: cs.CoordinationV1().Leases("shop"), c: Config{PodName: "db-1", LeaseName: "db-primary"}, timeout: time.Second}
-	l := newLeases(k, newTiming(4*time.Second))
+	l := newLeases(k, "db-1", newTiming(4*time.Second), time.Now)
 	if _, err := l.observe(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestRenewAfterALostAnswer(t *testing.T) {
 				return true, got, nil
 			})
 			k := &kube{leases: cs.CoordinationV1().Leases("shop"), c: Config{PodName: "db-0", LeaseName: "db-primary"}, timeout: time.Second}
-			l := newLeases(k, newTiming(4*time.Second))
+			l := newLeases(k, "db-0", newTiming(4*time.Second), time.Now)
 			if _, err := l.observe(ctx); err != nil {
 				t.Fatal(err)
 			}

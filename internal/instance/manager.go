@@ -13,27 +13,15 @@ import (
 	"example.com/myoperator/internal/contract"
 )
 
-// manager runs one instance: the HA loop, the server, the fence.
+// manager runs one instance: the HA loop (ha, which it embeds), and the
+// server and everything else the loop leaves to it (seams.go).
 type manager struct {
-	c Config
+	*ha
 	// hba is pg_hba.conf as the server last read it (keepCertificate).
 	hba    []byte
 	digest string // this binary's, its version (reexec.go)
-	log    Logger
-	t      timing
 	procs  *reaper
 	kube   *kube
-	leases *leases
-	fence  *fence
-	// failsafe is this instance's promises to a primary that cannot reach
-	// the API server (failsafe.go); failsafeSince is when this primary
-	// last began to hold the Lease on its members' promises (zero while
-	// it renews), and peers their failsafe addresses, read every
-	// peersEvery while the API server answers.
-	failsafe      *failsafe
-	failsafeSince time.Time
-	peers         map[string]string
-	peersReadAt   time.Time
 	// backups is the object store's base backups at the last look
 	// (watchBackups), for the report.
 	backups atomic.Pointer[contract.Backups]
@@ -46,9 +34,8 @@ type manager struct {
 	restore        atomic.Pointer[contract.Restore]
 	restoreRetryAt time.Time
 
-	server   *server
-	lastSeen serverState // the server's last answer, kept after it stops
-	role     serverRole
+	server *server
+	role   serverRole
 	// designated: the server runs as a replica MyDatabase's designated
 	// primary (role asPrimary, but a standby: replica.go); waiting, what
 	// its promotion waits for, for the report.
@@ -57,7 +44,6 @@ type manager struct {
 	following  string
 	upstream   string    // the address a replica streams from, "" for none
 	stranded   stranding // a replica that neither streams nor replays (stranded.go)
-	renewed    time.Time // start of the last successful renewal or take
 	stopFence  context.CancelFunc
 	bridge     *bridge // the previous process's fence bridge, until stopped (bridge.go)
 
@@ -72,22 +58,17 @@ type manager struct {
 		since  time.Time
 		paused map[string]int
 	}
-	sent     contract.Report // the last report published
-	logged   string          // the last message of logOnce
-	standing struct {
-		term  string
-		since time.Time
-	}
+	sent contract.Report // the last report published
 }
 
 func newManager(c Config, log Logger) (*manager, error) {
-	t := newTiming(c.LeaseDuration)
-	k, err := newKube(c, t.tick)
+	k, err := newKube(c, newTiming(c.LeaseDuration).tick)
 	if err != nil {
 		return nil, err
 	}
-	return &manager{c: c, log: log, t: t, procs: startReaper(), kube: k, leases: newLeases(k, t), fence: newFence(),
-		failsafe: newFailsafe(c.PodName), declared: newDeclaredKeeper()}, nil
+	m := &manager{procs: startReaper(), kube: k, declared: newDeclaredKeeper()}
+	m.ha = newHA(c, log, time.Now, k, httpPromises{c}, m, m)
+	return m, nil
 }
 
 // loop runs a turn every tick, and at once when the server exits, the
@@ -181,173 +162,6 @@ func (m *manager) awaitTurn(ctx context.Context, ticker *time.Ticker, reload, re
 // is started again only at the next tick, not at once.
 const restartBackoff = 10 * time.Second
 
-// turn observes, decides and acts once.
-func (m *manager) turn(ctx context.Context) {
-	s := situation{
-		me:         m.c.PodName,
-		bootstrap:  m.c.PodName == m.c.BootstrapPod,
-		hasData:    m.c.initialised(),
-		running:    m.role,
-		following:  m.following,
-		fenceOpen:  m.fence.open(),
-		designated: m.designated,
-		lapsed:     time.Since(m.renewed) >= m.t.lease,
-	}
-	var obs serverState
-	if m.role != stopped {
-		o, err := m.observe(ctx)
-		obs, s.ready = o, err == nil && o.primary == m.writable()
-		if s.ready {
-			m.lastSeen, s.lsn = o, o.lsn
-		}
-	}
-	// A primary's renewal is its reading of the Lease; the others read it.
-	if m.role != asPrimary {
-		lease, err := m.leases.observe(ctx)
-		if err != nil {
-			m.log("reading the Lease: %v", err)
-		}
-		s.lease, s.leaseRead = lease, err == nil
-		s.handoffOverdue = time.Since(m.leases.seenAt) >= m.t.lease/2
-		if s.leaseRead {
-			m.failsafe.observe(lease.holder)
-		}
-		s.promised = m.failsafe.promised()
-	} else {
-		m.failsafe.observe(m.c.PodName)
-		if m.leases.lease != nil {
-			s.lease = m.leases.view()
-		}
-	}
-	s.stranded = m.strandedNow(ctx, s, obs)
-	s.demote = m.c.replicaDB() && s.lease.follow
-	s.tokenReached = m.tokenReached(s.lease, obs)
-	if m.bridge != nil && m.bridge.Quorum != s.lease.quorum {
-		m.bridge.stop("the quorum changed")
-	}
-	m.fence.setQuorum(s.lease.quorum)
-	if s.lease.quorumErr != nil {
-		m.logOnce(s.lease.quorumErr)
-	}
-	a := decide(s)
-	if a != wait && a != renew {
-		m.log("%s (lease holder %q, expired %t, server %v, ready %t)", a, s.lease.holder, s.lease.expired, m.role, s.ready)
-	}
-	candidate, err := m.act(ctx, a, s, obs)
-	if err != nil && ctx.Err() == nil {
-		m.log("%s: %v", a, err)
-	}
-	m.keepPasswords(ctx, s.ready && (a == wait || a == renew || a == follow))
-	// wait is also a ready replica's turn: only the primary's server takes
-	// the declaration (a replica that found something to do would try to
-	// write, and fail, read-only).
-	m.declared.offer(declaredWork{primary: s.ready && m.writable() && (a == wait || a == renew), annotation: s.lease.declared})
-	if s.ready && (a == wait || a == renew) {
-		m.keepSlots(ctx, s.lease.quorum)
-	}
-	m.keepCertificate()
-	// What the server said at the start of the turn still holds unless the
-	// action changed the server.
-	var seen *serverState
-	if s.ready && (a == wait || a == renew) {
-		seen = &obs
-	}
-	m.report(ctx, candidate, seen)
-}
-
-// act carries out an action. It returns the candidacy to report when it
-// stood for election.
-func (m *manager) act(ctx context.Context, a action, s situation, obs serverState) (*contract.Candidacy, error) {
-	switch a {
-	case initialise:
-		if time.Now().Before(m.restoreRetryAt) {
-			return nil, nil // a failed restore, reported; tried again later
-		}
-		if err := m.initPrimary(ctx); err != nil {
-			return nil, err
-		}
-		if err := m.take(ctx, m.lastSeen.timeline); err != nil {
-			return nil, err
-		}
-		return nil, m.start(ctx, asPrimary, "")
-	case runPrimary:
-		switch {
-		case m.followsSource(s.lease), s.demote && m.role == stopped:
-			// A primary's data asked to follow (a demotion that did not
-			// finish) is demoted before it starts, never run writable.
-			if err := m.take(ctx, max(obs.timeline, m.lastSeen.timeline)); err != nil {
-				return nil, err
-			}
-			if !m.c.standby() {
-				if err := m.demoteData(ctx); err != nil {
-					return nil, err
-				}
-			}
-			return nil, m.runDesignated(ctx)
-		case m.role == asReplica && s.ready:
-			// Handed the Lease (or holding it across a restart): renew it
-			// on this instance's own clock first, which opens the fence,
-			// without which the promotion's own commits would wait.
-			if err := m.take(ctx, nextTimeline(obs.timeline, s.lease.timeline)); err != nil {
-				return nil, err
-			}
-			if err := m.reserveTimelines(obs.timeline, s.lease.timeline); err != nil {
-				return nil, err
-			}
-			return nil, m.promote(ctx)
-		case m.role == stopped && m.c.standby():
-			// Never run a standby's data as a primary without promoting
-			// it: only a new timeline keeps it apart from WAL another
-			// primary wrote on the old one.
-			return nil, m.start(ctx, asReplica, "")
-		case m.role == stopped:
-			// Still the holder after a restart of the container within
-			// the Lease: renew before starting, so that the fence is
-			// open from the start, and the primary resumes in place
-			// rather than being fenced at its first turn and replaced.
-			// The renewal is conditional on the version read, so it fails
-			// if another instance took the Lease meanwhile.
-			if err := m.take(ctx, m.lastSeen.timeline); err != nil {
-				return nil, err
-			}
-			return nil, m.start(ctx, asPrimary, "")
-		}
-	case renew:
-		return nil, m.keepHold(ctx, s, obs.timeline)
-	case handOver:
-		stopped, err := m.handOver(ctx, s.lease.switchoverTo)
-		if stopped {
-			return nil, err
-		}
-		m.logOnce(err)
-		return m.act(ctx, renew, s, obs)
-	case release:
-		m.log("the WAL here ends before %s, where the Lease's last holder stopped: giving the Lease up", contract.FormatLSN(s.lease.handoff))
-		return nil, m.leases.release(ctx)
-	case fenceOff:
-		m.fence.close()
-		m.stop()
-	case follow:
-		return nil, m.follow(ctx, s.lease.holder, s.ready)
-	case runReplica:
-		return nil, m.start(ctx, asReplica, "")
-	case stand:
-		return m.stand(ctx, s, obs)
-	case reclone:
-		return nil, m.reclone(ctx)
-	case promote:
-		return nil, m.promoteReplica(ctx, obs.timeline, s.lease.timeline)
-	case demote:
-		m.log("demoting: this MyDatabase follows its source from now on")
-		m.stop()
-		if err := m.demoteData(ctx); err != nil {
-			return nil, err
-		}
-		return nil, m.runDesignated(ctx)
-	}
-	return nil, nil
-}
-
 // report publishes this instance's report when it changed materially, or
 // its WAL positions changed and MinInterval has passed; the storage is
 // measured then. seen is what the running server answered, nil to ask it.
@@ -382,17 +196,4 @@ func (m *manager) report(ctx context.Context, candidate *contract.Candidacy, see
 		return
 	}
 	m.sent = r
-}
-
-// logOnce logs err unless it is the one it logged last: for what a turn
-// finds again and again while it waits.
-func (m *manager) logOnce(err error) {
-	if err == nil {
-		m.logged = ""
-		return
-	}
-	if err.Error() != m.logged {
-		m.log("%v", err)
-	}
-	m.logged = err.Error()
 }

@@ -67,9 +67,9 @@ func TestAdoptKeepsTheFence(t *testing.T) {
 	if err := postmaster.Start(); err != nil {
 		t.Fatal(err)
 	}
-	m := &manager{c: Config{SocketDir: dir, PGData: dir, PodName: "db-0", Port: "1"}, log: func(string, ...any) {},
-		t: newTiming(10 * time.Second), procs: startReaper(), fence: newFence(), failsafe: newFailsafe("db-0")}
-	m.leases = newLeases(nil, m.t)
+	t10 := newTiming(10 * time.Second)
+	m := &manager{ha: &ha{c: Config{SocketDir: dir, PGData: dir, PodName: "db-0", Port: "1"}, log: func(string, ...any) {},
+		t: t10, fence: newFence(time.Now), failsafe: newFailsafe("db-0", time.Now), leases: newLeases(nil, "db-0", t10, time.Now)}, procs: startReaper()}
 	defer func() {
 		m.closeFence()
 		_ = postmaster.Process.Kill()

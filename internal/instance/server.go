@@ -143,3 +143,21 @@ func (m *manager) shutdown() int {
 }
 
 func (r serverRole) String() string { return [...]string{"stopped", "primary", "replica"}[r] }
+
+// The manager is the loop's database (seams.go): the methods below are
+// the ones that have no other home.
+
+func (m *manager) runningAs() serverRole { return m.role }
+func (m *manager) streamsFrom() string   { return m.following }
+func (m *manager) hasData() bool         { return m.c.initialised() }
+
+func (m *manager) initialise(ctx context.Context) error { return m.initPrimary(ctx) }
+
+// promoted records the promotion pg_promote made: the server is the
+// primary, its fence's standby runs; then afterPromotion.
+func (m *manager) promoted(ctx context.Context) error {
+	m.role, m.following, m.designated = asPrimary, "", false
+	m.startFence()
+	m.log("promoted")
+	return m.afterPromotion(ctx)
+}
