@@ -113,6 +113,19 @@ test: fmt-check vet check-generated kustomize ## Fast tier: unit and envtest tes
 	@assets="$$(hack/k8s-binaries.sh --envtest)" && \
 	KUBEBUILDER_ASSETS="$$assets" KUSTOMIZE="$(KUSTOMIZE)" go test -race $(TEST_PKGS) -skip '$(LEADER_TESTS)' -coverprofile cover.out
 
+# The HA loop under the deterministic simulator (internal/instance,
+# sim_test.go): test-sim explores 1,000 fault schedules in each of its two
+# configurations (asynchronous, and a required synchronous quorum), make sim
+# 50,000 in each. A failing schedule prints its seed; -sim.seed replays it.
+SIM_SCHEDULES ?= 50000
+.PHONY: test-sim
+test-sim: ## The HA loop in the deterministic simulator: 2,000 fault schedules (1,000 per configuration), without the race detector.
+	go test ./internal/instance/ -run '^TestSimulation' -count=1 -sim.schedules 1000
+
+.PHONY: sim
+sim: ## A long exploration of the HA loop in the deterministic simulator: SIM_SCHEDULES per configuration (default 50,000, so 100,000 in all).
+	go test ./internal/instance/ -run '^TestSimulation$$' -count=1 -timeout 0 -sim.schedules $(SIM_SCHEDULES) -v
+
 .PHONY: test-heavy
 test-heavy: test-leader test-bench-harness ## The heavy harnesses make test leaves out: leader election and the benchmark harness.
 
@@ -162,7 +175,7 @@ bench-backup: ## Backup figures on real PostgreSQL and the real S3 server (test/
 # background and only on idle CPU, the parts the later tiers need: on a fresh
 # machine the cold builds overlap the tests (its log: bin/prebuild.log). It
 # stops by itself when this recipe's shell ends.
-TIERS = verify test test-heavy test-helm test-monitoring test-postgres test-e2e test-real
+TIERS = verify test test-sim test-heavy test-helm test-monitoring test-postgres test-e2e test-real
 .PHONY: test-all
 test-all: ## Everything CI runs (.ci/run): the README's test command.
 	@mkdir -p bin; setsid hack/prebuild.sh >bin/prebuild.log 2>&1 & \

@@ -50,6 +50,10 @@ type situation struct {
 	// promised: this instance promised the holder not to take the Lease
 	// (failsafe.go), and the promise holds.
 	promised bool
+	// outsider: the Lease's holder does not ask this instance for
+	// failsafe promises (or what it asks cannot be known): it may hold
+	// the Lease on the promises of others while this one sees it expire.
+	outsider bool
 	// stranded: this replica does not stream, its replay has stood still
 	// for a Lease duration, and the primary it follows answered that it
 	// no longer has the WAL it needs (stranded.go).
@@ -122,6 +126,10 @@ func decide(s situation) action {
 		switch {
 		case !s.hasData:
 			return wait
+		case s.promised:
+			// Promised to another holder before this take, whose answer
+			// may have been lost: not a primary while the promise holds.
+			return wait
 		case l.handoff == 0 || s.running == stopped:
 			return runPrimary // a stopped replica starts as one first
 		case s.ready && s.lsn > l.handoff:
@@ -148,11 +156,14 @@ func decide(s situation) action {
 		return wait // a replica without data clones a primary, when there is one
 	case s.running == stopped:
 		return runReplica
-	case s.promised:
-		// The holder cannot reach the API server but reaches this
-		// instance, which promised not to take its place.
+	case s.outsider:
+		// Never asked, so never bound: the holder may still take writes
+		// on the promises of the members it asks.
 		return wait
 	}
+	// A promised member stands too: its candidacy tells the others how
+	// far its WAL goes, so that a less advanced one does not win while it
+	// may not take the Lease (stand: the take waits for the promise).
 	return stand
 }
 

@@ -56,6 +56,12 @@ func TestDecide(t *testing.T) {
 			situation{me: "db-0", running: asPrimary, designated: true, ready: true, fenceOpen: true, lease: asked("db-1")}, renew},
 		"a designated primary that sees another holder stops": {
 			situation{me: "db-0", running: asPrimary, designated: true, ready: true, fenceOpen: true, leaseRead: true, lease: held("db-1")}, fenceOff},
+		"a promised member stands: its candidacy keeps a less advanced one from winning (the take waits)": {
+			situation{me: "db-2", hasData: true, running: asReplica, ready: true, leaseRead: true, promised: true, lease: expired("db-0")}, stand},
+		"an instance the holder does not ask for promises never stands": {
+			situation{me: "db-3", hasData: true, running: asReplica, ready: true, leaseRead: true, outsider: true, lease: expired("db-0")}, wait},
+		"the holder after a take whose answer was lost is no primary while it is promised": {
+			situation{me: "db-1", hasData: true, running: asReplica, ready: true, leaseRead: true, promised: true, lease: held("db-1")}, wait},
 		"a primary whose server does not answer does not renew": {
 			situation{me: "db-0", running: asPrimary, fenceOpen: true}, wait},
 		"the holder after a restart runs as primary": {

@@ -68,6 +68,9 @@ type failsafe struct {
 	// until: the promise not to stand or take the Lease ends then.
 	until  time.Time
 	taking bool // this instance is taking the Lease
+	// uncertain: a take's answer was lost, so it may have succeeded:
+	// no promise until the Lease is read again.
+	uncertain bool
 }
 
 func newFailsafe(me string, now clock) *failsafe { return &failsafe{me: me, now: now} }
@@ -76,7 +79,7 @@ func newFailsafe(me string, now clock) *failsafe { return &failsafe{me: me, now:
 func (f *failsafe) observe(holder string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.holder = holder
+	f.holder, f.uncertain = holder, false
 }
 
 // grant gives holder the promise for d, if this instance takes it for the
@@ -89,6 +92,8 @@ func (f *failsafe) grant(holder string, d time.Duration) (bool, string) {
 		return false, "that is this instance"
 	case f.taking:
 		return false, "this instance is taking the Lease"
+	case f.uncertain:
+		return false, "this instance may hold the Lease (its take was not answered)"
 	case f.holder != holder:
 		return false, fmt.Sprintf("the Lease's holder is %q here", f.holder)
 	}
@@ -134,11 +139,13 @@ func (f *failsafe) beginTake() bool {
 	return true
 }
 
-// endTake ends a take; took: this instance holds the Lease now.
-func (f *failsafe) endTake(took bool) {
+// endTake ends a take; took: this instance holds the Lease now; unknown:
+// the take may have succeeded (its answer was lost), and no promise is
+// given until the Lease is read again (observe).
+func (f *failsafe) endTake(took, unknown bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.taking = false
+	f.taking, f.uncertain = false, unknown
 	if took {
 		f.holder = f.me
 	}
@@ -152,6 +159,8 @@ func (h *ha) keepHold(ctx context.Context, s situation, timeline int64) error {
 	if !h.failsafeSince.IsZero() {
 		h.holdByPromises(ctx, s)
 	}
+	streaming, _ := h.db.streaming(ctx) // none known: the quorum's instances only
+	h.leases.failsafeSet = h.failsafeSet(s.lease, streaming)
 	start, err := h.leases.renew(ctx, timeline)
 	switch {
 	case err == nil:
@@ -183,14 +192,20 @@ func (h *ha) keepHold(ctx context.Context, s situation, timeline int64) error {
 // grant it, the fence stays open as after a renewal at the round's start.
 func (h *ha) holdByPromises(ctx context.Context, s situation) bool {
 	start := h.now()
-	members := h.c.members(s.lease.quorum.Instances)
+	if s.lease.quorum.Instances == 0 {
+		h.logOnce(errors.New("failsafe: the Lease names no quorum, so not which members to ask: no round"))
+		return false
+	}
 	streaming, err := h.db.streaming(ctx)
 	if err != nil {
 		h.logOnce(fmt.Errorf("failsafe: %w", err))
 		return false
 	}
-	for _, name := range slices.Sorted(maps.Keys(streaming)) {
-		if !slices.Contains(members, name) {
+	// Every member the last renewal wrote as the set, and any other that
+	// streams now: only promises bind.
+	members := h.failsafeSet(s.lease, streaming)
+	for _, name := range s.lease.failsafeSet {
+		if name != h.c.PodName && !slices.Contains(members, name) {
 			members = append(members, name)
 		}
 	}
@@ -201,6 +216,19 @@ func (h *ha) holdByPromises(ctx context.Context, s situation) bool {
 	h.renewed = start
 	h.fence.extend(start, h.t.deadline)
 	return true
+}
+
+// failsafeSet is who a round asks: the instances of the quorum, and any
+// other instance that streams from this primary (a scale-up it could not
+// read). Each renewal writes it into the Lease (failsafeSetAnnotation).
+func (h *ha) failsafeSet(l leaseView, streaming map[string]string) []string {
+	members := h.c.members(l.quorum.Instances)
+	for _, name := range slices.Sorted(maps.Keys(streaming)) {
+		if !slices.Contains(members, name) {
+			members = append(members, name)
+		}
+	}
+	return members
 }
 
 // promiseAddresses are where each member may be asked: the address its

@@ -42,7 +42,16 @@ func TestPromises(t *testing.T) {
 	if ok, why := f.grant("db-0", 4*time.Second); ok || !strings.Contains(why, "taking") {
 		t.Fatalf("granted while taking the Lease: %t %q", ok, why)
 	}
-	f.endTake(true)
+	// A take whose answer was lost: no promise until the Lease is read.
+	f.endTake(false, true)
+	if ok, why := f.grant("db-0", 4*time.Second); ok || !strings.Contains(why, "not answered") {
+		t.Fatalf("granted after a take that may have succeeded: %t %q", ok, why)
+	}
+	f.observe("db-0")
+	if !f.beginTake() {
+		t.Fatal("no take once the Lease was read again")
+	}
+	f.endTake(true, false)
 	if ok, _ := f.grant("db-0", 4*time.Second); ok {
 		t.Fatal("granted the old holder after this instance took the Lease")
 	}

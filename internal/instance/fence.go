@@ -256,22 +256,38 @@ func (s *standbys) quorumFlushed(ctx context.Context, q contract.Quorum, receive
 	if err != nil {
 		return 0, err
 	}
-	flushed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	texts, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return 0, err
 	}
+	flushed := make([]uint64, len(texts))
+	for i, text := range texts {
+		lsn, err := pglogrepl.ParseLSN(text)
+		if err != nil {
+			return 0, err
+		}
+		flushed[i] = uint64(lsn)
+	}
+	return pglogrepl.LSN(quorumPosition(q, flushed, uint64(received))), nil
+}
+
+// quorumPosition is how far the fence may confirm WAL received up to
+// received, given how far each streaming member has flushed it (largest
+// first): as far as q.Synchronous of them. With fewer, a required quorum
+// confirms nothing more; a preferred one waits for those that stream, or
+// for none.
+func quorumPosition(q contract.Quorum, flushed []uint64, received uint64) uint64 {
 	need := int(q.Synchronous)
 	switch {
 	case len(flushed) >= need:
 	case q.Required:
-		return 0, nil
+		return 0
 	case len(flushed) == 0:
-		return received, nil
+		return received
 	default:
 		need = len(flushed)
 	}
-	lsn, err := pglogrepl.ParseLSN(flushed[need-1])
-	return min(lsn, received), err
+	return min(flushed[need-1], received)
 }
 
 func (s *standbys) close() {

@@ -2,6 +2,7 @@ package instance
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"example.com/myoperator/internal/contract"
@@ -84,6 +85,7 @@ func (h *ha) turn(ctx context.Context) {
 			h.failsafe.observe(lease.holder)
 		}
 		s.promised = h.failsafe.promised()
+		s.outsider = !h.askedBy(s.lease)
 	} else {
 		h.failsafe.observe(h.c.PodName)
 		if h.leases.lease != nil {
@@ -213,6 +215,25 @@ func (h *ha) runPrimary(ctx context.Context, s situation, obs serverState) error
 		return h.db.start(ctx, asPrimary, "")
 	}
 	return nil
+}
+
+// askedBy tells whether the holder of l asks this instance for failsafe
+// promises: it is in the set the holder wrote, or, with none written (a
+// holder from before failsafe sets), among the instances of the quorum,
+// which such a holder asked. Without either, no.
+func (h *ha) askedBy(l leaseView) bool {
+	switch {
+	case l.holder == "" || l.holder == h.c.PodName:
+		return true
+	case l.failsafeSet != nil:
+		return slices.Contains(l.failsafeSet, h.c.PodName)
+	}
+	for i := range l.quorum.Instances {
+		if h.c.instanceName(int(i)) == h.c.PodName {
+			return true
+		}
+	}
+	return false
 }
 
 // logOnce logs err unless it is the one it logged last: for what a turn

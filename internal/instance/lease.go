@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -65,6 +66,9 @@ type leaseView struct {
 	// quorumErr says why it could not be read (it is then asynchronous).
 	quorum    contract.Quorum
 	quorumErr error
+	// failsafeSet is the members the holder asks for failsafe promises
+	// (failsafeSetAnnotation); nil when none is written.
+	failsafeSet []string
 	// declared is what the MyDatabase declares inside PostgreSQL
 	// (contract.AnnotationDeclared), as written.
 	declared string
@@ -90,6 +94,12 @@ const timelineAnnotation = "database.example.com/timeline"
 // first renewal removes it.
 const handoffAnnotation = "database.example.com/handoff-lsn"
 
+// failsafeSetAnnotation on the Lease is the members its holder asks for
+// failsafe promises (failsafe.go), comma-separated, written with every
+// renewal: an instance outside it is never asked, so never bound, and
+// must not stand while the holder may hold the Lease on promises.
+const failsafeSetAnnotation = "database.example.com/failsafe-members"
+
 // leases takes, renews, releases and observes the primary Lease. It
 // measures expiry from when it saw a renewal, on the local monotonic clock.
 type leases struct {
@@ -100,6 +110,8 @@ type leases struct {
 	lease  *coordinationv1.Lease
 	seen   string    // holder and renewTime last seen
 	seenAt time.Time // when they last changed, local clock
+	// failsafeSet is what take writes as the failsafe set.
+	failsafeSet []string
 	// written is the leaseDurationSeconds of the Lease last seen (0: none),
 	// which the failsafe endpoint reads beside the loop (promiseFor).
 	written atomic.Int32
@@ -186,6 +198,7 @@ func (l *leases) view() leaseView {
 	tli, _ := strconv.ParseInt(l.lease.Annotations[timelineAnnotation], 10, 64)
 	handoff, _ := contract.LSN(l.lease.Annotations[handoffAnnotation])
 	quorum, qerr := contract.ParseQuorum(l.lease.Annotations[contract.AnnotationQuorum])
+	set, written := l.lease.Annotations[failsafeSetAnnotation]
 	return leaseView{
 		holder:         holder,
 		version:        l.lease.ResourceVersion,
@@ -196,6 +209,7 @@ func (l *leases) view() leaseView {
 		handoff:        handoff,
 		quorum:         quorum,
 		quorumErr:      qerr,
+		failsafeSet:    parseFailsafeSet(set, written),
 		declared:       l.lease.Annotations[contract.AnnotationDeclared],
 		promote:        l.lease.Annotations[contract.AnnotationReplica] == contract.ReplicaPromote,
 		follow:         l.lease.Annotations[contract.AnnotationReplica] == contract.ReplicaFollow,
@@ -221,6 +235,7 @@ func (l *leases) take(ctx context.Context, timeline int64) (time.Time, error) {
 		lease.Annotations[timelineAnnotation] = strconv.FormatInt(timeline, 10)
 	}
 	delete(lease.Annotations, handoffAnnotation)
+	lease.Annotations[failsafeSetAnnotation] = strings.Join(l.failsafeSet, ",")
 	return l.update(ctx, lease)
 }
 
@@ -308,4 +323,19 @@ func (l *leases) update(ctx context.Context, lease *coordinationv1.Lease) (time.
 	}
 	l.record(updated)
 	return start, nil
+}
+
+// parseFailsafeSet reads the failsafe set: nil when none is written, empty
+// when the holder asks no one.
+func parseFailsafeSet(value string, written bool) []string {
+	if !written {
+		return nil
+	}
+	set := []string{}
+	for name := range strings.SplitSeq(value, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			set = append(set, name)
+		}
+	}
+	return set
 }

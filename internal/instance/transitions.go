@@ -18,6 +18,10 @@ import (
 // reserved, so that no one promoted after this instance, even while its
 // promotion still runs, picks the same number.
 func (h *ha) take(ctx context.Context, timeline int64) error {
+	if h.leases.lease != nil {
+		// The quorum's instances; keepHold adds those that stream.
+		h.leases.failsafeSet = h.failsafeSet(h.leases.view(), nil)
+	}
 	start, err := h.leases.take(ctx, timeline)
 	if err != nil {
 		return err
@@ -58,7 +62,7 @@ func (h *ha) stand(ctx context.Context, s situation, obs serverState) (*contract
 		return me, nil
 	}
 	err = h.take(ctx, nextTimeline(obs.timeline, s.lease.timeline))
-	h.failsafe.endTake(err == nil)
+	h.failsafe.endTake(err == nil, err != nil && !errors.Is(err, errLostRace))
 	if err != nil {
 		return me, err
 	}
