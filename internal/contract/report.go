@@ -213,6 +213,9 @@ type Candidacy struct {
 	// Timeline is the candidate's; 0 from an instance manager older than
 	// this field, whose candidacy is then compared by LSN alone.
 	Timeline int64 `json:"timeline,omitempty"`
+	// Promised: the candidate promised the Lease's holder not to take it
+	// (failsafe): its position counts, but not as an elector.
+	Promised bool `json:"promised,omitempty"`
 }
 
 // Parse reads a report from the annotation's value.

@@ -197,7 +197,12 @@ func elect(me string, mine position, term string, peers []peer, lastHolder strin
 		if err != nil {
 			continue
 		}
-		stood++
+		if !r.Candidate.Promised {
+			// A promised candidacy says how far its WAL goes, but counts
+			// for no one's electors: its member may not take the Lease,
+			// and the failsafe's arithmetic (promisesNeeded) relies on it.
+			stood++
+		}
 		switch c := mine.compare(position{r.Candidate.Timeline, lsn}); {
 		case c < 0, c == 0 && p.name < me:
 			return false, nil

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"example.com/myoperator/internal/contract"
 )
 
 // Failsafe: a primary that cannot reach the API server keeps acknowledging
@@ -188,8 +190,9 @@ func (h *ha) keepHold(ctx context.Context, s situation, timeline int64) error {
 }
 
 // holdByPromises asks every member, and every other instance that streams
-// from this primary, for the promise not to take the Lease; when all
-// grant it, the fence stays open as after a renewal at the round's start.
+// from this primary, for the promise not to take the Lease; when enough
+// grant it to make any election impossible (promisesNeeded), the fence
+// stays open as after a renewal at the round's start.
 func (h *ha) holdByPromises(ctx context.Context, s situation) bool {
 	start := h.now()
 	if s.lease.quorum.Instances == 0 {
@@ -209,13 +212,34 @@ func (h *ha) holdByPromises(ctx context.Context, s situation) bool {
 			members = append(members, name)
 		}
 	}
-	if err := h.net.askAll(ctx, h.c.PodName, members, h.promiseAddresses(streaming), h.t.tick); err != nil {
-		h.logOnce(fmt.Errorf("failsafe: not every member promised: %w", err))
+	granted, err := h.net.askAll(ctx, h.c.PodName, members, h.promiseAddresses(streaming), h.t.tick)
+	if need := promisesNeeded(s.lease.quorum, len(members)); granted < need {
+		h.logOnce(fmt.Errorf("failsafe: %d of the %d promises that make an election impossible: %w", granted, need, err))
 		return false
 	}
+	h.logOnce(err) // the members that did not promise, while enough did
 	h.renewed = start
 	h.fence.extend(start, h.t.deadline)
 	return true
+}
+
+// promisesNeeded is how many of members promises a round needs so that no
+// election can succeed while the primary holds on them.
+//   - Asynchronous (or a quorum that is only preferred): one candidate can
+//     win alone, so every member must promise.
+//   - A required quorum of S: an election needs E = Instances - S
+//     candidacies that are not promised (a promised candidacy stands, but
+//     counts for no one's electors: elect). With P of the M members
+//     promised, M - P are left: an election is impossible when
+//     M - P < E, that is P >= M - E + 1 (with M = Instances - 1, P >= S).
+//     So with 3 instances and a quorum of 1, one promise is enough, and
+//     a replica's restart costs no write.
+//   - A sole member after a major upgrade elects alone: every member.
+func promisesNeeded(q contract.Quorum, members int) int {
+	if !q.Required || q.Synchronous == 0 || q.Sole != "" {
+		return members
+	}
+	return max(0, min(members, members-q.Electors()+1))
 }
 
 // failsafeSet is who a round asks: the instances of the quorum, and any

@@ -76,7 +76,7 @@ func TestPromiseOverTheWire(t *testing.T) {
 	primary := httpPromises{Config{PodName: "db-0", ReplicationTLSDir: dir}}
 	ctx := context.Background()
 
-	if err := primary.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": {address}}, time.Second); err != nil {
+	if _, err := primary.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": {address}}, time.Second); err != nil {
 		t.Fatalf("a member's promise: %v", err)
 	}
 	if !member.failsafe.promised() {
@@ -97,27 +97,27 @@ func TestPromiseOverTheWire(t *testing.T) {
 	}
 	defer func() { _ = hung.Close() }()
 	stale := []string{goneAddress, strings.TrimPrefix(otherSrv.URL, "http://"), hung.Addr().String(), address}
-	if err := primary.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": stale}, time.Second); err != nil {
+	if _, err := primary.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": stale}, time.Second); err != nil {
 		t.Fatalf("a member found at its last address: %v", err)
 	}
-	if err := primary.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": stale[:3]}, time.Second); err == nil ||
+	if _, err := primary.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": stale[:3]}, time.Second); err == nil ||
 		!strings.Contains(err.Error(), "not to this request") {
 		t.Fatalf("a member at none of its addresses: %v, want no promise", err)
 	}
-	if err := primary.askAll(ctx, "db-0", []string{"db-1", "db-2"}, map[string][]string{"db-1": {address}}, time.Second); err == nil {
+	if _, err := primary.askAll(ctx, "db-0", []string{"db-1", "db-2"}, map[string][]string{"db-1": {address}}, time.Second); err == nil {
 		t.Fatal("a round with a member whose address is unknown succeeded")
 	}
 	stranger := httpPromises{Config{PodName: "db-0", ReplicationTLSDir: t.TempDir()}}
 	if err := os.WriteFile(filepath.Join(stranger.c.ReplicationTLSDir, "tls.key"), []byte("another key"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := stranger.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": {address}}, time.Second); err == nil ||
+	if _, err := stranger.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": {address}}, time.Second); err == nil ||
 		!strings.Contains(err.Error(), "403") {
 		t.Fatalf("a request without the key: %v, want it refused", err)
 	}
 	// A member that refuses says why.
 	member.failsafe.observe("db-2")
-	if err := primary.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": {address}}, time.Second); err == nil ||
+	if _, err := primary.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": {address}}, time.Second); err == nil ||
 		!strings.Contains(err.Error(), "db-1 refused") {
 		t.Fatalf("a member that takes another for the holder: %v", err)
 	}

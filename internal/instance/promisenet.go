@@ -101,11 +101,12 @@ func (c Config) failsafeAddress() string {
 type httpPromises struct{ c Config }
 
 // askAll asks every member at its addresses (by name) for a promise, all
-// at once, within timeout. It returns nil when all granted.
-func (p httpPromises) askAll(ctx context.Context, holder string, members []string, addresses map[string][]string, timeout time.Duration) error {
+// at once, within timeout. It returns how many granted, and why the
+// others did not.
+func (p httpPromises) askAll(ctx context.Context, holder string, members []string, addresses map[string][]string, timeout time.Duration) (int, error) {
 	key, err := p.c.failsafeKey()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -113,11 +114,15 @@ func (p httpPromises) askAll(ctx context.Context, holder string, members []strin
 	for _, member := range members {
 		go func() { errs <- askMember(ctx, key, holder, member, addresses[member]) }()
 	}
-	var all []error
+	granted, all := 0, []error{}
 	for range members {
-		all = append(all, <-errs)
+		if err := <-errs; err != nil {
+			all = append(all, err)
+		} else {
+			granted++
+		}
 	}
-	return errors.Join(all...)
+	return granted, errors.Join(all...)
 }
 
 // askMember asks member at all of its addresses at once and takes the

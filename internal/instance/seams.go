@@ -33,9 +33,9 @@ type apiServer interface {
 
 // promiseNet asks members for failsafe promises over the pod network
 // (failsafe.go): every member at its addresses, all within timeout. It
-// returns nil when every member granted.
+// returns how many granted, and why the others did not.
 type promiseNet interface {
-	askAll(ctx context.Context, holder string, members []string, addresses map[string][]string, timeout time.Duration) error
+	askAll(ctx context.Context, holder string, members []string, addresses map[string][]string, timeout time.Duration) (granted int, err error)
 }
 
 // database is the local PostgreSQL server as the loop drives it. Each

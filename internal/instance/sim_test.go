@@ -294,6 +294,7 @@ func (w *simWorld) acknowledge(problem func(string, ...any)) string {
 		w.pending[n.name] = waiting[i:]
 		if i > 0 {
 			by = append(by, n.name)
+			w.ackedAt = append(w.ackedAt, w.now)
 			if holder := w.holderOfRecord(); holder != n.name {
 				problem("%s acknowledged a write while the Lease's holder of record is %q", n.name, holder)
 			}
@@ -463,5 +464,100 @@ func TestSimulationSuspendLimit(t *testing.T) {
 	cfg.schedule = []simFault{at(10, 18, "pause", "db-0", "")}
 	if _, _, problems := runSim(1, cfg); len(problems) > 0 {
 		t.Fatalf("a primary paused for 2L, its clock running: %v, want nothing found", problems)
+	}
+}
+
+// longestGap is the longest time between two acknowledgements from from
+// to until.
+func (w *simWorld) longestGap(from, until time.Time) time.Duration {
+	longest, last := time.Duration(0), from
+	for _, t := range w.ackedAt {
+		if t.Before(from) || t.After(until) {
+			continue
+		}
+		longest, last = max(longest, t.Sub(last)), t
+	}
+	if w.now.Before(until) {
+		until = w.now
+	}
+	return max(longest, until.Sub(last))
+}
+
+// TestSimulationFailsafe: the failsafe keeps writes going while the API
+// server is away, and, with a required quorum, through a replica's
+// restart (promisesNeeded); asynchronous replicas need every promise, so
+// the same restart fences the primary and a failover follows, losing
+// nothing the checkers protect.
+func TestSimulationFailsafe(t *testing.T) {
+	required := simDefault
+	required.quorum = contract.Quorum{Synchronous: 1, Required: true}
+	everyPod := []simFault{at(10, 50, "api-cut", "db-0", ""), at(10, 50, "api-cut", "db-1", ""), at(10, 50, "api-cut", "db-2", "")}
+	// The replica's pod deleted and made again: down for 5 s, more than
+	// the fence's 3L/5 (a shorter restart is covered by the deadline).
+	restart := []simFault{at(10, 40, "api-cut", "db-0", ""), at(20, 25, "crash", "db-1", "")}
+	for name, tc := range map[string]struct {
+		cfg      simConfig
+		schedule []simFault
+		failover bool
+	}{
+		"the API server unreachable from every pod, asynchronous":            {simDefault, everyPod, false},
+		"the API server unreachable from every pod, required quorum":         {required, everyPod, false},
+		"a replica restarted during a primary-only API cut, required quorum": {required, restart, false},
+		"a replica restarted during a primary-only API cut, asynchronous":    {simDefault, restart, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tc.cfg.schedule = tc.schedule
+			w, _, problems := runSim(1, tc.cfg)
+			if len(problems) > 0 {
+				t.Fatalf("%s\ntrace:\n%s", strings.Join(problems, "\n"), tail(w.trace, 40))
+			}
+			from, until := tc.schedule[0].at, tc.schedule[0].until
+			gap := w.longestGap(from, until)
+			if failedOver := len(w.takes) > 1; failedOver != tc.failover {
+				t.Fatalf("failover %t, want %t (longest write gap %s)\ntrace:\n%s", failedOver, tc.failover, gap, tail(w.trace, 40))
+			}
+			if !tc.failover && gap > 3*simStep {
+				t.Fatalf("longest write gap %s during the cut, want writes every step or two\ntrace:\n%s", gap, tail(w.trace, 40))
+			}
+			t.Logf("longest write gap during the cut: %s", gap)
+		})
+	}
+}
+
+// simFailoverBound is the longest a lost primary may take to be replaced
+// by one that acknowledges writes: the Lease (L, from the last renewal the
+// replicas saw), a turn to see it expired, the election's patience for a
+// ready peer (two turns), and the promotion's turn: L + 3L/5. The
+// simulator reads the Lease once a turn; the instance manager also wakes
+// at the expiry (awaitTurn), so it is faster by up to a turn.
+func simFailoverBound(lease time.Duration) time.Duration { return lease + 3*lease/5 }
+
+// TestSimulationFailoverBound: a primary lost for good is replaced
+// within simFailoverBound, whenever in its turn it is lost, asynchronous
+// or with a required quorum.
+func TestSimulationFailoverBound(t *testing.T) {
+	for name, q := range map[string]contract.Quorum{"asynchronous": {}, "required": {Synchronous: 1, Required: true}} {
+		t.Run(name, func(t *testing.T) {
+			var slowest time.Duration
+			for seed := uint64(1); seed <= 100; seed++ {
+				cfg := simDefault
+				cfg.quorum = q
+				lost := simEpoch.Add(10*time.Second + time.Duration(seed)*cfg.lease/100)
+				cfg.schedule = []simFault{{at: lost, until: simEpoch.Add(time.Hour), kind: "crash", a: "db-0"}}
+				w, _, problems := runSim(seed, cfg)
+				if len(problems) > 0 {
+					t.Fatalf("seed %d: %s", seed, strings.Join(problems, "\n"))
+				}
+				i, _ := slices.BinarySearchFunc(w.ackedAt, lost, func(a, b time.Time) int { return a.Compare(b) })
+				if i == len(w.ackedAt) {
+					t.Fatalf("seed %d: no write acknowledged after the primary was lost", seed)
+				}
+				slowest = max(slowest, w.ackedAt[i].Sub(lost))
+			}
+			if slowest > simFailoverBound(simDefault.lease) {
+				t.Fatalf("a new primary took writes %s after the old one was lost, want at most %s", slowest, simFailoverBound(simDefault.lease))
+			}
+			t.Logf("slowest failover: %s (bound %s)", slowest, simFailoverBound(simDefault.lease))
+		})
 	}
 }

@@ -76,6 +76,7 @@ type simWorld struct {
 	takes   []simTake
 	writes  int
 	acked   map[int]simAck
+	ackedAt []time.Time // the steps in which a write was acknowledged
 	pending map[string][]int // writes waiting for the fence, by primary
 	trace   []string
 }
@@ -178,8 +179,9 @@ func (a simAPI) peers(context.Context) ([]peer, error) {
 
 type simNet struct{ n *simNode }
 
-func (s simNet) askAll(_ context.Context, holder string, members []string, addresses map[string][]string, _ time.Duration) error {
+func (s simNet) askAll(_ context.Context, holder string, members []string, addresses map[string][]string, _ time.Duration) (int, error) {
 	var errs []error
+	granted := 0
 	for _, name := range members {
 		m := s.n.w.node(name)
 		switch {
@@ -188,16 +190,18 @@ func (s simNet) askAll(_ context.Context, holder string, members []string, addre
 		case m == nil || m.down() || !s.n.w.reaches(s.n.name, name):
 			errs = append(errs, fmt.Errorf("%s: %w", name, errSimUnreachable))
 		default:
-			granted, why := m.h.failsafe.grant(holder, m.h.leases.promiseFor())
+			ok, why := m.h.failsafe.grant(holder, m.h.leases.promiseFor())
 			switch {
 			case !s.n.w.reaches(name, s.n.name):
 				errs = append(errs, fmt.Errorf("%s: the answer was lost", name))
-			case !granted:
+			case !ok:
 				errs = append(errs, fmt.Errorf("%s refused: %s", name, why))
+			default:
+				granted++
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return granted, errors.Join(errs...)
 }
 
 // PostgreSQL: the loop's database and side concerns.

@@ -42,7 +42,7 @@ func (h *ha) stand(ctx context.Context, s situation, obs serverState) (*contract
 	if h.standing.term != term {
 		h.standing.term, h.standing.since = term, h.now()
 	}
-	me := &contract.Candidacy{Term: term, LSN: contract.FormatLSN(obs.lsn), Timeline: obs.timeline}
+	me := &contract.Candidacy{Term: term, LSN: contract.FormatLSN(obs.lsn), Timeline: obs.timeline, Promised: h.failsafe.promised()}
 	// Stand publicly before looking at the others: two candidates never
 	// both see only themselves.
 	h.sides.report(ctx, me, &obs)
