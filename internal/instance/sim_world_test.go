@@ -76,7 +76,7 @@ type simWorld struct {
 	takes   []simTake
 	writes  int
 	acked   map[int]simAck
-	ackedAt []time.Time // the steps in which a write was acknowledged
+	ackedAt []time.Time      // the steps in which a write was acknowledged
 	pending map[string][]int // writes waiting for the fence, by primary
 	trace   []string
 }
