@@ -56,6 +56,9 @@ type simConfig struct {
 	// outside the quorum the Lease names.
 	schedule []simFault
 	joins    int
+	// scaling: the last instance exists only during "scale" faults (a
+	// scale-up, then a scale-down), the quorum on the Lease following.
+	scaling bool
 }
 
 // simStep is the simulator's resolution: the world moves every step.
@@ -90,11 +93,17 @@ func drawFaults(rng *rand.Rand, cfg simConfig, names []string) []simFault {
 	if cfg.suspends {
 		kinds = append(slices.Clone(kinds), "suspend")
 	}
+	if cfg.scaling {
+		kinds = append(slices.Clone(kinds), "scale")
+	}
 	var out []simFault
 	for range cfg.faults {
 		at := simEpoch.Add(simBoot + time.Duration(rng.Int64N(int64(cfg.span))))
 		length := time.Duration(rng.Int64N(int64(3*cfg.lease))) + cfg.lease/4
 		f := simFault{at: at, until: at.Add(length), kind: kinds[rng.IntN(len(kinds))], a: names[rng.IntN(len(names))]}
+		if f.kind == "scale" {
+			f.a, f.until = names[len(names)-1], at.Add(length*4)
+		}
 		if f.kind == "partition" || f.kind == "one-way" {
 			for f.b == "" || f.b == f.a {
 				f.b = names[rng.IntN(len(names))]
@@ -110,6 +119,9 @@ func newSimWorld(cfg simConfig) *simWorld {
 	w := &simWorld{now: simEpoch, report: map[string]*contract.Report{}, cut: map[string]map[string]bool{},
 		quorum: cfg.quorum, acked: map[int]simAck{}, pending: map[string][]int{}, rv: 1}
 	w.quorum.Instances = int32(cfg.instances - cfg.joins)
+	if cfg.scaling {
+		w.quorum.Instances--
+	}
 	w.window = 2 * cfg.lease
 	w.lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "db-primary", ResourceVersion: "1",
 		Annotations: map[string]string{contract.AnnotationQuorum: w.quorum.String()}}}
@@ -120,6 +132,9 @@ func newSimWorld(cfg simConfig) *simWorld {
 		w.nodes = append(w.nodes, n)
 		w.cut[n.name] = map[string]bool{}
 		n.restart(cfg.lease)
+	}
+	if cfg.scaling {
+		w.nodes[len(w.nodes)-1].crashed = true // not made yet
 	}
 	return w
 }
@@ -213,6 +228,8 @@ func (w *simWorld) applyFaults(faults []simFault, lease time.Duration) {
 			n.paused = on || w.active(faults, "pause", f.a)
 		case "suspend":
 			n.suspended = on || w.active(faults, "suspend", f.a)
+		case "scale":
+			w.scale(n, on || w.active(faults, "scale", f.a), lease)
 		case "crash":
 			if on && !n.crashed {
 				w.logf(n.name, "fault: crashed")
@@ -225,6 +242,28 @@ func (w *simWorld) applyFaults(faults []simFault, lease time.Duration) {
 				n.nextTurn = w.now
 			}
 		}
+	}
+}
+
+// scale makes the instance n exist or not, as the operator does for a
+// change of spec.replicas: the quorum on the Lease first (a write that
+// changes its resourceVersion), then the pod made, or deleted (its volume
+// kept).
+func (w *simWorld) scale(n *simNode, exists bool, lease time.Duration) {
+	if exists == !n.crashed {
+		return
+	}
+	w.quorum.Instances += map[bool]int32{true: 1, false: -1}[exists]
+	w.rv++
+	w.lease.Annotations[contract.AnnotationQuorum] = w.quorum.String()
+	w.lease.ResourceVersion = strconv.Itoa(w.rv)
+	w.logf("op", "spec.replicas %d", w.quorum.Instances)
+	n.crashed = !exists
+	if exists {
+		n.restart(lease)
+		n.nextTurn = w.now
+	} else {
+		n.pg.stop()
 	}
 }
 
@@ -415,6 +454,9 @@ func TestSimulation(t *testing.T) {
 	sync := simDefault
 	sync.quorum = contract.Quorum{Synchronous: 1, Required: true}
 	t.Run("required", func(t *testing.T) { simRun(t, sync) })
+	scaling := simDefault
+	scaling.instances, scaling.scaling = 4, true
+	t.Run("scaling", func(t *testing.T) { simRun(t, scaling) })
 }
 
 // at is a fault of a fixed schedule, in seconds from the start.
