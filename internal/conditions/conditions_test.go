@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 )
 
 var (
@@ -119,5 +121,13 @@ func TestCauseIsAnError(t *testing.T) {
 	var c *Cause
 	if !errors.As(err, &c) || c.Reason != "Stuck" || c.Error() != "do this" {
 		t.Errorf("errors.As gave %+v from %v", c, err)
+	}
+}
+
+// TestTheAPINamesTheSameTypes: users read the types by the API's names.
+func TestTheAPINamesTheSameTypes(t *testing.T) {
+	got := []string{databasev1alpha1.ConditionReady, databasev1alpha1.ConditionReconciling, databasev1alpha1.ConditionStalled}
+	if diff := cmp.Diff([]string{Ready, Reconciling, Stalled}, got); diff != "" {
+		t.Errorf("the API's condition types (-want +got):\n%s", diff)
 	}
 }
