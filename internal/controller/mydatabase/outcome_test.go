@@ -19,8 +19,8 @@ func TestOutcome(t *testing.T) {
 	rolled := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: 1},
 		Spec:   appsv1.StatefulSetSpec{Replicas: new(int32(1))},
 		Status: appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: 1, ReadyReplicas: 1, UpdatedReplicas: 1}}
-	stall := &blocker{databasev1alpha1.ReasonCredentialsLost, "put the Secret back"}
-	failure := &blocker{databasev1alpha1.ReasonAPIError, "patching: conflict; retrying"}
+	stall := &blocker{Reason: databasev1alpha1.ReasonCredentialsLost, Message: "put the Secret back"}
+	failure := &blocker{Reason: databasev1alpha1.ReasonAPIError, Message: "patching: conflict; retrying"}
 	type want struct {
 		phase    databasev1alpha1.Phase
 		summary  conditions.Summary
@@ -36,14 +36,14 @@ func TestOutcome(t *testing.T) {
 		"no StatefulSet yet": {want: want{databasev1alpha1.PhasePending, conditions.Summary{State: conditions.InProgress,
 			Reason: databasev1alpha1.ReasonProvisioning, Message: "0/1 servers ready"}, false}},
 		"rolled out, but a pass failed": {obs: observation{sts: rolled, failure: failure}, want: want{databasev1alpha1.PhaseProvisioning,
-			conditions.Summary{State: conditions.InProgress, Reason: failure.reason, Message: failure.message}, false}},
+			conditions.Summary{State: conditions.InProgress, Reason: failure.Reason, Message: failure.Message}, false}},
 		"stalled": {obs: observation{sts: rolled, stalled: stall}, want: want{databasev1alpha1.PhaseStalled,
-			conditions.Summary{State: conditions.Failed, Reason: stall.reason, Message: stall.message}, true}},
+			conditions.Summary{State: conditions.Failed, Reason: stall.Reason, Message: stall.Message}, true}},
 		"paused": {db: func(db *databasev1alpha1.MyDatabase) { db.Spec.Paused = true }, obs: observation{sts: rolled},
 			want: want{databasev1alpha1.PhasePaused, conditions.Summary{State: conditions.Held, Reason: databasev1alpha1.ReasonPaused,
 				Message: "spec.paused is true: the operator changes nothing; set it to false to resume"}, true}},
 		"paused, stalled": {db: func(db *databasev1alpha1.MyDatabase) { db.Spec.Paused = true }, obs: observation{stalled: stall},
-			want: want{databasev1alpha1.PhaseStalled, conditions.Summary{State: conditions.Failed, Reason: stall.reason, Message: stall.message}, true}},
+			want: want{databasev1alpha1.PhaseStalled, conditions.Summary{State: conditions.Failed, Reason: stall.Reason, Message: stall.Message}, true}},
 		"deleting, stalled": {obs: observation{deleting: true, stalled: stall}, want: want{databasev1alpha1.PhaseDeleting,
 			conditions.Summary{State: conditions.Held, Reason: databasev1alpha1.ReasonDeleting,
 				Message: "deleting with deletionPolicy Retain: put the Secret back"}, false}},

@@ -90,7 +90,11 @@ type observation struct {
 	deleting, gone bool
 }
 
-type blocker struct{ reason, message string }
+// blocker is why a component could not bring the MyDatabase to its
+// spec: the (reason, message) pair every controller reports its
+// conditions with. The name stays the reconciler's, for the observation's
+// fields stalled, waiting and failure.
+type blocker = conditions.Cause
 
 // primaryPod is the pod that runs the primary: the Lease's holder, else
 // the last one reported (specs.PrimaryPod).
@@ -329,13 +333,13 @@ func outcome(db *databasev1alpha1.MyDatabase, obs *observation, desired int32) (
 	case obs.deleting:
 		message := fmt.Sprintf("deleting with deletionPolicy %s", db.Spec.DeletionPolicy)
 		if obs.failure != nil || obs.stalled != nil {
-			message = fmt.Sprintf("%s: %s", message, cmp.Or(obs.failure, obs.stalled).message)
+			message = fmt.Sprintf("%s: %s", message, cmp.Or(obs.failure, obs.stalled).Message)
 		} else if rest := db.GetFinalizers(); len(rest) > 0 {
 			message = fmt.Sprintf("%s; done, waiting for the finalizers %v of others", message, rest)
 		}
 		return databasev1alpha1.PhaseDeleting, conditions.Summary{State: conditions.Held, Reason: databasev1alpha1.ReasonDeleting, Message: message}, false
 	case obs.stalled != nil:
-		return databasev1alpha1.PhaseStalled, conditions.Summary{State: conditions.Failed, Reason: obs.stalled.reason, Message: obs.stalled.message}, true
+		return databasev1alpha1.PhaseStalled, conditions.Summary{State: conditions.Failed, Reason: obs.stalled.Reason, Message: obs.stalled.Message}, true
 	case db.Spec.Paused && obs.failure == nil:
 		return databasev1alpha1.PhasePaused, conditions.Summary{State: conditions.Held, Reason: databasev1alpha1.ReasonPaused,
 			Message: "spec.paused is true: the operator changes nothing; set it to false to resume"}, true
@@ -365,9 +369,9 @@ func progress(db *databasev1alpha1.MyDatabase, obs *observation, desired int32) 
 	restore := restoring(obs.pods)
 	switch {
 	case obs.failure != nil:
-		return obs.failure.reason, obs.failure.message
+		return obs.failure.Reason, obs.failure.Message
 	case obs.waiting != nil:
-		return obs.waiting.reason, obs.waiting.message
+		return obs.waiting.Reason, obs.waiting.Message
 	case db.Status.CurrentVersion == "" && restore != nil:
 		return databasev1alpha1.ReasonRestoring, fmt.Sprintf("%d/%d servers ready; %s restores base backup %s: %s",
 			readyReplicas(sts), desired, restore.pod, restore.BackupID, restore.Message)
@@ -423,7 +427,7 @@ func restoreStalled(db *databasev1alpha1.MyDatabase, pods []corev1.Pod) *blocker
 	if r.BackupID == "" {
 		restore = "the restore of spec.bootstrap.recovery" // no backup chosen
 	}
-	return &blocker{reason, fmt.Sprintf("%s on %s %s: %s. Make the object store of "+
+	return &blocker{Reason: reason, Message: fmt.Sprintf("%s on %s %s: %s. Make the object store of "+
 		"spec.bootstrap.recovery hold the backup and the WAL the restore needs, or create the MyDatabase again with another "+
 		"spec.bootstrap.recovery (kubectl logs %s shows the server's own words)", restore, r.pod, what, r.Message, r.pod)}
 }
