@@ -19,7 +19,7 @@ var (
 	// generic packages know nothing of MyDatabase: they could serve any
 	// operator (or any program).
 	generic = []string{"internal/apply", "internal/leancache", "internal/memlimit", "internal/leader", "internal/pki",
-		"internal/backup", "internal/helmchart", "internal/instance/scram", "internal/instance/pgmetrics"}
+		"internal/backup", "internal/helmchart", "internal/conditions", "internal/instance/scram", "internal/instance/pgmetrics"}
 	builders    = []string{"internal/specs"}
 	controllers = []string{"internal/controller/"}
 	// instance is what runs in the pods: the instance manager, and the

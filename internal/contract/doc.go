@@ -5,10 +5,16 @@
 //     and the instance manager reads (internal/instance.ConfigFromEnv):
 //     env.go;
 //   - the annotations each side writes for the other: the report of an
-//     instance on its pod, the switchover request and the quorum on the
-//     primary Lease, the backup request on a pod: annotations.go;
+//     instance on its pod, the switchover request, the quorum and a replica
+//     MyDatabase's promotion on the primary Lease, the backup request on a
+//     pod: annotations.go;
 //   - the report itself: report.go;
 //   - what synchronous replication asks of the instances: quorum.go;
+//   - the roles and databases the MyDatabase declares, which the primary
+//     applies, and whether a pooler leads to the MyDatabase: declared.go;
+//   - what the operator says to a pooler manager (internal/pooler): its
+//     configuration, its environment, the keys of its Secret, and how its
+//     pods' pauses through a switchover are counted: pooler.go;
 //   - the exit codes of the major upgrade Job: annotations.go.
 //
 // The report is JSON in the pod annotation AnnotationInstance, which the

@@ -43,7 +43,7 @@ func (r *objectStores) reconcile(ctx context.Context, obs *observation) error {
 		// path: never into its source's archive.
 		if db.Spec.Backup != nil && db.Spec.Backup.ObjectStore.Bucket == rep.Source.ObjectStore.Bucket &&
 			specs.BackupPath(db) == rep.Source.ObjectStore.Path {
-			obs.stalled = &blocker{databasev1alpha1.ReasonReplicaArchiveClash, fmt.Sprintf(
+			obs.stalled = &blocker{Reason: databasev1alpha1.ReasonReplicaArchiveClash, Message: fmt.Sprintf(
 				"spec.backup archives to %s, the archive spec.replica.source reads: give spec.backup.objectStore.path another path, "+
 					"so that this MyDatabase, once promoted, never writes into its source's archive", specs.ReplicaSource(rep))}
 			return nil
@@ -60,12 +60,12 @@ func (r *objectStores) reconcile(ctx context.Context, obs *observation) error {
 		case err != nil:
 			return err
 		case !found:
-			obs.stalled = &blocker{databasev1alpha1.ReasonObjectStoreCredentials, fmt.Sprintf(
+			obs.stalled = &blocker{Reason: databasev1alpha1.ReasonObjectStoreCredentials, Message: fmt.Sprintf(
 				"Secret %q named in %s.credentialsSecret does not exist in namespace %q: create it with the keys %s and %s of the bucket's access key",
 				name, field, db.Namespace, specs.ObjectStoreAccessKeyIDKey, specs.ObjectStoreSecretAccessKeyKey)}
 			return nil
 		case len(missing) > 0:
-			obs.stalled = &blocker{databasev1alpha1.ReasonObjectStoreCredentials, fmt.Sprintf(
+			obs.stalled = &blocker{Reason: databasev1alpha1.ReasonObjectStoreCredentials, Message: fmt.Sprintf(
 				"Secret %q named in %s.credentialsSecret lacks the keys %s", name, field, strings.Join(missing, ", "))}
 			return nil
 		}
@@ -87,11 +87,11 @@ func (r *objectStores) checkReplicaSource(ctx context.Context, obs *observation)
 	case err != nil:
 		return err
 	case !found:
-		obs.stalled = &blocker{databasev1alpha1.ReasonReplicaSourceSecretInvalid, fmt.Sprintf(
+		obs.stalled = &blocker{Reason: databasev1alpha1.ReasonReplicaSourceSecretInvalid, Message: fmt.Sprintf(
 			"Secret %q named in spec.replica.source.streaming.secretName does not exist in namespace %q: copy the source's <name>-replication-tls Secret here (keys %s)",
 			name, r.db.Namespace, strings.Join(specs.ReplicaSourceSecretKeys, ", "))}
 	case len(missing) > 0:
-		obs.stalled = &blocker{databasev1alpha1.ReasonReplicaSourceSecretInvalid, fmt.Sprintf(
+		obs.stalled = &blocker{Reason: databasev1alpha1.ReasonReplicaSourceSecretInvalid, Message: fmt.Sprintf(
 			"Secret %q named in spec.replica.source.streaming.secretName lacks the keys %s", name, strings.Join(missing, ", "))}
 	}
 	return nil

@@ -145,7 +145,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		} else {
 			obs.failure = b
 		}
-		r.Metrics.ReconcileError(b.reason)
+		r.Metrics.ReconcileError(b.Reason)
 	}
 	if obs.gone {
 		return ctrl.Result{}, nil

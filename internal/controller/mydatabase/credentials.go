@@ -114,18 +114,18 @@ func (r *credentials) checkUserSecret(ctx context.Context, db *databasev1alpha1.
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
 	switch {
 	case apierrors.IsNotFound(err):
-		return &blocker{databasev1alpha1.ReasonCredentialsNotFound, fmt.Sprintf(
+		return &blocker{Reason: databasev1alpha1.ReasonCredentialsNotFound, Message: fmt.Sprintf(
 			"Secret %q named in spec.credentials.secretName does not exist in namespace %q: create it with the key %q (and optionally %q = %q)",
 			name, db.Namespace, specs.SecretPasswordKey, specs.SecretUsernameKey, db.Spec.User)}
 	case err != nil:
-		return &blocker{databasev1alpha1.ReasonCredentialsNotFound, fmt.Sprintf("reading Secret %q: %v", name, err)}
+		return &blocker{Reason: databasev1alpha1.ReasonCredentialsNotFound, Message: fmt.Sprintf("reading Secret %q: %v", name, err)}
 	}
 	if len(secret.Data[specs.SecretPasswordKey]) == 0 {
-		return &blocker{databasev1alpha1.ReasonCredentialsInvalid, fmt.Sprintf(
+		return &blocker{Reason: databasev1alpha1.ReasonCredentialsInvalid, Message: fmt.Sprintf(
 			"Secret %q has no non-empty key %q: add the password under that key", name, specs.SecretPasswordKey)}
 	}
 	if u, ok := secret.Data[specs.SecretUsernameKey]; ok && string(u) != db.Spec.User {
-		return &blocker{databasev1alpha1.ReasonCredentialsInvalid, fmt.Sprintf(
+		return &blocker{Reason: databasev1alpha1.ReasonCredentialsInvalid, Message: fmt.Sprintf(
 			"Secret %q has %s %q but spec.user is %q: make them match", name, specs.SecretUsernameKey, u, db.Spec.User)}
 	}
 	return nil
@@ -150,7 +150,7 @@ func (r *credentials) ensureGeneratedSecret(ctx context.Context, db *databasev1a
 	}
 	password := secret.Data[specs.SecretPasswordKey]
 	if len(password) == 0 {
-		obs.stalled = &blocker{databasev1alpha1.ReasonCredentialsInvalid, fmt.Sprintf(
+		obs.stalled = &blocker{Reason: databasev1alpha1.ReasonCredentialsInvalid, Message: fmt.Sprintf(
 			"Secret %q has lost its %q key; the operator will not generate a new password for existing data: restore the key from a backup",
 			name, specs.SecretPasswordKey)}
 		return nil
@@ -160,7 +160,7 @@ func (r *credentials) ensureGeneratedSecret(ctx context.Context, db *databasev1a
 	// predates the digest): record it.
 	annotations := map[string]string{databasev1alpha1.AnnotationPasswordDigest: specs.PasswordDigest(password)}
 	if recorded, ok := secret.Annotations[databasev1alpha1.AnnotationPasswordDigest]; ok && recorded != annotations[databasev1alpha1.AnnotationPasswordDigest] {
-		obs.stalled = &blocker{databasev1alpha1.ReasonCredentialsChanged, fmt.Sprintf(
+		obs.stalled = &blocker{Reason: databasev1alpha1.ReasonCredentialsChanged, Message: fmt.Sprintf(
 			"the password in Secret %q was changed by hand, but the database still accepts only its previous password: "+
 				"restore it, and set spec.passwordRotation to have the operator change it safely; or, if you also changed it in PostgreSQL (ALTER ROLE), "+
 				"remove the annotation %s from the Secret to accept the new one",
@@ -174,7 +174,7 @@ func (r *credentials) createSecret(ctx context.Context, db *databasev1alpha1.MyD
 	name string, build func(*databasev1alpha1.MyDatabase, string) *corev1.Secret) error {
 	if pvc, err := r.dataExists(ctx, db); err != nil || pvc != "" {
 		if err == nil {
-			obs.stalled = &blocker{databasev1alpha1.ReasonCredentialsLost, fmt.Sprintf(
+			obs.stalled = &blocker{Reason: databasev1alpha1.ReasonCredentialsLost, Message: fmt.Sprintf(
 				"Secret %q is gone but the data volume %q still exists, and the data only accepts the password it was created with; "+
 					"restore the Secret from a backup (keys %q, %q): the operator will not generate a new password",
 				name, pvc, specs.SecretUsernameKey, specs.SecretPasswordKey)}

@@ -44,9 +44,9 @@ func classify(db *databasev1alpha1.MyDatabase, err error) (b *blocker, stalled b
 		reason = databasev1alpha1.ReasonInvalidChild
 	}
 	if reason == "" {
-		return &blocker{databasev1alpha1.ReasonAPIError, fmt.Sprintf("%s: %s; retrying", what, words)}, false
+		return &blocker{Reason: databasev1alpha1.ReasonAPIError, Message: fmt.Sprintf("%s: %s; retrying", what, words)}, false
 	}
-	return &blocker{reason, fmt.Sprintf("the API server refused %s: %s. %s; the operator retries on its own",
+	return &blocker{Reason: reason, Message: fmt.Sprintf("the API server refused %s: %s. %s; the operator retries on its own",
 		what, words, whatToDo(db, reason))}, true
 }
 

@@ -140,7 +140,7 @@ func (r *hibernation) primaryAtOrdinalZero() string {
 // waits reports the hibernation as progress.
 func (r *hibernation) waits(obs *observation, format string, args ...any) {
 	r.status.Message = fmt.Sprintf(format, args...)
-	obs.waiting = &blocker{databasev1alpha1.ReasonHibernating, "hibernating: " + r.status.Message}
+	obs.waiting = &blocker{Reason: databasev1alpha1.ReasonHibernating, Message: "hibernating: " + r.status.Message}
 }
 
 // backupsRunning names the pods asked to take a backup that has not

@@ -79,7 +79,7 @@ func (r *kit) applyChild(ctx context.Context, obs *observation,
 	desired apply.Configuration, live client.Object) error {
 	outcome, err := (&apply.Engine{Client: r.Client, FieldOwner: FieldOwner, HashAnnotation: databasev1alpha1.AnnotationSpecHash, Marks: r.marks}).Apply(ctx, desired, live)
 	if owned := (*apply.OwnedElsewhereError)(nil); errors.As(err, &owned) {
-		obs.waiting = &blocker{databasev1alpha1.ReasonWaitingForOldInstance, owned.Error()}
+		obs.waiting = &blocker{Reason: databasev1alpha1.ReasonWaitingForOldInstance, Message: owned.Error()}
 		return nil
 	}
 	if outcome == apply.Created {
@@ -147,7 +147,7 @@ func explainSecret(db *databasev1alpha1.MyDatabase, obs *observation, existing *
 	case specs.CASecretName(db):
 		remedy += ", or name a certificate of yours in spec.tls.serverCertSecret (the operator then issues none)"
 	}
-	obs.stalled = &blocker{databasev1alpha1.ReasonSecretConflict, fmt.Sprintf(
+	obs.stalled = &blocker{Reason: databasev1alpha1.ReasonSecretConflict, Message: fmt.Sprintf(
 		"Secret %q exists but was not created by this operator (it lacks the label %s=%s): %s",
 		existing.Name, databasev1alpha1.LabelManagedBy, databasev1alpha1.ManagedBy, remedy)}
 	return nil

@@ -47,7 +47,7 @@ func (r *podMonitor) reconcile(ctx context.Context, obs *observation) error {
 	err := r.applyChild(ctx, obs, specs.PodMonitor(db), live)
 	switch {
 	case meta.IsNoMatchError(err):
-		obs.monitoring = &blocker{databasev1alpha1.ReasonPodMonitorCRDMissing, "spec.monitoring.podMonitor asks for a PodMonitor, " +
+		obs.monitoring = &blocker{Reason: databasev1alpha1.ReasonPodMonitorCRDMissing, Message: "spec.monitoring.podMonitor asks for a PodMonitor, " +
 			"but the cluster has no PodMonitor CRD (monitoring.coreos.com/v1): install the Prometheus Operator, " +
 			"or set spec.monitoring.podMonitor to false; the servers' metrics are served on port metrics (9187) either way"}
 		obs.recheck(r.StallRetry)
@@ -57,7 +57,8 @@ func (r *podMonitor) reconcile(ctx context.Context, obs *observation) error {
 	case !metav1.IsControlledBy(live, db):
 		return nil // another MyDatabase's of the same name, being deleted: obs.waiting says so
 	}
-	obs.monitoring = &blocker{databasev1alpha1.ReasonPodMonitorApplied, "PodMonitor " + specs.PodMonitorName(db) + " scrapes every server"}
+	obs.monitoring = &blocker{Reason: databasev1alpha1.ReasonPodMonitorApplied,
+		Message: "PodMonitor " + specs.PodMonitorName(db) + " scrapes every server"}
 	return nil
 }
 
@@ -66,15 +67,15 @@ func (r *podMonitor) reconcile(ctx context.Context, obs *observation) error {
 func setMonitoringCondition(db *databasev1alpha1.MyDatabase, found *blocker, now time.Time) {
 	switch {
 	case found == nil:
-	case found.reason == "":
+	case found.Reason == "":
 		meta.RemoveStatusCondition(&db.Status.Conditions, databasev1alpha1.ConditionMonitoringReady)
 	default:
 		status := metav1.ConditionTrue
-		if found.reason != databasev1alpha1.ReasonPodMonitorApplied {
+		if found.Reason != databasev1alpha1.ReasonPodMonitorApplied {
 			status = metav1.ConditionFalse
 		}
 		meta.SetStatusCondition(&db.Status.Conditions, metav1.Condition{Type: databasev1alpha1.ConditionMonitoringReady,
-			Status: status, Reason: found.reason, Message: found.message,
+			Status: status, Reason: found.Reason, Message: found.Message,
 			ObservedGeneration: db.Generation, LastTransitionTime: metav1.NewTime(now)})
 	}
 }

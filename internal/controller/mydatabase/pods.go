@@ -156,6 +156,6 @@ func createFailure(db *databasev1alpha1.MyDatabase, sts, words string) *blocker 
 	default:
 		return nil
 	}
-	return &blocker{reason, fmt.Sprintf("the StatefulSet controller cannot create the servers of StatefulSet %s: %s. %s; "+
+	return &blocker{Reason: reason, Message: fmt.Sprintf("the StatefulSet controller cannot create the servers of StatefulSet %s: %s. %s; "+
 		"it retries on its own", sts, quote(words), whatToDo(db, reason))}
 }

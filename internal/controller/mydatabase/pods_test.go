@@ -38,9 +38,9 @@ func TestCreateFailure(t *testing.T) {
 	} {
 		got := ""
 		if b := createFailure(db, "orders", words); b != nil {
-			got = b.reason
-			if !strings.Contains(b.message, "StatefulSet orders") || !strings.Contains(b.message, words) {
-				t.Errorf("message %q does not name the StatefulSet and quote the event", b.message)
+			got = b.Reason
+			if !strings.Contains(b.Message, "StatefulSet orders") || !strings.Contains(b.Message, words) {
+				t.Errorf("message %q does not name the StatefulSet and quote the event", b.Message)
 			}
 		}
 		if got != want {

@@ -84,7 +84,7 @@ func (r *rotation) reconcile(ctx context.Context, obs *observation) error {
 		}
 	}
 	if len(rotating) > 0 {
-		obs.waiting = &blocker{databasev1alpha1.ReasonRotatingPassword, strings.Join(rotating, "; ")}
+		obs.waiting = &blocker{Reason: databasev1alpha1.ReasonRotatingPassword, Message: strings.Join(rotating, "; ")}
 	}
 	return nil
 }
@@ -205,7 +205,7 @@ func (r *rotation) followUserSecret(ctx context.Context, db *databasev1alpha1.My
 }
 
 func refusedPassword(t passwordTarget) *blocker {
-	return &blocker{databasev1alpha1.ReasonPasswordNotApplied, fmt.Sprintf(
+	return &blocker{Reason: databasev1alpha1.ReasonPasswordNotApplied, Message: fmt.Sprintf(
 		"the password in Secret %s has characters other than printable ASCII, which the instance manager does not set "+
 			"(PostgreSQL normalises them with SASLprep); PostgreSQL still accepts the previous password of role %s: "+
 			"put a printable ASCII password in the Secret", t.secret, t.role)}

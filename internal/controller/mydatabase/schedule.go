@@ -50,8 +50,8 @@ func (r *schedule) reconcile(ctx context.Context, obs *observation) error {
 	s := db.Spec.Backup.Schedule
 	sched, err := cron.ParseStandard(s.Cron)
 	if err != nil {
-		obs.stalled = &blocker{databasev1alpha1.ReasonBackupScheduleInvalid,
-			fmt.Sprintf("spec.backup.schedule.cron %q does not parse: %v", s.Cron, err)}
+		obs.stalled = &blocker{Reason: databasev1alpha1.ReasonBackupScheduleInvalid,
+			Message: fmt.Sprintf("spec.backup.schedule.cron %q does not parse: %v", s.Cron, err)}
 		return nil
 	}
 	list := &databasev1alpha1.MyDatabaseBackupList{}

@@ -133,7 +133,7 @@ func (r *servers) alignVolumes(ctx context.Context, db *databasev1alpha1.MyDatab
 		}
 		obs.storage[v.Name] = &storageState{size: size, growth: growth}
 		if len(plan.failed) > 0 {
-			obs.stalled = &blocker{databasev1alpha1.ReasonStorageResizeFailed, fmt.Sprintf(
+			obs.stalled = &blocker{Reason: databasev1alpha1.ReasonStorageResizeFailed, Message: fmt.Sprintf(
 				"the storage driver cannot expand %s to %s: see the events of each claim (kubectl describe pvc -n %s) and "+
 					"make room in the storage behind its StorageClass; the operator looks again on its own",
 				strings.Join(plan.failed, ", "), size.String(), db.Namespace)}
@@ -165,7 +165,7 @@ func (r *servers) alignVolumes(ctx context.Context, db *databasev1alpha1.MyDatab
 // for something else, which then comes first.
 func setWaiting(obs *observation, message string) {
 	if obs.waiting == nil {
-		obs.waiting = &blocker{databasev1alpha1.ReasonStorageResizing, message}
+		obs.waiting = &blocker{Reason: databasev1alpha1.ReasonStorageResizing, Message: message}
 	}
 }
 
@@ -274,7 +274,7 @@ func (r *servers) growClaims(ctx context.Context, db *databasev1alpha1.MyDatabas
 		pvc.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: want}
 		err := r.Patch(ctx, pvc, patch)
 		if expansionRefused(err) {
-			return &blocker{databasev1alpha1.ReasonStorageResize, fmt.Sprintf(
+			return &blocker{Reason: databasev1alpha1.ReasonStorageResize, Message: fmt.Sprintf(
 				"the API server refuses to expand PVC %s (StorageClass %q) from %s to %s: %s. Ask a cluster admin to set "+
 					"allowVolumeExpansion: true on its StorageClass if its driver can expand volumes, or %s; "+
 					"the volumes keep their size and every other change is applied",
@@ -320,7 +320,7 @@ func (r *servers) checkExpandable(ctx context.Context, v specs.Volume,
 		}
 		checked[name] = true
 		if name == "" {
-			return &blocker{databasev1alpha1.ReasonStorageResize, fmt.Sprintf(
+			return &blocker{Reason: databasev1alpha1.ReasonStorageResize, Message: fmt.Sprintf(
 				"PVC %s has no StorageClass, and only volumes of a class with allowVolumeExpansion: true can be expanded "+
 					"to %s: expand the volume by hand, or %s", pvc.Name, want.String(), keep)}, nil
 		}
@@ -330,13 +330,13 @@ func (r *servers) checkExpandable(ctx context.Context, v specs.Volume,
 		case apierrors.IsForbidden(err):
 			log(ctx).V(1).Info("Not allowed to read StorageClasses, the API server decides on the expansion", "storageClass", name)
 		case apierrors.IsNotFound(err):
-			return &blocker{databasev1alpha1.ReasonStorageResize, fmt.Sprintf(
+			return &blocker{Reason: databasev1alpha1.ReasonStorageResize, Message: fmt.Sprintf(
 				"StorageClass %q of PVC %s no longer exists, so the volume cannot be expanded to %s: create it again "+
 					"with allowVolumeExpansion: true, or %s", name, pvc.Name, want.String(), keep)}, nil
 		case err != nil:
 			return nil, objectError("get", class, name, err)
 		case !ptr.Deref(class.AllowVolumeExpansion, false):
-			return &blocker{databasev1alpha1.ReasonStorageClassNotExpandable, fmt.Sprintf(
+			return &blocker{Reason: databasev1alpha1.ReasonStorageClassNotExpandable, Message: fmt.Sprintf(
 				"StorageClass %q of the %s volumes does not allow volume expansion, so they cannot grow from %s to %s: "+
 					"if its driver can expand volumes, have a cluster admin set it "+
 					"(kubectl patch storageclass %s -p '{\"allowVolumeExpansion\":true}'); otherwise %s",

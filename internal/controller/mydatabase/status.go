@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/conditions"
 	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
@@ -89,7 +90,11 @@ type observation struct {
 	deleting, gone bool
 }
 
-type blocker struct{ reason, message string }
+// blocker is why a component could not bring the MyDatabase to its
+// spec: the (reason, message) pair every controller reports its
+// conditions with. The name stays the reconciler's, for the observation's
+// fields stalled, waiting and failure.
+type blocker = conditions.Cause
 
 // primaryPod is the pod that runs the primary: the Lease's holder, else
 // the last one reported (specs.PrimaryPod).
@@ -309,76 +314,53 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	}
 	st.Ready = fmt.Sprintf("%d/%d", st.ReadyReplicas, desired)
 
-	set := func(typ string, status metav1.ConditionStatus, reason, message string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-			Type: typ, Status: status, Reason: reason, Message: message,
-			ObservedGeneration: db.Generation, LastTransitionTime: metav1.NewTime(now),
-		})
+	phase, summary, observed := outcome(db, obs, desired)
+	st.Phase = phase
+	if phase == databasev1alpha1.PhaseReady {
+		st.CurrentVersion = db.Spec.Version
 	}
-	// only keeps one of Reconciling and Stalled (or neither), True.
-	only := func(typ, reason, message string) {
-		for _, t := range []string{databasev1alpha1.ConditionReconciling, databasev1alpha1.ConditionStalled} {
-			if t != typ {
-				meta.RemoveStatusCondition(&st.Conditions, t)
-			}
-		}
-		if typ != "" {
-			set(typ, metav1.ConditionTrue, reason, message)
-		}
+	conditions.Set(&st.Conditions, db.Generation, now, summary)
+	if observed {
+		st.ObservedGeneration = db.Generation
 	}
-	notReady := func(reason, message string) {
-		set(databasev1alpha1.ConditionReady, metav1.ConditionFalse, reason, message)
-	}
-	observed := func() { st.ObservedGeneration = db.Generation }
+}
 
+// outcome is the phase and the kstatus summary of the pass, and whether
+// the operator has fully acted on db's generation.
+func outcome(db *databasev1alpha1.MyDatabase, obs *observation, desired int32) (databasev1alpha1.Phase, conditions.Summary, bool) {
+	settled := obs.failure == nil && obs.waiting == nil
 	switch {
 	case obs.deleting:
-		st.Phase = databasev1alpha1.PhaseDeleting
-		reason, message := databasev1alpha1.ReasonDeleting, fmt.Sprintf("deleting with deletionPolicy %s", db.Spec.DeletionPolicy)
+		message := fmt.Sprintf("deleting with deletionPolicy %s", db.Spec.DeletionPolicy)
 		if obs.failure != nil || obs.stalled != nil {
-			b := cmp.Or(obs.failure, obs.stalled)
-			message = fmt.Sprintf("%s: %s", message, b.message)
+			message = fmt.Sprintf("%s: %s", message, cmp.Or(obs.failure, obs.stalled).Message)
 		} else if rest := db.GetFinalizers(); len(rest) > 0 {
 			message = fmt.Sprintf("%s; done, waiting for the finalizers %v of others", message, rest)
 		}
-		only("", "", "")
-		notReady(reason, message)
+		return databasev1alpha1.PhaseDeleting, conditions.Summary{State: conditions.Held, Reason: databasev1alpha1.ReasonDeleting, Message: message}, false
 	case obs.stalled != nil:
-		st.Phase = databasev1alpha1.PhaseStalled
-		only(databasev1alpha1.ConditionStalled, obs.stalled.reason, obs.stalled.message)
-		notReady(obs.stalled.reason, obs.stalled.message)
-		observed()
+		return databasev1alpha1.PhaseStalled, conditions.Summary{State: conditions.Failed, Reason: obs.stalled.Reason, Message: obs.stalled.Message}, true
 	case db.Spec.Paused && obs.failure == nil:
-		st.Phase = databasev1alpha1.PhasePaused
-		only("", "", "")
-		notReady(databasev1alpha1.ReasonPaused, "spec.paused is true: the operator changes nothing; set it to false to resume")
-		observed()
-	case obs.failure == nil && obs.waiting == nil && hibernated(db):
-		st.Phase = databasev1alpha1.PhaseHibernated
-		only("", "", "")
+		return databasev1alpha1.PhasePaused, conditions.Summary{State: conditions.Held, Reason: databasev1alpha1.ReasonPaused,
+			Message: "spec.paused is true: the operator changes nothing; set it to false to resume"}, true
+	case settled && hibernated(db):
 		// What the spec asks for is done: kstatus, Flux and kubectl wait
 		// read Current, and the reason says no server runs.
-		set(databasev1alpha1.ConditionReady, metav1.ConditionTrue, databasev1alpha1.ReasonHibernated, hibernatedMessage(db))
-		observed()
-	case obs.failure == nil && obs.waiting == nil && rolledOut(obs.sts, desired):
-		st.Phase = databasev1alpha1.PhaseReady
-		st.CurrentVersion = db.Spec.Version
-		only("", "", "")
-		set(databasev1alpha1.ConditionReady, metav1.ConditionTrue, databasev1alpha1.ReasonAvailable,
-			fmt.Sprintf("%d/%d servers ready; read-write endpoint %s", desired, desired, st.Endpoint))
-		observed()
-	default:
-		st.Phase = databasev1alpha1.PhaseUpdating
-		switch {
-		case obs.sts == nil:
-			st.Phase = databasev1alpha1.PhasePending
-		case st.CurrentVersion == "":
-			st.Phase = databasev1alpha1.PhaseProvisioning
-		}
-		reason, message := progress(db, obs, desired)
-		only(databasev1alpha1.ConditionReconciling, reason, message)
-		notReady(reason, message)
+		return databasev1alpha1.PhaseHibernated, conditions.Summary{State: conditions.Current, Reason: databasev1alpha1.ReasonHibernated,
+			Message: hibernatedMessage(db)}, true
+	case settled && rolledOut(obs.sts, desired):
+		return databasev1alpha1.PhaseReady, conditions.Summary{State: conditions.Current, Reason: databasev1alpha1.ReasonAvailable,
+			Message: fmt.Sprintf("%d/%d servers ready; read-write endpoint %s", desired, desired, db.Status.Endpoint)}, true
 	}
+	phase := databasev1alpha1.PhaseUpdating
+	switch {
+	case obs.sts == nil:
+		phase = databasev1alpha1.PhasePending
+	case db.Status.CurrentVersion == "":
+		phase = databasev1alpha1.PhaseProvisioning
+	}
+	reason, message := progress(db, obs, desired)
+	return phase, conditions.Summary{State: conditions.InProgress, Reason: reason, Message: message}, false
 }
 
 // progress explains why a MyDatabase that is not stalled is not ready yet.
@@ -387,9 +369,9 @@ func progress(db *databasev1alpha1.MyDatabase, obs *observation, desired int32) 
 	restore := restoring(obs.pods)
 	switch {
 	case obs.failure != nil:
-		return obs.failure.reason, obs.failure.message
+		return obs.failure.Reason, obs.failure.Message
 	case obs.waiting != nil:
-		return obs.waiting.reason, obs.waiting.message
+		return obs.waiting.Reason, obs.waiting.Message
 	case db.Status.CurrentVersion == "" && restore != nil:
 		return databasev1alpha1.ReasonRestoring, fmt.Sprintf("%d/%d servers ready; %s restores base backup %s: %s",
 			readyReplicas(sts), desired, restore.pod, restore.BackupID, restore.Message)
@@ -445,7 +427,7 @@ func restoreStalled(db *databasev1alpha1.MyDatabase, pods []corev1.Pod) *blocker
 	if r.BackupID == "" {
 		restore = "the restore of spec.bootstrap.recovery" // no backup chosen
 	}
-	return &blocker{reason, fmt.Sprintf("%s on %s %s: %s. Make the object store of "+
+	return &blocker{Reason: reason, Message: fmt.Sprintf("%s on %s %s: %s. Make the object store of "+
 		"spec.bootstrap.recovery hold the backup and the WAL the restore needs, or create the MyDatabase again with another "+
 		"spec.bootstrap.recovery (kubectl logs %s shows the server's own words)", restore, r.pod, what, r.Message, r.pod)}
 }

@@ -49,7 +49,7 @@ func TestStatusBranchesThroughKstatus(t *testing.T) {
 		db.DeletionTimestamp = new(metav1.Now())
 		db.Finalizers = []string{"example.com/other"}
 	}
-	block := &blocker{"Reason", "message"}
+	block := &blocker{Reason: "Reason", Message: "message"}
 
 	for _, tc := range []struct {
 		name    string
@@ -189,12 +189,12 @@ func TestClassifyNamesTheChildAndTheClass(t *testing.T) {
 		{fmt.Errorf("dial tcp: connection refused"), databasev1alpha1.ReasonAPIError, false},
 	} {
 		b, stalled := classify(db, tc.err)
-		if b.reason != tc.reason || stalled != tc.stalled {
-			t.Errorf("%v: %s (stalled %v), want %s (stalled %v)", tc.err, b.reason, stalled, tc.reason, tc.stalled)
+		if b.Reason != tc.reason || stalled != tc.stalled {
+			t.Errorf("%v: %s (stalled %v), want %s (stalled %v)", tc.err, b.Reason, stalled, tc.reason, tc.stalled)
 		}
 		var oe *apply.ObjectError
-		if errors.As(tc.err, &oe) && !strings.Contains(b.message, oe.Kind+" "+oe.Name) {
-			t.Errorf("message %q does not name %s %s", b.message, oe.Kind, oe.Name)
+		if errors.As(tc.err, &oe) && !strings.Contains(b.Message, oe.Kind+" "+oe.Name) {
+			t.Errorf("message %q does not name %s %s", b.Message, oe.Kind, oe.Name)
 		}
 	}
 }
@@ -207,13 +207,13 @@ func TestTransitionEvents(t *testing.T) {
 	r := &Reconciler{Recorder: rec}
 	ready := &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: new(int32(1))},
 		Status: appsv1.StatefulSetStatus{Replicas: 1, ReadyReplicas: 1, UpdatedReplicas: 1}}
-	quota := &blocker{databasev1alpha1.ReasonQuotaExceeded, "quota a"}
+	quota := &blocker{Reason: databasev1alpha1.ReasonQuotaExceeded, Message: "quota a"}
 	before := newDB("shop", "orders")
 	for _, obs := range []observation{
 		{sts: &appsv1.StatefulSet{}},
 		{stalled: quota},
 		{stalled: quota},
-		{failure: &blocker{databasev1alpha1.ReasonAPIError, "boom"}},
+		{failure: &blocker{Reason: databasev1alpha1.ReasonAPIError, Message: "boom"}},
 		{sts: ready},
 		{sts: ready},
 	} {

@@ -44,7 +44,7 @@ func (r *storageClass) reconcile(ctx context.Context, obs *observation) error {
 	err := r.APIReader.Get(ctx, client.ObjectKey{Name: *name}, class)
 	switch {
 	case apierrors.IsNotFound(err):
-		obs.stalled = &blocker{databasev1alpha1.ReasonStorageClassNotFound, fmt.Sprintf(
+		obs.stalled = &blocker{Reason: databasev1alpha1.ReasonStorageClassNotFound, Message: fmt.Sprintf(
 			"StorageClass %q named in spec.storage.storageClassName does not exist: create it, "+
 				"or delete and recreate this MyDatabase with an existing class (kubectl get storageclass); "+
 				"nothing has been created yet", *name)}

@@ -109,7 +109,7 @@ func (r *tlsCerts) checkUserCertificate(ctx context.Context, db *databasev1alpha
 				"(a cert-manager Certificate's Secret has them), or remove spec.tls.serverCertSecret to have the operator issue one",
 				name, db.Namespace, specs.TLSCertKey, specs.TLSKeyKey, specs.CACertKey)
 		}
-		obs.stalled = &blocker{databasev1alpha1.ReasonTLSSecretNotFound, message}
+		obs.stalled = &blocker{Reason: databasev1alpha1.ReasonTLSSecretNotFound, Message: message}
 		return nil
 	}
 	var missing []string
@@ -119,7 +119,7 @@ func (r *tlsCerts) checkUserCertificate(ctx context.Context, db *databasev1alpha
 		}
 	}
 	if len(missing) > 0 {
-		obs.stalled = &blocker{databasev1alpha1.ReasonTLSSecretNotFound, fmt.Sprintf(
+		obs.stalled = &blocker{Reason: databasev1alpha1.ReasonTLSSecretNotFound, Message: fmt.Sprintf(
 			"Secret %q named in spec.tls.serverCertSecret lacks the keys %s: the servers need the certificate, its key and the CA that signed it",
 			name, strings.Join(missing, ", "))}
 		return nil
@@ -235,7 +235,7 @@ func (r *tlsCerts) ensureCA(ctx context.Context, db *databasev1alpha1.MyDatabase
 	}
 	ca := pki.KeyPair{Cert: secret.Data[specs.CACertKey], Key: secret.Data[specs.CAKeyKey]}
 	if err := r.certs.Valid(ca, r.Clock.Now()); err != nil {
-		obs.stalled = &blocker{databasev1alpha1.ReasonCALost, fmt.Sprintf(
+		obs.stalled = &blocker{Reason: databasev1alpha1.ReasonCALost, Message: fmt.Sprintf(
 			"Secret %q does not hold a usable CA (%v); the operator will not replace a CA clients may trust: restore its keys %s and %s from a backup",
 			name, err, specs.CACertKey, specs.CAKeyKey)}
 		return pki.KeyPair{}, nil
@@ -250,7 +250,7 @@ func ownedByAnother(secret *corev1.Secret, db *databasev1alpha1.MyDatabase, obs 
 	if ref == nil || ref.UID == db.UID {
 		return false
 	}
-	obs.waiting = &blocker{databasev1alpha1.ReasonWaitingForOldInstance, fmt.Sprintf(
+	obs.waiting = &blocker{Reason: databasev1alpha1.ReasonWaitingForOldInstance, Message: fmt.Sprintf(
 		"Secret %q still belongs to a deleted MyDatabase of the same name (uid %s); waiting for the garbage collector", secret.Name, ref.UID)}
 	return true
 }
@@ -275,7 +275,7 @@ func (r *tlsCerts) createCA(ctx context.Context, db *databasev1alpha1.MyDatabase
 		if !apierrors.IsNotFound(err) {
 			return pki.KeyPair{}, objectError("get", existing, name, err)
 		}
-		obs.stalled = &blocker{databasev1alpha1.ReasonCALost, fmt.Sprintf(
+		obs.stalled = &blocker{Reason: databasev1alpha1.ReasonCALost, Message: fmt.Sprintf(
 			"Secret %q (the CA) is gone, but the server certificate it issued (Secret %q) is still in use and clients may trust that CA: "+
 				"restore Secret %q from a backup; or, to start over with a new CA (every client must then be given the new %s), delete Secret %q too",
 			name, server, name, specs.CACertKey, server)}

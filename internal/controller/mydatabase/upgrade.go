@@ -132,7 +132,7 @@ func (r *majorUpgrade) reconcile(ctx context.Context, obs *observation) error {
 			view.Spec.Image = up.ToImage
 		}
 		obs.upgrade.view = view
-		obs.stalled = &blocker{databasev1alpha1.ReasonVersionBelowData, fmt.Sprintf(
+		obs.stalled = &blocker{Reason: databasev1alpha1.ReasonVersionBelowData, Message: fmt.Sprintf(
 			"spec.version %s is below PostgreSQL %d, which the data is on (status.currentVersion %s): data cannot be downgraded; "+
 				"set spec.version back to %d", db.Spec.Version, data, db.Status.CurrentVersion, data)}
 		return nil
@@ -216,7 +216,7 @@ func (r *majorUpgrade) upgradeWaits(obs *observation, format string, args ...any
 	msg := fmt.Sprintf(format, args...)
 	st := obs.upgrade.status
 	st.Message = msg
-	obs.waiting = &blocker{databasev1alpha1.ReasonMajorUpgrade, fmt.Sprintf("upgrading PostgreSQL from %s to %s (%s): %s",
+	obs.waiting = &blocker{Reason: databasev1alpha1.ReasonMajorUpgrade, Message: fmt.Sprintf("upgrading PostgreSQL from %s to %s (%s): %s",
 		st.From, st.To, st.Phase, msg)}
 }
 
@@ -411,7 +411,7 @@ func (r *majorUpgrade) stayFailed(db *databasev1alpha1.MyDatabase, obs *observat
 	up := obs.upgrade.status
 	if up.OldDataUntouched {
 		obs.upgrade.view = upgradeView(db, up.From, up.FromImage, false)
-		obs.stalled = &blocker{databasev1alpha1.ReasonMajorUpgradeFailed, fmt.Sprintf(
+		obs.stalled = &blocker{Reason: databasev1alpha1.ReasonMajorUpgradeFailed, Message: fmt.Sprintf(
 			"upgrading PostgreSQL from %s to %s failed before the point of no return, so the data is untouched and the servers run %s again: %s. "+
 				"Fix the cause, then retry by setting spec.version to another later version (such as a minor of %d), or to %s and, "+
 				"once Ready, to %s again; setting it to %s alone calls the upgrade off",
@@ -419,7 +419,7 @@ func (r *majorUpgrade) stayFailed(db *databasev1alpha1.MyDatabase, obs *observat
 		return
 	}
 	obs.upgrade.view = upgradeView(db, up.From, up.FromImage, true)
-	obs.stalled = &blocker{databasev1alpha1.ReasonMajorUpgradeFailed, fmt.Sprintf(
+	obs.stalled = &blocker{Reason: databasev1alpha1.ReasonMajorUpgradeFailed, Message: fmt.Sprintf(
 		"upgrading PostgreSQL from %s to %s failed, possibly past the point of no return, so the servers stay stopped: %s. "+
 			"A new generation of the spec that asks for %s runs the upgrade again, which finishes it or says where it stands; "+
 			"recovering by hand is described in docs/upgrade.md", up.From, up.To, up.Message, up.To)}

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
@@ -37,37 +38,36 @@ func TestSetConditions(t *testing.T) {
 	const waiting = "waiting for a ready primary or replica to take the backup: no instance reports one"
 	completed := databasev1alpha1.MyDatabaseBackupStatus{Phase: databasev1alpha1.BackupCompleted,
 		BackupID: "20260102T030500Z", Size: 1234567, BeginLSN: "0/6000028", EndLSN: "0/6000138"}
-	for _, tc := range []struct {
-		name       string
+	for name, tc := range map[string]struct {
 		before     []databasev1alpha1.MyDatabaseBackupStatus // earlier passes, in order
 		status     databasev1alpha1.MyDatabaseBackupStatus
 		conditions []string // sorted
 		message    string   // of Ready, and of Reconciling or Stalled when present
 		kstatus    status.Status
 	}{
-		{"new, not looked at yet", nil, databasev1alpha1.MyDatabaseBackupStatus{},
+		"new, not looked at yet": {nil, databasev1alpha1.MyDatabaseBackupStatus{},
 			[]string{"Ready=False/BackupPending", "Reconciling=True/BackupPending"}, "", status.InProgressStatus},
-		{"pending", nil, databasev1alpha1.MyDatabaseBackupStatus{Phase: databasev1alpha1.BackupPending, Message: waiting},
+		"pending": {nil, databasev1alpha1.MyDatabaseBackupStatus{Phase: databasev1alpha1.BackupPending, Message: waiting},
 			[]string{"Ready=False/BackupPending", "Reconciling=True/BackupPending"}, waiting, status.InProgressStatus},
-		{"running", []databasev1alpha1.MyDatabaseBackupStatus{{Phase: databasev1alpha1.BackupPending, Message: waiting}},
+		"running": {[]databasev1alpha1.MyDatabaseBackupStatus{{Phase: databasev1alpha1.BackupPending, Message: waiting}},
 			databasev1alpha1.MyDatabaseBackupStatus{Phase: databasev1alpha1.BackupRunning, Message: "pg_basebackup is copying the data"},
 			[]string{"Ready=False/BackupRunning", "Reconciling=True/BackupRunning"}, "pg_basebackup is copying the data", status.InProgressStatus},
-		{"completed", []databasev1alpha1.MyDatabaseBackupStatus{{Phase: databasev1alpha1.BackupRunning, Message: "copying"}}, completed,
+		"completed": {[]databasev1alpha1.MyDatabaseBackupStatus{{Phase: databasev1alpha1.BackupRunning, Message: "copying"}}, completed,
 			[]string{"Ready=True/BackupCompleted"},
 			"backup 20260102T030500Z is in the object store: 1234567 bytes, consistent with the WAL from 0/6000028 to 0/6000138",
 			status.CurrentStatus},
-		{"failed while running", []databasev1alpha1.MyDatabaseBackupStatus{{Phase: databasev1alpha1.BackupRunning, Message: "copying"}},
+		"failed while running": {[]databasev1alpha1.MyDatabaseBackupStatus{{Phase: databasev1alpha1.BackupRunning, Message: "copying"}},
 			databasev1alpha1.MyDatabaseBackupStatus{Phase: databasev1alpha1.BackupFailed, Message: "pg_basebackup: could not connect"},
 			[]string{"Ready=False/BackupFailed", "Stalled=True/BackupFailed"},
 			"pg_basebackup: could not connect; a failed backup is not retried: create a new MyDatabaseBackup once the cause is fixed",
 			status.FailedStatus},
-		{"failed, saying what to do", nil,
+		"failed, saying what to do": {nil,
 			databasev1alpha1.MyDatabaseBackupStatus{Phase: databasev1alpha1.BackupFailed,
 				Message: "pod db-1, which was taking the backup, was deleted or replaced: create a new MyDatabaseBackup"},
 			[]string{"Ready=False/BackupFailed", "Stalled=True/BackupFailed"},
 			"pod db-1, which was taking the backup, was deleted or replaced: create a new MyDatabaseBackup", status.FailedStatus},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(name, func(t *testing.T) {
 			b := &databasev1alpha1.MyDatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "b", Generation: 1}}
 			for _, st := range tc.before {
 				st.Conditions = b.Status.Conditions
@@ -77,8 +77,8 @@ func TestSetConditions(t *testing.T) {
 			tc.status.Conditions = b.Status.Conditions
 			b.Status = tc.status
 			setConditions(b, now)
-			if got := conditionsOf(b); !slices.Equal(got, tc.conditions) {
-				t.Errorf("conditions %v, want %v", got, tc.conditions)
+			if diff := cmp.Diff(tc.conditions, conditionsOf(b)); diff != "" {
+				t.Errorf("conditions (-want +got):\n%s", diff)
 			}
 			for _, c := range b.Status.Conditions {
 				if c.Message != tc.message || c.ObservedGeneration != 1 {

@@ -37,6 +37,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/apply"
+	"example.com/myoperator/internal/conditions"
 	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
@@ -69,11 +70,6 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=core,resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=monitoring.coreos.com,resources=podmonitors,verbs=get;create;patch;delete
 
-// stalled is a reason a person must act on, and what to do.
-type stalled struct{ reason, message string }
-
-func (s *stalled) Error() string { return s.message }
-
 // Reconcile aligns the pooler's children with its spec, then writes what
 // it found into the status.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -95,9 +91,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.writeStatus(ctx, p, dep, db, alignErr); err != nil {
 		return ctrl.Result{}, err
 	}
-	var s *stalled
+	var stalled *conditions.Cause
 	switch {
-	case errors.As(alignErr, &s):
+	case errors.As(alignErr, &stalled):
 		return ctrl.Result{RequeueAfter: r.stallRetry()}, nil
 	case alignErr != nil:
 		return ctrl.Result{}, alignErr
@@ -122,7 +118,7 @@ func (r *Reconciler) align(ctx context.Context, p *databasev1alpha1.MyDatabasePo
 	db := &databasev1alpha1.MyDatabase{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: p.Spec.Database}, db); err != nil {
 		if apierrors.IsNotFound(err) {
-			return r.deployment(ctx, p), nil, &stalled{databasev1alpha1.ReasonDatabaseNotFound, fmt.Sprintf(
+			return r.deployment(ctx, p), nil, &conditions.Cause{Reason: databasev1alpha1.ReasonDatabaseNotFound, Message: fmt.Sprintf(
 				"no MyDatabase %q in namespace %s: create it, or delete this pooler and create one for an existing database (spec.database cannot change)",
 				p.Spec.Database, p.Namespace)}
 		}
@@ -238,7 +234,7 @@ func (r *Reconciler) certificates(ctx context.Context, p *databasev1alpha1.MyDat
 	caSecret := &corev1.Secret{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.CASecretName(db)}, caSecret); err != nil {
 		if apierrors.IsNotFound(err) {
-			return &stalled{databasev1alpha1.ReasonDatabaseCANotFound, fmt.Sprintf(
+			return &conditions.Cause{Reason: databasev1alpha1.ReasonDatabaseCANotFound, Message: fmt.Sprintf(
 				"the MyDatabase %s has no CA Secret %s to issue the pooler's certificates from: it is made with the MyDatabase (README, TLS): the pooler waits for it",
 				db.Name, specs.CASecretName(db))}
 		}
@@ -252,7 +248,7 @@ func (r *Reconciler) certificates(ctx context.Context, p *databasev1alpha1.MyDat
 	}
 	if err := reader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.ServerCertSecretName(db)}, serverSecret); err != nil {
 		if apierrors.IsNotFound(err) {
-			return &stalled{databasev1alpha1.ReasonDatabaseCANotFound, fmt.Sprintf(
+			return &conditions.Cause{Reason: databasev1alpha1.ReasonDatabaseCANotFound, Message: fmt.Sprintf(
 				"the MyDatabase %s has no server certificate Secret %s yet: the pooler verifies the servers with its ca.crt", db.Name, specs.ServerCertSecretName(db))}
 		}
 		return err
@@ -267,7 +263,7 @@ func (r *Reconciler) certificates(ctx context.Context, p *databasev1alpha1.MyDat
 	}
 	exists := err == nil
 	if exists && !metav1.IsControlledBy(live, p) {
-		return &stalled{databasev1alpha1.ReasonSecretConflict, fmt.Sprintf(
+		return &conditions.Cause{Reason: databasev1alpha1.ReasonSecretConflict, Message: fmt.Sprintf(
 			"the Secret %s exists and is not this pooler's: rename or delete it", specs.PoolerSecretName(p))}
 	}
 	d := live.Data
@@ -299,60 +295,15 @@ func (r *Reconciler) certificates(ctx context.Context, p *databasev1alpha1.MyDat
 }
 
 // writeStatus sets the status from the Deployment, the MyDatabase's last
-// switchover and the pass's outcome.
+// switchover and the pass's outcome, and writes it if it changed.
 func (r *Reconciler) writeStatus(ctx context.Context, p *databasev1alpha1.MyDatabasePooler, dep *appsv1.Deployment,
 	db *databasev1alpha1.MyDatabase, alignErr error) error {
 	orig := p.DeepCopy()
 	st := &p.Status
 	switched := followSwitchover(p, db)
-	st.ObservedGeneration = p.Generation
-	st.Instances = specs.PoolerInstances(p)
-	st.ReadyInstances = 0
-	rolledOut := false
-	if dep != nil {
-		st.ReadyInstances = dep.Status.AvailableReplicas
-		rolledOut = dep.Status.ObservedGeneration >= dep.Generation &&
-			dep.Status.UpdatedReplicas == st.Instances && dep.Status.Replicas == st.Instances
-	}
-	st.Endpoint = specs.PoolerEndpoint(p)
-	st.SecretName = specs.PoolerSecretName(p)
-
-	set := func(typ string, status metav1.ConditionStatus, reason, message string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
-			Message: message, ObservedGeneration: p.Generation})
-	}
-	var s *stalled
-	switch {
-	case errors.As(alignErr, &s):
-		set(databasev1alpha1.ConditionReady, metav1.ConditionFalse, s.reason, s.message)
-		set(databasev1alpha1.ConditionStalled, metav1.ConditionTrue, s.reason, s.message)
-		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionReconciling)
-	case alignErr != nil:
-		msg := alignErr.Error()
-		set(databasev1alpha1.ConditionReady, metav1.ConditionFalse, databasev1alpha1.ReasonAPIError, msg)
-		set(databasev1alpha1.ConditionReconciling, metav1.ConditionTrue, databasev1alpha1.ReasonAPIError, msg)
-		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionStalled)
-	case p.Spec.Paused:
-		set(databasev1alpha1.ConditionReady, metav1.ConditionFalse, databasev1alpha1.ReasonPaused,
-			"spec.paused: the operator changes nothing of this pooler; its pods go on serving")
-		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionReconciling)
-		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionStalled)
-	case rolledOut && st.ReadyInstances >= st.Instances:
-		set(databasev1alpha1.ConditionReady, metav1.ConditionTrue, databasev1alpha1.ReasonAvailable,
-			fmt.Sprintf("%d of %d PgBouncer pods available at %s", st.ReadyInstances, st.Instances, st.Endpoint))
-		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionReconciling)
-		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionStalled)
-	default:
-		msg := fmt.Sprintf("%d of %d PgBouncer pods available", st.ReadyInstances, st.Instances)
-		if !rolledOut {
-			msg += ", the Deployment is rolling out"
-		}
-		set(databasev1alpha1.ConditionReady, metav1.ConditionFalse, databasev1alpha1.ReasonPodsNotReady, msg)
-		set(databasev1alpha1.ConditionReconciling, metav1.ConditionTrue, databasev1alpha1.ReasonPodsNotReady, msg)
-		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionStalled)
-	}
-	// SetStatusCondition keeps a condition's transition time while its
-	// status holds: an unchanged pass compares equal.
+	computeStatus(p, dep, alignErr, r.Clock.Now())
+	// conditions.Set keeps a condition's transition time while its status
+	// holds: an unchanged pass compares equal.
 	if equality.Semantic.DeepEqual(orig.Status, p.Status) {
 		return nil
 	}
