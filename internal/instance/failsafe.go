@@ -214,7 +214,7 @@ func (h *ha) holdByPromises(ctx context.Context, s situation) bool {
 	}
 	granted, err := h.net.askAll(ctx, h.c.PodName, members, h.promiseAddresses(streaming), h.t.tick)
 	if need := promisesNeeded(s.lease.quorum, len(members)); granted < need {
-		h.logOnce(fmt.Errorf("failsafe: %d of the %d promises that make an election impossible: %w", granted, need, err))
+		h.logOnce(fmt.Errorf("failsafe: %d of %v promised, %d needed to make an election impossible: %w", granted, members, need, err))
 		return false
 	}
 	h.logOnce(err) // the members that did not promise, while enough did
@@ -288,9 +288,12 @@ func (h *ha) promiseAddresses(streaming map[string]string) map[string][]string {
 }
 
 // readPeers reads the members' failsafe addresses from their reports,
-// every peersEvery, while the API server answers.
+// every peersEvery while the API server answers, and at once while a
+// member of the failsafe set has none yet (a new replica, a replaced pod
+// that has not reported): a round could not ask it.
 func (h *ha) readPeers(ctx context.Context) {
-	if h.since(h.peersReadAt) < peersEvery {
+	unknown := slices.ContainsFunc(h.leases.failsafeSet, func(name string) bool { return h.peers[name] == "" })
+	if h.since(h.peersReadAt) < peersEvery && !unknown {
 		return
 	}
 	peers, err := h.api.peers(ctx)
