@@ -42,6 +42,9 @@ var (
 	simFirst     = flag.Uint64("sim.first", 1, "the first seed TestSimulation explores")
 )
 
+// simHealed is when every fault of a schedule has ended.
+func simHealed(cfg simConfig) time.Time { return simEpoch.Add(simBoot + cfg.span + 3*cfg.lease) }
+
 // simConfig sizes a schedule.
 type simConfig struct {
 	instances int
@@ -104,6 +107,9 @@ func drawFaults(rng *rand.Rand, cfg simConfig, names []string) []simFault {
 		if f.kind == "scale" {
 			f.a, f.until = names[len(names)-1], at.Add(length*4)
 		}
+		if healed := simHealed(cfg); f.until.After(healed) {
+			f.until = healed
+		}
 		if f.kind == "partition" || f.kind == "one-way" {
 			for f.b == "" || f.b == f.a {
 				f.b = names[rng.IntN(len(names))]
@@ -134,7 +140,8 @@ func newSimWorld(cfg simConfig) *simWorld {
 		n.restart(cfg.lease)
 	}
 	if cfg.scaling {
-		w.nodes[len(w.nodes)-1].crashed = true // not made yet
+		w.scaling = w.nodes[len(w.nodes)-1]
+		w.scaling.crashed, w.scaling.member = true, false // not made yet
 	}
 	return w
 }
@@ -159,7 +166,7 @@ func runSim(seed uint64, cfg simConfig) (*simWorld, []simFault, []string) {
 	if cfg.schedule != nil {
 		faults = cfg.schedule
 	}
-	healed := simEpoch.Add(simBoot + cfg.span + 3*cfg.lease)
+	healed := simHealed(cfg)
 	end := healed.Add(cfg.settle)
 	var problems []string
 	problem := func(format string, args ...any) {
@@ -174,6 +181,7 @@ func runSim(seed uint64, cfg simConfig) (*simWorld, []simFault, []string) {
 		if by := w.acknowledge(problem); by != "" && recovered.IsZero() && !w.now.Before(healed) {
 			recovered = w.now
 		}
+		w.settle()
 		for _, n := range w.nodes {
 			if n.down() || w.now.Before(n.nextTurn) {
 				continue
@@ -202,45 +210,71 @@ func (w *simWorld) applyFaults(faults []simFault, lease time.Duration) {
 			n.suspendedFor += simStep
 		}
 	}
+	// Every fault's effect is worked out again from the faults that hold
+	// now, so that overlapping faults compose (the end of one never lifts
+	// another's).
+	crash := map[*simNode]bool{}
+	exists := map[*simNode]bool{}
+	for _, n := range w.nodes {
+		n.apiCut, n.answersLost, n.suspended = false, false, false
+		clear(w.cut[n.name])
+		if n == w.scaling {
+			exists[n] = false
+		}
+	}
+	paused := map[*simNode]bool{}
 	for _, f := range faults {
-		on := !w.now.Before(f.at) && w.now.Before(f.until)
+		if w.now.Before(f.at) || !w.now.Before(f.until) {
+			continue
+		}
 		n := w.node(f.a)
 		switch f.kind {
 		case "api-cut":
-			n.apiCut = on || w.active(faults, "api-cut", f.a)
+			n.apiCut = true
 		case "answers-lost":
-			n.answersLost = on || w.active(faults, "answers-lost", f.a)
+			n.answersLost = true
 		case "partition":
-			w.cut[f.a][f.b], w.cut[f.b][f.a] = on || w.active(faults, f.kind, f.a, f.b), on || w.active(faults, f.kind, f.b, f.a)
+			w.cut[f.a][f.b], w.cut[f.b][f.a] = true, true
 		case "one-way":
-			w.cut[f.a][f.b] = on || w.active(faults, f.kind, f.a, f.b)
+			w.cut[f.a][f.b] = true
 		case "isolate": // from the API server and every other instance
-			n.apiCut = on || w.active(faults, "api-cut", f.a) || w.active(faults, "isolate", f.a)
+			n.apiCut = true
 			for _, o := range w.nodes {
 				if o != n {
-					w.cut[n.name][o.name], w.cut[o.name][n.name] = on, on
+					w.cut[n.name][o.name], w.cut[o.name][n.name] = true, true
 				}
 			}
 		case "pause":
-			if n.paused != on && !n.crashed {
-				w.logf(n.name, "fault: paused %t", on)
-			}
-			n.paused = on || w.active(faults, "pause", f.a)
+			paused[n] = true
 		case "suspend":
-			n.suspended = on || w.active(faults, "suspend", f.a)
+			n.suspended = true
 		case "scale":
-			w.scale(n, on || w.active(faults, "scale", f.a), lease)
+			exists[n] = true
 		case "crash":
-			if on && !n.crashed {
-				w.logf(n.name, "fault: crashed")
-				n.crashed = true
-				n.pg.stop()
-			} else if !on && n.crashed && !w.active(faults, "crash", f.a) && !w.now.Before(f.until) && w.now.Before(f.until.Add(simStep)) {
-				w.logf(n.name, "fault: restarted")
-				n.crashed = false
-				n.restart(lease)
-				n.nextTurn = w.now
+			crash[n] = true
+		}
+	}
+	for _, n := range w.nodes {
+		if n.paused != paused[n] {
+			w.logf(n.name, "fault: paused %t", paused[n])
+			n.paused = paused[n]
+		}
+		if e, scaled := exists[n]; scaled {
+			w.scale(n, e, lease)
+			if !e {
+				continue
 			}
+		}
+		switch {
+		case crash[n] && !n.crashed:
+			w.logf(n.name, "fault: crashed")
+			n.crashed = true
+			n.pg.stop()
+		case !crash[n] && n.crashed:
+			w.logf(n.name, "fault: restarted")
+			n.crashed = false
+			n.restart(lease)
+			n.nextTurn = w.now
 		}
 	}
 }
@@ -250,9 +284,10 @@ func (w *simWorld) applyFaults(faults []simFault, lease time.Duration) {
 // changes its resourceVersion), then the pod made, or deleted (its volume
 // kept).
 func (w *simWorld) scale(n *simNode, exists bool, lease time.Duration) {
-	if exists == !n.crashed {
+	if exists == n.member {
 		return
 	}
+	n.member = exists
 	w.quorum.Instances += map[bool]int32{true: 1, false: -1}[exists]
 	w.rv++
 	w.lease.Annotations[contract.AnnotationQuorum] = w.quorum.String()
@@ -346,6 +381,18 @@ func (w *simWorld) acknowledge(problem func(string, ...any)) string {
 		return ""
 	}
 	return by[0]
+}
+
+// settle records how far each member's WAL goes while writes are
+// acknowledged, and for two steps after the last (replication's lag).
+func (w *simWorld) settle() {
+	if len(w.ackedAt) == 0 || w.now.Sub(w.ackedAt[len(w.ackedAt)-1]) > 2*simStep {
+		return
+	}
+	for _, n := range w.nodes {
+		n.settled = len(n.pg.wal)
+	}
+	w.settledAt = w.now
 }
 
 func (w *simWorld) holderOfRecord() string {

@@ -55,6 +55,10 @@ type simNode struct {
 	suspendedFor                                    time.Duration // the clock's lag behind real time
 	nextTurn                                        time.Time
 	unhealthyAt                                     time.Time // the last moment it had a fault
+	rewoundAt                                       time.Time // its WAL last cut back (a rewind or a clone)
+	// settled is how long its WAL was when the writes last acknowledged
+	// had had time to reach it (simWorld.settle).
+	settled int
 }
 
 func (n *simNode) now() time.Time { return n.w.now.Add(-n.suspendedFor) }
@@ -72,18 +76,25 @@ type simWorld struct {
 	cut    map[string]map[string]bool
 	quorum contract.Quorum
 	window time.Duration // how long a member must have been healthy to count at a failover
+	scaling *simNode     // the instance that exists only while scaled up
 	// The history the checkers read.
 	takes   []simTake
 	writes  int
 	acked   map[int]simAck
+	// settledAt is when the members' WALs were last recorded (settled),
+	// two steps after the last acknowledgement: what reached a member
+	// later (a link back up to the deposed primary) came after the
+	// election could see it.
+	settledAt time.Time
 	ackedAt []time.Time      // the steps in which a write was acknowledged
 	pending map[string][]int // writes waiting for the fence, by primary
 	trace   []string
 }
 
 // simTake is a change of the Lease's holder, with the WAL of every
-// member that had been healthy for the window before it (the asynchronous
-// loss check).
+// member that had been healthy for the window before it, as far as it
+// went when the writes last acknowledged before had had time to reach it
+// (the asynchronous loss check).
 type simTake struct {
 	at      time.Time
 	holder  string
@@ -146,8 +157,8 @@ func (a simAPI) updateLease(_ context.Context, lease *coordinationv1.Lease) (*co
 	if before, after := holderOf(w.lease), holderOf(lease); before != after {
 		take := simTake{at: w.now, holder: after, healthy: map[string][]simEntry{}}
 		for _, n := range w.nodes {
-			if n.unhealthyAt.Before(w.now.Add(-w.window)) {
-				take.healthy[n.name] = slices.Clone(n.pg.wal)
+			if n.unhealthyAt.Before(w.now.Add(-w.window)) && !n.rewoundAt.After(w.settledAt) {
+				take.healthy[n.name] = slices.Clone(n.pg.wal[:min(n.settled, len(n.pg.wal))])
 			}
 		}
 		w.takes = append(w.takes, take)
@@ -292,10 +303,10 @@ func (p *simServer) follow(_ context.Context, holder string, ready bool) error {
 	switch {
 	case !p.data:
 		p.n.w.logf(p.n.name, "cloned %s", holder)
-		p.data, p.wal = true, slices.Clone(primary.pg.wal)
+		p.data, p.wal, p.n.rewoundAt = true, slices.Clone(primary.pg.wal), p.n.w.now
 	case common < len(p.wal):
 		p.n.w.logf(p.n.name, "rewound from %d to %d to follow %s", len(p.wal), common, holder)
-		p.wal = p.wal[:common]
+		p.wal, p.n.rewoundAt = p.wal[:common], p.n.w.now
 	}
 	p.timeline = primary.pg.timeline
 	if err := p.start(context.Background(), asReplica, holder); err != nil {
