@@ -73,22 +73,22 @@ type simWorld struct {
 	rv     int
 	report map[string]*contract.Report
 	// cut[a][b]: nothing a sends reaches b.
-	cut    map[string]map[string]bool
-	quorum contract.Quorum
-	window time.Duration // how long a member must have been healthy to count at a failover
-	scaling *simNode     // the instance that exists only while scaled up
+	cut     map[string]map[string]bool
+	quorum  contract.Quorum
+	window  time.Duration // how long a member must have been healthy to count at a failover
+	scaling *simNode      // the instance that exists only while scaled up
 	// The history the checkers read.
-	takes   []simTake
-	writes  int
-	acked   map[int]simAck
+	takes  []simTake
+	writes int
+	acked  map[int]simAck
 	// settledAt is when the members' WALs were last recorded (settled),
 	// two steps after the last acknowledgement: what reached a member
 	// later (a link back up to the deposed primary) came after the
 	// election could see it.
 	settledAt time.Time
-	ackedAt []time.Time      // the steps in which a write was acknowledged
-	pending map[string][]int // writes waiting for the fence, by primary
-	trace   []string
+	ackedAt   []time.Time      // the steps in which a write was acknowledged
+	pending   map[string][]int // writes waiting for the fence, by primary
+	trace     []string
 }
 
 // simTake is a change of the Lease's holder, with the WAL of every
