@@ -1,0 +1,209 @@
+package instance
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"time"
+
+	"example.com/myoperator/internal/contract"
+)
+
+// simHealed is when every fault of a schedule has ended.
+func simHealed(cfg simConfig) time.Time { return simEpoch.Add(simBoot + cfg.span + 3*cfg.lease) }
+
+// simConfig sizes a schedule.
+type simConfig struct {
+	instances int
+	lease     time.Duration
+	quorum    contract.Quorum
+	faults    int           // how many faults the schedule draws
+	span      time.Duration // the faults fall within this, after the start
+	settle    time.Duration // the run goes on this long after they heal
+	suspends  bool          // draw VM suspends too (a documented limit)
+	// schedule, when set, is the faults to run instead of drawn ones;
+	// joins, instances that join (a scale-up) only once they have cloned,
+	// outside the quorum the Lease names.
+	schedule []simFault
+	joins    int
+	// scaling: the last instance exists only during "scale" faults (a
+	// scale-up, then a scale-down), the quorum on the Lease following.
+	scaling bool
+}
+
+// simStep is the simulator's resolution: the world moves every step.
+const simStep = 20 * time.Millisecond
+
+// simBoot is the fault-free start: the MyDatabase made and cloned.
+const simBoot = 8 * time.Second
+
+// simRecoverBound is the liveness bound after the faults heal: a lapsed
+// Lease (L) plus the election's patience and the turns (2L).
+func simRecoverBound(lease time.Duration) time.Duration { return 3 * lease }
+
+type simFault struct {
+	at, until time.Time
+	kind      string
+	a, b      string
+}
+
+func (f simFault) String() string {
+	s := fmt.Sprintf("%s %s", f.kind, f.a)
+	if f.b != "" {
+		s += "->" + f.b
+	}
+	return fmt.Sprintf("%s for %.2fs", s, f.until.Sub(f.at).Seconds())
+}
+
+var simFaultKinds = []string{"api-cut", "partition", "one-way", "pause", "crash", "answers-lost", "isolate"}
+
+// drawFaults draws a schedule's faults from rng.
+func drawFaults(rng *rand.Rand, cfg simConfig, names []string) []simFault {
+	kinds := simFaultKinds
+	if cfg.suspends {
+		kinds = append(slices.Clone(kinds), "suspend")
+	}
+	if cfg.scaling {
+		kinds = append(slices.Clone(kinds), "scale")
+	}
+	var out []simFault
+	for range cfg.faults {
+		at := simEpoch.Add(simBoot + time.Duration(rng.Int64N(int64(cfg.span))))
+		length := time.Duration(rng.Int64N(int64(3*cfg.lease))) + cfg.lease/4
+		f := simFault{at: at, until: at.Add(length), kind: kinds[rng.IntN(len(kinds))], a: names[rng.IntN(len(names))]}
+		if f.kind == "scale" {
+			f.a, f.until = names[len(names)-1], at.Add(length*4)
+		}
+		if healed := simHealed(cfg); f.until.After(healed) {
+			f.until = healed
+		}
+		if f.kind == "partition" || f.kind == "one-way" {
+			for f.b == "" || f.b == f.a {
+				f.b = names[rng.IntN(len(names))]
+			}
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// applyFaults starts and ends the faults due now; every fault ends by
+// healed.
+func (w *simWorld) applyFaults(faults []simFault, lease time.Duration) {
+	for _, n := range w.nodes {
+		if n.crashed || n.paused || n.suspended || n.apiCut || n.answersLost {
+			n.unhealthyAt = w.now
+		}
+		if n.suspended {
+			n.suspendedFor += simStep
+		}
+	}
+	// Every fault's effect is worked out again from the faults that hold
+	// now, so that overlapping faults compose (the end of one never lifts
+	// another's).
+	crash := map[*simNode]bool{}
+	exists := map[*simNode]bool{}
+	for _, n := range w.nodes {
+		n.apiCut, n.answersLost, n.suspended = false, false, false
+		clear(w.cut[n.name])
+		if n == w.scaling {
+			exists[n] = false
+		}
+	}
+	paused := map[*simNode]bool{}
+	for _, f := range faults {
+		if w.now.Before(f.at) || !w.now.Before(f.until) {
+			continue
+		}
+		n := w.node(f.a)
+		switch f.kind {
+		case "api-cut":
+			n.apiCut = true
+		case "answers-lost":
+			n.answersLost = true
+		case "partition":
+			w.cut[f.a][f.b], w.cut[f.b][f.a] = true, true
+		case "one-way":
+			w.cut[f.a][f.b] = true
+		case "isolate": // from the API server and every other instance
+			n.apiCut = true
+			for _, o := range w.nodes {
+				if o != n {
+					w.cut[n.name][o.name], w.cut[o.name][n.name] = true, true
+				}
+			}
+		case "pause":
+			paused[n] = true
+		case "suspend":
+			n.suspended = true
+		case "scale":
+			exists[n] = true
+		case "crash":
+			crash[n] = true
+		}
+	}
+	for _, n := range w.nodes {
+		if n.paused != paused[n] {
+			w.logf(n.name, "fault: paused %t", paused[n])
+			n.paused = paused[n]
+		}
+		if e, scaled := exists[n]; scaled {
+			w.scale(n, e, lease)
+			if !e {
+				continue
+			}
+		}
+		switch {
+		case crash[n] && !n.crashed:
+			w.logf(n.name, "fault: crashed")
+			n.crashed = true
+			n.pg.stop()
+		case !crash[n] && n.crashed:
+			w.logf(n.name, "fault: restarted")
+			n.crashed = false
+			n.restart(lease)
+			n.nextTurn = w.now
+		}
+	}
+}
+
+// scale makes the instance n exist or not, as the operator does for a
+// change of spec.replicas: the quorum on the Lease first (a write that
+// changes its resourceVersion), then the pod made, or deleted (its volume
+// kept).
+func (w *simWorld) scale(n *simNode, exists bool, lease time.Duration) {
+	if exists == n.member {
+		return
+	}
+	n.member = exists
+	w.quorum.Instances += map[bool]int32{true: 1, false: -1}[exists]
+	w.rv++
+	w.lease.Annotations[contract.AnnotationQuorum] = w.quorum.String()
+	w.lease.ResourceVersion = strconv.Itoa(w.rv)
+	w.logf("op", "spec.replicas %d", w.quorum.Instances)
+	n.crashed = !exists
+	if exists {
+		n.restart(lease)
+		n.nextTurn = w.now
+	} else {
+		n.pg.stop()
+	}
+}
+
+// active tells whether another fault of kind on the same instances holds
+// now (faults overlap).
+func (w *simWorld) active(faults []simFault, kind string, ab ...string) bool {
+	for _, f := range faults {
+		if f.kind == kind && f.a == ab[0] && (len(ab) == 1 || f.b == ab[1]) && !w.now.Before(f.at) && w.now.Before(f.until) {
+			return true
+		}
+	}
+	return false
+}
+
+// at is a fault of a fixed schedule, in seconds from the start.
+func at(from, until float64, kind, a, b string) simFault {
+	second := func(s float64) time.Time { return simEpoch.Add(time.Duration(s * float64(time.Second))) }
+	return simFault{at: second(from), until: second(until), kind: kind, a: a, b: b}
+}
