@@ -161,8 +161,14 @@ func (h *ha) keepHold(ctx context.Context, s situation, timeline int64) error {
 	if !h.failsafeSince.IsZero() {
 		h.holdByPromises(ctx, s)
 	}
-	streaming, _ := h.db.streaming(ctx) // none known: the quorum's instances only
-	h.leases.failsafeSet = h.failsafeSet(s.lease, streaming)
+	if h.since(h.streamingAt) >= peersEvery {
+		// Who streams, for the set the renewal writes: every peersEvery
+		// is enough, since one that streams before it is written is only
+		// kept from standing (an outsider), never unbound.
+		h.streamingSeen, _ = h.db.streaming(ctx)
+		h.streamingAt = h.now()
+	}
+	h.leases.failsafeSet = h.failsafeSet(s.lease, h.streamingSeen)
 	start, err := h.leases.renew(ctx, timeline)
 	switch {
 	case err == nil:

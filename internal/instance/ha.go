@@ -34,6 +34,10 @@ type ha struct {
 	failsafeSince time.Time
 	peers         map[string]string
 	peersReadAt   time.Time
+	// streamingSeen is who streamed from this primary when last asked
+	// (streamingAt), for the failsafe set each renewal writes.
+	streamingSeen map[string]string
+	streamingAt   time.Time
 
 	lastSeen serverState // the server's last answer, kept after it stops
 	renewed  time.Time   // start of the last successful renewal or take
