@@ -21,20 +21,24 @@ import (
 // primary that cannot renew closes its fence 3L/5 after its last renewal,
 // even when every database pod is healthy and reaches every other. With
 // failsafe, a primary whose renewal fails for any reason but a lost race
-// asks each member (Config.members) for a promise, at t0 on its own
-// clock. A member grants it only while it takes the requester for the
-// Lease's holder and is not itself taking the Lease; it then refuses to
-// stand or take the Lease for L (the holder's Lease duration) from when
-// it granted, on its own clock: until t_m + L, with t_m >= t0. When every
-// member granted, the primary opens its fence until t0 + 3L/5, as a
-// renewal at t0 would: the same argument as the Lease's (timing), with the
-// promises in place of the API server's conditional update. A member the
-// primary cannot reach, or that refuses, ends the round: the fence then
-// closes at its deadline as before. So:
+// asks each member of its failsafe set (failsafeSet, written in the Lease
+// with every renewal) for a promise, at t0 on its own clock. A member
+// grants it only while it takes the requester for the Lease's holder and
+// is not itself taking the Lease; it then refuses to take the Lease for L
+// (the holder's Lease duration) from when it granted, on its own clock:
+// until t_m + L, with t_m >= t0. It still stands: its candidacy, marked
+// promised, keeps a less advanced member from winning. When enough
+// members granted to make any election impossible (promisesNeeded), the
+// primary opens its fence until t0 + 3L/5, as a renewal at t0 would: the
+// same argument as the Lease's (timing), with the promises in place of
+// the API server's conditional update. Too few end the round: the fence
+// then closes at its deadline as before. An instance outside the set is
+// never asked, and never stands (decide). So:
 //   - the API server down for everyone, or for the primary only: writes go
 //     on, no election, no new timeline;
-//   - the primary cut off from the API server and from a member: fenced
-//     within 3L/5 of its last renewal or round, as without failsafe.
+//   - the primary cut off from the API server and from members it needs:
+//     fenced within 3L/5 of its last renewal or round, as without
+//     failsafe, and the most advanced member wins the election.
 //
 // The channel is HTTP on the metrics port, each message authenticated by
 // an HMAC keyed by the replication client key, which only this
@@ -67,7 +71,7 @@ type failsafe struct {
 	now    func() time.Time
 	me     string
 	holder string // the Lease's holder as this instance last saw it
-	// until: the promise not to stand or take the Lease ends then.
+	// until: the promise not to take the Lease ends then.
 	until  time.Time
 	taking bool // this instance is taking the Lease
 	// uncertain: a take's answer was lost, so it may have succeeded:
