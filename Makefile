@@ -180,7 +180,10 @@ TIERS = verify test test-sim test-heavy test-helm test-monitoring test-postgres 
 .PHONY: test-all
 test-all: ## Everything CI runs (.ci/run): the README's test command.
 	@mkdir -p bin; setsid hack/prebuild.sh >bin/prebuild.log 2>&1 & \
-	$(MAKE) --no-print-directory $(TIERS)
+	for tier in $(TIERS); do \
+		start=$$(date +%s); $(MAKE) --no-print-directory $$tier || exit 1; \
+		echo "make test-all: $$tier took $$(( $$(date +%s) - start )) s"; \
+	done
 
 .PHONY: verify
 verify: ## Fail if generated files (the Helm chart included), formatting or go.mod/go.sum differ from what is committed.
