@@ -98,8 +98,8 @@ func RecordArchiveResult(config string, err error) {
 }
 
 // observeArchive reads pg_stat_archiver on a primary with spec.backup.
-func (m *manager) observeArchive(ctx context.Context, conn *pgx.Conn) (*contract.Archive, error) {
-	if m.c.Backup == nil {
+func (pg *pgServer) observeArchive(ctx context.Context, conn *pgx.Conn) (*contract.Archive, error) {
+	if pg.c.Backup == nil {
 		return nil, nil
 	}
 	a := &contract.Archive{}
@@ -109,9 +109,9 @@ func (m *manager) observeArchive(ctx context.Context, conn *pgx.Conn) (*contract
 	if err != nil {
 		return nil, err
 	}
-	a.LastArchivedWAL, a.LastFailedWAL, a.Backups = deref(archived), deref(failed), m.backups.Load()
+	a.LastArchivedWAL, a.LastFailedWAL, a.Backups = deref(archived), deref(failed), pg.backups.Load()
 	if a.Failing() {
-		if b, err := os.ReadFile(filepath.Join(m.c.SocketDir, archiveErrorFile)); err == nil {
+		if b, err := os.ReadFile(filepath.Join(pg.c.SocketDir, archiveErrorFile)); err == nil {
 			a.Error = strings.TrimSpace(string(b))
 		}
 	}
@@ -179,7 +179,7 @@ func (m *manager) applyRetention(ctx context.Context, store *backup.Store) {
 		return
 	}
 	var standby bool
-	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	err := m.pg.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		return conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&standby)
 	})
 	if err != nil || standby {

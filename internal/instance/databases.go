@@ -107,7 +107,7 @@ func (m *manager) applyDatabases(ctx context.Context, databases []contract.Datab
 	if len(databases) == 0 {
 		return nil
 	}
-	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	err := m.pg.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		have, err := serverDatabases(ctx, conn, databases)
 		if err != nil {
 			return err
@@ -123,7 +123,7 @@ func (m *manager) applyDatabases(ctx context.Context, databases []contract.Datab
 	for _, d := range databases {
 		why := outcome[contract.DatabaseKey(d.Name)]
 		if why == "" && !d.Absent && len(d.Extensions)+len(d.Publications)+len(d.Subscriptions) > 0 {
-			err := m.withDatabase(ctx, d.Name, func(ctx context.Context, conn *pgx.Conn) error {
+			err := m.pg.withDatabase(ctx, d.Name, func(ctx context.Context, conn *pgx.Conn) error {
 				if err := applyExtensions(ctx, conn, d, outcome); err != nil {
 					return err
 				}

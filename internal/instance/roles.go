@@ -115,7 +115,7 @@ func (m *manager) applyRoles(ctx context.Context, roles []contract.Role, outcome
 	if len(roles) == 0 {
 		return nil
 	}
-	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	err := m.pg.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		have, err := serverRoles(ctx, conn, roles)
 		if err != nil {
 			return err
@@ -155,10 +155,10 @@ func (m *manager) keepRolePassword(ctx context.Context, r contract.Role) error {
 	if !scram.Supported(password) {
 		return fmt.Errorf("the password in Secret %s: %w", r.PasswordSecret, scram.ErrUnsupported)
 	}
-	if ok, err := m.accepts(ctx, r.Name, password); err != nil || ok {
+	if ok, err := m.pg.accepts(ctx, r.Name, password); err != nil || ok {
 		return err
 	}
-	if err := m.setPassword(ctx, r.Name, password); err != nil {
+	if err := m.pg.setPassword(ctx, r.Name, password); err != nil {
 		return err
 	}
 	m.log("set the password of role %s from Secret %s (resourceVersion %s)", r.Name, r.PasswordSecret, secret.ResourceVersion)

@@ -76,7 +76,7 @@ func newPasswords(c Config, secrets corev1client.SecretInterface, timeout time.D
 // keepPasswords is the rotation's step of a turn. It runs only when the
 // server answers in its role and the turn's action left it alone.
 func (m *manager) keepPasswords(ctx context.Context, ready bool) {
-	if m.c.PasswordSecrets == "" || !ready || m.role == stopped {
+	if m.c.PasswordSecrets == "" || !ready || m.pg.role == stopped {
 		return
 	}
 	if m.pw == nil {
@@ -91,7 +91,7 @@ func (m *manager) keepPasswords(ctx context.Context, ready bool) {
 	if time.Since(m.pw.polled) < m.t.lease {
 		return
 	}
-	m.pw.polled, m.pw.checked = time.Now(), m.server
+	m.pw.polled, m.pw.checked = time.Now(), m.pg.server
 	// The whole step gets half a tick: a slow API server or a commit
 	// waiting for the fence delays the primary's next renewal by at most
 	// L/10, well within the fence's margin (a renewal every L/5, the
@@ -127,12 +127,12 @@ func (m *manager) keepPassword(ctx context.Context, src passwordSource) error {
 		m.pw.accepted[src.secret] = contract.PasswordRefused + secret.ResourceVersion
 		return fmt.Errorf("the password in Secret %s: %w", src.secret, scram.ErrUnsupported)
 	}
-	ok, err := m.accepts(ctx, src.role, password)
+	ok, err := m.pg.accepts(ctx, src.role, password)
 	if err != nil {
 		return err
 	}
-	if !ok && m.writable() {
-		if err := m.setPassword(ctx, src.role, password); err != nil {
+	if !ok && m.pg.writable() {
+		if err := m.pg.setPassword(ctx, src.role, password); err != nil {
 			return err
 		}
 		m.log("set the password of role %s from Secret %s (resourceVersion %s)", src.role, src.secret, secret.ResourceVersion)
@@ -148,9 +148,9 @@ func (m *manager) keepPassword(ctx context.Context, src passwordSource) error {
 
 // accepts tells whether the local server's verifier of role accepts
 // password.
-func (m *manager) accepts(ctx context.Context, role, password string) (bool, error) {
+func (pg *pgServer) accepts(ctx context.Context, role, password string) (bool, error) {
 	var stored *string
-	err := m.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	err := pg.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		err := conn.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = $1", role).Scan(&stored)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("role %s does not exist", role)
@@ -167,12 +167,12 @@ func (m *manager) accepts(ctx context.Context, role, password string) (bool, err
 // relies on it until it is seen elsewhere: the rotation moves on only once
 // every ready server reports that it accepts the password, and the
 // primary sets a declared role's password again at its next pass.
-func (m *manager) setPassword(ctx context.Context, role, password string) error {
+func (pg *pgServer) setPassword(ctx context.Context, role, password string) error {
 	verifier, err := scram.Verifier(password)
 	if err != nil {
 		return err
 	}
-	return m.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	return pg.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		// A verifier is base64, digits, '$' and ':' only; quoted anyway.
 		_, err := conn.Exec(ctx, fmt.Sprintf("ALTER ROLE %s PASSWORD '%s'",
 			pgx.Identifier{role}.Sanitize(), strings.ReplaceAll(verifier, "'", "''")))
@@ -182,10 +182,10 @@ func (m *manager) setPassword(ctx context.Context, role, password string) error 
 
 // withServerFor is withServer bounded by one tick, so that a statement
 // waiting for a lock cannot hold the HA loop.
-func (m *manager) withServerFor(ctx context.Context, f func(context.Context, *pgx.Conn) error) error {
-	ctx, cancel := context.WithTimeout(ctx, m.t.tick)
+func (pg *pgServer) withServerFor(ctx context.Context, f func(context.Context, *pgx.Conn) error) error {
+	ctx, cancel := context.WithTimeout(ctx, pg.t.tick)
 	defer cancel()
-	return m.withServer(ctx, f)
+	return pg.withServer(ctx, f)
 }
 
 func (p *passwords) get(ctx context.Context, name string) (*secretData, error) {
@@ -222,10 +222,10 @@ func (p *passwords) logOnce(log Logger, src passwordSource, err error) {
 // acceptedPasswords is what the report says: per Secret, the
 // resourceVersion whose password the local server accepts.
 func (m *manager) acceptedPasswords() map[string]string {
-	if m.pw == nil || len(m.pw.accepted) == 0 || m.role == stopped {
+	if m.pw == nil || len(m.pw.accepted) == 0 || m.pg.role == stopped {
 		return nil
 	}
-	if m.pw.checked != m.server {
+	if m.pw.checked != m.pg.server {
 		m.pw.polled = time.Time{} // check the new server at the next turn
 		return nil
 	}

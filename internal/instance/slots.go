@@ -92,11 +92,11 @@ const slotsEvery = 10 * time.Second
 // keepSlots makes the local server's slots those of its role: a primary's
 // one per member of the quorum, a replica's none.
 func (m *manager) keepSlots(ctx context.Context, quorum contract.Quorum) {
-	if m.role == stopped || (m.slots.keptAs == m.role && time.Since(m.slots.keptAt) < slotsEvery) {
+	if m.pg.role == stopped || (m.slots.keptAs == m.pg.role && time.Since(m.slots.keptAt) < slotsEvery) {
 		return
 	}
 	var want []string
-	if m.role == asPrimary {
+	if m.pg.role == asPrimary {
 		if quorum.Instances == 0 {
 			return // the Lease not read yet: the members are not known
 		}
@@ -110,7 +110,7 @@ func (m *manager) keepSlots(ctx context.Context, quorum contract.Quorum) {
 	defer cancel()
 	switch err := m.alignSlots(ctx, want); {
 	case err == nil:
-		m.slots.keptAs, m.slots.keptAt, m.slots.logged = m.role, time.Now(), ""
+		m.slots.keptAs, m.slots.keptAt, m.slots.logged = m.pg.role, time.Now(), ""
 	case err.Error() != m.slots.logged:
 		// Tried again at the next turn; said once.
 		m.log("replication slots: %v", err)
@@ -121,7 +121,7 @@ func (m *manager) keepSlots(ctx context.Context, quorum contract.Quorum) {
 // alignSlots creates and drops the local server's slots of slotPrefix so
 // that they are want.
 func (m *manager) alignSlots(ctx context.Context, want []string) error {
-	conn, err := m.connect(ctx)
+	conn, err := m.pg.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -165,13 +165,13 @@ func (m *manager) alignSlots(ctx context.Context, want []string) error {
 // name is this instance's, kept as it is: a lost one makes the stream
 // fail until the primary makes it anew (keepSlots), meanwhile the replica
 // reads the archive, if there is one.
-func (m *manager) ownSlot(ctx context.Context, conninfo string) error {
-	conn, err := m.dialReplication(ctx, conninfo)
+func (pg *pgServer) ownSlot(ctx context.Context, conninfo string) error {
+	conn, err := pg.dialReplication(ctx, conninfo)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	_, err = conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+slotName(m.c.PodName)+" PHYSICAL RESERVE_WAL").ReadAll()
+	_, err = conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+slotName(pg.c.PodName)+" PHYSICAL RESERVE_WAL").ReadAll()
 	if err != nil && !duplicate(err) {
 		return err
 	}
@@ -255,7 +255,7 @@ func (c Config) failoverSlotArgs() []string {
 // slot a standby did not synchronise can only be such a one: PostgreSQL
 // refuses to make one on a standby.
 func (m *manager) alignFailoverSlots(ctx context.Context, conn *pgx.Conn, slots []string) error {
-	if m.role != asPrimary {
+	if m.pg.role != asPrimary {
 		rows, err := conn.Query(ctx, `WITH dropped AS (SELECT slot_name, pg_drop_replication_slot(slot_name) FROM pg_replication_slots
 			WHERE slot_type = 'logical' AND failover AND NOT synced AND NOT active) SELECT slot_name::text FROM dropped`)
 		if err != nil {
