@@ -29,11 +29,6 @@ type manager struct {
 	// (backuprun.go), for the report.
 	backupRun atomic.Pointer[contract.BackupRun]
 
-	// waiting is what a designated primary's promotion waits for, for
-	// the report (replica.go).
-	waiting  atomic.Pointer[string]
-	stranded stranding // a replica that neither streams nor replays (stranded.go)
-
 	pw       *passwords      // password rotation (rotate.go)
 	declared *declaredKeeper // declared roles and databases (declared.go)
 	slots    slotKeeping     // the replication slots (slots.go)
@@ -165,7 +160,7 @@ func (m *manager) report(ctx context.Context, candidate *contract.Candidacy, see
 		case o.primary:
 			r.Role, r.Archive = databasev1alpha1.RolePrimary, o.archive
 		case m.pg.designated:
-			r.Role, r.Replayed, r.Replica = databasev1alpha1.RolePrimary, contract.FormatLSN(o.replayed), m.replicaState(ctx)
+			r.Role, r.Replayed, r.Replica = databasev1alpha1.RolePrimary, contract.FormatLSN(o.replayed), m.pg.replicaState(ctx)
 		default:
 			r.Replayed = contract.FormatLSN(o.replayed)
 		}

@@ -390,23 +390,23 @@ func (m *manager) demoteData(ctx context.Context) error {
 
 // tokenReached tells whether the designated primary has replayed past the
 // Lease's promotion token (true without one, or for another server).
-func (m *manager) tokenReached(l leaseView, obs serverState) bool {
-	if !m.pg.designated || l.promotionToken == "" {
-		m.waiting.Store(nil)
+func (pg *pgServer) tokenReached(l leaseView, obs serverState) bool {
+	if !pg.designated || l.promotionToken == "" {
+		pg.waiting.Store(nil)
 		return true
 	}
 	tli, lsn, err := contract.ParseToken(l.promotionToken)
 	if err != nil {
-		m.logOnce(fmt.Errorf("the promotion token: %w: not promoting", err))
+		pg.logOnce(fmt.Errorf("the promotion token: %w: not promoting", err))
 		return false
 	}
 	if obs.timeline > tli || (obs.timeline == tli && obs.replayed > lsn) {
-		m.waiting.Store(nil)
+		pg.waiting.Store(nil)
 		return true
 	}
 	w := fmt.Sprintf("promoting once the source's WAL is replayed past %s (the promotion token): replayed %s on timeline %d",
 		l.promotionToken, contract.FormatLSN(obs.replayed), obs.timeline)
-	m.waiting.Store(&w)
+	pg.waiting.Store(&w)
 	return false
 }
 
@@ -414,12 +414,12 @@ func (m *manager) tokenReached(l leaseView, obs serverState) bool {
 // last WAL file fetched from the source's archive, the commit time of the
 // last transaction replayed, and whether it streams from the source's
 // primary, which had flushed WAL up to SourceLSN at its last message.
-func (m *manager) replicaState(ctx context.Context) *contract.ReplicaState {
+func (pg *pgServer) replicaState(ctx context.Context) *contract.ReplicaState {
 	st := &contract.ReplicaState{}
-	if r, ok := m.c.lastFetch(); ok {
+	if r, ok := pg.c.lastFetch(); ok {
 		st.LastWAL = r.LastSegment
 	}
-	err := m.pg.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	err := pg.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		var source *string
 		err := conn.QueryRow(ctx, `SELECT pg_last_xact_replay_timestamp(),
 			coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver), false),
@@ -428,23 +428,23 @@ func (m *manager) replicaState(ctx context.Context) *contract.ReplicaState {
 		return err
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
-		m.logOnce(fmt.Errorf("reading the replay's time: %w", err))
+		pg.logOnce(fmt.Errorf("reading the replay's time: %w", err))
 	}
 	if st.ReplayedAt != nil {
 		t := st.ReplayedAt.UTC().Truncate(time.Millisecond)
 		st.ReplayedAt = &t
 	}
-	if w := m.waiting.Load(); w != nil {
+	if w := pg.waiting.Load(); w != nil {
 		st.Waiting = *w
 	}
-	if b, err := os.ReadFile(m.c.rejoinedFile()); err == nil {
+	if b, err := os.ReadFile(pg.c.rejoinedFile()); err == nil {
 		st.Rejoined = string(b)
 	}
 	// The token holds until this server follows a newer timeline: that of
 	// the primary that promoted in this one's place.
-	if b, err := os.ReadFile(m.c.demotionTokenFile()); err == nil {
-		if tli, _, err := contract.ParseToken(string(b)); err == nil && m.lastSeen.timeline > tli {
-			_ = os.Remove(m.c.demotionTokenFile())
+	if b, err := os.ReadFile(pg.c.demotionTokenFile()); err == nil {
+		if tli, _, err := contract.ParseToken(string(b)); err == nil && pg.lastSeen.timeline > tli {
+			_ = os.Remove(pg.c.demotionTokenFile())
 		} else {
 			st.DemotionToken = string(b)
 		}

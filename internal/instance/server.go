@@ -43,10 +43,13 @@ type pgServer struct {
 	server *server
 	role   serverRole
 	// designated: the server runs as a replica MyDatabase's designated
-	// primary (role asPrimary, but a standby: replica.go).
+	// primary (role asPrimary, but a standby: replica.go); waiting, what
+	// its promotion waits for, for the report.
 	designated bool
+	waiting    atomic.Pointer[string]
 	following  string
-	upstream   string // the address a replica streams from, "" for none
+	upstream   string    // the address a replica streams from, "" for none
+	stranded   stranding // a replica that neither streams nor replays (stranded.go)
 	stopFence  context.CancelFunc
 	bridge     *bridge // the previous process's fence bridge, until stopped (bridge.go)
 	// hba is pg_hba.conf as the server last read it (keepCertificate).

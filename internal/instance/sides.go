@@ -15,9 +15,9 @@ func (m *manager) mayInitialise() bool { return !time.Now().Before(m.pg.restoreR
 // MyDatabase asked to follow its source, its promotion token; and stops a
 // fence bridge (bridge.go) whose quorum is no longer the Lease's.
 func (m *manager) observed(ctx context.Context, s *situation, obs serverState) {
-	s.stranded = m.strandedNow(ctx, *s, obs)
+	s.stranded = m.pg.strandedNow(ctx, *s, obs)
 	s.demote = m.c.replicaDB() && s.lease.follow
-	s.tokenReached = m.tokenReached(s.lease, obs)
+	s.tokenReached = m.pg.tokenReached(s.lease, obs)
 	if m.pg.bridge != nil && m.pg.bridge.Quorum != s.lease.quorum {
 		m.pg.bridge.stop("the quorum changed")
 	}

@@ -47,31 +47,31 @@ type stranding struct {
 // Lease duration, at most once a Lease duration, and only while that
 // primary holds the Lease: a primary that is gone would keep the turn
 // waiting for its answer when the replica should stand for election.
-func (m *manager) strandedNow(ctx context.Context, s situation, obs serverState) bool {
-	st := &m.stranded
-	following := s.leaseRead && !s.lease.expired && s.lease.holder == m.pg.following
-	if m.pg.role != asReplica || !s.ready || !following || obs.streaming || m.pg.upstream == "" || obs.replayed != st.replayed {
+func (pg *pgServer) strandedNow(ctx context.Context, s situation, obs serverState) bool {
+	st := &pg.stranded
+	following := s.leaseRead && !s.lease.expired && s.lease.holder == pg.following
+	if pg.role != asReplica || !s.ready || !following || obs.streaming || pg.upstream == "" || obs.replayed != st.replayed {
 		*st = stranding{replayed: obs.replayed, since: time.Now()}
 		return false
 	}
-	if time.Since(st.since) < m.t.lease || time.Since(st.askedAt) < m.t.lease {
+	if time.Since(st.since) < pg.t.lease || time.Since(st.askedAt) < pg.t.lease {
 		return false
 	}
 	st.askedAt = time.Now()
-	timeline := m.pg.walTimeline(ctx, obs)
-	gone, forked, err := m.pg.walGone(ctx, m.pg.upstream, obs.lsn, timeline)
+	timeline := pg.walTimeline(ctx, obs)
+	gone, forked, err := pg.walGone(ctx, pg.upstream, obs.lsn, timeline)
 	if err != nil {
-		m.logOnce(fmt.Errorf("the replica neither streams nor replays; asking the primary at %s for WAL from %s: %w",
-			m.pg.upstream, contract.FormatLSN(obs.lsn), err))
+		pg.logOnce(fmt.Errorf("the replica neither streams nor replays; asking the primary at %s for WAL from %s: %w",
+			pg.upstream, contract.FormatLSN(obs.lsn), err))
 		return false
 	}
 	switch {
 	case gone:
-		m.log("the primary at %s no longer has the WAL from %s this replica needs, and no archive provides it",
-			m.pg.upstream, contract.FormatLSN(obs.lsn))
+		pg.log("the primary at %s no longer has the WAL from %s this replica needs, and no archive provides it",
+			pg.upstream, contract.FormatLSN(obs.lsn))
 	case forked:
-		m.log("the primary at %s forked its timeline before %s on timeline %d, where this replica's data is: its history is no longer the primary's",
-			m.pg.upstream, contract.FormatLSN(obs.lsn), timeline)
+		pg.log("the primary at %s forked its timeline before %s on timeline %d, where this replica's data is: its history is no longer the primary's",
+			pg.upstream, contract.FormatLSN(obs.lsn), timeline)
 	}
 	return gone || forked
 }
