@@ -31,7 +31,7 @@ type manager struct {
 
 	pw       *passwords      // password rotation (rotate.go)
 	declared *declaredKeeper // declared roles and databases (declared.go)
-	slots    slotKeeping     // the replication slots (slots.go)
+	slots    *slotKeeping    // the replication slots (slots.go)
 	sent     contract.Report // the last report published
 }
 
@@ -40,9 +40,10 @@ func newManager(c Config, log Logger) (*manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	procs := startReaper()
-	pg := &pgServer{c: c, t: newTiming(c.LeaseDuration), log: log, procs: procs, kube: k}
-	m := &manager{pg: pg, procs: procs, kube: k, declared: newDeclaredKeeper()}
+	procs, t := startReaper(), newTiming(c.LeaseDuration)
+	pg := &pgServer{c: c, t: t, log: log, procs: procs, kube: k}
+	m := &manager{pg: pg, procs: procs, kube: k, declared: newDeclaredKeeper(),
+		slots: &slotKeeping{c: c, t: t, log: log, pg: pg}}
 	m.ha = newHA(c, log, time.Now, k, httpPromises{c}, pg, m)
 	pg.logOnce, pg.fence, pg.leases, pg.lastSeen = m.logOnce, m.fence, m.leases, &m.lastSeen
 	pg.report, pg.backups = m.report, &m.backups

@@ -32,7 +32,7 @@ func (m *manager) acted(ctx context.Context, a action, s situation, _ serverStat
 	// write, and fail, read-only).
 	m.declared.offer(declaredWork{primary: s.ready && m.pg.writable() && (a == wait || a == renew), annotation: s.lease.declared})
 	if s.ready && (a == wait || a == renew) {
-		m.keepSlots(ctx, s.lease.quorum)
+		m.slots.keepSlots(ctx, s.lease.quorum)
 	}
 	m.pg.keepCertificate()
 }
