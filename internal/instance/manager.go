@@ -29,10 +29,10 @@ type manager struct {
 	// (backuprun.go), for the report.
 	backupRun atomic.Pointer[contract.BackupRun]
 
-	pw       *passwords      // password rotation (rotate.go)
-	declared *declaredKeeper // declared roles and databases (declared.go)
-	slots    *slotKeeping    // the replication slots (slots.go)
-	sent     contract.Report // the last report published
+	passwords *passwordRotation // password rotation (rotate.go)
+	declared  *declaredKeeper   // declared roles and databases (declared.go)
+	slots     *slotKeeping      // the replication slots (slots.go)
+	sent      contract.Report   // the last report published
 }
 
 func newManager(c Config, log Logger) (*manager, error) {
@@ -43,7 +43,8 @@ func newManager(c Config, log Logger) (*manager, error) {
 	procs, t := startReaper(), newTiming(c.LeaseDuration)
 	pg := &pgServer{c: c, t: t, log: log, procs: procs, kube: k}
 	m := &manager{pg: pg, procs: procs, kube: k, declared: newDeclaredKeeper(),
-		slots: &slotKeeping{c: c, t: t, log: log, pg: pg}}
+		slots:     &slotKeeping{c: c, t: t, log: log, pg: pg},
+		passwords: &passwordRotation{c: c, t: t, log: log, kube: k, pg: pg}}
 	m.ha = newHA(c, log, time.Now, k, httpPromises{c}, pg, m)
 	pg.logOnce, pg.fence, pg.leases, pg.lastSeen = m.logOnce, m.fence, m.leases, &m.lastSeen
 	pg.report, pg.backups = m.report, &m.backups
@@ -146,7 +147,7 @@ const restartBackoff = 10 * time.Second
 // measured then. seen is what the running server answered, nil to ask it.
 func (m *manager) report(ctx context.Context, candidate *contract.Candidacy, seen *serverState) {
 	r := contract.Report{Manager: m.digest, Address: m.c.AdvertiseAddress, Failsafe: m.c.failsafeAddress(), Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
-		Passwords: m.acceptedPasswords(), Backup: m.backupRun.Load(), Restore: m.pg.restore.Load()}
+		Passwords: m.passwords.acceptedPasswords(), Backup: m.backupRun.Load(), Restore: m.pg.restore.Load()}
 	r.Declared, r.DeclaredOf = m.declared.outcome(m.pg.writable())
 	if m.pg.role != stopped && seen == nil {
 		if o, err := m.pg.observe(ctx); err == nil && o.primary == m.pg.writable() {

@@ -26,7 +26,7 @@ func (m *manager) observed(ctx context.Context, s *situation, obs serverState) {
 // acted keeps passwords, declared objects, slots and the certificate once
 // the loop has acted.
 func (m *manager) acted(ctx context.Context, a action, s situation, _ serverState) {
-	m.keepPasswords(ctx, s.ready && (a == wait || a == renew || a == follow))
+	m.passwords.keepPasswords(ctx, s.ready && (a == wait || a == renew || a == follow))
 	// wait is also a ready replica's turn: only the primary's server takes
 	// the declaration (a replica that found something to do would try to
 	// write, and fail, read-only).
