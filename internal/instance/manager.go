@@ -42,7 +42,9 @@ func newManager(c Config, log Logger) (*manager, error) {
 	}
 	procs, t := startReaper(), newTiming(c.LeaseDuration)
 	pg := &pgServer{c: c, t: t, log: log, procs: procs, kube: k}
-	m := &manager{pg: pg, procs: procs, kube: k, declared: newDeclaredKeeper(),
+	declared := newDeclaredKeeper()
+	declared.c, declared.t, declared.log, declared.kube, declared.pg = c, t, log, k, pg
+	m := &manager{pg: pg, procs: procs, kube: k, declared: declared,
 		slots:     &slotKeeping{c: c, t: t, log: log, pg: pg},
 		passwords: &passwordRotation{c: c, t: t, log: log, kube: k, pg: pg}}
 	m.ha = newHA(c, log, time.Now, k, httpPromises{c}, pg, m)
@@ -62,7 +64,7 @@ func (m *manager) loop(ctx context.Context, reload, replace <-chan struct{}) {
 	defer stopWatch()
 	seen := make(chan *coordinationv1.Lease, 1)
 	go m.kube.watchLease(watchCtx, seen)
-	go m.keepDeclared(watchCtx)
+	go m.declared.keepDeclared(watchCtx)
 	replacing := false
 	for ctx.Err() == nil {
 		m.turn(ctx)
