@@ -3,7 +3,6 @@ package instance
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,12 +21,7 @@ type manager struct {
 	digest string    // this binary's, its version (reexec.go)
 	procs  *reaper
 	kube   *kube
-	// backups is the object store's base backups at the last look
-	// (watchBackups), for the report.
-	backups atomic.Pointer[contract.Backups]
-	// backupRun is the last base backup asked of this instance
-	// (backuprun.go), for the report.
-	backupRun atomic.Pointer[contract.BackupRun]
+	backups *backupKeeper // the object store's base backups (archive.go, backuprun.go)
 
 	passwords *passwordRotation // password rotation (rotate.go)
 	declared  *declaredKeeper   // declared roles and databases (declared.go)
@@ -46,10 +40,11 @@ func newManager(c Config, log Logger) (*manager, error) {
 	declared.c, declared.t, declared.log, declared.kube, declared.pg = c, t, log, k, pg
 	m := &manager{pg: pg, procs: procs, kube: k, declared: declared,
 		slots:     &slotKeeping{c: c, t: t, log: log, pg: pg},
-		passwords: &passwordRotation{c: c, t: t, log: log, kube: k, pg: pg}}
+		passwords: &passwordRotation{c: c, t: t, log: log, kube: k, pg: pg},
+		backups:   &backupKeeper{c: c, log: log, procs: procs, kube: k, pg: pg}}
 	m.ha = newHA(c, log, time.Now, k, httpPromises{c}, pg, m)
 	pg.logOnce, pg.fence, pg.leases, pg.lastSeen = m.logOnce, m.fence, m.leases, &m.lastSeen
-	pg.report, pg.backups = m.report, &m.backups
+	pg.report, pg.backups = m.report, &m.backups.backups
 	return m, nil
 }
 
@@ -149,7 +144,7 @@ const restartBackoff = 10 * time.Second
 // measured then. seen is what the running server answered, nil to ask it.
 func (m *manager) report(ctx context.Context, candidate *contract.Candidacy, seen *serverState) {
 	r := contract.Report{Manager: m.digest, Address: m.c.AdvertiseAddress, Failsafe: m.c.failsafeAddress(), Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
-		Passwords: m.passwords.acceptedPasswords(), Backup: m.backupRun.Load(), Restore: m.pg.restore.Load()}
+		Passwords: m.passwords.acceptedPasswords(), Backup: m.backups.backupRun.Load(), Restore: m.pg.restore.Load()}
 	r.Declared, r.DeclaredOf = m.declared.outcome(m.pg.writable())
 	if m.pg.role != stopped && seen == nil {
 		if o, err := m.pg.observe(ctx); err == nil && o.primary == m.pg.writable() {

@@ -199,7 +199,7 @@ func monotonicNow() int64 {
 // a base backup would be cut short; a primary holds the Lease on its
 // members' promises, or has not renewed within the last tick.
 func (m *manager) reexecDeferred() string {
-	if run := m.backupRun.Load(); run != nil && run.Phase == string(databasev1alpha1.BackupRunning) {
+	if run := m.backups.backupRun.Load(); run != nil && run.Phase == string(databasev1alpha1.BackupRunning) {
 		return "a base backup is running"
 	}
 	if m.pg.role == asPrimary && (!m.failsafeSince.IsZero() || time.Since(m.renewed) >= m.t.tick) {

@@ -97,9 +97,9 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 		go m.serveMetrics(ctx)
 	}
 	if c.Backup != nil {
-		m.loadBackupRun()
-		go m.watchBackups(ctx)
-		go m.takeRequestedBackups(ctx)
+		m.backups.loadBackupRun()
+		go m.backups.watchBackups(ctx)
+		go m.backups.takeRequestedBackups(ctx)
 	}
 	for {
 		m.loop(ctx, reload, replace)
