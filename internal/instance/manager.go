@@ -14,15 +14,16 @@ import (
 
 // manager runs one instance: the HA loop (ha, which it embeds), the
 // local server (pg, the loop's database) and everything else the loop
-// leaves to it (its side concerns, seams.go).
+// leaves to it (its side concerns, seams.go), each a type of its own that
+// reaches the server through pg.
 type manager struct {
 	*ha
 	pg     *pgServer // the local server, the loop's database
 	digest string    // this binary's, its version (reexec.go)
 	procs  *reaper
 	kube   *kube
-	backups *backupKeeper // the object store's base backups (archive.go, backuprun.go)
 
+	backups   *backupKeeper     // the object store's base backups (archive.go, backuprun.go)
 	passwords *passwordRotation // password rotation (rotate.go)
 	declared  *declaredKeeper   // declared roles and databases (declared.go)
 	slots     *slotKeeping      // the replication slots (slots.go)
@@ -30,11 +31,12 @@ type manager struct {
 }
 
 func newManager(c Config, log Logger) (*manager, error) {
-	k, err := newKube(c, newTiming(c.LeaseDuration).tick)
+	t := newTiming(c.LeaseDuration)
+	k, err := newKube(c, t.tick)
 	if err != nil {
 		return nil, err
 	}
-	procs, t := startReaper(), newTiming(c.LeaseDuration)
+	procs := startReaper()
 	pg := &pgServer{c: c, t: t, log: log, procs: procs, kube: k}
 	declared := newDeclaredKeeper()
 	declared.c, declared.t, declared.log, declared.kube, declared.pg = c, t, log, k, pg
@@ -43,6 +45,8 @@ func newManager(c Config, log Logger) (*manager, error) {
 		passwords: &passwordRotation{c: c, t: t, log: log, kube: k, pg: pg},
 		backups:   &backupKeeper{c: c, log: log, procs: procs, kube: k, pg: pg}}
 	m.ha = newHA(c, log, time.Now, k, httpPromises{c}, pg, m)
+	// The server shares what newHA made (the fence, the Lease, the last
+	// answer, logOnce's memory) and publishes a restore's progress.
 	pg.logOnce, pg.fence, pg.leases, pg.lastSeen = m.logOnce, m.fence, m.leases, &m.lastSeen
 	pg.report, pg.backups = m.report, &m.backups.backups
 	return m, nil
@@ -173,4 +177,33 @@ func (m *manager) report(ctx context.Context, candidate *contract.Candidacy, see
 		return
 	}
 	m.sent = r
+}
+
+// shutdown stops the server and, when it was the primary, gives up the
+// Lease: only once the server no longer accepts writes. It returns the
+// exit code.
+func (m *manager) shutdown() int {
+	wasPrimary := m.pg.role == asPrimary
+	if wasPrimary {
+		m.pg.checkpointFirst(context.Background())
+		// The poolers hold their clients' transactions until the next
+		// primary is elected; a tick at most is spent waiting for them.
+		if waiting, err := m.pg.pausePoolers(context.Background(), ""); err != nil {
+			m.log("stopping without asking the poolers to pause: %v", err)
+		} else if waiting > 0 {
+			m.log("stopping before %d poolers paused", waiting)
+		}
+	}
+	m.pg.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*m.t.tick)
+	defer cancel()
+	if wasPrimary {
+		if err := m.leases.release(ctx); err != nil {
+			m.log("giving up the Lease: %v", err)
+		} else {
+			m.log("gave up the Lease")
+		}
+	}
+	m.report(ctx, nil, nil)
+	return 0
 }

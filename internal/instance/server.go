@@ -171,35 +171,6 @@ func (pg *pgServer) checkpointFirst(ctx context.Context) {
 	}
 }
 
-// shutdown stops the server and, when it was the primary, gives up the
-// Lease: only once the server no longer accepts writes. It returns the
-// exit code.
-func (m *manager) shutdown() int {
-	wasPrimary := m.pg.role == asPrimary
-	if wasPrimary {
-		m.pg.checkpointFirst(context.Background())
-		// The poolers hold their clients' transactions until the next
-		// primary is elected; a tick at most is spent waiting for them.
-		if waiting, err := m.pg.pausePoolers(context.Background(), ""); err != nil {
-			m.log("stopping without asking the poolers to pause: %v", err)
-		} else if waiting > 0 {
-			m.log("stopping before %d poolers paused", waiting)
-		}
-	}
-	m.pg.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*m.t.tick)
-	defer cancel()
-	if wasPrimary {
-		if err := m.leases.release(ctx); err != nil {
-			m.log("giving up the Lease: %v", err)
-		} else {
-			m.log("gave up the Lease")
-		}
-	}
-	m.report(ctx, nil, nil)
-	return 0
-}
-
 func (r serverRole) String() string { return [...]string{"stopped", "primary", "replica"}[r] }
 
 // The pgServer is the loop's database (seams.go): the methods below are
