@@ -98,8 +98,8 @@ func RecordArchiveResult(config string, err error) {
 }
 
 // observeArchive reads pg_stat_archiver on a primary with spec.backup.
-func (m *manager) observeArchive(ctx context.Context, conn *pgx.Conn) (*contract.Archive, error) {
-	if m.c.Backup == nil {
+func (pg *pgServer) observeArchive(ctx context.Context, conn *pgx.Conn) (*contract.Archive, error) {
+	if pg.c.Backup == nil {
 		return nil, nil
 	}
 	a := &contract.Archive{}
@@ -109,9 +109,9 @@ func (m *manager) observeArchive(ctx context.Context, conn *pgx.Conn) (*contract
 	if err != nil {
 		return nil, err
 	}
-	a.LastArchivedWAL, a.LastFailedWAL, a.Backups = deref(archived), deref(failed), m.backups.Load()
+	a.LastArchivedWAL, a.LastFailedWAL, a.Backups = deref(archived), deref(failed), pg.backups.Load()
 	if a.Failing() {
-		if b, err := os.ReadFile(filepath.Join(m.c.SocketDir, archiveErrorFile)); err == nil {
+		if b, err := os.ReadFile(filepath.Join(pg.c.SocketDir, archiveErrorFile)); err == nil {
 			a.Error = strings.TrimSpace(string(b))
 		}
 	}
@@ -129,13 +129,13 @@ const (
 // watchBackups sums up the store's base backups until ctx ends, for the
 // primary's report. It runs beside the HA loop, never in it: a slow store
 // delays nothing else.
-func (m *manager) watchBackups(ctx context.Context) {
-	store, err := backup.Open(*m.c.Backup)
+func (k *backupKeeper) watchBackups(ctx context.Context) {
+	store, err := backup.Open(*k.c.Backup)
 	if err != nil {
-		m.log("listing the base backups: %v", err)
+		k.log("listing the base backups: %v", err)
 		return
 	}
-	done := filepath.Join(m.c.SocketDir, backupDoneFile)
+	done := filepath.Join(k.c.SocketDir, backupDoneFile)
 	var listed, seen time.Time
 	for {
 		if fi, err := os.Stat(done); err == nil && !fi.ModTime().Equal(seen) {
@@ -143,13 +143,13 @@ func (m *manager) watchBackups(ctx context.Context) {
 		}
 		if time.Since(listed) >= backupsEvery {
 			lctx, cancel := context.WithTimeout(ctx, time.Minute)
-			m.applyRetention(lctx, store)
+			k.applyRetention(lctx, store)
 			list, err := store.Backups(lctx)
 			cancel()
 			if err != nil {
-				m.log("listing the base backups: %v", err)
+				k.log("listing the base backups: %v", err)
 			} else {
-				m.backups.Store(summarize(list))
+				k.backups.Store(summarize(list))
 			}
 			listed = time.Now()
 		}
@@ -174,25 +174,25 @@ func summarize(list []backup.Manifest) *contract.Backups {
 // applyRetention deletes, on the primary alone, the backups
 // spec.backup.retention no longer keeps and the WAL that came before the
 // oldest backup kept.
-func (m *manager) applyRetention(ctx context.Context, store *backup.Store) {
-	if m.c.Retention == (backup.Retention{}) {
+func (k *backupKeeper) applyRetention(ctx context.Context, store *backup.Store) {
+	if k.c.Retention == (backup.Retention{}) {
 		return
 	}
 	var standby bool
-	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	err := k.pg.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		return conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&standby)
 	})
 	if err != nil || standby {
 		return
 	}
-	expired, wal, err := store.ApplyRetention(ctx, m.c.Retention, time.Now())
+	expired, wal, err := store.ApplyRetention(ctx, k.c.Retention, time.Now())
 	for _, b := range expired {
-		m.log("retention: deleted base backup %s (finished %s)", b.ID, b.FinishedAt.Format(time.RFC3339))
+		k.log("retention: deleted base backup %s (finished %s)", b.ID, b.FinishedAt.Format(time.RFC3339))
 	}
 	if wal > 0 {
-		m.log("retention: deleted %d WAL files no backup kept needs", wal)
+		k.log("retention: deleted %d WAL files no backup kept needs", wal)
 	}
 	if err != nil {
-		m.log("retention: %v", err)
+		k.log("retention: %v", err)
 	}
 }

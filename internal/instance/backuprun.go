@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -24,6 +25,24 @@ import (
 // kept in a file of the socket directory, which outlives a restart of the
 // container (not of the pod, whose successor is never asked).
 
+// backupKeeper looks at the object store's base backups and applies the
+// retention (watchBackups, archive.go), and takes the base backups asked
+// of this instance (takeRequestedBackups); it reaches the server through
+// the pgServer.
+type backupKeeper struct {
+	c     Config
+	log   Logger
+	procs *reaper
+	kube  *kube
+	pg    *pgServer
+	// backups is the object store's base backups at the last look
+	// (watchBackups), for the report.
+	backups atomic.Pointer[contract.Backups]
+	// backupRun is the last base backup asked of this instance, for the
+	// report.
+	backupRun atomic.Pointer[contract.BackupRun]
+}
+
 // backupRunFile is the last run, for the report and across restarts.
 const backupRunFile = "backup-run.json"
 
@@ -32,8 +51,8 @@ const walArchivedWithin = 15 * time.Minute
 
 // loadBackupRun reads the last run; a run the previous container left
 // Running was cut short.
-func (m *manager) loadBackupRun() {
-	b, err := os.ReadFile(filepath.Join(m.c.SocketDir, backupRunFile))
+func (k *backupKeeper) loadBackupRun() {
+	b, err := os.ReadFile(filepath.Join(k.c.SocketDir, backupRunFile))
 	if err != nil {
 		return
 	}
@@ -45,52 +64,52 @@ func (m *manager) loadBackupRun() {
 		now := time.Now().UTC()
 		run.Phase, run.Stopped = string(databasev1alpha1.BackupFailed), &now
 		run.Message = "the instance manager restarted while it took the backup: " + run.Message
-		m.saveBackupRun(run)
+		k.saveBackupRun(run)
 		return
 	}
-	m.backupRun.Store(&run)
+	k.backupRun.Store(&run)
 }
 
 // saveBackupRun records run for the report and in its file.
-func (m *manager) saveBackupRun(run contract.BackupRun) {
-	m.backupRun.Store(&run)
+func (k *backupKeeper) saveBackupRun(run contract.BackupRun) {
+	k.backupRun.Store(&run)
 	b, _ := json.Marshal(run) // a BackupRun always marshals
-	tmp := filepath.Join(m.c.SocketDir, backupRunFile+".tmp")
+	tmp := filepath.Join(k.c.SocketDir, backupRunFile+".tmp")
 	err := os.WriteFile(tmp, b, 0o600)
 	if err == nil {
-		err = os.Rename(tmp, filepath.Join(m.c.SocketDir, backupRunFile))
+		err = os.Rename(tmp, filepath.Join(k.c.SocketDir, backupRunFile))
 	}
 	if err != nil {
-		m.log("keeping the state of backup %s: %v", run.Name, err)
+		k.log("keeping the state of backup %s: %v", run.Name, err)
 	}
 }
 
 // takeRequestedBackups takes each backup its pod's annotation asks for,
 // one at a time, until ctx ends.
-func (m *manager) takeRequestedBackups(ctx context.Context) {
+func (k *backupKeeper) takeRequestedBackups(ctx context.Context) {
 	requests := make(chan string, 1)
-	go m.kube.watchOwnAnnotation(ctx, contract.AnnotationBackupRequest, requests)
+	go k.kube.watchOwnAnnotation(ctx, contract.AnnotationBackupRequest, requests)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case name := <-requests:
-			if last := m.backupRun.Load(); name == "" || (last != nil && last.Name == name) {
+			if last := k.backupRun.Load(); name == "" || (last != nil && last.Name == name) {
 				continue
 			}
-			m.takeBackup(ctx, name)
+			k.takeBackup(ctx, name)
 		}
 	}
 }
 
 // takeBackup takes the backup name asks for, into spec.backup's store.
-func (m *manager) takeBackup(ctx context.Context, name string) {
+func (k *backupKeeper) takeBackup(ctx context.Context, name string) {
 	start := time.Now().UTC()
 	run := contract.BackupRun{Name: name, Phase: string(databasev1alpha1.BackupRunning), Started: &start,
 		Message: "pg_basebackup is copying the data"}
-	m.saveBackupRun(run)
-	m.log("taking base backup %s", name)
-	man, err := m.backupAndWait(ctx, &run)
+	k.saveBackupRun(run)
+	k.log("taking base backup %s", name)
+	man, err := k.backupAndWait(ctx, &run)
 	stop := time.Now().UTC()
 	run.Stopped = &stop
 	if err != nil {
@@ -98,24 +117,24 @@ func (m *manager) takeBackup(ctx context.Context, name string) {
 			return // stopping: the next container reports it cut short
 		}
 		run.Phase, run.Message = string(databasev1alpha1.BackupFailed), err.Error()
-		m.log("base backup %s failed: %v", name, err)
+		k.log("base backup %s failed: %v", name, err)
 	} else {
 		run.Phase, run.Message = string(databasev1alpha1.BackupCompleted), ""
-		m.log("base backup %s done: %s, %d bytes", name, man.ID, man.Size)
+		k.log("base backup %s done: %s, %d bytes", name, man.ID, man.Size)
 	}
-	m.saveBackupRun(run)
+	k.saveBackupRun(run)
 }
 
 // backupAndWait takes the backup, then waits until the WAL file it ends
 // in is archived: until then a restore from it could not become
 // consistent. (A primary's pg_basebackup waits for that itself; a
 // replica's cannot: the primary archives.)
-func (m *manager) backupAndWait(ctx context.Context, run *contract.BackupRun) (backup.Manifest, error) {
-	store, err := backup.Open(*m.c.Backup)
+func (k *backupKeeper) backupAndWait(ctx context.Context, run *contract.BackupRun) (backup.Manifest, error) {
+	store, err := backup.Open(*k.c.Backup)
 	if err != nil {
 		return backup.Manifest{}, err
 	}
-	man, err := store.TakeBackup(ctx, m.procs.exec, fmt.Sprintf("host=%s port=%s user=postgres", m.c.SocketDir, m.c.Port), time.Now())
+	man, err := store.TakeBackup(ctx, k.procs.exec, fmt.Sprintf("host=%s port=%s user=postgres", k.c.SocketDir, k.c.Port), time.Now())
 	if err != nil {
 		return man, err
 	}
@@ -128,17 +147,17 @@ func (m *manager) backupAndWait(ctx context.Context, run *contract.BackupRun) (b
 	}
 	last := run.EndWAL
 	run.Message = fmt.Sprintf("waiting for WAL file %s, where the backup becomes consistent, to be archived", last)
-	m.saveBackupRun(*run)
+	k.saveBackupRun(*run)
 	deadline := time.Now().Add(walArchivedWithin)
 	for {
 		_, err := store.ArchivedSize(ctx, last)
 		switch {
 		case err == nil:
 			// The primary lists its backups again for its report.
-			_ = os.WriteFile(filepath.Join(m.c.SocketDir, backupDoneFile), []byte(man.ID), 0o600)
+			_ = os.WriteFile(filepath.Join(k.c.SocketDir, backupDoneFile), []byte(man.ID), 0o600)
 			return man, nil
 		case !errors.Is(err, backup.ErrNotFound) && !errors.Is(err, fs.ErrNotExist):
-			m.log("backup %s: checking the archive for %s: %v", man.ID, last, err)
+			k.log("backup %s: checking the archive for %s: %v", man.ID, last, err)
 		}
 		if time.Now().After(deadline) {
 			return man, fmt.Errorf("the backup %s was taken, but WAL file %s, which it needs, was not archived within %s: "+

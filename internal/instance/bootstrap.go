@@ -71,63 +71,63 @@ func (c Config) standby() bool {
 // the spec, or restores it from an object store (restore.go), or from a
 // replica MyDatabase's source (replica.go). All of it
 // happens in a scratch directory, renamed into place at the end.
-func (m *manager) initPrimary(ctx context.Context) error {
-	c := m.c
+func (pg *pgServer) initPrimary(ctx context.Context) error {
+	c := pg.c
 	scratch := c.PGData + ".init"
-	m.log("initialising a new primary in %s", c.PGData)
+	pg.log("initialising a new primary in %s", c.PGData)
 	if err := os.RemoveAll(scratch); err != nil {
 		return err
 	}
 	switch {
 	case c.replicaDB():
-		if err := m.restoreStandby(ctx, scratch); err != nil {
+		if err := pg.restoreStandby(ctx, scratch); err != nil {
 			return err
 		}
 	case c.Restore != nil:
-		if err := m.restorePrimary(ctx, scratch); err != nil {
+		if err := pg.restorePrimary(ctx, scratch); err != nil {
 			return err
 		}
 	default:
-		if err := m.initdb(ctx, scratch); err != nil {
+		if err := pg.initdb(ctx, scratch); err != nil {
 			return err
 		}
 	}
 	if err := os.Rename(scratch, c.PGData); err != nil {
 		return err
 	}
-	m.log("primary initialised")
+	pg.log("primary initialised")
 	return nil
 }
 
 // initdb makes a new database with the roles and database of the spec.
-func (m *manager) initdb(ctx context.Context, scratch string) error {
-	if _, err := m.procs.run(ctx, nil, "", "initdb", "--pgdata="+scratch, "--username=postgres", "--encoding=UTF8", "--locale=C",
+func (pg *pgServer) initdb(ctx context.Context, scratch string) error {
+	if _, err := pg.procs.run(ctx, nil, "", "initdb", "--pgdata="+scratch, "--username=postgres", "--encoding=UTF8", "--locale=C",
 		"--data-checksums", "--auth-local=trust", "--auth-host=scram-sha-256"); err != nil {
 		return err
 	}
-	return m.bootstrap(ctx, scratch)
+	return pg.bootstrap(ctx, scratch)
 }
 
 // bootstrap runs bootstrapSQL on a private server of the scratch data
 // directory.
-func (m *manager) bootstrap(ctx context.Context, scratch string) error {
-	c := m.c
+func (pg *pgServer) bootstrap(ctx context.Context, scratch string) error {
+	c := pg.c
 	env := []string{"POSTGRES_USER=" + c.User, "POSTGRES_DB=" + c.Database, "POSTGRES_PASSWORD=" + c.Password}
-	return m.withPrivateServer(ctx, scratch, nil, fmt.Errorf("the private server on %s exited at start", scratch), env, bootstrapSQL+rewindGrants)
+	return pg.withPrivateServer(ctx, scratch, nil, fmt.Errorf("the private server on %s exited at start", scratch), env, bootstrapSQL+rewindGrants)
 }
 
 // withPrivateServer runs sql (psql, as the superuser, with env) on a
 // private server (startPrivate) of the scratch data directory started with
 // extra settings, its socket in that directory. exited is the error when
 // the server ends before it accepts connections.
-func (m *manager) withPrivateServer(ctx context.Context, scratch string, extra []string, exited error, env []string, sql string) error {
-	server, err := m.startPrivate(ctx, append([]string{"-D", scratch}, extra...), scratch, exited, 0)
+func (pg *pgServer) withPrivateServer(ctx context.Context, scratch string, extra []string, exited error, env []string, sql string) error {
+	server, err := pg.startPrivate(ctx, append([]string{"-D", scratch}, extra...), scratch, exited, 0)
 	if err != nil {
 		return err
 	}
 	defer server.stop(killDelay)
-	_, err = m.procs.run(ctx, env, sql, "psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
-		"--host="+scratch, "--port="+m.c.Port, "--username=postgres", "--dbname=postgres")
+	_, err = pg.procs.run(ctx, env, sql, "psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
+		"--host="+scratch, "--port="+pg.c.Port, "--username=postgres", "--dbname=postgres")
 	return err
 }
 
@@ -140,15 +140,15 @@ func (m *manager) withPrivateServer(ctx context.Context, scratch string, extra [
 // error when the server ends first. With stall > 0, a server whose
 // recovery reads no new WAL file for stall is stopped (errReplayStalled).
 // The caller stops it.
-func (m *manager) startPrivate(ctx context.Context, args []string, dir string, exited error, stall time.Duration) (*server, error) {
-	port := m.c.Port
-	server, err := m.startServer(append(args, "-c", "listen_addresses=", "-c", "unix_socket_directories="+dir, "-c", "port="+port))
+func (pg *pgServer) startPrivate(ctx context.Context, args []string, dir string, exited error, stall time.Duration) (*server, error) {
+	port := pg.c.Port
+	server, err := pg.startServer(append(args, "-c", "listen_addresses=", "-c", "unix_socket_directories="+dir, "-c", "port="+port))
 	if err != nil {
 		return nil, fmt.Errorf("starting a private server on %s: %w", dir, err)
 	}
 	recovering, since := "", time.Now()
 	for {
-		if _, err := m.procs.run(ctx, nil, "", "pg_isready", "--quiet", "--host="+dir, "--port="+port); err == nil {
+		if _, err := pg.procs.run(ctx, nil, "", "pg_isready", "--quiet", "--host="+dir, "--port="+port); err == nil {
 			return server, nil
 		}
 		if stall > 0 {
@@ -217,45 +217,45 @@ func recoveringFile(pid int) string {
 // data that a former primary wrote past the new primary's fork must not
 // be served, and the pod is not ready until its server follows. A replay
 // that stalls ends with errReplayStalled.
-func (m *manager) dataPosition(ctx context.Context) (serverState, error) {
-	if _, err := m.c.copyTLS(); err != nil {
+func (pg *pgServer) dataPosition(ctx context.Context) (serverState, error) {
+	if _, err := pg.c.copyTLS(); err != nil {
 		return serverState{}, err
 	}
-	if err := m.placeWAL(); err != nil {
+	if err := pg.placeWAL(); err != nil {
 		return serverState{}, err
 	}
-	args, err := m.standbyArgs(ctx, "")
+	args, err := pg.standbyArgs(ctx, "")
 	if err != nil {
 		return serverState{}, err
 	}
-	dir := m.c.PGData
-	server, err := m.startPrivate(ctx, args, dir, fmt.Errorf("the data in %s does not start as a standby", dir), replayStall)
+	dir := pg.c.PGData
+	server, err := pg.startPrivate(ctx, args, dir, fmt.Errorf("the data in %s does not start as a standby", dir), replayStall)
 	if err != nil {
 		return serverState{}, err
 	}
-	defer server.stop(m.t.lease)
-	return m.observeAt(ctx, dir)
+	defer server.stop(pg.t.lease)
+	return pg.observeAt(ctx, dir)
 }
 
 // cloneReplica copies the primary at address with pg_basebackup, as
 // replaceData does.
-func (m *manager) cloneReplica(ctx context.Context, address string) error {
-	conninfo, err := m.replicationConninfo(ctx, address)
+func (pg *pgServer) cloneReplica(ctx context.Context, address string) error {
+	conninfo, err := pg.replicationConninfo(ctx, address)
 	if err != nil {
 		return err
 	}
-	m.log("cloning the primary at %s", address)
-	if err := m.replaceData(ctx, func(scratch string) error { return m.baseBackup(ctx, conninfo, scratch) }); err != nil {
+	pg.log("cloning the primary at %s", address)
+	if err := pg.replaceData(ctx, func(scratch string) error { return pg.baseBackup(ctx, conninfo, scratch) }); err != nil {
 		return err
 	}
-	m.log("replica cloned")
+	pg.log("replica cloned")
 	return nil
 }
 
 // baseBackup copies the server at conninfo (a replication connection's
 // keywords) into dir with pg_basebackup.
-func (m *manager) baseBackup(ctx context.Context, conninfo, dir string) error {
-	_, err := m.procs.run(ctx, nil, "", "pg_basebackup", "--pgdata="+dir, "--dbname="+conninfo, "--no-password",
+func (pg *pgServer) baseBackup(ctx context.Context, conninfo, dir string) error {
+	_, err := pg.procs.run(ctx, nil, "", "pg_basebackup", "--pgdata="+dir, "--dbname="+conninfo, "--no-password",
 		"--wal-method=stream", "--checkpoint=fast")
 	return err
 }
@@ -263,8 +263,8 @@ func (m *manager) baseBackup(ctx context.Context, conninfo, dir string) error {
 // replaceData has fill make new data in a scratch directory, renamed into
 // place when complete. Data already there is replaced only then: a copy
 // that fails (its source lost half way) leaves it as it was.
-func (m *manager) replaceData(ctx context.Context, fill func(scratch string) error) error {
-	c := m.c
+func (pg *pgServer) replaceData(ctx context.Context, fill func(scratch string) error) error {
+	c := pg.c
 	scratch := c.PGData + ".clone"
 	if err := os.RemoveAll(scratch); err != nil {
 		return err
@@ -296,20 +296,20 @@ func (m *manager) replaceData(ctx context.Context, fill func(scratch string) err
 // when they have not). When pg_rewind cannot (the WAL it needs is gone),
 // reclone copies it again: what it held beyond the divergence was never
 // replicated, so it is no longer part of the database's history.
-func (m *manager) rewind(ctx context.Context, conninfo, what string, reclone func() error) error {
-	if err := os.WriteFile(m.c.rewindMarker(), nil, 0o600); err != nil {
+func (pg *pgServer) rewind(ctx context.Context, conninfo, what string, reclone func() error) error {
+	if err := os.WriteFile(pg.c.rewindMarker(), nil, 0o600); err != nil {
 		return err
 	}
-	_, err := m.procs.run(ctx, nil, "", "pg_rewind", "--target-pgdata="+m.c.PGData, "--source-server="+conninfo+" dbname=postgres")
+	_, err := pg.procs.run(ctx, nil, "", "pg_rewind", "--target-pgdata="+pg.c.PGData, "--source-server="+conninfo+" dbname=postgres")
 	if err == nil {
 		// Its own lines (on stderr, in the log) say what it changed.
-		m.log("rewound to %s", what)
-		return os.Remove(m.c.rewindMarker())
+		pg.log("rewound to %s", what)
+		return os.Remove(pg.c.rewindMarker())
 	}
 	if ctx.Err() != nil {
 		return err
 	}
-	m.log("pg_rewind against %s failed (%v): cloning it again; until a clone succeeds this data is never started", what, err)
+	pg.log("pg_rewind against %s failed (%v): cloning it again; until a clone succeeds this data is never started", what, err)
 	return reclone()
 }
 
@@ -325,23 +325,23 @@ const (
 
 // diverged compares data at position seen (its timeline and the WAL it
 // has) with the primary at address (against).
-func (m *manager) diverged(ctx context.Context, address string, seen serverState) (history, error) {
-	conninfo, err := m.replicationConninfo(ctx, address)
+func (pg *pgServer) diverged(ctx context.Context, address string, seen serverState) (history, error) {
+	conninfo, err := pg.replicationConninfo(ctx, address)
 	if err != nil {
 		return 0, err
 	}
-	theirs, content, err := m.timelineOf(ctx, conninfo)
+	theirs, content, err := pg.timelineOf(ctx, conninfo)
 	if err != nil {
 		return 0, err
 	}
-	return m.against(theirs, content, seen), nil
+	return pg.against(theirs, content, seen), nil
 }
 
 // timelineOf asks the server at conninfo (a replication connection's
 // keywords) for its timeline and that timeline's history file (none for
 // timeline 1).
-func (m *manager) timelineOf(ctx context.Context, conninfo string) (int64, string, error) {
-	conn, err := m.dialReplication(ctx, conninfo)
+func (pg *pgServer) timelineOf(ctx context.Context, conninfo string) (int64, string, error) {
+	conn, err := pg.dialReplication(ctx, conninfo)
 	if err != nil {
 		return 0, "", err
 	}
@@ -368,13 +368,13 @@ func (m *manager) timelineOf(ctx context.Context, conninfo string) (int64, strin
 // Two instances promoted one after the other without hearing of each
 // other's timeline can pick the same number: their history files differ,
 // and pg_rewind, which compares numbers, would see nothing to do.
-func (m *manager) against(theirs int64, content string, seen serverState) history {
+func (pg *pgServer) against(theirs int64, content string, seen serverState) history {
 	if theirs < seen.timeline {
 		return forked
 	}
 	if theirs == seen.timeline {
 		if theirs > 1 {
-			mine, err := os.ReadFile(fmt.Sprintf("%s/pg_wal/%08X.history", m.c.PGData, theirs))
+			mine, err := os.ReadFile(fmt.Sprintf("%s/pg_wal/%08X.history", pg.c.PGData, theirs))
 			if err == nil && string(mine) != content {
 				return foreign
 			}
@@ -419,8 +419,8 @@ var hotStandbyMinimums = map[string]string{
 // the MyDatabase from an older manifest never leaves a replica failing at
 // every start. The standby takes its own value at the first restart after
 // the primary has run with it.
-func (m *manager) keepPrimaryMinimums(ctx context.Context, args []string) ([]string, error) {
-	control, err := m.controlData(ctx)
+func (pg *pgServer) keepPrimaryMinimums(ctx context.Context, args []string) ([]string, error) {
+	control, err := pg.controlData(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -431,7 +431,7 @@ func (m *manager) keepPrimaryMinimums(ctx context.Context, args []string) ([]str
 		if err != nil {
 			return nil, fmt.Errorf("pg_controldata: %s: %w", field, err)
 		}
-		conf, err := m.procs.run(ctx, nil, "", "postgres", append(append([]string{}, args...), "-C", name)...)
+		conf, err := pg.procs.run(ctx, nil, "", "postgres", append(append([]string{}, args...), "-C", name)...)
 		if err != nil {
 			return nil, err
 		}
@@ -440,7 +440,7 @@ func (m *manager) keepPrimaryMinimums(ctx context.Context, args []string) ([]str
 			return nil, fmt.Errorf("postgres -C %s: %w", name, err)
 		}
 		if recorded > configured {
-			m.log("%s: keeping the primary's %d until it runs with the configured %d", name, recorded, configured)
+			pg.log("%s: keeping the primary's %d until it runs with the configured %d", name, recorded, configured)
 			extra = append(extra, "-c", fmt.Sprintf("%s=%d", name, recorded))
 		}
 	}
@@ -448,8 +448,8 @@ func (m *manager) keepPrimaryMinimums(ctx context.Context, args []string) ([]str
 }
 
 // controlData is pg_controldata's output: each field's value by its name.
-func (m *manager) controlData(ctx context.Context) (map[string]string, error) {
-	out, err := m.procs.run(ctx, []string{"LC_ALL=C"}, "", "pg_controldata", m.c.PGData)
+func (pg *pgServer) controlData(ctx context.Context) (map[string]string, error) {
+	out, err := pg.procs.run(ctx, []string{"LC_ALL=C"}, "", "pg_controldata", pg.c.PGData)
 	if err != nil {
 		return nil, err
 	}

@@ -71,7 +71,7 @@ func TestStartPrivateReportsAServerThatExits(t *testing.T) {
 	}
 	script("pg_isready", "exit 2")
 	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	m := &manager{ha: &ha{c: Config{Port: "5432"}}, procs: startReaper()}
+	m := &pgServer{c: Config{Port: "5432"}, procs: startReaper()}
 	defer m.procs.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -111,7 +111,7 @@ func TestStartPrivateStopsAStalledReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	m := &manager{ha: &ha{c: Config{Port: "5432"}}, procs: startReaper()}
+	m := &pgServer{c: Config{Port: "5432"}, procs: startReaper()}
 	defer m.procs.stop()
 	exited := errors.New("the data does not start")
 
@@ -154,7 +154,7 @@ func TestAHalfDoneRewindLeavesNoData(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := &manager{ha: &ha{c: c, log: func(string, ...any) {}}, procs: startReaper()}
+	m := &pgServer{c: c, log: func(string, ...any) {}, procs: startReaper()}
 	defer m.procs.stop()
 	ctx := context.Background()
 

@@ -64,13 +64,13 @@ type bridge struct {
 // startBridge starts a bridge and waits until it streams. The deadline
 // is read on the monotonic clock before the time left, so that it is, if
 // anything, early.
-func (m *manager) startBridge() (*bridge, error) {
+func (pg *pgServer) startBridge() (*bridge, error) {
 	mono := monotonicNow()
-	left := m.fence.left()
+	left := pg.fence.left()
 	if left <= 0 {
 		return nil, errors.New("the fence is shut")
 	}
-	quorum := m.fence.quorumNow()
+	quorum := pg.fence.quorumNow()
 	q, err := json.Marshal(quorum)
 	if err != nil {
 		return nil, err
@@ -81,15 +81,15 @@ func (m *manager) startBridge() (*bridge, error) {
 	}
 	defer func() { _ = r.Close() }()
 	cmd := exec.Command("/proc/self/exe", BridgeCommand, "--until-mono", strconv.FormatInt(mono+int64(left), 10), "--quorum", string(q))
-	cmd.Stdout, cmd.Stderr, cmd.Env, cmd.ExtraFiles = os.Stdout, os.Stderr, m.c.environ, []*os.File{w}
+	cmd.Stdout, cmd.Stderr, cmd.Env, cmd.ExtraFiles = os.Stdout, os.Stderr, pg.c.environ, []*os.File{w}
 	// Gone with the instance manager, as the server is (startServer).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	exited, err := m.procs.start(cmd)
+	exited, err := pg.procs.start(cmd)
 	_ = w.Close()
 	if err != nil {
 		return nil, err
 	}
-	b := &bridge{PID: cmd.Process.Pid, Quorum: quorum, exited: exited, log: m.log}
+	b := &bridge{PID: cmd.Process.Pid, Quorum: quorum, exited: exited, log: pg.log}
 	wait := min(bridgeReady, left)
 	_ = r.SetReadDeadline(time.Now().Add(wait))
 	if line, err := bufio.NewReader(r).ReadString('\n'); err != nil || line != "streaming\n" {
@@ -125,15 +125,15 @@ func (b *bridge) stop(why string) {
 
 // retire stops the bridge the previous process left once this process's
 // witness streams, or at the bridge's deadline.
-func (m *manager) retire(b *bridge) {
+func (pg *pgServer) retire(b *bridge) {
 	if err := childOf(b.PID); err != nil {
-		m.log("not stopping the fence bridge (pid %d): %v", b.PID, err)
+		pg.log("not stopping the fence bridge (pid %d): %v", b.PID, err)
 		return
 	}
-	b.exited, b.log = m.procs.watch(b.PID), m.log
-	m.bridge = b
+	b.exited, b.log = pg.procs.watch(b.PID), pg.log
+	pg.bridge = b
 	go func() {
-		if m.fence.awaitStreaming(context.Background(), m.fence.left()) {
+		if pg.fence.awaitStreaming(context.Background(), pg.fence.left()) {
 			b.stop("this process's fence streams")
 			return
 		}

@@ -103,11 +103,11 @@ func extensionPlan(want contract.Extension, have *pgExtension, available bool) (
 // declared ones and records each one's outcome (contract.DatabaseKey,
 // contract.ExtensionKey). A database dropped, or not made, gives its
 // outcome to its extensions.
-func (m *manager) applyDatabases(ctx context.Context, databases []contract.Database, outcome map[string]string) error {
+func (k *declaredKeeper) applyDatabases(ctx context.Context, databases []contract.Database, outcome map[string]string) error {
 	if len(databases) == 0 {
 		return nil
 	}
-	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	err := k.pg.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		have, err := serverDatabases(ctx, conn, databases)
 		if err != nil {
 			return err
@@ -123,14 +123,14 @@ func (m *manager) applyDatabases(ctx context.Context, databases []contract.Datab
 	for _, d := range databases {
 		why := outcome[contract.DatabaseKey(d.Name)]
 		if why == "" && !d.Absent && len(d.Extensions)+len(d.Publications)+len(d.Subscriptions) > 0 {
-			err := m.withDatabase(ctx, d.Name, func(ctx context.Context, conn *pgx.Conn) error {
+			err := k.pg.withDatabase(ctx, d.Name, func(ctx context.Context, conn *pgx.Conn) error {
 				if err := applyExtensions(ctx, conn, d, outcome); err != nil {
 					return err
 				}
 				if err := applyPublications(ctx, conn, d, outcome); err != nil {
 					return err
 				}
-				return m.applySubscriptions(ctx, conn, d, outcome)
+				return k.applySubscriptions(ctx, conn, d, outcome)
 			})
 			if err == nil {
 				continue

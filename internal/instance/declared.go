@@ -33,8 +33,15 @@ type declaredOutcome struct {
 	outcome map[string]string // contract.Report.Declared
 }
 
-// declaredKeeper is where the turn and the worker meet.
+// declaredKeeper is where the turn and the worker meet, and the worker
+// (keepDeclared), which reaches the server through the pgServer.
 type declaredKeeper struct {
+	c    Config
+	t    timing
+	log  Logger
+	kube *kube
+	pg   *pgServer
+
 	work chan declaredWork // the latest, capacity 1
 	last atomic.Pointer[declaredOutcome]
 	// workers is what the worker, alone, remembers of each subscription's
@@ -70,7 +77,7 @@ func (k *declaredKeeper) outcome(primary bool) (map[string]string, string) {
 }
 
 // keepDeclared is the worker; it returns when ctx ends.
-func (m *manager) keepDeclared(ctx context.Context) {
+func (k *declaredKeeper) keepDeclared(ctx context.Context) {
 	var applied string // the annotation last applied, and when
 	var at time.Time
 	for {
@@ -78,53 +85,53 @@ func (m *manager) keepDeclared(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case w = <-m.declared.work:
+		case w = <-k.work:
 		}
 		if !w.primary || w.annotation == "" {
-			m.declared.last.Store(nil)
-			clear(m.declared.pooled)
+			k.last.Store(nil)
+			clear(k.pooled)
 			applied = ""
 			continue
 		}
-		if w.annotation == applied && time.Since(at) < m.t.lease {
+		if w.annotation == applied && time.Since(at) < k.t.lease {
 			continue
 		}
 		d, err := contract.ParseDeclared(w.annotation)
 		if err != nil {
-			m.log("%v", err)
+			k.log("%v", err)
 			continue
 		}
-		outcome, err := m.applyDeclared(ctx, d)
+		outcome, err := k.applyDeclared(ctx, d)
 		if err != nil {
-			m.log("applying the declared roles and databases: %v (again at the next turn)", err)
+			k.log("applying the declared roles and databases: %v (again at the next turn)", err)
 			continue
 		}
 		var before map[string]string
-		if last := m.declared.last.Load(); last != nil {
+		if last := k.last.Load(); last != nil {
 			before = last.outcome
 		}
 		for key, why := range outcome {
 			if why != "" && why != before[key] {
-				m.log("%s: %s", key, why)
+				k.log("%s: %s", key, why)
 			}
 		}
-		m.declared.last.Store(&declaredOutcome{of: contract.DeclaredDigest(w.annotation), outcome: outcome})
+		k.last.Store(&declaredOutcome{of: contract.DeclaredDigest(w.annotation), outcome: outcome})
 		applied, at = w.annotation, time.Now()
 	}
 }
 
 // applyDeclared applies d, each step bounded by a minute, and returns
 // each item's outcome.
-func (m *manager) applyDeclared(ctx context.Context, d contract.Declared) (map[string]string, error) {
+func (k *declaredKeeper) applyDeclared(ctx context.Context, d contract.Declared) (map[string]string, error) {
 	outcome := map[string]string{}
-	if err := m.applyRoles(ctx, d.Roles, outcome); err != nil {
+	if err := k.applyRoles(ctx, d.Roles, outcome); err != nil {
 		return nil, err
 	}
-	if err := m.applyDatabases(ctx, d.Databases, outcome); err != nil {
+	if err := k.applyDatabases(ctx, d.Databases, outcome); err != nil {
 		return nil, err
 	}
 	if d.Pooler {
-		outcome[contract.PoolerKey] = m.keepPoolerLookup(ctx, m.declared.pooled)
+		outcome[contract.PoolerKey] = k.keepPoolerLookup(ctx, k.pooled)
 	}
 	return outcome, nil
 }

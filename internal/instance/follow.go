@@ -15,11 +15,11 @@ import (
 // follow restarts the server as a replica of holder: cloned when there is
 // no data or its replay stalls without a primary (errReplayStalled),
 // rewound otherwise.
-func (m *manager) follow(ctx context.Context, holder string, ready bool) error {
-	if m.role != stopped && !ready {
+func (pg *pgServer) follow(ctx context.Context, holder string, ready bool) error {
+	if pg.role != stopped && !ready {
 		return nil // still starting: its position is not known yet
 	}
-	r, err := m.kube.report(ctx, holder)
+	r, err := pg.kube.report(ctx, holder)
 	if err != nil {
 		return err
 	}
@@ -27,64 +27,64 @@ func (m *manager) follow(ctx context.Context, holder string, ready bool) error {
 		return nil // it has not reported as primary yet
 	}
 	stalled := false
-	if m.c.initialised() {
+	if pg.c.initialised() {
 		// A running replica's last answer is not where its data stands: it
 		// goes on receiving what the old primary writes until that one
 		// stops, and a primary being fenced writes on (never acknowledged)
 		// past the point the new primary forked from. Only the stopped
 		// data tells whether it must be rewound.
-		m.stop()
-		seen, err := m.dataPosition(ctx)
+		pg.stop()
+		seen, err := pg.dataPosition(ctx)
 		switch {
 		case errors.Is(err, errReplayStalled):
 			// Where this data ends cannot be known without a primary, and
 			// the primary holds every acknowledged commit: a copy of it
 			// replaces the data, once complete.
-			control, cerr := m.controlData(ctx)
+			control, cerr := pg.controlData(ctx)
 			if cerr != nil {
 				return cerr
 			}
 			seen, stalled = serverState{systemID: control["Database system identifier"]}, true
-			m.log("%v: cloning the primary again", err)
+			pg.log("%v: cloning the primary again", err)
 		case err != nil:
 			return err
 		}
-		m.lastSeen = seen
+		*pg.lastSeen = seen
 	}
-	if m.c.initialised() && r.SystemID != "" && m.lastSeen.systemID != "" && r.SystemID != m.lastSeen.systemID {
+	if pg.c.initialised() && r.SystemID != "" && pg.lastSeen.systemID != "" && r.SystemID != pg.lastSeen.systemID {
 		// Data of another database (a volume kept from an earlier
 		// MyDatabase of the same name, say): never rewound or cloned over.
 		return fmt.Errorf("this data directory belongs to database system %s, the primary %s runs %s: "+
-			"not replacing it; move the volume away to let this instance clone the primary", m.lastSeen.systemID, holder, r.SystemID)
+			"not replacing it; move the volume away to let this instance clone the primary", pg.lastSeen.systemID, holder, r.SystemID)
 	}
-	if !m.c.initialised() || stalled {
-		err = m.cloneReplica(ctx, r.Address)
+	if !pg.c.initialised() || stalled {
+		err = pg.cloneReplica(ctx, r.Address)
 	} else {
 		// A former primary, and even a replica, can hold WAL the new
 		// primary lacks: what a fenced primary wrote (never acknowledged)
 		// after the new one forked its timeline.
-		h, derr := m.diverged(ctx, r.Address, m.lastSeen)
+		h, derr := pg.diverged(ctx, r.Address, *pg.lastSeen)
 		if derr != nil {
 			return derr
 		}
 		switch h {
 		case forked:
 			var conninfo string
-			if conninfo, err = m.replicationConninfo(ctx, r.Address); err == nil {
-				err = m.rewind(ctx, conninfo, "the primary at "+r.Address, func() error { return m.cloneReplica(ctx, r.Address) })
+			if conninfo, err = pg.replicationConninfo(ctx, r.Address); err == nil {
+				err = pg.rewind(ctx, conninfo, "the primary at "+r.Address, func() error { return pg.cloneReplica(ctx, r.Address) })
 			}
 		case foreign:
-			m.log("timeline %d here has another history than the primary's: cloning it again", m.lastSeen.timeline)
-			err = m.cloneReplica(ctx, r.Address)
+			pg.log("timeline %d here has another history than the primary's: cloning it again", pg.lastSeen.timeline)
+			err = pg.cloneReplica(ctx, r.Address)
 		}
 	}
 	if err != nil {
 		return err
 	}
-	if err := m.start(ctx, asReplica, r.Address); err != nil {
+	if err := pg.start(ctx, asReplica, r.Address); err != nil {
 		return err
 	}
-	m.following = holder
+	pg.following = holder
 	return nil
 }
 
@@ -95,9 +95,9 @@ func (m *manager) follow(ctx context.Context, holder string, ready bool) error {
 // each number another instance used. Without it, an instance promoted
 // after a primary that died before its timeline reached anyone would pick
 // that primary's number, and the two histories could not be told apart.
-func (m *manager) reserveTimelines(mine, newest int64) error {
+func (pg *pgServer) reserveTimelines(mine, newest int64) error {
 	for tli := mine + 1; tli <= newest; tli++ {
-		path := fmt.Sprintf("%s/pg_wal/%08X.history", m.c.PGData, tli)
+		path := fmt.Sprintf("%s/pg_wal/%08X.history", pg.c.PGData, tli)
 		if _, err := os.Stat(path); err == nil {
 			continue
 		}

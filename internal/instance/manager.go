@@ -3,7 +3,6 @@ package instance
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -13,61 +12,43 @@ import (
 	"example.com/myoperator/internal/contract"
 )
 
-// manager runs one instance: the HA loop (ha, which it embeds), and the
-// server and everything else the loop leaves to it (seams.go).
+// manager runs one instance: the HA loop (ha, which it embeds), the
+// local server (pg, the loop's database) and everything else the loop
+// leaves to it (its side concerns, seams.go), each a type of its own that
+// reaches the server through pg.
 type manager struct {
 	*ha
-	// hba is pg_hba.conf as the server last read it (keepCertificate).
-	hba    []byte
-	digest string // this binary's, its version (reexec.go)
+	pg     *pgServer // the local server, the loop's database
+	digest string    // this binary's, its version (reexec.go)
 	procs  *reaper
 	kube   *kube
-	// backups is the object store's base backups at the last look
-	// (watchBackups), for the report.
-	backups atomic.Pointer[contract.Backups]
-	// backupRun is the last base backup asked of this instance
-	// (backuprun.go), for the report.
-	backupRun atomic.Pointer[contract.BackupRun]
-	// restore is the restore of this instance's data while it runs or
-	// after it failed (restore.go), for the report; restoreRetryAt is when
-	// a failed one is tried again.
-	restore        atomic.Pointer[contract.Restore]
-	restoreRetryAt time.Time
 
-	server *server
-	role   serverRole
-	// designated: the server runs as a replica MyDatabase's designated
-	// primary (role asPrimary, but a standby: replica.go); waiting, what
-	// its promotion waits for, for the report.
-	designated bool
-	waiting    atomic.Pointer[string]
-	following  string
-	upstream   string    // the address a replica streams from, "" for none
-	stranded   stranding // a replica that neither streams nor replays (stranded.go)
-	stopFence  context.CancelFunc
-	bridge     *bridge // the previous process's fence bridge, until stopped (bridge.go)
-
-	pw       *passwords      // password rotation (rotate.go)
-	declared *declaredKeeper // declared roles and databases (declared.go)
-	slots    slotKeeping     // the replication slots (slots.go)
-	// pausing is the switchover the poolers were last asked to pause
-	// for, when, and how many pods of each pooler (by ID) had paused at
-	// the last look (switchover.go).
-	pausing struct {
-		target string
-		since  time.Time
-		paused map[string]int
-	}
-	sent contract.Report // the last report published
+	backups   *backupKeeper     // the object store's base backups (archive.go, backuprun.go)
+	passwords *passwordRotation // password rotation (rotate.go)
+	declared  *declaredKeeper   // declared roles and databases (declared.go)
+	slots     *slotKeeping      // the replication slots (slots.go)
+	sent      contract.Report   // the last report published
 }
 
 func newManager(c Config, log Logger) (*manager, error) {
-	k, err := newKube(c, newTiming(c.LeaseDuration).tick)
+	t := newTiming(c.LeaseDuration)
+	k, err := newKube(c, t.tick)
 	if err != nil {
 		return nil, err
 	}
-	m := &manager{procs: startReaper(), kube: k, declared: newDeclaredKeeper()}
-	m.ha = newHA(c, log, time.Now, k, httpPromises{c}, m, m)
+	procs := startReaper()
+	pg := &pgServer{c: c, t: t, log: log, procs: procs, kube: k}
+	declared := newDeclaredKeeper()
+	declared.c, declared.t, declared.log, declared.kube, declared.pg = c, t, log, k, pg
+	m := &manager{pg: pg, procs: procs, kube: k, declared: declared,
+		slots:     &slotKeeping{c: c, t: t, log: log, pg: pg},
+		passwords: &passwordRotation{c: c, t: t, log: log, kube: k, pg: pg},
+		backups:   &backupKeeper{c: c, log: log, procs: procs, kube: k, pg: pg}}
+	m.ha = newHA(c, log, time.Now, k, httpPromises{c}, pg, m)
+	// The server shares what newHA made (the fence, the Lease, the last
+	// answer, logOnce's memory) and publishes a restore's progress.
+	pg.logOnce, pg.fence, pg.leases, pg.lastSeen = m.logOnce, m.fence, m.leases, &m.lastSeen
+	pg.report, pg.backups = m.report, &m.backups.backups
 	return m, nil
 }
 
@@ -82,7 +63,7 @@ func (m *manager) loop(ctx context.Context, reload, replace <-chan struct{}) {
 	defer stopWatch()
 	seen := make(chan *coordinationv1.Lease, 1)
 	go m.kube.watchLease(watchCtx, seen)
-	go m.keepDeclared(watchCtx)
+	go m.declared.keepDeclared(watchCtx)
 	replacing := false
 	for ctx.Err() == nil {
 		m.turn(ctx)
@@ -107,11 +88,11 @@ func (m *manager) loop(ctx context.Context, reload, replace <-chan struct{}) {
 func (m *manager) awaitTurn(ctx context.Context, ticker *time.Ticker, reload, replace <-chan struct{}, seen <-chan *coordinationv1.Lease) bool {
 	for {
 		var exited <-chan syscall.WaitStatus
-		if m.server != nil && !m.server.done {
-			exited = m.server.exited
+		if m.pg.server != nil && !m.pg.server.done {
+			exited = m.pg.server.exited
 		}
 		expiry := time.NewTimer(time.Hour)
-		if d, ok := m.leases.expiresIn(); ok && m.role != asPrimary {
+		if d, ok := m.leases.expiresIn(); ok && m.pg.role != asPrimary {
 			expiry.Reset(d)
 		} else {
 			expiry.Stop()
@@ -124,7 +105,7 @@ func (m *manager) awaitTurn(ctx context.Context, ticker *time.Ticker, reload, re
 			// The holder knows its Lease from its own renewals; the others
 			// record every version. A turn only when the holder changed.
 			changed := holderOf(lease) != m.c.PodName
-			if m.role != asPrimary {
+			if m.pg.role != asPrimary {
 				changed = m.leases.record(lease)
 			}
 			if !changed {
@@ -136,15 +117,15 @@ func (m *manager) awaitTurn(ctx context.Context, ticker *time.Ticker, reload, re
 			expiry.Stop()
 			return true
 		case <-reload:
-			if m.server != nil && !m.server.exitedNow() {
-				_ = m.server.cmd.Process.Signal(syscall.SIGHUP)
+			if m.pg.server != nil && !m.pg.server.exitedNow() {
+				_ = m.pg.server.cmd.Process.Signal(syscall.SIGHUP)
 			}
 		case ws := <-exited:
-			m.server.status, m.server.done = ws, true
-			_ = m.server.cmd.Process.Release()
+			m.pg.server.status, m.pg.server.done = ws, true
+			_ = m.pg.server.cmd.Process.Release()
 			m.log("postgres exited with code %d", exitCode(ws))
-			crashLoop := time.Since(m.server.started) < restartBackoff
-			m.serverGone()
+			crashLoop := time.Since(m.pg.server.started) < restartBackoff
+			m.pg.serverGone()
 			if crashLoop {
 				// Not at once again: wait for the next tick.
 				select {
@@ -167,22 +148,22 @@ const restartBackoff = 10 * time.Second
 // measured then. seen is what the running server answered, nil to ask it.
 func (m *manager) report(ctx context.Context, candidate *contract.Candidacy, seen *serverState) {
 	r := contract.Report{Manager: m.digest, Address: m.c.AdvertiseAddress, Failsafe: m.c.failsafeAddress(), Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
-		Passwords: m.acceptedPasswords(), Backup: m.backupRun.Load(), Restore: m.restore.Load()}
-	r.Declared, r.DeclaredOf = m.declared.outcome(m.writable())
-	if m.role != stopped && seen == nil {
-		if o, err := m.observe(ctx); err == nil && o.primary == m.writable() {
+		Passwords: m.passwords.acceptedPasswords(), Backup: m.backups.backupRun.Load(), Restore: m.pg.restore.Load()}
+	r.Declared, r.DeclaredOf = m.declared.outcome(m.pg.writable())
+	if m.pg.role != stopped && seen == nil {
+		if o, err := m.pg.observe(ctx); err == nil && o.primary == m.pg.writable() {
 			seen = &o
 		}
 	}
-	if o := seen; o != nil && m.role != stopped {
+	if o := seen; o != nil && m.pg.role != stopped {
 		r.Ready, r.SystemID, r.Timeline = true, o.systemID, o.timeline
 		r.LSN = contract.FormatLSN(o.lsn)
 		r.Role = databasev1alpha1.RoleReplica
 		switch {
 		case o.primary:
 			r.Role, r.Archive = databasev1alpha1.RolePrimary, o.archive
-		case m.designated:
-			r.Role, r.Replayed, r.Replica = databasev1alpha1.RolePrimary, contract.FormatLSN(o.replayed), m.replicaState(ctx)
+		case m.pg.designated:
+			r.Role, r.Replayed, r.Replica = databasev1alpha1.RolePrimary, contract.FormatLSN(o.replayed), m.pg.replicaState(ctx)
 		default:
 			r.Replayed = contract.FormatLSN(o.replayed)
 		}
@@ -196,4 +177,33 @@ func (m *manager) report(ctx context.Context, candidate *contract.Candidacy, see
 		return
 	}
 	m.sent = r
+}
+
+// shutdown stops the server and, when it was the primary, gives up the
+// Lease: only once the server no longer accepts writes. It returns the
+// exit code.
+func (m *manager) shutdown() int {
+	wasPrimary := m.pg.role == asPrimary
+	if wasPrimary {
+		m.pg.checkpointFirst(context.Background())
+		// The poolers hold their clients' transactions until the next
+		// primary is elected; a tick at most is spent waiting for them.
+		if waiting, err := m.pg.pausePoolers(context.Background(), ""); err != nil {
+			m.log("stopping without asking the poolers to pause: %v", err)
+		} else if waiting > 0 {
+			m.log("stopping before %d poolers paused", waiting)
+		}
+	}
+	m.pg.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*m.t.tick)
+	defer cancel()
+	if wasPrimary {
+		if err := m.leases.release(ctx); err != nil {
+			m.log("giving up the Lease: %v", err)
+		} else {
+			m.log("gave up the Lease")
+		}
+	}
+	m.report(ctx, nil, nil)
+	return 0
 }

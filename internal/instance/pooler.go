@@ -48,9 +48,9 @@ const poolerRecheck = 5 * time.Minute
 // keepPoolerLookup keeps the role and, in every database, the lookup;
 // checked maps a database to when it was last found holding it (the
 // worker's own memory). It returns why it could not, "" when done.
-func (m *manager) keepPoolerLookup(ctx context.Context, checked map[string]time.Time) string {
+func (k *declaredKeeper) keepPoolerLookup(ctx context.Context, checked map[string]time.Time) string {
 	var databases []string
-	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	err := k.pg.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		role := pgx.Identifier{contract.PoolerRole}.Sanitize()
 		var exists bool
 		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)", contract.PoolerRole).Scan(&exists); err != nil {
@@ -97,7 +97,7 @@ func (m *manager) keepPoolerLookup(ctx context.Context, checked map[string]time.
 		if at, ok := checked[d]; ok && time.Since(at) < poolerRecheck {
 			continue
 		}
-		err := m.withDatabase(ctx, d, func(ctx context.Context, conn *pgx.Conn) error {
+		err := k.pg.withDatabase(ctx, d, func(ctx context.Context, conn *pgx.Conn) error {
 			var have bool
 			if err := conn.QueryRow(ctx, "SELECT to_regprocedure($1) IS NOT NULL", contract.PoolerLookup+"(text)").Scan(&have); err != nil || have {
 				return err

@@ -33,13 +33,13 @@ type server struct {
 // the server ends, not the process: the reaper starts every child on the
 // main thread, which lives as long as the process and on across a
 // re-execution (reexec.go), so the server survives that.
-func (m *manager) startServer(args []string) (*server, error) {
+func (pg *pgServer) startServer(args []string) (*server, error) {
 	cmd := exec.Command("postgres", args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	// The environment holds no password: ConfigFromEnv removed them.
 	cmd.Env = os.Environ()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	exited, err := m.procs.start(cmd)
+	exited, err := pg.procs.start(cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -92,12 +92,12 @@ func (c Config) serverArgs() []string {
 
 // standbyArgs make the server a standby of the primary at address, or of
 // none (it replays what it has) when address is empty.
-func (m *manager) standbyArgs(ctx context.Context, address string) ([]string, error) {
-	if err := os.WriteFile(m.c.PGData+"/standby.signal", nil, 0o600); err != nil {
+func (pg *pgServer) standbyArgs(ctx context.Context, address string) ([]string, error) {
+	if err := os.WriteFile(pg.c.PGData+"/standby.signal", nil, 0o600); err != nil {
 		return nil, err
 	}
-	args := m.c.serverArgs()
-	extra, err := m.keepPrimaryMinimums(ctx, args)
+	args := pg.c.serverArgs()
+	extra, err := pg.keepPrimaryMinimums(ctx, args)
 	if err != nil {
 		return nil, err
 	}
@@ -105,26 +105,26 @@ func (m *manager) standbyArgs(ctx context.Context, address string) ([]string, er
 	if address == "" {
 		return append(args, "-c", "primary_conninfo="), nil
 	}
-	conninfo, err := m.replicationConninfo(ctx, address)
+	conninfo, err := pg.replicationConninfo(ctx, address)
 	if err != nil {
 		return nil, err
 	}
-	primary := fmt.Sprintf("%s application_name=%s", conninfo, m.c.PodName)
-	if slots := m.c.failoverSlotArgs(); slots != nil {
+	primary := fmt.Sprintf("%s application_name=%s", conninfo, pg.c.PodName)
+	if slots := pg.c.failoverSlotArgs(); slots != nil {
 		// The slot sync worker connects to a database.
 		primary += " dbname=postgres"
 		args = append(args, slots...)
 	}
 	args = append(args, "-c", "primary_conninfo="+primary)
-	if err := m.ownSlot(ctx, conninfo); err != nil {
+	if err := pg.ownSlot(ctx, conninfo); err != nil {
 		// Streaming without a slot, as before slots: the primary keeps
 		// wal_keep_size for it, and makes the slot (keepSlots) for the
 		// next start.
-		m.log("streaming without a replication slot: %v", err)
+		pg.log("streaming without a replication slot: %v", err)
 	} else {
-		args = append(args, "-c", "primary_slot_name="+slotName(m.c.PodName))
+		args = append(args, "-c", "primary_slot_name="+slotName(pg.c.PodName))
 	}
-	return append(args, m.c.fetchArgs()...), nil
+	return append(args, pg.c.fetchArgs()...), nil
 }
 
 // serverState is what the server says of itself (observe).
@@ -141,15 +141,15 @@ type serverState struct {
 
 // observe asks the local server, through its socket, as the postgres OS
 // user (peer authentication, no password).
-func (m *manager) observe(ctx context.Context) (serverState, error) {
-	return m.observeAt(ctx, m.c.SocketDir)
+func (pg *pgServer) observe(ctx context.Context) (serverState, error) {
+	return pg.observeAt(ctx, pg.c.SocketDir)
 }
 
 // observeAt asks the local server whose socket is in dir.
-func (m *manager) observeAt(ctx context.Context, dir string) (serverState, error) {
-	ctx, cancel := context.WithTimeout(ctx, m.t.tick)
+func (pg *pgServer) observeAt(ctx context.Context, dir string) (serverState, error) {
+	ctx, cancel := context.WithTimeout(ctx, pg.t.tick)
 	defer cancel()
-	conn, err := m.connectAt(ctx, dir)
+	conn, err := pg.connectAt(ctx, dir)
 	if err != nil {
 		return serverState{}, err
 	}
@@ -181,7 +181,7 @@ func (m *manager) observeAt(ctx context.Context, dir string) (serverState, error
 		if o.lsn, err = contract.LSN(deref(current)); err != nil {
 			return o, err
 		}
-		o.archive, err = m.observeArchive(ctx, conn)
+		o.archive, err = pg.observeArchive(ctx, conn)
 		return o, err
 	}
 	if o.replayed, err = contract.LSN(deref(replayed)); err != nil {
@@ -194,7 +194,7 @@ func (m *manager) observeAt(ctx context.Context, dir string) (serverState, error
 	if receivedTLI != nil {
 		o.timeline = *receivedTLI
 	} else {
-		o.timeline = replicaTimeline(m.c.PGData+"/pg_wal", o.lsn, tli)
+		o.timeline = replicaTimeline(pg.c.PGData+"/pg_wal", o.lsn, tli)
 	}
 	return o, nil
 }
@@ -257,33 +257,33 @@ func deref(s *string) string {
 // commits (the grants after a promotion) are acknowledged locally: they
 // must not wait for the fence or the synchronous quorum, which may need
 // the replicas that only follow a new primary once it has reported.
-func (m *manager) connect(ctx context.Context) (*pgx.Conn, error) {
-	return m.connectAt(ctx, m.c.SocketDir)
+func (pg *pgServer) connect(ctx context.Context) (*pgx.Conn, error) {
+	return pg.connectAt(ctx, pg.c.SocketDir)
 }
 
-func (m *manager) connectAt(ctx context.Context, dir string) (*pgx.Conn, error) {
-	return m.connectTo(ctx, dir, "postgres")
+func (pg *pgServer) connectAt(ctx context.Context, dir string) (*pgx.Conn, error) {
+	return pg.connectTo(ctx, dir, "postgres")
 }
 
 // connectTo connects to the database dbname (a declared name: lower-case
 // letters, digits and underscores) of the server whose socket is in dir.
-func (m *manager) connectTo(ctx context.Context, dir, dbname string) (*pgx.Conn, error) {
+func (pg *pgServer) connectTo(ctx context.Context, dir, dbname string) (*pgx.Conn, error) {
 	return pgx.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres dbname=%s application_name=mydatabase_instance synchronous_commit=local",
-		dir, m.c.Port, dbname))
+		dir, pg.c.Port, dbname))
 }
 
 // withServer runs f on a connection to the local server, within a
 // minute.
-func (m *manager) withServer(ctx context.Context, f func(context.Context, *pgx.Conn) error) error {
-	return m.withDatabase(ctx, "postgres", f)
+func (pg *pgServer) withServer(ctx context.Context, f func(context.Context, *pgx.Conn) error) error {
+	return pg.withDatabase(ctx, "postgres", f)
 }
 
 // withDatabase runs f on a connection to the database dbname of the local
 // server, within a minute.
-func (m *manager) withDatabase(ctx context.Context, dbname string, f func(context.Context, *pgx.Conn) error) error {
+func (pg *pgServer) withDatabase(ctx context.Context, dbname string, f func(context.Context, *pgx.Conn) error) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	conn, err := m.connectTo(ctx, m.c.SocketDir, dbname)
+	conn, err := pg.connectTo(ctx, pg.c.SocketDir, dbname)
 	if err != nil {
 		return err
 	}
@@ -293,8 +293,8 @@ func (m *manager) withDatabase(ctx context.Context, dbname string, f func(contex
 
 // promoteServer ends recovery: the server becomes a primary on a new
 // timeline.
-func (m *manager) promoteServer(ctx context.Context) error {
-	return m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+func (pg *pgServer) promoteServer(ctx context.Context) error {
+	return pg.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		var done bool
 		if err := conn.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&done); err != nil {
 			return err
@@ -312,8 +312,8 @@ func (m *manager) promoteServer(ctx context.Context) error {
 // it runs rewindGrants, and removes the replication role's password if it
 // still has one (data made before replicas authenticated by certificate,
 // replication.go).
-func (m *manager) afterPromotion(ctx context.Context) error {
-	return m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+func (pg *pgServer) afterPromotion(ctx context.Context) error {
+	return pg.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
 			return err
 		}
@@ -328,7 +328,7 @@ func (m *manager) afterPromotion(ctx context.Context) error {
 			if _, err := conn.Exec(ctx, "ALTER ROLE "+contract.ReplicationRole+" PASSWORD NULL"); err != nil {
 				return err
 			}
-			m.log("removed the password of role %s: replicas authenticate by certificate", contract.ReplicationRole)
+			pg.log("removed the password of role %s: replicas authenticate by certificate", contract.ReplicationRole)
 		}
 		return nil
 	})

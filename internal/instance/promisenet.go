@@ -202,16 +202,16 @@ func askPromise(ctx context.Context, key []byte, me, member, address string) (an
 // pod names), each with the host it streams from ("" over a Unix
 // socket): a member the primary's last view of spec.replicas does not
 // count yet (a scale-up it could not read) must promise too.
-func (m *manager) streaming(ctx context.Context) (map[string]string, error) {
+func (pg *pgServer) streaming(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
-	err := m.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	err := pg.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		rows, err := conn.Query(ctx, "SELECT application_name, coalesce(host(client_addr), '') FROM pg_stat_replication")
 		if err != nil {
 			return err
 		}
 		var name, host string
 		_, err = pgx.ForEachRow(rows, []any{&name, &host}, func() error {
-			if m.c.isInstance(name) && name != m.c.PodName {
+			if pg.c.isInstance(name) && name != pg.c.PodName {
 				out[name] = host
 			}
 			return nil

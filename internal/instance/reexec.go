@@ -199,10 +199,10 @@ func monotonicNow() int64 {
 // a base backup would be cut short; a primary holds the Lease on its
 // members' promises, or has not renewed within the last tick.
 func (m *manager) reexecDeferred() string {
-	if run := m.backupRun.Load(); run != nil && run.Phase == string(databasev1alpha1.BackupRunning) {
+	if run := m.backups.backupRun.Load(); run != nil && run.Phase == string(databasev1alpha1.BackupRunning) {
 		return "a base backup is running"
 	}
-	if m.role == asPrimary && (!m.failsafeSince.IsZero() || time.Since(m.renewed) >= m.t.tick) {
+	if m.pg.role == asPrimary && (!m.failsafeSince.IsZero() || time.Since(m.renewed) >= m.t.tick) {
 		return "the Lease was not renewed within the last tick"
 	}
 	return ""
@@ -223,14 +223,14 @@ func (m *manager) reexec(ctx context.Context) error {
 	if err := os.Rename(next, current); err != nil {
 		return err
 	}
-	h := handover{Role: m.role, Following: m.following, Upstream: m.upstream, Mono: monotonicNow()}
-	if m.server != nil && !m.server.exitedNow() {
-		h.Server, h.Started = m.server.cmd.Process.Pid, m.server.started
+	h := handover{Role: m.pg.role, Following: m.pg.following, Upstream: m.pg.upstream, Mono: monotonicNow()}
+	if m.pg.server != nil && !m.pg.server.exitedNow() {
+		h.Server, h.Started = m.pg.server.cmd.Process.Pid, m.pg.server.started
 	}
-	if m.role == asPrimary {
+	if m.pg.role == asPrimary {
 		h.Lease, h.RenewedAgo = m.leases.lease, time.Since(m.renewed)
-		if h.Server != 0 && m.stopFence != nil {
-			if h.Bridge, err = m.startBridge(); err != nil {
+		if h.Server != 0 && m.pg.stopFence != nil {
+			if h.Bridge, err = m.pg.startBridge(); err != nil {
 				m.log("re-executing without a fence bridge (%v): commits wait until the new process's fence streams", err)
 			}
 		}
@@ -283,16 +283,16 @@ func (m *manager) adopt() error {
 	if h.Server == 0 {
 		return nil
 	}
-	if err := m.ownServer(h.Server); err != nil {
+	if err := m.pg.ownServer(h.Server); err != nil {
 		return fmt.Errorf("not adopting postgres (pid %d): %w", h.Server, err)
 	}
 	p, err := os.FindProcess(h.Server)
 	if err != nil {
 		return err
 	}
-	m.server = &server{cmd: &exec.Cmd{Process: p}, exited: m.procs.watch(h.Server), started: h.Started}
-	m.role, m.following, m.upstream = h.Role, h.Following, h.Upstream
-	m.designated = h.Role == asPrimary && m.c.replicaDB() && m.c.standby()
+	m.pg.server = &server{cmd: &exec.Cmd{Process: p}, exited: m.procs.watch(h.Server), started: h.Started}
+	m.pg.role, m.pg.following, m.pg.upstream = h.Role, h.Following, h.Upstream
+	m.pg.designated = h.Role == asPrimary && m.c.replicaDB() && m.c.standby()
 	if h.Role == asPrimary && h.Lease != nil {
 		m.leases.record(h.Lease)
 		m.leases.lease = h.Lease
@@ -302,11 +302,11 @@ func (m *manager) adopt() error {
 		// started without it would confirm commits no replica has
 		// flushed until the first turn.
 		m.fence.setQuorum(m.leases.view().quorum)
-		if !m.designated {
-			m.startFence()
+		if !m.pg.designated {
+			m.pg.startFence()
 		}
 		if h.Bridge != nil {
-			m.retire(h.Bridge)
+			m.pg.retire(h.Bridge)
 		}
 	}
 	m.log("adopted postgres (pid %d) as %v", h.Server, h.Role)
@@ -315,12 +315,12 @@ func (m *manager) adopt() error {
 
 // ownServer checks that pid is this process's child and the postmaster of
 // PGDATA.
-func (m *manager) ownServer(pid int) error {
+func (pg *pgServer) ownServer(pid int) error {
 	if err := childOf(pid); err != nil {
 		return err
 	}
-	if holder, err := readPID(m.c.PGData + "/postmaster.pid"); err != nil || holder != pid {
-		return fmt.Errorf("not the postmaster of %s", m.c.PGData)
+	if holder, err := readPID(pg.c.PGData + "/postmaster.pid"); err != nil || holder != pid {
+		return fmt.Errorf("not the postmaster of %s", pg.c.PGData)
 	}
 	return nil
 }

@@ -68,10 +68,11 @@ func TestAdoptKeepsTheFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	t10 := newTiming(10 * time.Second)
-	m := &manager{ha: &ha{c: Config{SocketDir: dir, PGData: dir, PodName: "db-0", Port: "1"}, log: func(string, ...any) {},
-		t: t10, fence: newFence(time.Now), failsafe: newFailsafe("db-0", time.Now), leases: newLeases(nil, "db-0", t10, time.Now)}, procs: startReaper()}
+	c, log, fence, procs := Config{SocketDir: dir, PGData: dir, PodName: "db-0", Port: "1"}, func(string, ...any) {}, newFence(time.Now), startReaper()
+	m := &manager{ha: &ha{c: c, log: log, t: t10, fence: fence, failsafe: newFailsafe("db-0", time.Now), leases: newLeases(nil, "db-0", t10, time.Now)},
+		pg: &pgServer{c: c, log: log, t: t10, fence: fence, procs: procs}, procs: procs}
 	defer func() {
-		m.closeFence()
+		m.pg.closeFence()
 		_ = postmaster.Process.Kill()
 		m.procs.stop()
 	}()
@@ -91,8 +92,8 @@ func TestAdoptKeepsTheFence(t *testing.T) {
 	if err := m.adopt(); err != nil {
 		t.Fatal(err)
 	}
-	if m.role != asPrimary || m.server == nil {
-		t.Fatalf("not adopted: role %v", m.role)
+	if m.pg.role != asPrimary || m.pg.server == nil {
+		t.Fatalf("not adopted: role %v", m.pg.role)
 	}
 	if got := m.fence.quorumNow(); got != quorum {
 		t.Errorf("the adopted fence confirms at quorum %+v, want the Lease's %+v", got, quorum)

@@ -92,7 +92,7 @@ func sourceApplicationName(pod string) string {
 
 // writable: the server runs as the primary that takes writes, not as a
 // designated primary.
-func (m *manager) writable() bool { return m.role == asPrimary && !m.designated }
+func (pg *pgServer) writable() bool { return pg.role == asPrimary && !pg.designated }
 
 // replicaConfigFile holds the source's object store, for wal-fetch.
 func (c Config) replicaConfigFile() string { return filepath.Join(c.SocketDir, "replica.json") }
@@ -101,17 +101,17 @@ func (c Config) replicaConfigFile() string { return filepath.Join(c.SocketDir, "
 // source's latest base backup (from its archive, else cloned from its
 // primary), with standby.signal, so that the server started on it replays
 // the source's WAL and never promotes by itself.
-func (m *manager) restoreStandby(ctx context.Context, scratch string) error {
-	if m.c.Replica == nil {
-		return m.cloneSource(ctx, scratch)
+func (pg *pgServer) restoreStandby(ctx context.Context, scratch string) error {
+	if pg.c.Replica == nil {
+		return pg.cloneSource(ctx, scratch)
 	}
-	store, chosen, err := m.chooseBackup(ctx, *m.c.Replica, "", time.Time{})
+	store, chosen, err := pg.chooseBackup(ctx, *pg.c.Replica, "", time.Time{})
 	if err != nil {
 		return err
 	}
-	m.log("restoring base backup %s (from %s on timeline %d) of the source %s/%s as a standby", chosen.ID, chosen.BeginLSN, chosen.Timeline,
-		m.c.Replica.Bucket, m.c.Replica.Path)
-	w := m.watchRestore(ctx, chosen.ID, fmt.Sprintf("downloading base backup %s of the source", chosen.ID))
+	pg.log("restoring base backup %s (from %s on timeline %d) of the source %s/%s as a standby", chosen.ID, chosen.BeginLSN, chosen.Timeline,
+		pg.c.Replica.Bucket, pg.c.Replica.Path)
+	w := pg.watchRestore(ctx, chosen.ID, fmt.Sprintf("downloading base backup %s of the source", chosen.ID))
 	err = store.Restore(ctx, chosen, scratch)
 	if err == nil {
 		err = os.Chmod(scratch, 0o700)
@@ -125,14 +125,14 @@ func (m *manager) restoreStandby(ctx context.Context, scratch string) error {
 
 // cloneSource copies the source's primary with pg_basebackup into scratch,
 // as a standby's data.
-func (m *manager) cloneSource(ctx context.Context, scratch string) error {
-	if _, err := m.c.copyTLS(); err != nil {
+func (pg *pgServer) cloneSource(ctx context.Context, scratch string) error {
+	if _, err := pg.c.copyTLS(); err != nil {
 		return err
 	}
-	s := m.c.ReplicaStream
-	m.log("cloning the source's primary at %s:%s", s.Host, s.Port)
-	w := m.watchRestore(ctx, "", fmt.Sprintf("cloning the source's primary at %s:%s", s.Host, s.Port))
-	err := m.baseBackup(ctx, m.c.sourceConninfo(), scratch)
+	s := pg.c.ReplicaStream
+	pg.log("cloning the source's primary at %s:%s", s.Host, s.Port)
+	w := pg.watchRestore(ctx, "", fmt.Sprintf("cloning the source's primary at %s:%s", s.Host, s.Port))
+	err := pg.baseBackup(ctx, pg.c.sourceConninfo(), scratch)
 	if err == nil {
 		err = os.WriteFile(filepath.Join(scratch, "standby.signal"), nil, 0o600)
 	}
@@ -144,15 +144,15 @@ func (m *manager) cloneSource(ctx context.Context, scratch string) error {
 // from a stopped server, or from a replica that streamed from the last
 // one. The Lease is already this instance's.
 func (m *manager) runDesignated(ctx context.Context) error {
-	if m.role != stopped {
-		m.stop()
+	if m.pg.role != stopped {
+		m.pg.stop()
 	}
 	// A rewind or a copy can outlast the Lease: held meanwhile, so that no
 	// other server stands for election.
-	if err := m.holdWhile(ctx, func() error { return m.rejoinSource(ctx) }); err != nil {
+	if err := m.holdWhile(ctx, func() error { return m.pg.rejoinSource(ctx) }); err != nil {
 		return err
 	}
-	return m.start(ctx, asPrimary, "")
+	return m.pg.start(ctx, asPrimary, "")
 }
 
 // sourceAskTimeout bounds rejoinSource's question to the source.
@@ -174,31 +174,31 @@ const sourceAskTimeout = 20 * time.Second
 // promotes): nothing to do. A source that cannot be asked (the network,
 // the store) leaves the data as it is: the server starts and waits for
 // the source's WAL.
-func (m *manager) rejoinSource(ctx context.Context) error {
-	if !m.c.initialised() {
+func (pg *pgServer) rejoinSource(ctx context.Context) error {
+	if !pg.c.initialised() {
 		return nil
 	}
-	seen, err := m.dataPosition(ctx)
+	seen, err := pg.dataPosition(ctx)
 	if err != nil {
 		return err
 	}
 	// The timeline of the WAL the data ends with, not one it was asked to
 	// follow and could not.
-	seen.timeline = m.walTimeline(ctx, seen)
-	m.lastSeen = seen
+	seen.timeline = pg.walTimeline(ctx, seen)
+	*pg.lastSeen = seen
 	// Bounded: an unreachable source must not keep the server from
 	// starting for long.
 	askCtx, cancel := context.WithTimeout(ctx, sourceAskTimeout)
-	theirs, content, err := m.sourceTimeline(askCtx, seen.timeline)
+	theirs, content, err := pg.sourceTimeline(askCtx, seen.timeline)
 	cancel()
 	if err != nil {
-		m.log("asking the source for its timeline: %v: starting on the data as it is", err)
+		pg.log("asking the source for its timeline: %v: starting on the data as it is", err)
 		return nil
 	}
 	if theirs < seen.timeline {
 		return nil
 	}
-	h := m.against(theirs, content, seen)
+	h := pg.against(theirs, content, seen)
 	if h == inHistory {
 		return nil
 	}
@@ -207,35 +207,35 @@ func (m *manager) rejoinSource(ctx context.Context) error {
 		fork = "at " + contract.FormatLSN(end) + ", before"
 	}
 	kept := "this MyDatabase has no spec.backup to keep it"
-	if m.c.Backup != nil {
+	if pg.c.Backup != nil {
 		kept = "it stays in this MyDatabase's own archive"
 	}
 	what := fmt.Sprintf("the source's timeline %d forked from this data's %s its end (timeline %d, WAL to %s): what was written here past the fork "+
 		"is no part of the source's history (%s)", theirs, fork, seen.timeline, contract.FormatLSN(seen.lsn), kept)
-	m.log("%s", what)
+	pg.log("%s", what)
 	// The token marks WAL that is no longer this data's.
-	if err := os.Remove(m.c.demotionTokenFile()); err != nil && !os.IsNotExist(err) {
+	if err := os.Remove(pg.c.demotionTokenFile()); err != nil && !os.IsNotExist(err) {
 		return err
 	}
 	how := "copied again"
-	if h == forked && m.c.ReplicaStream != nil {
+	if h == forked && pg.c.ReplicaStream != nil {
 		how = "rewound"
-		err = m.rewind(ctx, m.c.sourceConninfo(), "the source's primary", func() error {
+		err = pg.rewind(ctx, pg.c.sourceConninfo(), "the source's primary", func() error {
 			how = "copied again"
-			return m.copySource(ctx)
+			return pg.copySource(ctx)
 		})
 	} else {
-		err = m.copySource(ctx)
+		err = pg.copySource(ctx)
 	}
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(m.c.rejoinedFile(), []byte(how+": "+what), 0o600); err != nil {
+	if err := os.WriteFile(pg.c.rejoinedFile(), []byte(how+": "+what), 0o600); err != nil {
 		return err
 	}
 	// pg_rewind copies the source primary's files, which hold no
 	// standby.signal: the data stays a standby's.
-	return os.WriteFile(filepath.Join(m.c.PGData, "standby.signal"), nil, 0o600)
+	return os.WriteFile(filepath.Join(pg.c.PGData, "standby.signal"), nil, 0o600)
 }
 
 // rejoinedFile says, beside the data, how rejoinSource changed it, until
@@ -245,11 +245,11 @@ func (c Config) rejoinedFile() string { return c.PGData + ".rejoined" }
 // copySource replaces the data with a new copy of the source's: a clone of
 // its primary when there is a stream (its latest state), else its latest
 // base backup.
-func (m *manager) copySource(ctx context.Context) error {
-	if m.c.ReplicaStream != nil {
-		return m.replaceData(ctx, func(scratch string) error { return m.cloneSource(ctx, scratch) })
+func (pg *pgServer) copySource(ctx context.Context) error {
+	if pg.c.ReplicaStream != nil {
+		return pg.replaceData(ctx, func(scratch string) error { return pg.cloneSource(ctx, scratch) })
 	}
-	return m.replaceData(ctx, func(scratch string) error { return m.restoreStandby(ctx, scratch) })
+	return pg.replaceData(ctx, func(scratch string) error { return pg.restoreStandby(ctx, scratch) })
 }
 
 // sourceTimeline is the source's newest timeline and its history file:
@@ -257,15 +257,15 @@ func (m *manager) copySource(ctx context.Context) error {
 // (probed one after the other, as PostgreSQL does), else from's own when
 // the archive holds it (0 and none when it holds neither: the source has
 // not gone past from).
-func (m *manager) sourceTimeline(ctx context.Context, from int64) (int64, string, error) {
-	if m.c.ReplicaStream != nil {
-		return m.timelineOf(ctx, m.c.sourceConninfo())
+func (pg *pgServer) sourceTimeline(ctx context.Context, from int64) (int64, string, error) {
+	if pg.c.ReplicaStream != nil {
+		return pg.timelineOf(ctx, pg.c.sourceConninfo())
 	}
-	store, err := backup.Open(*m.c.Replica)
+	store, err := backup.Open(*pg.c.Replica)
 	if err != nil {
 		return 0, "", err
 	}
-	path := filepath.Join(m.c.SocketDir, "source.history")
+	path := filepath.Join(pg.c.SocketDir, "source.history")
 	defer func() { _ = os.Remove(path) }()
 	fetch := func(tli int64) (string, error) {
 		if err := store.FetchWAL(ctx, fmt.Sprintf("%08X.history", tli), path); err != nil {
@@ -300,21 +300,21 @@ func (m *manager) sourceTimeline(ctx context.Context, from int64) (int64, string
 // the source's primary, its restore_command fetches from the source's
 // archive, not this MyDatabase's own. With both, PostgreSQL streams, and
 // when the stream breaks replays the archive until it can stream again.
-func (m *manager) designatedArgs(ctx context.Context) ([]string, error) {
-	args, err := m.standbyArgs(ctx, "")
+func (pg *pgServer) designatedArgs(ctx context.Context) ([]string, error) {
+	args, err := pg.standbyArgs(ctx, "")
 	if err != nil {
 		return nil, err
 	}
-	if m.c.ReplicaStream != nil {
-		args = append(args, "-c", "primary_conninfo="+m.c.sourceConninfo())
+	if pg.c.ReplicaStream != nil {
+		args = append(args, "-c", "primary_conninfo="+pg.c.sourceConninfo())
 	}
-	if m.c.Replica == nil {
+	if pg.c.Replica == nil {
 		return append(args, "-c", "restore_command="), nil
 	}
-	if err := backup.WriteConfig(m.c.replicaConfigFile(), *m.c.Replica); err != nil {
+	if err := backup.WriteConfig(pg.c.replicaConfigFile(), *pg.c.Replica); err != nil {
 		return nil, err
 	}
-	return append(args, "-c", fmt.Sprintf("restore_command=%s wal-fetch --config %s %%f %%p", shellQuote(m.c.Self), shellQuote(m.c.replicaConfigFile()))), nil
+	return append(args, "-c", fmt.Sprintf("restore_command=%s wal-fetch --config %s %%f %%p", shellQuote(pg.c.Self), shellQuote(pg.c.replicaConfigFile()))), nil
 }
 
 // promoteReplica promotes the designated primary in place: PostgreSQL
@@ -322,7 +322,7 @@ func (m *manager) designatedArgs(ctx context.Context) ([]string, error) {
 // timeline. The application's role then gets this MyDatabase's password
 // (the source's came with the data), as a restore's does.
 func (m *manager) promoteReplica(ctx context.Context, mine, newest int64) error {
-	if err := m.reserveTimelines(mine, newest); err != nil {
+	if err := m.pg.reserveTimelines(mine, newest); err != nil {
 		return err
 	}
 	if err := m.promote(ctx); err != nil {
@@ -331,7 +331,7 @@ func (m *manager) promoteReplica(ctx context.Context, mine, newest int64) error 
 	if err := os.Remove(m.c.rejoinedFile()); err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	if err := m.setPassword(ctx, m.c.User, m.c.Password); err != nil {
+	if err := m.pg.setPassword(ctx, m.c.User, m.c.Password); err != nil {
 		return fmt.Errorf("setting the password of role %s after the promotion: %w", m.c.User, err)
 	}
 	m.log("promoted the replica MyDatabase: role %s has this MyDatabase's password", m.c.User)
@@ -355,7 +355,7 @@ func (c Config) demotionTokenFile() string { return c.PGData + ".demotion-token"
 // has recovered, and whatever it holds past what the other side has is
 // lost when that side promotes.
 func (m *manager) demoteData(ctx context.Context) error {
-	control, err := m.controlData(ctx)
+	control, err := m.pg.controlData(ctx)
 	if err != nil {
 		return err
 	}
@@ -390,23 +390,23 @@ func (m *manager) demoteData(ctx context.Context) error {
 
 // tokenReached tells whether the designated primary has replayed past the
 // Lease's promotion token (true without one, or for another server).
-func (m *manager) tokenReached(l leaseView, obs serverState) bool {
-	if !m.designated || l.promotionToken == "" {
-		m.waiting.Store(nil)
+func (pg *pgServer) tokenReached(l leaseView, obs serverState) bool {
+	if !pg.designated || l.promotionToken == "" {
+		pg.waiting.Store(nil)
 		return true
 	}
 	tli, lsn, err := contract.ParseToken(l.promotionToken)
 	if err != nil {
-		m.logOnce(fmt.Errorf("the promotion token: %w: not promoting", err))
+		pg.logOnce(fmt.Errorf("the promotion token: %w: not promoting", err))
 		return false
 	}
 	if obs.timeline > tli || (obs.timeline == tli && obs.replayed > lsn) {
-		m.waiting.Store(nil)
+		pg.waiting.Store(nil)
 		return true
 	}
 	w := fmt.Sprintf("promoting once the source's WAL is replayed past %s (the promotion token): replayed %s on timeline %d",
 		l.promotionToken, contract.FormatLSN(obs.replayed), obs.timeline)
-	m.waiting.Store(&w)
+	pg.waiting.Store(&w)
 	return false
 }
 
@@ -414,12 +414,12 @@ func (m *manager) tokenReached(l leaseView, obs serverState) bool {
 // last WAL file fetched from the source's archive, the commit time of the
 // last transaction replayed, and whether it streams from the source's
 // primary, which had flushed WAL up to SourceLSN at its last message.
-func (m *manager) replicaState(ctx context.Context) *contract.ReplicaState {
+func (pg *pgServer) replicaState(ctx context.Context) *contract.ReplicaState {
 	st := &contract.ReplicaState{}
-	if r, ok := m.c.lastFetch(); ok {
+	if r, ok := pg.c.lastFetch(); ok {
 		st.LastWAL = r.LastSegment
 	}
-	err := m.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	err := pg.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		var source *string
 		err := conn.QueryRow(ctx, `SELECT pg_last_xact_replay_timestamp(),
 			coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver), false),
@@ -428,23 +428,23 @@ func (m *manager) replicaState(ctx context.Context) *contract.ReplicaState {
 		return err
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
-		m.logOnce(fmt.Errorf("reading the replay's time: %w", err))
+		pg.logOnce(fmt.Errorf("reading the replay's time: %w", err))
 	}
 	if st.ReplayedAt != nil {
 		t := st.ReplayedAt.UTC().Truncate(time.Millisecond)
 		st.ReplayedAt = &t
 	}
-	if w := m.waiting.Load(); w != nil {
+	if w := pg.waiting.Load(); w != nil {
 		st.Waiting = *w
 	}
-	if b, err := os.ReadFile(m.c.rejoinedFile()); err == nil {
+	if b, err := os.ReadFile(pg.c.rejoinedFile()); err == nil {
 		st.Rejoined = string(b)
 	}
 	// The token holds until this server follows a newer timeline: that of
 	// the primary that promoted in this one's place.
-	if b, err := os.ReadFile(m.c.demotionTokenFile()); err == nil {
-		if tli, _, err := contract.ParseToken(string(b)); err == nil && m.lastSeen.timeline > tli {
-			_ = os.Remove(m.c.demotionTokenFile())
+	if b, err := os.ReadFile(pg.c.demotionTokenFile()); err == nil {
+		if tli, _, err := contract.ParseToken(string(b)); err == nil && pg.lastSeen.timeline > tli {
+			_ = os.Remove(pg.c.demotionTokenFile())
 		} else {
 			st.DemotionToken = string(b)
 		}

@@ -35,42 +35,42 @@ import (
 // primary at address, and how it authenticates: the certificate, or the
 // legacy password when the primary refuses the certificate and this
 // instance has one.
-func (m *manager) replicationConninfo(ctx context.Context, address string) (string, error) {
+func (pg *pgServer) replicationConninfo(ctx context.Context, address string) (string, error) {
 	host, port, err := net.SplitHostPort(address)
 	if err != nil {
 		return "", err
 	}
 	// A new replica clones before its server ever started: the copies
 	// of the certificates must exist first.
-	if _, err := m.c.copyTLS(); err != nil {
+	if _, err := pg.c.copyTLS(); err != nil {
 		return "", err
 	}
 	base := fmt.Sprintf("host=%s port=%s user=%s connect_timeout=5", host, port, contract.ReplicationRole)
 	byCert := base + fmt.Sprintf(" sslmode=verify-ca sslrootcert=%s sslcert=%s sslkey=%s",
-		m.c.tlsCopy(serverCA), m.c.tlsCopy(clientCert), m.c.tlsCopy(clientKey))
-	if m.c.ReplicationPassword == "" {
+		pg.c.tlsCopy(serverCA), pg.c.tlsCopy(clientCert), pg.c.tlsCopy(clientKey))
+	if pg.c.ReplicationPassword == "" {
 		return byCert, nil
 	}
-	conn, certErr := m.dialReplication(ctx, byCert)
+	conn, certErr := pg.dialReplication(ctx, byCert)
 	if certErr == nil {
 		_ = conn.Close(context.Background())
 		return byCert, nil
 	}
-	if err := m.c.writePassfile(); err != nil {
+	if err := pg.c.writePassfile(); err != nil {
 		return "", err
 	}
-	byPassword := base + " passfile=" + m.c.passfile()
-	conn, err = m.dialReplication(ctx, byPassword)
+	byPassword := base + " passfile=" + pg.c.passfile()
+	conn, err = pg.dialReplication(ctx, byPassword)
 	if err != nil {
 		return "", fmt.Errorf("the primary at %s refused the client certificate (%v) and the legacy replication password (%w)", address, certErr, err)
 	}
 	_ = conn.Close(context.Background())
-	m.logOnce(fmt.Errorf("the primary at %s does not accept the replication certificate yet: replicating with the legacy password until it restarts with the current pod template", address))
+	pg.logOnce(fmt.Errorf("the primary at %s does not accept the replication certificate yet: replicating with the legacy password until it restarts with the current pod template", address))
 	return byPassword, nil
 }
 
 // dialReplication opens a replication connection with conninfo.
-func (m *manager) dialReplication(ctx context.Context, conninfo string) (*pgconn.PgConn, error) {
+func (pg *pgServer) dialReplication(ctx context.Context, conninfo string) (*pgconn.PgConn, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return pgconn.Connect(ctx, conninfo+" dbname=replication replication=true")

@@ -164,7 +164,7 @@ func (r fetchRecord) describe() string {
 // restoreWatch publishes the restore's progress in the instance's report
 // while recovery replays the archive.
 type restoreWatch struct {
-	m      *manager
+	pg     *pgServer
 	id     string
 	cancel context.CancelFunc
 	done   sync.WaitGroup
@@ -172,12 +172,12 @@ type restoreWatch struct {
 
 // watchRestore sets the report's restore to Running with message, and
 // from then on follows recovery's fetches until stop.
-func (m *manager) watchRestore(ctx context.Context, id, message string) *restoreWatch {
-	_ = os.Remove(filepath.Join(m.c.SocketDir, walFetchRecordFile))
-	m.restore.Store(&contract.Restore{BackupID: id, Phase: contract.RestoreRunning, Message: message})
-	m.report(ctx, nil, nil)
+func (pg *pgServer) watchRestore(ctx context.Context, id, message string) *restoreWatch {
+	_ = os.Remove(filepath.Join(pg.c.SocketDir, walFetchRecordFile))
+	pg.restore.Store(&contract.Restore{BackupID: id, Phase: contract.RestoreRunning, Message: message})
+	pg.report(ctx, nil, nil)
 	ctx, cancel := context.WithCancel(ctx)
-	w := &restoreWatch{m: m, id: id, cancel: cancel}
+	w := &restoreWatch{pg: pg, id: id, cancel: cancel}
 	w.done.Go(func() {
 		progress := restoreProgress{id: id}
 		for {
@@ -186,9 +186,9 @@ func (m *manager) watchRestore(ctx context.Context, id, message string) *restore
 				return
 			case <-time.After(restoreWatchEvery):
 			}
-			if r, ok := m.c.lastFetch(); ok {
-				m.restore.Store(progress.see(r, time.Now()))
-				m.report(ctx, nil, nil)
+			if r, ok := pg.c.lastFetch(); ok {
+				pg.restore.Store(progress.see(r, time.Now()))
+				pg.report(ctx, nil, nil)
 			}
 		}
 	})
@@ -228,34 +228,34 @@ func (w *restoreWatch) stop(err error) {
 	w.cancel()
 	w.done.Wait()
 	if err == nil {
-		w.m.restore.Store(nil)
+		w.pg.restore.Store(nil)
 		return
 	}
-	w.m.restoreFailed(w.id, err)
+	w.pg.restoreFailed(w.id, err)
 }
 
 // restoreFailed reports a restore that failed with err, of backup id ("" when
 // none was chosen), Failed (at the turn's report), and tries it again
 // after restoreRetryAfter.
-func (m *manager) restoreFailed(id string, err error) {
-	m.restoreRetryAt = time.Now().Add(restoreRetryAfter)
-	m.restore.Store(&contract.Restore{BackupID: id, Phase: contract.RestoreFailed,
+func (pg *pgServer) restoreFailed(id string, err error) {
+	pg.restoreRetryAt = time.Now().Add(restoreRetryAfter)
+	pg.restore.Store(&contract.Restore{BackupID: id, Phase: contract.RestoreFailed,
 		Message: fmt.Sprintf("%v; tried again every %s", err, restoreRetryAfter)})
 }
 
 // restorePrimary makes the data of a new primary from the object store,
 // in the scratch directory initPrimary uses, renamed into place only once
 // recovery reached its target and the server promoted itself.
-func (m *manager) restorePrimary(ctx context.Context, scratch string) error {
-	c := m.c
-	store, chosen, err := m.chooseBackup(ctx, c.Restore.Store, c.Restore.BackupID, c.Restore.Target.Time)
+func (pg *pgServer) restorePrimary(ctx context.Context, scratch string) error {
+	c := pg.c
+	store, chosen, err := pg.chooseBackup(ctx, c.Restore.Store, c.Restore.BackupID, c.Restore.Target.Time)
 	if err != nil {
 		return err // the store refused, holds none at its path, or none before the target
 	}
-	m.log("restoring base backup %s (from %s on timeline %d) of %s/%s", chosen.ID, chosen.BeginLSN, chosen.Timeline,
+	pg.log("restoring base backup %s (from %s on timeline %d) of %s/%s", chosen.ID, chosen.BeginLSN, chosen.Timeline,
 		c.Restore.Store.Bucket, c.Restore.Store.Path)
-	w := m.watchRestore(ctx, chosen.ID, fmt.Sprintf("downloading base backup %s", chosen.ID))
-	err = m.recover(ctx, store, chosen, scratch)
+	w := pg.watchRestore(ctx, chosen.ID, fmt.Sprintf("downloading base backup %s", chosen.ID))
+	err = pg.recover(ctx, store, chosen, scratch)
 	w.stop(err)
 	return err
 }
@@ -264,7 +264,7 @@ func (m *manager) restorePrimary(ctx context.Context, scratch string) error {
 // restore: id, or the latest that finished before the time before (the
 // latest of all when both are zero). An error is reported, as a failed
 // restore is.
-func (m *manager) chooseBackup(ctx context.Context, cfg backup.Config, id string, before time.Time) (*backup.Store, backup.Manifest, error) {
+func (pg *pgServer) chooseBackup(ctx context.Context, cfg backup.Config, id string, before time.Time) (*backup.Store, backup.Manifest, error) {
 	store, err := backup.Open(cfg)
 	var chosen backup.Manifest
 	if err == nil {
@@ -276,15 +276,15 @@ func (m *manager) chooseBackup(ctx context.Context, cfg backup.Config, id string
 		}
 	}
 	if err != nil {
-		m.restoreFailed("", err)
+		pg.restoreFailed("", err)
 	}
 	return store, chosen, err
 }
 
 // recover unpacks base backup chosen into scratch and replays the archive
 // on a private server up to the target, where the server promotes itself.
-func (m *manager) recover(ctx context.Context, store *backup.Store, chosen backup.Manifest, scratch string) error {
-	c := m.c
+func (pg *pgServer) recover(ctx context.Context, store *backup.Store, chosen backup.Manifest, scratch string) error {
+	c := pg.c
 	if err := store.Restore(ctx, chosen, scratch); err != nil {
 		return err
 	}
@@ -300,12 +300,12 @@ func (m *manager) recover(ctx context.Context, store *backup.Store, chosen backu
 	// It accepts connections once it has promoted itself.
 	env := []string{"POSTGRES_USER=" + c.User, "POSTGRES_PASSWORD=" + c.Password}
 	stopped := fmt.Errorf("the recovery of base backup %s stopped before it reached its target (the server's log says why)", chosen.ID)
-	if err := m.withPrivateServer(ctx, scratch, c.recoveryArgs(), stopped, env, restoreSQL+rewindGrants+"CHECKPOINT;\n"); err != nil {
+	if err := pg.withPrivateServer(ctx, scratch, c.recoveryArgs(), stopped, env, restoreSQL+rewindGrants+"CHECKPOINT;\n"); err != nil {
 		if r, ok := c.lastFetch(); ok && errors.Is(err, stopped) {
 			err = fmt.Errorf("%w: %s", err, r.describe())
 		}
 		return err
 	}
-	m.log("recovery reached its target and promoted")
+	pg.log("recovery reached its target and promoted")
 	return nil
 }

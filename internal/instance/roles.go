@@ -111,11 +111,11 @@ func literalOrNull(s string) string {
 
 // applyRoles makes the server's roles the declared ones and records each
 // one's outcome (contract.RoleKey).
-func (m *manager) applyRoles(ctx context.Context, roles []contract.Role, outcome map[string]string) error {
+func (k *declaredKeeper) applyRoles(ctx context.Context, roles []contract.Role, outcome map[string]string) error {
 	if len(roles) == 0 {
 		return nil
 	}
-	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	err := k.pg.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		have, err := serverRoles(ctx, conn, roles)
 		if err != nil {
 			return err
@@ -138,7 +138,7 @@ func (m *manager) applyRoles(ctx context.Context, roles []contract.Role, outcome
 	}
 	for _, r := range roles {
 		if key := contract.RoleKey(r.Name); outcome[key] == "" && !r.Absent && r.PasswordSecret != "" {
-			outcome[key] = plainError(m.keepRolePassword(ctx, r))
+			outcome[key] = plainError(k.keepRolePassword(ctx, r))
 		}
 	}
 	return nil
@@ -146,8 +146,8 @@ func (m *manager) applyRoles(ctx context.Context, roles []contract.Role, outcome
 
 // keepRolePassword sets the role's password from its Secret unless the
 // server accepts it already.
-func (m *manager) keepRolePassword(ctx context.Context, r contract.Role) error {
-	secret, err := m.kube.secrets.Get(ctx, r.PasswordSecret, metav1.GetOptions{})
+func (k *declaredKeeper) keepRolePassword(ctx context.Context, r contract.Role) error {
+	secret, err := k.kube.secrets.Get(ctx, r.PasswordSecret, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("reading Secret %s: %w", r.PasswordSecret, err)
 	}
@@ -155,13 +155,13 @@ func (m *manager) keepRolePassword(ctx context.Context, r contract.Role) error {
 	if !scram.Supported(password) {
 		return fmt.Errorf("the password in Secret %s: %w", r.PasswordSecret, scram.ErrUnsupported)
 	}
-	if ok, err := m.accepts(ctx, r.Name, password); err != nil || ok {
+	if ok, err := k.pg.accepts(ctx, r.Name, password); err != nil || ok {
 		return err
 	}
-	if err := m.setPassword(ctx, r.Name, password); err != nil {
+	if err := k.pg.setPassword(ctx, r.Name, password); err != nil {
 		return err
 	}
-	m.log("set the password of role %s from Secret %s (resourceVersion %s)", r.Name, r.PasswordSecret, secret.ResourceVersion)
+	k.log("set the password of role %s from Secret %s (resourceVersion %s)", r.Name, r.PasswordSecret, secret.ResourceVersion)
 	return nil
 }
 

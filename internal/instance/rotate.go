@@ -34,6 +34,19 @@ import (
 // passwordSource is a role and the Secret its password comes from.
 type passwordSource struct{ role, secret string }
 
+// passwordRotation is the rotation in this instance manager: its step of
+// a turn (keepPasswords) and what the report says (acceptedPasswords). It
+// reaches the server through the pgServer; pw is its state, made at its
+// first step.
+type passwordRotation struct {
+	c    Config
+	t    timing
+	log  Logger
+	kube *kube
+	pg   *pgServer
+	pw   *passwords
+}
+
 // passwords is the state of the rotation in this instance manager.
 type passwords struct {
 	secrets  corev1client.SecretInterface
@@ -75,42 +88,42 @@ func newPasswords(c Config, secrets corev1client.SecretInterface, timeout time.D
 
 // keepPasswords is the rotation's step of a turn. It runs only when the
 // server answers in its role and the turn's action left it alone.
-func (m *manager) keepPasswords(ctx context.Context, ready bool) {
-	if m.c.PasswordSecrets == "" || !ready || m.role == stopped {
+func (r *passwordRotation) keepPasswords(ctx context.Context, ready bool) {
+	if r.c.PasswordSecrets == "" || !ready || r.pg.role == stopped {
 		return
 	}
-	if m.pw == nil {
-		pw, err := newPasswords(m.c, m.kube.secrets, m.t.tick)
+	if r.pw == nil {
+		pw, err := newPasswords(r.c, r.kube.secrets, r.t.tick)
 		if err != nil {
-			m.log("password rotation disabled: %v", err)
-			m.c.PasswordSecrets = ""
+			r.log("password rotation disabled: %v", err)
+			r.c.PasswordSecrets = ""
 			return
 		}
-		m.pw = pw
+		r.pw = pw
 	}
-	if time.Since(m.pw.polled) < m.t.lease {
+	if time.Since(r.pw.polled) < r.t.lease {
 		return
 	}
-	m.pw.polled, m.pw.checked = time.Now(), m.server
+	r.pw.polled, r.pw.checked = time.Now(), r.pg.server
 	// The whole step gets half a tick: a slow API server or a commit
 	// waiting for the fence delays the primary's next renewal by at most
 	// L/10, well within the fence's margin (a renewal every L/5, the
 	// fence closing 3L/5 after the last one). Unfinished work is picked up
 	// at the next poll: every step of it is idempotent.
-	ctx, cancel := context.WithTimeout(ctx, m.t.tick/2)
+	ctx, cancel := context.WithTimeout(ctx, r.t.tick/2)
 	defer cancel()
-	for _, src := range m.pw.sources {
-		err := m.keepPassword(ctx, src)
-		m.pw.logOnce(m.log, src, err)
+	for _, src := range r.pw.sources {
+		err := r.keepPassword(ctx, src)
+		r.pw.logOnce(r.log, src, err)
 	}
 }
 
 // keepPassword makes the role's password the Secret's, if the Secret
 // exists (primary), and records whether the local server accepts it.
-func (m *manager) keepPassword(ctx context.Context, src passwordSource) error {
-	secret, err := m.pw.get(ctx, src.secret)
+func (r *passwordRotation) keepPassword(ctx context.Context, src passwordSource) error {
+	secret, err := r.pw.get(ctx, src.secret)
 	if apierrors.IsNotFound(err) {
-		delete(m.pw.accepted, src.secret)
+		delete(r.pw.accepted, src.secret)
 		return nil
 	}
 	if err != nil {
@@ -118,39 +131,39 @@ func (m *manager) keepPassword(ctx context.Context, src passwordSource) error {
 	}
 	password := string(secret.Data["password"])
 	if !scram.Supported(password) {
-		if password == m.c.Password {
+		if password == r.c.Password {
 			// What the container started with (a user-supplied Secret
 			// that never changed since): not a change to apply.
-			m.pw.accepted[src.secret] = secret.ResourceVersion
+			r.pw.accepted[src.secret] = secret.ResourceVersion
 			return nil
 		}
-		m.pw.accepted[src.secret] = contract.PasswordRefused + secret.ResourceVersion
+		r.pw.accepted[src.secret] = contract.PasswordRefused + secret.ResourceVersion
 		return fmt.Errorf("the password in Secret %s: %w", src.secret, scram.ErrUnsupported)
 	}
-	ok, err := m.accepts(ctx, src.role, password)
+	ok, err := r.pg.accepts(ctx, src.role, password)
 	if err != nil {
 		return err
 	}
-	if !ok && m.writable() {
-		if err := m.setPassword(ctx, src.role, password); err != nil {
+	if !ok && r.pg.writable() {
+		if err := r.pg.setPassword(ctx, src.role, password); err != nil {
 			return err
 		}
-		m.log("set the password of role %s from Secret %s (resourceVersion %s)", src.role, src.secret, secret.ResourceVersion)
+		r.log("set the password of role %s from Secret %s (resourceVersion %s)", src.role, src.secret, secret.ResourceVersion)
 		ok = true
 	}
 	if !ok {
-		delete(m.pw.accepted, src.secret)
+		delete(r.pw.accepted, src.secret)
 		return nil
 	}
-	m.pw.accepted[src.secret] = secret.ResourceVersion
+	r.pw.accepted[src.secret] = secret.ResourceVersion
 	return nil
 }
 
 // accepts tells whether the local server's verifier of role accepts
 // password.
-func (m *manager) accepts(ctx context.Context, role, password string) (bool, error) {
+func (pg *pgServer) accepts(ctx context.Context, role, password string) (bool, error) {
 	var stored *string
-	err := m.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	err := pg.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		err := conn.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = $1", role).Scan(&stored)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("role %s does not exist", role)
@@ -167,12 +180,12 @@ func (m *manager) accepts(ctx context.Context, role, password string) (bool, err
 // relies on it until it is seen elsewhere: the rotation moves on only once
 // every ready server reports that it accepts the password, and the
 // primary sets a declared role's password again at its next pass.
-func (m *manager) setPassword(ctx context.Context, role, password string) error {
+func (pg *pgServer) setPassword(ctx context.Context, role, password string) error {
 	verifier, err := scram.Verifier(password)
 	if err != nil {
 		return err
 	}
-	return m.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	return pg.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		// A verifier is base64, digits, '$' and ':' only; quoted anyway.
 		_, err := conn.Exec(ctx, fmt.Sprintf("ALTER ROLE %s PASSWORD '%s'",
 			pgx.Identifier{role}.Sanitize(), strings.ReplaceAll(verifier, "'", "''")))
@@ -182,10 +195,10 @@ func (m *manager) setPassword(ctx context.Context, role, password string) error 
 
 // withServerFor is withServer bounded by one tick, so that a statement
 // waiting for a lock cannot hold the HA loop.
-func (m *manager) withServerFor(ctx context.Context, f func(context.Context, *pgx.Conn) error) error {
-	ctx, cancel := context.WithTimeout(ctx, m.t.tick)
+func (pg *pgServer) withServerFor(ctx context.Context, f func(context.Context, *pgx.Conn) error) error {
+	ctx, cancel := context.WithTimeout(ctx, pg.t.tick)
 	defer cancel()
-	return m.withServer(ctx, f)
+	return pg.withServer(ctx, f)
 }
 
 func (p *passwords) get(ctx context.Context, name string) (*secretData, error) {
@@ -221,13 +234,13 @@ func (p *passwords) logOnce(log Logger, src passwordSource, err error) {
 
 // acceptedPasswords is what the report says: per Secret, the
 // resourceVersion whose password the local server accepts.
-func (m *manager) acceptedPasswords() map[string]string {
-	if m.pw == nil || len(m.pw.accepted) == 0 || m.role == stopped {
+func (r *passwordRotation) acceptedPasswords() map[string]string {
+	if r.pw == nil || len(r.pw.accepted) == 0 || r.pg.role == stopped {
 		return nil
 	}
-	if m.pw.checked != m.server {
-		m.pw.polled = time.Time{} // check the new server at the next turn
+	if r.pw.checked != r.pg.server {
+		r.pw.polled = time.Time{} // check the new server at the next turn
 		return nil
 	}
-	return maps.Clone(m.pw.accepted)
+	return maps.Clone(r.pw.accepted)
 }

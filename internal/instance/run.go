@@ -97,9 +97,9 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 		go m.serveMetrics(ctx)
 	}
 	if c.Backup != nil {
-		m.loadBackupRun()
-		go m.watchBackups(ctx)
-		go m.takeRequestedBackups(ctx)
+		m.backups.loadBackupRun()
+		go m.backups.watchBackups(ctx)
+		go m.backups.takeRequestedBackups(ctx)
 	}
 	for {
 		m.loop(ctx, reload, replace)
@@ -116,7 +116,7 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 // the instance: a port it cannot listen on is logged, and the database
 // runs without metrics.
 func (m *manager) serveMetrics(ctx context.Context) {
-	collector := pgmetrics.NewCollector(m.connect, m.c.CustomQueries, m.log)
+	collector := pgmetrics.NewCollector(m.pg.connect, m.c.CustomQueries, m.log)
 	more := map[string]http.Handler{failsafePath: m.failsafeHandler(m.leases.promiseFor)}
 	if err := pgmetrics.Serve(ctx, m.c.MetricsAddress, collector, more); err != nil {
 		m.log("serving metrics on %s: %v", m.c.MetricsAddress, err)

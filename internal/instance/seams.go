@@ -12,7 +12,7 @@ import (
 // The HA loop (ha.go) reaches the world through four seams: the clock,
 // the API server, the pod network and the local PostgreSQL server. The
 // instance manager plugs in the real ones (the monotonic clock, kube.go,
-// promisenet.go, the manager's own server); the simulator (sim_test.go)
+// promisenet.go, pgServer in server.go); the simulator (sim_test.go)
 // plugs in models of them and runs the same loop.
 
 // clock is the instance's monotonic clock: every deadline of the loop,

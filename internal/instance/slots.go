@@ -78,8 +78,14 @@ func slotChanges(have []slot, want []string) (drop, create []string) {
 	return drop, create
 }
 
-// slotKeeping is what keepSlots remembers between turns.
+// slotKeeping keeps the local server's slots (keepSlots), and what it
+// remembers between turns.
 type slotKeeping struct {
+	c   Config
+	t   timing
+	log Logger
+	pg  *pgServer
+
 	keptAs serverRole // the role the slots were last made right for
 	keptAt time.Time
 	logged string // the last error said
@@ -91,37 +97,37 @@ const slotsEvery = 10 * time.Second
 
 // keepSlots makes the local server's slots those of its role: a primary's
 // one per member of the quorum, a replica's none.
-func (m *manager) keepSlots(ctx context.Context, quorum contract.Quorum) {
-	if m.role == stopped || (m.slots.keptAs == m.role && time.Since(m.slots.keptAt) < slotsEvery) {
+func (k *slotKeeping) keepSlots(ctx context.Context, quorum contract.Quorum) {
+	if k.pg.role == stopped || (k.keptAs == k.pg.role && time.Since(k.keptAt) < slotsEvery) {
 		return
 	}
 	var want []string
-	if m.role == asPrimary {
+	if k.pg.role == asPrimary {
 		if quorum.Instances == 0 {
 			return // the Lease not read yet: the members are not known
 		}
-		for _, member := range m.c.members(quorum.Instances) {
+		for _, member := range k.c.members(quorum.Instances) {
 			want = append(want, slotName(member))
 		}
 	}
 	// Half a tick, as for the passwords: a slow server delays the next
 	// renewal by little, and what is not done now is done next time.
-	ctx, cancel := context.WithTimeout(ctx, m.t.tick/2)
+	ctx, cancel := context.WithTimeout(ctx, k.t.tick/2)
 	defer cancel()
-	switch err := m.alignSlots(ctx, want); {
+	switch err := k.alignSlots(ctx, want); {
 	case err == nil:
-		m.slots.keptAs, m.slots.keptAt, m.slots.logged = m.role, time.Now(), ""
-	case err.Error() != m.slots.logged:
+		k.keptAs, k.keptAt, k.logged = k.pg.role, time.Now(), ""
+	case err.Error() != k.logged:
 		// Tried again at the next turn; said once.
-		m.log("replication slots: %v", err)
-		m.slots.logged = err.Error()
+		k.log("replication slots: %v", err)
+		k.logged = err.Error()
 	}
 }
 
 // alignSlots creates and drops the local server's slots of slotPrefix so
 // that they are want.
-func (m *manager) alignSlots(ctx context.Context, want []string) error {
-	conn, err := m.connect(ctx)
+func (k *slotKeeping) alignSlots(ctx context.Context, want []string) error {
+	conn, err := k.pg.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -151,8 +157,8 @@ func (m *manager) alignSlots(ctx context.Context, want []string) error {
 			errs = append(errs, fmt.Errorf("creating %s: %w", name, err))
 		}
 	}
-	if len(errs) == 0 && m.c.failoverSlots() {
-		if err := m.alignFailoverSlots(ctx, conn, want); err != nil {
+	if len(errs) == 0 && k.c.failoverSlots() {
+		if err := k.alignFailoverSlots(ctx, conn, want); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -165,13 +171,13 @@ func (m *manager) alignSlots(ctx context.Context, want []string) error {
 // name is this instance's, kept as it is: a lost one makes the stream
 // fail until the primary makes it anew (keepSlots), meanwhile the replica
 // reads the archive, if there is one.
-func (m *manager) ownSlot(ctx context.Context, conninfo string) error {
-	conn, err := m.dialReplication(ctx, conninfo)
+func (pg *pgServer) ownSlot(ctx context.Context, conninfo string) error {
+	conn, err := pg.dialReplication(ctx, conninfo)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	_, err = conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+slotName(m.c.PodName)+" PHYSICAL RESERVE_WAL").ReadAll()
+	_, err = conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+slotName(pg.c.PodName)+" PHYSICAL RESERVE_WAL").ReadAll()
 	if err != nil && !duplicate(err) {
 		return err
 	}
@@ -254,8 +260,8 @@ func (c Config) failoverSlotArgs() []string {
 // a slot of a synchronised one's name that it did not make. A failover
 // slot a standby did not synchronise can only be such a one: PostgreSQL
 // refuses to make one on a standby.
-func (m *manager) alignFailoverSlots(ctx context.Context, conn *pgx.Conn, slots []string) error {
-	if m.role != asPrimary {
+func (k *slotKeeping) alignFailoverSlots(ctx context.Context, conn *pgx.Conn, slots []string) error {
+	if k.pg.role != asPrimary {
 		rows, err := conn.Query(ctx, `WITH dropped AS (SELECT slot_name, pg_drop_replication_slot(slot_name) FROM pg_replication_slots
 			WHERE slot_type = 'logical' AND failover AND NOT synced AND NOT active) SELECT slot_name::text FROM dropped`)
 		if err != nil {
@@ -263,7 +269,7 @@ func (m *manager) alignFailoverSlots(ctx context.Context, conn *pgx.Conn, slots 
 		}
 		dropped, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if len(dropped) > 0 {
-			m.log("dropped the failover slots %v left from a time as the primary: the replicas' copies are kept from the primary's", dropped)
+			k.log("dropped the failover slots %v left from a time as the primary: the replicas' copies are kept from the primary's", dropped)
 		}
 		return err
 	}
@@ -279,6 +285,6 @@ func (m *manager) alignFailoverSlots(ctx context.Context, conn *pgx.Conn, slots 
 		return err
 	}
 	_, err := conn.Exec(ctx, "SELECT pg_reload_conf()")
-	m.log("synchronized_standby_slots = %q: logical consumers of failover slots get a change once every member has it", want)
+	k.log("synchronized_standby_slots = %q: logical consumers of failover slots get a change once every member has it", want)
 	return err
 }

@@ -47,31 +47,31 @@ type stranding struct {
 // Lease duration, at most once a Lease duration, and only while that
 // primary holds the Lease: a primary that is gone would keep the turn
 // waiting for its answer when the replica should stand for election.
-func (m *manager) strandedNow(ctx context.Context, s situation, obs serverState) bool {
-	st := &m.stranded
-	following := s.leaseRead && !s.lease.expired && s.lease.holder == m.following
-	if m.role != asReplica || !s.ready || !following || obs.streaming || m.upstream == "" || obs.replayed != st.replayed {
+func (pg *pgServer) strandedNow(ctx context.Context, s situation, obs serverState) bool {
+	st := &pg.stranded
+	following := s.leaseRead && !s.lease.expired && s.lease.holder == pg.following
+	if pg.role != asReplica || !s.ready || !following || obs.streaming || pg.upstream == "" || obs.replayed != st.replayed {
 		*st = stranding{replayed: obs.replayed, since: time.Now()}
 		return false
 	}
-	if time.Since(st.since) < m.t.lease || time.Since(st.askedAt) < m.t.lease {
+	if time.Since(st.since) < pg.t.lease || time.Since(st.askedAt) < pg.t.lease {
 		return false
 	}
 	st.askedAt = time.Now()
-	timeline := m.walTimeline(ctx, obs)
-	gone, forked, err := m.walGone(ctx, m.upstream, obs.lsn, timeline)
+	timeline := pg.walTimeline(ctx, obs)
+	gone, forked, err := pg.walGone(ctx, pg.upstream, obs.lsn, timeline)
 	if err != nil {
-		m.logOnce(fmt.Errorf("the replica neither streams nor replays; asking the primary at %s for WAL from %s: %w",
-			m.upstream, contract.FormatLSN(obs.lsn), err))
+		pg.logOnce(fmt.Errorf("the replica neither streams nor replays; asking the primary at %s for WAL from %s: %w",
+			pg.upstream, contract.FormatLSN(obs.lsn), err))
 		return false
 	}
 	switch {
 	case gone:
-		m.log("the primary at %s no longer has the WAL from %s this replica needs, and no archive provides it",
-			m.upstream, contract.FormatLSN(obs.lsn))
+		pg.log("the primary at %s no longer has the WAL from %s this replica needs, and no archive provides it",
+			pg.upstream, contract.FormatLSN(obs.lsn))
 	case forked:
-		m.log("the primary at %s forked its timeline before %s on timeline %d, where this replica's data is: its history is no longer the primary's",
-			m.upstream, contract.FormatLSN(obs.lsn), timeline)
+		pg.log("the primary at %s forked its timeline before %s on timeline %d, where this replica's data is: its history is no longer the primary's",
+			pg.upstream, contract.FormatLSN(obs.lsn), timeline)
 	}
 	return gone || forked
 }
@@ -82,8 +82,8 @@ func (m *manager) strandedNow(ctx context.Context, s situation, obs serverState)
 // streamed and what it restored under their names). The timeline it
 // reports is the one it follows (replicaTimeline), which a replica whose
 // data went past the point where that timeline forked never reaches.
-func (m *manager) walTimeline(ctx context.Context, obs serverState) int64 {
-	control, err := m.controlData(ctx)
+func (pg *pgServer) walTimeline(ctx context.Context, obs serverState) int64 {
+	control, err := pg.controlData(ctx)
 	if err != nil {
 		return obs.timeline
 	}
@@ -91,7 +91,7 @@ func (m *manager) walTimeline(ctx context.Context, obs serverState) int64 {
 	if err != nil {
 		return obs.timeline
 	}
-	if tli := segmentTimeline(m.c.PGData+"/pg_wal", obs.lsn, size); tli > 0 {
+	if tli := segmentTimeline(pg.c.PGData+"/pg_wal", obs.lsn, size); tli > 0 {
 		return tli
 	}
 	return obs.timeline
@@ -118,14 +118,14 @@ func segmentTimeline(walDir string, lsn, size uint64) int64 {
 // a WAL receiver would, and tells whether it answers that it no longer
 // has that WAL (gone), or that its history forked from that timeline
 // before lsn (forked).
-func (m *manager) walGone(ctx context.Context, address string, lsn uint64, timeline int64) (gone, forked bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, m.t.lease/2)
+func (pg *pgServer) walGone(ctx context.Context, address string, lsn uint64, timeline int64) (gone, forked bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, pg.t.lease/2)
 	defer cancel()
-	conninfo, err := m.replicationConninfo(ctx, address)
+	conninfo, err := pg.replicationConninfo(ctx, address)
 	if err != nil {
 		return false, false, err
 	}
-	conn, err := m.dialReplication(ctx, conninfo)
+	conn, err := pg.dialReplication(ctx, conninfo)
 	if err != nil {
 		return false, false, err
 	}
@@ -172,16 +172,16 @@ func notInHistory(err error) bool {
 
 // reclone replaces this stranded replica's data with a new clone of the
 // primary it follows, and follows it again.
-func (m *manager) reclone(ctx context.Context) error {
-	holder, address := m.following, m.upstream
-	m.log("cloning the primary again: the data here cannot catch up")
-	m.stop()
-	if err := m.cloneReplica(ctx, address); err != nil {
+func (pg *pgServer) reclone(ctx context.Context) error {
+	holder, address := pg.following, pg.upstream
+	pg.log("cloning the primary again: the data here cannot catch up")
+	pg.stop()
+	if err := pg.cloneReplica(ctx, address); err != nil {
 		return err
 	}
-	if err := m.start(ctx, asReplica, address); err != nil {
+	if err := pg.start(ctx, asReplica, address); err != nil {
 		return err
 	}
-	m.following = holder
+	pg.following = holder
 	return nil
 }

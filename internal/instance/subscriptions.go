@@ -190,8 +190,8 @@ func writeIfChanged(path string, data []byte) error {
 
 // subscriptionConninfo reads the subscription's Secret, writes its
 // password and CA files, and returns the connection string.
-func (m *manager) subscriptionConninfo(ctx context.Context, database string, s contract.Subscription) (string, error) {
-	secret, err := m.kube.secrets.Get(ctx, s.Secret, metav1.GetOptions{})
+func (k *declaredKeeper) subscriptionConninfo(ctx context.Context, database string, s contract.Subscription) (string, error) {
+	secret, err := k.kube.secrets.Get(ctx, s.Secret, metav1.GetOptions{})
 	if err != nil {
 		return "", fmt.Errorf("reading Secret %s: %w", s.Secret, err)
 	}
@@ -199,7 +199,7 @@ func (m *manager) subscriptionConninfo(ctx context.Context, database string, s c
 	if err != nil {
 		return "", fmt.Errorf("Secret %s: %w", s.Secret, err)
 	}
-	passfile, rootcert := m.c.subscriptionFiles(database, s.Name)
+	passfile, rootcert := k.c.subscriptionFiles(database, s.Name)
 	if p.password != "" {
 		if err := writeIfChanged(passfile, []byte(passfileLine(p.password))); err != nil {
 			return "", err
@@ -214,7 +214,7 @@ func (m *manager) subscriptionConninfo(ctx context.Context, database string, s c
 }
 
 // applySubscriptions applies d's subscriptions on a connection to d.
-func (m *manager) applySubscriptions(ctx context.Context, conn *pgx.Conn, d contract.Database, outcome map[string]string) error {
+func (k *declaredKeeper) applySubscriptions(ctx context.Context, conn *pgx.Conn, d contract.Database, outcome map[string]string) error {
 	if len(d.Subscriptions) == 0 {
 		return nil
 	}
@@ -241,7 +241,7 @@ func (m *manager) applySubscriptions(ctx context.Context, conn *pgx.Conn, d cont
 	}
 	for _, s := range d.Subscriptions {
 		key := contract.SubscriptionKey(d.Name, s.Name)
-		conninfo, err := m.subscriptionConninfo(ctx, d.Name, s)
+		conninfo, err := k.subscriptionConninfo(ctx, d.Name, s)
 		if err != nil && !s.Absent {
 			outcome[key] = err.Error()
 			continue
@@ -252,14 +252,14 @@ func (m *manager) applySubscriptions(ctx context.Context, conn *pgx.Conn, d cont
 		if s.Absent && slotGone(err) {
 			// Its slot was lost with a primary of the publisher (before
 			// PostgreSQL 17, at every failover): nothing is left there.
-			m.log("subscription %s: its slot is gone from the publisher (%v): dropping the subscription alone", s.Name, err)
+			k.log("subscription %s: its slot is gone from the publisher (%v): dropping the subscription alone", s.Name, err)
 			name := pgx.Identifier{s.Name}.Sanitize()
 			err = each(ctx, conn, []string{"ALTER SUBSCRIPTION " + name + " DISABLE",
 				"ALTER SUBSCRIPTION " + name + " SET (slot_name = NONE)", "DROP SUBSCRIPTION " + name})
 		}
 		why := plainError(err)
 		if why == "" {
-			why, err = m.workerFailing(ctx, conn, key, s)
+			why, err = k.workerFailing(ctx, conn, key, s)
 			if err != nil {
 				return err
 			}
@@ -287,9 +287,9 @@ const workerFailingFor = time.Minute
 // in the last workerFailingFor (pg_stat_subscription_stats counts them;
 // the reason is in the server log only). "" when they did not, or when
 // none runs (absent, or disabled).
-func (m *manager) workerFailing(ctx context.Context, conn *pgx.Conn, key string, s contract.Subscription) (string, error) {
+func (k *declaredKeeper) workerFailing(ctx context.Context, conn *pgx.Conn, key string, s contract.Subscription) (string, error) {
 	if s.Absent || !s.Enabled {
-		delete(m.declared.workers, key)
+		delete(k.workers, key)
 		return "", nil
 	}
 	var count int64
@@ -299,9 +299,9 @@ func (m *manager) workerFailing(ctx context.Context, conn *pgx.Conn, key string,
 	if err != nil {
 		return "", err
 	}
-	seen, known := m.declared.workers[key]
+	seen, known := k.workers[key]
 	seen, failing := seen.next(known, count, time.Now())
-	m.declared.workers[key] = seen
+	k.workers[key] = seen
 	if !failing {
 		return "", nil
 	}

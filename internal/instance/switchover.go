@@ -46,34 +46,34 @@ const maxHandOverLag = 16 << 20
 // handOver carries out a switchover to target, if it has caught up. It
 // reports whether it stopped the server (the Lease is then the target's,
 // unless err says otherwise).
-func (m *manager) handOver(ctx context.Context, target string) (bool, error) {
-	lag, err := m.standbyLag(ctx, target)
+func (pg *pgServer) handOver(ctx context.Context, target string) (bool, error) {
+	lag, err := pg.standbyLag(ctx, target)
 	if err != nil {
 		return false, err
 	}
 	if lag > maxHandOverLag {
 		return false, fmt.Errorf("switchover to %s: it is %d bytes behind, waiting for it to catch up", target, lag)
 	}
-	if !m.pausingFor(target) {
-		m.checkpointFirst(ctx) // once, not again on each turn the poolers take
+	if !pg.pausingFor(target) {
+		pg.checkpointFirst(ctx) // once, not again on each turn the poolers take
 	}
-	waiting, err := m.pausePoolers(ctx, target)
+	waiting, err := pg.pausePoolers(ctx, target)
 	if err != nil {
 		return false, fmt.Errorf("switchover to %s: asking the poolers to pause: %w", target, err)
 	}
 	if waiting > 0 {
 		return false, fmt.Errorf("switchover to %s: waiting for %d poolers to pause", target, waiting)
 	}
-	m.log("switching over to %s, %d bytes behind", target, lag)
-	m.stop()
-	end, err := m.walEnd(ctx)
+	pg.log("switching over to %s, %d bytes behind", target, lag)
+	pg.stop()
+	end, err := pg.walEnd(ctx)
 	if err != nil {
 		return true, fmt.Errorf("switchover to %s: %w; keeping the Lease", target, err)
 	}
-	if err := m.leases.handOver(ctx, target, end, m.pausing.paused); err != nil {
+	if err := pg.leases.handOver(ctx, target, end, pg.pausing.paused); err != nil {
 		return true, fmt.Errorf("switchover to %s: handing over the Lease: %w", target, err)
 	}
-	m.log("handed the Lease to %s, WAL ends at %s", target, contract.FormatLSN(end))
+	pg.log("handed the Lease to %s, WAL ends at %s", target, contract.FormatLSN(end))
 	return true, nil
 }
 
@@ -88,21 +88,21 @@ const poolerPauseWait = 10 * time.Second
 // in this turn, until each control connection reports it paused. It
 // returns how many have not yet, 0 once poolerPauseWait has passed since
 // the first ask for target.
-func (m *manager) pausePoolers(ctx context.Context, target string) (int, error) {
+func (pg *pgServer) pausePoolers(ctx context.Context, target string) (int, error) {
 	now := time.Now()
-	if !m.pausingFor(target) {
-		m.pausing.target, m.pausing.since = target, now
+	if !pg.pausingFor(target) {
+		pg.pausing.target, pg.pausing.since = target, now
 	}
 	what := "switchover to " + target
 	if target == "" {
 		what = "stopping"
 	}
 	waiting, paused := 0, map[string]int{}
-	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	err := pg.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", contract.PoolerSwitchoverChannel, target); err != nil {
 			return err
 		}
-		for deadline := now.Add(m.t.tick); ; {
+		for deadline := now.Add(pg.t.tick); ; {
 			var err error
 			if waiting, paused, err = controlConnections(ctx, conn); err != nil || waiting == 0 || time.Now().After(deadline) {
 				return err
@@ -114,16 +114,16 @@ func (m *manager) pausePoolers(ctx context.Context, target string) (int, error) 
 			}
 		}
 	})
-	m.pausing.paused = paused
+	pg.pausing.paused = paused
 	switch {
 	case err != nil:
 		return 0, err
-	case waiting > 0 && time.Since(m.pausing.since) >= poolerPauseWait:
-		m.log("%s: %d poolers did not pause within %s; stopping anyway", what, waiting, poolerPauseWait)
+	case waiting > 0 && time.Since(pg.pausing.since) >= poolerPauseWait:
+		pg.log("%s: %d poolers did not pause within %s; stopping anyway", what, waiting, poolerPauseWait)
 		return 0, nil
 	case waiting == 0 && len(paused) > 0:
-		m.log("%s: poolers paused (%s pods by pooler ID), within %s", what, contract.FormatPoolersPaused(paused),
-			time.Since(m.pausing.since).Round(time.Millisecond))
+		pg.log("%s: poolers paused (%s pods by pooler ID), within %s", what, contract.FormatPoolersPaused(paused),
+			time.Since(pg.pausing.since).Round(time.Millisecond))
 	}
 	return waiting, nil
 }
@@ -152,8 +152,8 @@ func controlConnections(ctx context.Context, conn *pgx.Conn) (waiting int, pause
 
 // pausingFor tells whether the poolers were asked to pause for target
 // lately: a switchover that waits for them, not an earlier one.
-func (m *manager) pausingFor(target string) bool {
-	return !m.pausing.since.IsZero() && m.pausing.target == target && time.Since(m.pausing.since) <= 3*poolerPauseWait
+func (pg *pgServer) pausingFor(target string) bool {
+	return !pg.pausing.since.IsZero() && pg.pausing.target == target && time.Since(pg.pausing.since) <= 3*poolerPauseWait
 }
 
 // errNotStreaming: the target of a switchover does not stream from this
@@ -162,9 +162,9 @@ var errNotStreaming = errors.New("it does not stream from this primary")
 
 // standbyLag is how many bytes of WAL the standby named target has yet to
 // flush.
-func (m *manager) standbyLag(ctx context.Context, target string) (uint64, error) {
+func (pg *pgServer) standbyLag(ctx context.Context, target string) (uint64, error) {
 	var lag *int64
-	err := m.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+	err := pg.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		return conn.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - flush_lsn)::bigint FROM pg_stat_replication
 			WHERE application_name = $1 AND state = 'streaming' ORDER BY flush_lsn DESC NULLS LAST LIMIT 1`, target).Scan(&lag)
 	})
@@ -179,8 +179,8 @@ func (m *manager) standbyLag(ctx context.Context, target string) (uint64, error)
 
 // walEnd is where the WAL of the stopped server ends: its shutdown
 // checkpoint. A server that did not shut down cleanly has no known end.
-func (m *manager) walEnd(ctx context.Context) (uint64, error) {
-	control, err := m.controlData(ctx)
+func (pg *pgServer) walEnd(ctx context.Context) (uint64, error) {
+	control, err := pg.controlData(ctx)
 	if err != nil {
 		return 0, err
 	}

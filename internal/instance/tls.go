@@ -111,21 +111,21 @@ func (c Config) copyTLS() (bool, error) {
 // certificate changed, and when pg_hba.conf did (the ConfigMap's volume
 // brings a change some time after the operator writes it; a change of
 // pg_hba.conf alone does not roll the pods, specs.ConfigHash).
-func (m *manager) keepCertificate() {
-	changed, err := m.c.copyTLS()
+func (pg *pgServer) keepCertificate() {
+	changed, err := pg.c.copyTLS()
 	if err != nil {
-		m.logOnce(err)
+		pg.logOnce(err)
 		return
 	}
 	what := "a certificate"
-	if hba, err := os.ReadFile(filepath.Join(m.c.ConfigDir, contract.HBAConfFile)); err == nil {
-		if m.hba != nil && !bytes.Equal(hba, m.hba) {
+	if hba, err := os.ReadFile(filepath.Join(pg.c.ConfigDir, contract.HBAConfFile)); err == nil {
+		if pg.hba != nil && !bytes.Equal(hba, pg.hba) {
 			changed, what = true, contract.HBAConfFile
 		}
-		m.hba = hba
+		pg.hba = hba
 	}
-	if changed && m.server != nil && !m.server.exitedNow() {
-		m.log("%s changed: reloading", what)
-		_ = m.server.cmd.Process.Signal(syscall.SIGHUP)
+	if changed && pg.server != nil && !pg.server.exitedNow() {
+		pg.log("%s changed: reloading", what)
+		_ = pg.server.cmd.Process.Signal(syscall.SIGHUP)
 	}
 }

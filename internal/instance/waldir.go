@@ -34,13 +34,13 @@ const movingSuffix = ".moving"
 
 // placeWAL places the WAL before the server starts on PGDATA, and says so
 // when it moved it.
-func (m *manager) placeWAL() error {
-	moved, err := m.c.placeWAL()
+func (pg *pgServer) placeWAL() error {
+	moved, err := pg.c.placeWAL()
 	if err != nil {
 		return fmt.Errorf("placing the WAL on its volume: %w", err)
 	}
 	if moved {
-		m.log("moved pg_wal to the WAL volume, %s", m.c.WALDir)
+		pg.log("moved pg_wal to the WAL volume, %s", pg.c.WALDir)
 	}
 	return nil
 }
