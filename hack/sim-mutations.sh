@@ -23,8 +23,13 @@ if old not in text:
 open(path, "w").write(text.replace(old, new, 1))
 PY
 	echo "== $name"
+	# One line per configuration that caught it: its first failing seed,
+	# and the first thing its checkers found.
 	(cd ../.. && go test ./internal/instance/ -run '^TestSimulation$' -count=1 -sim.schedules "$schedules" 2>&1) |
-		grep -E -e '--- FAIL: TestSimulation/|seed [0-9]+ \(of|^ok' -e '^\s+[0-9.]+s: ' | head -8 || true
+		awk '/seed [0-9]+ \(of/ { match($0, /TestSimulation\/[a-z]+/); config = substr($0, RSTART + 15, RLENGTH - 15)
+		                           match($0, /seed [0-9]+/); seed = substr($0, RSTART + 5, RLENGTH - 5); getline
+		                           sub(/^[ \t]+/, ""); print "  " config ": caught at seed " seed ": " $0; found = 1 }
+		     END { if (!found) print "  not caught" }' || true
 	cp "$backup/$file" "$file"
 }
 
