@@ -80,9 +80,9 @@ func (n *simNode) holds(write int) bool {
 // checkFinal: every acknowledged write is in the final primary's
 // history, unless (asynchronous) no healthy member held it at a failover.
 func (w *simWorld) checkFinal(cfg simConfig, problem func(string, ...any)) {
-	holder := w.node(holderOfRecordName(w))
+	holder := w.node(holderOf(w.lease))
 	if holder == nil || holder.pg.role != asPrimary {
-		problem("no primary at the end (Lease holder %q)", holderOfRecordName(w))
+		problem("no primary at the end (Lease holder %q)", holderOf(w.lease))
 		return
 	}
 	for _, write := range slices.Sorted(maps.Keys(w.acked)) {
@@ -111,8 +111,6 @@ func (w *simWorld) checkFinal(cfg simConfig, problem func(string, ...any)) {
 		}
 	}
 }
-
-func holderOfRecordName(w *simWorld) string { return holderOf(w.lease) }
 
 // longestGap is the longest time between two acknowledgements from from
 // to until.
