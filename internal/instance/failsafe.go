@@ -298,12 +298,15 @@ func (h *ha) promiseAddresses(streaming map[string]string) map[string][]string {
 }
 
 // readPeers reads the members' failsafe addresses from their reports,
-// every peersEvery while the API server answers, and at once while a
-// member of the failsafe set has none yet (a new replica, a replaced pod
-// that has not reported): a round could not ask it.
+// every peersEvery while the API server answers, and every peersRetry
+// while a member of the failsafe set has none yet (a new replica, a
+// replaced pod that has not reported): a round could not ask it.
 func (h *ha) readPeers(ctx context.Context) {
-	unknown := slices.ContainsFunc(h.leases.failsafeSet, func(name string) bool { return h.peers[name] == "" })
-	if h.since(h.peersReadAt) < peersEvery && !unknown {
+	every := peersEvery
+	if slices.ContainsFunc(h.leases.failsafeSet, func(name string) bool { return h.peers[name] == "" }) {
+		every = peersRetry
+	}
+	if !h.peersReadAt.IsZero() && h.since(h.peersReadAt) < every {
 		return
 	}
 	peers, err := h.api.peers(ctx)
@@ -318,5 +321,10 @@ func (h *ha) readPeers(ctx context.Context) {
 	}
 }
 
-// peersEvery is how often a primary reads its members' failsafe addresses.
-const peersEvery = 10 * time.Second
+// peersEvery is how often a primary reads its members' failsafe
+// addresses; peersRetry how often while one of them is unknown, which
+// bounds the pod lists while a member stays down.
+const (
+	peersEvery = 10 * time.Second
+	peersRetry = time.Second
+)

@@ -2,6 +2,7 @@ package instance
 
 import (
 	"context"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"example.com/myoperator/internal/contract"
 )
 
 // TestPromises: a member promises only the holder it knows, never while it
@@ -144,4 +147,49 @@ func TestPromiseAddresses(t *testing.T) {
 			t.Errorf("%s: %v, want %v", name, got[name], addresses)
 		}
 	}
+}
+
+// podLister is an apiServer that only lists peers, and counts the lists.
+type podLister struct {
+	apiServer
+	reports map[string]string // name: failsafe address ("" not reported)
+	lists   int
+}
+
+func (p *podLister) peers(context.Context) ([]peer, error) {
+	p.lists++
+	var out []peer
+	for name, address := range p.reports {
+		out = append(out, peer{name: name, report: &contract.Report{Failsafe: address}})
+	}
+	return out, nil
+}
+
+// TestReadPeers: the members' addresses are read every peersEvery, and
+// every peersRetry while a member of the failsafe set has none: a round
+// could not ask it, so a holder that waited peersEvery would fence on a
+// new replica's missing address.
+func TestReadPeers(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	api := &podLister{reports: map[string]string{"db-1": "10.0.0.11:9187", "db-2": ""}}
+	h := &ha{now: func() time.Time { return now }, api: api,
+		leases: &leases{failsafeSet: []string{"db-1", "db-2"}}}
+	step := func(d time.Duration, wantLists int, wantPeers map[string]string) {
+		t.Helper()
+		now = now.Add(d)
+		h.readPeers(context.Background())
+		if api.lists != wantLists || !maps.Equal(h.peers, wantPeers) {
+			t.Fatalf("after %s: %d lists, peers %v; want %d, %v", d, api.lists, h.peers, wantLists, wantPeers)
+		}
+	}
+	step(0, 1, map[string]string{"db-1": "10.0.0.11:9187"})
+	step(peersRetry/2, 1, map[string]string{"db-1": "10.0.0.11:9187"}) // db-2 unknown, but read just now
+	api.reports["db-2"] = "10.0.0.12:9187"
+	step(peersRetry/2, 2, map[string]string{"db-1": "10.0.0.11:9187", "db-2": "10.0.0.12:9187"})
+	step(peersEvery-time.Millisecond, 2, map[string]string{"db-1": "10.0.0.11:9187", "db-2": "10.0.0.12:9187"})
+	api.reports["db-1"] = "10.0.0.21:9187" // replaced
+	step(time.Millisecond, 3, map[string]string{"db-1": "10.0.0.21:9187", "db-2": "10.0.0.12:9187"})
+	// A member outside the failsafe set with no address is not waited for.
+	api.reports["db-3"] = ""
+	step(peersRetry, 3, map[string]string{"db-1": "10.0.0.21:9187", "db-2": "10.0.0.12:9187"})
 }

@@ -53,6 +53,7 @@ import (
 // restore whose WAL is missing from the archive is reported Stalled, with
 // the missing file, by the operator.
 func TestBackupAndRestore(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
 	store := startStore(t, t.TempDir())

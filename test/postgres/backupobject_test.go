@@ -31,6 +31,7 @@ import (
 // still works. Archiving goes on across a switchover, with no gap, and
 // catches up after the store was down for a minute.
 func TestBackupObjectsAndRetention(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
 	store := startStore(t, t.TempDir())
@@ -228,6 +229,7 @@ func restoredPhases(t *testing.T, srv server, s3 *testenv.ObjectStore, db *datab
 // store's own words and what to do, which the ContinuousArchiving
 // condition and a failed MyDatabaseBackup carry.
 func TestObjectStoreErrors(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
 	store := startStore(t, t.TempDir())
 	segment := filepath.Join(t.TempDir(), "000000010000000000000001")
 	if err := os.WriteFile(segment, []byte("a segment"), 0o600); err != nil {

@@ -15,6 +15,7 @@ import (
 // exit by itself, leave no server running and either no data directory or
 // a complete one, and the next start must come up with the database.
 func TestStopDuringBootstrap(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
 	srv := findServers(t)[0]
 	db := newDatabase(srv.major, parameters)
 	appPassword := "app-password"

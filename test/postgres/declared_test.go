@@ -27,6 +27,7 @@ import (
 // absent drops, and a role that cannot be dropped is reported with
 // PostgreSQL's reason.
 func TestDeclaredRolesAndDatabases(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
 	ha := startHA(t, nil)
 	c := ha.c
 	ctx := context.Background()

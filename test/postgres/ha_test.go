@@ -348,8 +348,21 @@ func (ha haCluster) cutFromOneReplica(failover bool) haFault {
 			if err := syscall.Kill(receiver, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
+			off := p.logSize()
 			p.api.Cut()
 			a.failsafe.Cut()
+			// The fault is about a promised b: it holds only if the
+			// primary knew b's failsafe address when the API server went
+			// away, which its log then shows (b's grant counted).
+			defer func() {
+				bound := "failsafe: 1 of [" // asynchronous: b's promise, short of the 2 needed
+				if !failover {
+					bound = "holding it on the promises of every member" // b's promise is enough
+				}
+				if !strings.Contains(p.log(off), bound) {
+					t.Errorf("%s never counted %s's promise (want %q in its log): the fault did not test a promised member\n%s", p.name, b.name, bound, p.log(off))
+				}
+			}()
 			if failover {
 				if now := c.waitPrimary(t, others, 4*lease); now != b {
 					t.Errorf("%s was elected, not %s, which held every acknowledged write", now.name, b.name)
@@ -390,12 +403,15 @@ func (ha haCluster) faults() []haFault {
 		// The faults that follow run under the replaced instance managers
 		// until their containers restart: this one sees the adopted
 		// server's exit.
+		// The replicas' WAL receivers connect again within
+		// wal_retrieve_retry_interval (1 s, internal/specs): with a
+		// required quorum, PostgreSQL's default 5 s was a 5 s write gap.
 		{"postgres killed (restarted by its instance manager)", false, true, func(t *testing.T, p *pod, _ []*pod) {
 			pid := postmasterPID(p.pgdata())
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-		}, false, 0},
+		}, false, 3 * time.Second},
 		{"replica killed", false, true, func(t *testing.T, _ *pod, others []*pod) {
 			others[0].killContainer(t)
 			time.Sleep(lease)

@@ -29,6 +29,7 @@ import (
 // published table arrives, one into a table outside it does not. Then a
 // second MyDatabase subscribes to it (subscribeTo).
 func TestLogicalReplication(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
 	db := newDatabase(srv.major, nil)

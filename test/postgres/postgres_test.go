@@ -62,6 +62,7 @@ func newDatabase(major int, params map[string]string) *databasev1alpha1.MyDataba
 // TestGeneratedPostgres runs a MyDatabase of two servers, exactly as the
 // builders generate it, on every installed PostgreSQL major.
 func TestGeneratedPostgres(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
 	for _, srv := range findServers(t) {
 		t.Run(fmt.Sprintf("postgres-%d", srv.major), func(t *testing.T) { testCluster(t, srv) })
 	}

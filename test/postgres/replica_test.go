@@ -36,6 +36,7 @@ import (
 // on a timeline of its own, archives to its own path and never to its
 // source's, and its replica follows it.
 func TestReplicaDatabase(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
 	src := startReplicaSource(t, 1)
 	c, source, store, app, password, db := src.c, src.pod, src.store, src.app, src.password, src.db
 	insert, ctx := src.insert, context.Background()
@@ -260,6 +261,7 @@ func (c *cluster) hasRows(t *testing.T, pods []*pod, want int) {
 // status.replica says which, with the lag in bytes. A second replica
 // streams only: it clones the source's primary (no archive at all).
 func TestReplicaDatabaseStreaming(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
 	src := startReplicaSource(t, 1)
 	c, store, db := src.c, src.store, src.db
 	insert := func(from, to int) { src.insert(c, src.app, src.password, from, to) }
@@ -334,6 +336,7 @@ func TestReplicaDatabaseStreaming(t *testing.T) {
 // source replays what the new one writes from then on. Then back again,
 // the same way.
 func TestReplicaSwitchover(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
 	src := startReplicaSource(t, 1)
 	c, a := src.c, src.pod
 	archiveNow(t, c, a)
@@ -506,6 +509,7 @@ func plannedSwitchover(t *testing.T, from, to *site, firstID int) {
 // holds A's writes too, is cloned again. Both then hold B's rows and none
 // of A's writes past the fork, which stay in A's own archive.
 func TestReplicaOldSourceRejoins(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
 	t.Run("streaming", func(t *testing.T) { oldSourceRejoins(t, true) })
 	t.Run("archive only", func(t *testing.T) { oldSourceRejoins(t, false) })
 }

@@ -24,6 +24,7 @@ import (
 // password into the Secret and deletes the staging Secret, as the
 // operator does.
 func TestPasswordRotation(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
 	ha := startHA(t, nil)
 	c, pods := ha.c, ha.pods
 	// The test is the operator here: the real one would finish the
@@ -149,6 +150,7 @@ func finish(t *testing.T, c *cluster, target string, staged *corev1.Secret) {
 // the primary's instance manager sets it: the old one stops working, the
 // new one works on the primary and, replayed, on the replica.
 func TestUserSecretPasswordChange(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
 	db := newDatabase(srv.major, nil)

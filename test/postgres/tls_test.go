@@ -38,6 +38,7 @@ import (
 //   - a renewed client certificate is what the replica presents when it
 //     connects again.
 func TestTLS(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
 	db := newDatabase(srv.major, nil)
@@ -182,6 +183,7 @@ func replicationClients(t *testing.T, c *cluster, p *pod) string {
 // it. Once the primary is gone and the replica promoted, the role's
 // password is removed, and the old primary rejoins with its certificate.
 func TestLegacyReplicationPassword(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
 	db := newDatabase(srv.major, nil)

@@ -34,6 +34,7 @@ import (
 // once; with the store back, the backlog is archived and removed and the
 // condition turns True again.
 func TestWALSpace(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a data volume of a given size needs root; CI runs as root")
 	}
