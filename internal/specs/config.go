@@ -56,6 +56,9 @@ func PostgresConf(db *databasev1alpha1.MyDatabase) string {
 	if db.Spec.Replication.Logical {
 		params["wal_level"] = "logical"
 	}
+	if db.Spec.Replica == nil {
+		params[retryName] = retryValue
+	}
 	maps.Copy(params, db.Spec.Parameters)
 	var b strings.Builder
 	b.WriteString("# Managed by the MyDatabase operator: set spec.parameters instead of editing this file.\n")
@@ -85,6 +88,21 @@ hostssl all          mydatabase_pooler all cert
 host    all          mydatabase_pooler all reject
 `
 
+// A replica whose WAL stream broke (its primary's server restarted, or a
+// new primary was promoted) connects again after
+// wal_retrieve_retry_interval, 5 s by default, and with a required quorum
+// no commit is acknowledged meanwhile: the 5 s write gaps measured after
+// a primary's server restart. A replica MyDatabase, fed from its source's
+// archive, keeps the default: each try is a fetch from the object store.
+// The setting came in an operator version after MyDatabases existed and
+// needs no restart, so ConfigHash leaves it out: an operator upgrade
+// restarts no pod for it, and running servers take it at their next
+// restart.
+const (
+	retryName  = "wal_retrieve_retry_interval"
+	retryValue = "1s"
+)
+
 // ConfigData is the content of the ConfigMap.
 func ConfigData(db *databasev1alpha1.MyDatabase) map[string]string {
 	return map[string]string{
@@ -98,10 +116,12 @@ func ConfigData(db *databasev1alpha1.MyDatabase) map[string]string {
 // without poolerHBALines: they came in an operator version after
 // MyDatabases existed, and a server needs only a reload for them (the
 // instance manager reloads when pg_hba.conf changes), so an operator
-// upgrade that brings them restarts no pod.
+// upgrade that brings them restarts no pod. postgresql.conf counts
+// without the default wal_retrieve_retry_interval, for the same reason.
 func ConfigHash(db *databasev1alpha1.MyDatabase) string {
 	data := ConfigData(db)
 	data[contract.HBAConfFile] = strings.Replace(data[contract.HBAConfFile], poolerHBALines, "", 1)
+	data[contract.PostgresConfFile] = strings.Replace(data[contract.PostgresConfFile], retryName+" = "+quoteSetting(retryValue)+"\n", "", 1)
 	h := sha256.New()
 	for _, k := range slices.Sorted(maps.Keys(data)) {
 		_, _ = fmt.Fprintf(h, "%s\x00%s\x00", k, data[k]) // a hash.Hash never fails to write

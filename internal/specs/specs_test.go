@@ -52,12 +52,18 @@ func typed[T any](t *testing.T, ac any) *T {
 
 func TestPostgresConf(t *testing.T) {
 	cases := map[string]struct {
-		params map[string]string
-		want   []string
-		absent []string
+		params  map[string]string
+		replica bool
+		want    []string
+		absent  []string
 	}{
 		"defaults": {
-			want: []string{"listen_addresses = '*'", "wal_level = 'replica'", "hot_standby = 'on'", "password_encryption = 'scram-sha-256'"},
+			want: []string{"listen_addresses = '*'", "wal_level = 'replica'", "hot_standby = 'on'", "password_encryption = 'scram-sha-256'",
+				"wal_retrieve_retry_interval = '1s'"},
+		},
+		"a replica MyDatabase keeps PostgreSQL's archive retry": {
+			replica: true,
+			absent:  []string{"wal_retrieve_retry_interval"},
 		},
 		"user setting": {
 			params: map[string]string{"max_connections": "250"},
@@ -76,7 +82,12 @@ func TestPostgresConf(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			conf := PostgresConf(db(func(d *databasev1alpha1.MyDatabase) { d.Spec.Parameters = tc.params }))
+			conf := PostgresConf(db(func(d *databasev1alpha1.MyDatabase) {
+				d.Spec.Parameters = tc.params
+				if tc.replica {
+					d.Spec.Replica = &databasev1alpha1.ReplicaSpec{}
+				}
+			}))
 			for _, w := range tc.want {
 				if !strings.Contains(conf, w+"\n") {
 					t.Errorf("postgresql.conf lacks %q:\n%s", w, conf)
@@ -102,6 +113,20 @@ func TestConfigHashFollowsSettingsOnly(t *testing.T) {
 	if ConfigHash(db(func(d *databasev1alpha1.MyDatabase) { d.Spec.Replicas = ptr.To[int32](3) })) != base {
 		t.Error("scaling changes the config hash: every pod would restart on a scale")
 	}
+	// The default retry interval came with an operator upgrade: the hash
+	// is the one the operator before it computed (at 841648f), so the
+	// upgrade rolls no pod.
+	if base != "5f77cb00fd018255" {
+		t.Errorf("config hash %s, was 5f77cb00fd018255 before the default %s: an operator upgrade would roll every pod", base, retryName)
+	}
+	conf := PostgresConf(db())
+	if !strings.Contains(conf, retryName) {
+		t.Fatalf("no %s in postgresql.conf:\n%s", retryName, conf)
+	}
+	if ConfigHash(db(func(d *databasev1alpha1.MyDatabase) { d.Spec.Parameters = map[string]string{retryName: "2s"} })) == base {
+		t.Errorf("a %s the user sets does not change the config hash", retryName)
+	}
+
 }
 
 func TestImage(t *testing.T) {
