@@ -15,13 +15,16 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 	"github.com/jackc/pgx/v5"
@@ -620,19 +623,7 @@ func (w *writer) stop() int {
 // thaws too, so that a failed step leaves no frozen pod behind.
 func freezePod(t *testing.T, ns, name string) (thaw func()) {
 	t.Helper()
-	var pod corev1.Pod
-	if err := env.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &pod); err != nil {
-		t.Fatal(err)
-	}
-	var dirs []string
-	for _, pattern := range []string{"/sys/fs/cgroup/freezer/kubepods/pod%s", "/sys/fs/cgroup/freezer/kubepods/*/pod%s"} {
-		found, _ := filepath.Glob(fmt.Sprintf(pattern, pod.UID))
-		dirs = append(dirs, found...)
-	}
-	if len(dirs) != 1 {
-		t.Fatalf("the freezer cgroup of pod %s (uid %s): found %v", name, pod.UID, dirs)
-	}
-	state := filepath.Join(dirs[0], "freezer.state")
+	state := filepath.Join(podFreezer(t, ns, name), "freezer.state")
 	set := func(v string) error { return os.WriteFile(state, []byte(v), 0o644) }
 	if err := set("FROZEN"); err != nil {
 		t.Fatal(err)
@@ -655,4 +646,154 @@ func freezePod(t *testing.T, ns, name string) (thaw func()) {
 	}
 	t.Cleanup(thaw)
 	return thaw
+}
+
+// podFreezer is the pod's freezer cgroup directory, which holds a
+// directory per container (the sandbox's included).
+func podFreezer(t *testing.T, ns, name string) string {
+	t.Helper()
+	var pod corev1.Pod
+	if err := env.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, pattern := range []string{"/sys/fs/cgroup/freezer/kubepods/pod%s", "/sys/fs/cgroup/freezer/kubepods/*/pod%s"} {
+		found, _ := filepath.Glob(fmt.Sprintf(pattern, pod.UID))
+		dirs = append(dirs, found...)
+	}
+	if len(dirs) != 1 {
+		t.Fatalf("the freezer cgroup of pod %s (uid %s): found %v", name, pod.UID, dirs)
+	}
+	return dirs[0]
+}
+
+// dropInPod adds iptables rules (each the arguments after the chain, the
+// target DROP appended) to the filter table of the pod's network
+// namespace, as a cut link does: packets vanish, connections hang. undo
+// deletes them; the test's end undoes too.
+func dropInPod(t *testing.T, ns, name string, rules map[string][][]string) (undo func()) {
+	t.Helper()
+	netns := ""
+	procs, _ := filepath.Glob(filepath.Join(podFreezer(t, ns, name), "*", "cgroup.procs"))
+	for _, path := range procs {
+		if b, err := os.ReadFile(path); err == nil && len(strings.Fields(string(b))) > 0 {
+			netns = fmt.Sprintf("/proc/%s/ns/net", strings.Fields(string(b))[0])
+			break
+		}
+	}
+	if netns == "" {
+		t.Fatalf("no process of pod %s to find its network namespace by", name)
+	}
+	iptables := func(op, chain string, rule []string) error {
+		argv := append([]string{"--net=" + netns, "iptables", "-w", op, chain}, rule...)
+		if out, err := exec.Command("nsenter", append(argv, "-j", "DROP")...).CombinedOutput(); err != nil {
+			return fmt.Errorf("iptables %s %s %v in pod %s: %v: %s", op, chain, rule, name, err, out)
+		}
+		return nil
+	}
+	for chain, list := range rules {
+		for _, rule := range list {
+			if err := iptables("-A", chain, rule); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	done := false
+	undo = func() {
+		if done {
+			return
+		}
+		done = true
+		for chain, list := range rules {
+			for _, rule := range list {
+				if err := iptables("-D", chain, rule); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}
+	t.Cleanup(undo)
+	return undo
+}
+
+// cutFromAPIServer drops what the pod sends to the API server: through
+// the kubernetes Service and to the address behind it.
+func cutFromAPIServer(t *testing.T, ns, name string) (undo func()) {
+	t.Helper()
+	var svc corev1.Service
+	if err := env.c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: "kubernetes"}, &svc); err != nil {
+		t.Fatal(err)
+	}
+	var eps discoveryv1.EndpointSliceList
+	if err := env.c.List(t.Context(), &eps, client.InNamespace("default"),
+		client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"}); err != nil {
+		t.Fatal(err)
+	}
+	rules := [][]string{{"-p", "tcp", "-d", svc.Spec.ClusterIP, "--dport", fmt.Sprint(svc.Spec.Ports[0].Port)}}
+	for _, s := range eps.Items {
+		for _, e := range s.Endpoints {
+			for _, port := range s.Ports {
+				rules = append(rules, []string{"-p", "tcp", "-d", e.Addresses[0], "--dport", fmt.Sprint(*port.Port)})
+			}
+		}
+	}
+	return dropInPod(t, ns, name, map[string][][]string{"OUTPUT": rules})
+}
+
+// cutFromPod drops everything between the pod and the address of
+// another.
+func cutFromPod(t *testing.T, ns, name, other string) (undo func()) {
+	t.Helper()
+	var pod corev1.Pod
+	if err := env.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: other}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	return dropInPod(t, ns, name, map[string][][]string{
+		"INPUT": {{"-s", pod.Status.PodIP}}, "OUTPUT": {{"-d", pod.Status.PodIP}},
+	})
+}
+
+// othersThan is the two pods of a three-instance MyDatabase other than
+// the primary, by name.
+func othersThan(t *testing.T, ns, primary string) (string, string) {
+	t.Helper()
+	var names []string
+	for _, p := range podsOf(t, ns) {
+		if p.Name != primary {
+			names = append(names, p.Name)
+		}
+	}
+	if len(names) != 2 {
+		t.Fatalf("pods other than the primary %s: %v, want 2", primary, names)
+	}
+	slices.Sort(names)
+	return names[0], names[1]
+}
+
+// waitQuorum waits until the primary Lease carries want, which the
+// instance managers then apply.
+func waitQuorum(t *testing.T, ns string, want contract.Quorum) {
+	t.Helper()
+	db := getDB(t, ns)
+	testenv.Eventually(t, time.Minute, "the Lease's quorum "+want.String(), func() error {
+		var lease coordinationv1.Lease
+		if err := env.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: specs.LeaseName(db)}, &lease); err != nil {
+			return err
+		}
+		if got, err := contract.ParseQuorum(lease.Annotations[contract.AnnotationQuorum]); err != nil || got != want {
+			return fmt.Errorf("%v (%v)", got, err)
+		}
+		return nil
+	})
+}
+
+// waitAcked waits for n acknowledged writes.
+func (w *writer) waitAcked(t *testing.T, n int) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, "the writer's first writes", func() error {
+		if got := w.acked(); got < n {
+			return fmt.Errorf("%d writes so far", got)
+		}
+		return nil
+	})
 }

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
@@ -778,6 +779,93 @@ func TestLifecycleOnRealPods(t *testing.T) {
 			t.Fatalf("%d rows, want %d to %d: %d acknowledged writes, %d unacknowledged", n, rows+acked, rows+acked+unknown, acked, unknown)
 		}
 		rows = n
+	})
+
+	step("the primary cut off from the API server and from one replica: the other, promised and more advanced, wins; none acknowledged is lost", func(t *testing.T) {
+		// Issue 58's fault (a): b still streams from the primary and is
+		// promised to it; a receives nothing more and cannot answer it.
+		// The primary cannot hold on every member's promise, so it fences
+		// and a failover follows: b, which holds every acknowledged write,
+		// must win it although promised.
+		primary := getDB(t, ns).Status.CurrentPrimary
+		a, b := othersThan(t, ns, primary)
+		w := startWriter(ctx, uri)
+		w.waitAcked(t, 20)
+		logged := len(podLogs(t, ns, primary))
+		undoLink := cutFromPod(t, ns, a, primary)
+		undoAPI := cutFromAPIServer(t, ns, primary)
+		cut := time.Now()
+		testenv.Eventually(t, 2*time.Minute, "writes on another primary", func() error {
+			if p := getDB(t, ns).Status.CurrentPrimary; p == primary || !w.ackedAfter(cut) {
+				return fmt.Errorf("primary %s, acknowledged since the cut: %t", p, w.ackedAfter(cut))
+			}
+			return nil
+		})
+		if now := getDB(t, ns).Status.CurrentPrimary; now != b {
+			t.Errorf("%s was elected, not %s, which held every acknowledged write", now, b)
+		}
+		// b's promise counted in the primary's failed rounds: the fault
+		// tested a promised member.
+		if log := podLogs(t, ns, primary); len(log) < logged || !strings.Contains(log[logged:], "failsafe: 1 of [") {
+			t.Errorf("%s's log since the cut has no round that counted %s's promise (\"failsafe: 1 of [\"): the fault did not test a promised member", primary, b)
+		}
+		undoAPI()
+		undoLink()
+		acked, unknown := w.stop(), w.unacknowledged()
+		gap, ended := w.longestGapEnded()
+		t.Logf("WRITE GAP while %s was cut off from the API server and %s, and %s took over: %s (ended %s); %d writes acknowledged",
+			primary, a, b, gap.Round(10*time.Millisecond), ended.Format("15:04:05.000"), acked)
+		waitReady(t, ns, 3, 5*time.Minute)
+		n := count(t, uri)
+		if n < rows+acked || n > rows+acked+unknown {
+			t.Fatalf("%d rows, want %d to %d: %d acknowledged writes, %d unacknowledged", n, rows+acked, rows+acked+unknown, acked, unknown)
+		}
+		rows = n
+	})
+
+	step("a replica restarted while the primary is cut off from the API server, with a required quorum of one: one promise is enough, no failover", func(t *testing.T) {
+		// Issue 58's fault (d): with a required quorum of 1 of 2
+		// replicas, no election can succeed while one replica is
+		// promised, so the primary holds on the other's promise while
+		// one restarts.
+		patch(t, ns, func(db *databasev1alpha1.MyDatabase) {
+			db.Spec.Replication.Synchronous = &databasev1alpha1.SynchronousReplication{Number: 1, Durability: databasev1alpha1.DurabilityRequired}
+		})
+		waitQuorum(t, ns, contract.Quorum{Instances: 3, Synchronous: 1, Required: true})
+		waitReady(t, ns, 3, 2*time.Minute)
+		primary := getDB(t, ns).Status.CurrentPrimary
+		replica, _ := othersThan(t, ns, primary)
+		timeline := walTimeline(t, ns, primary)
+		w := startWriter(ctx, uri)
+		w.waitAcked(t, 20)
+		undoAPI := cutFromAPIServer(t, ns, primary)
+		if err := env.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: replica}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Second) // five Leases: the replica's pod is recreated and its server back meanwhile
+		undoAPI()
+		acked, failed, unknown, gap := w.stop(), w.failures(), w.unacknowledged(), w.longestGap()
+		t.Logf("WRITE GAP while %s restarted and %s was cut off from the API server: %s; %d writes acknowledged, %d failed",
+			replica, primary, gap.Round(10*time.Millisecond), acked, failed)
+		if failed > 0 || gap > 2*time.Second {
+			t.Errorf("%d writes failed, longest gap %s: want none failed and no gap beyond 2 s", failed, gap)
+		}
+		waitReady(t, ns, 3, 3*time.Minute)
+		if got := getDB(t, ns).Status.CurrentPrimary; got != primary {
+			t.Errorf("the primary moved from %s to %s", primary, got)
+		}
+		if got := walTimeline(t, ns, primary); got != timeline {
+			t.Errorf("%s writes on timeline %s, was %s: a promotion happened", primary, got, timeline)
+		}
+		n := count(t, uri)
+		if n < rows+acked || n > rows+acked+unknown {
+			t.Fatalf("%d rows, want %d to %d: %d acknowledged writes, %d unacknowledged", n, rows+acked, rows+acked+unknown, acked, unknown)
+		}
+		rows = n
+		// Asynchronous again, for the steps that follow (a failed step
+		// ends the test).
+		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Replication.Synchronous = nil })
+		waitQuorum(t, ns, contract.Quorum{Instances: 3})
 	})
 
 	step("a replica down while 1 GiB of WAL is written catches up through its slot, without a clone", func(t *testing.T) {
