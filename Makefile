@@ -205,6 +205,33 @@ helm-chart: kustomize ## Regenerate the templates and CRD of charts/myoperator f
 test-helm: helm kustomize ## Prove that charts/myoperator renders what config/ does (helm template vs kustomize build).
 	HELM="$(HELM)" KUSTOMIZE="$(KUSTOMIZE)" go test ./test/helm/ -count=1 -v
 
+# The SQL the instance manager builds from the spec, parsed by PostgreSQL's
+# own parser (internal/instance/sql_fuzz_test.go). pg_query_go is cgo and
+# takes minutes to compile cold, so its tests carry the build tag sqlparse:
+# make test never compiles it. test-fuzz-sql (a tier of test-all) fuzzes
+# each builder for FUZZ_SQL_TIME, fuzz-sql for 5 minutes each. The test
+# binary is built once; the corpus grows in go test's fuzz cache, and a
+# failing input is written to internal/instance/testdata/fuzz.
+FUZZ_SQL_TARGETS = FuzzRolePlan FuzzDatabasePlan FuzzExtensionPlan FuzzPublicationPlan FuzzSubscriptionPlan FuzzServerSQL
+FUZZ_SQL_TIME ?= 5s
+TIERS += test-fuzz-sql
+.PHONY: test-fuzz-sql
+test-fuzz-sql: ## Fuzz every SQL builder of the instance manager for FUZZ_SQL_TIME (default 5s) each, checking each statement with PostgreSQL's parser.
+	@dir="$$(mktemp -d)"; trap 'rm -rf "$$dir"' EXIT; \
+	go test -c -tags sqlparse -fuzz . -o "$$dir/sql.test" ./internal/instance/; \
+	cache="$$(go env GOCACHE)/fuzz/example.com/myoperator/internal/instance"; \
+	cd internal/instance && for target in $(FUZZ_SQL_TARGETS); do \
+		if "$$dir/sql.test" -test.run '^$$' -test.fuzz "^$$target\$$" -test.fuzztime $(FUZZ_SQL_TIME) -test.parallel 2 \
+			-test.fuzzcachedir "$$cache" >"$$dir/log" 2>&1; then \
+			line="$$(grep 'execs:' "$$dir/log" | tail -n 1 | sed 's/^fuzz: //')"; \
+			echo "$$target: $${line:-its corpus only (the baseline took the time)}"; \
+		else cat "$$dir/log"; exit 1; fi; \
+	done
+
+.PHONY: fuzz-sql
+fuzz-sql: ## A longer fuzz of the SQL builders: FUZZ_SQL_TIME=5m each (30 minutes in all).
+	@$(MAKE) --no-print-directory test-fuzz-sql FUZZ_SQL_TIME=5m
+
 .PHONY: test-postgres
 test-postgres: ## Run what internal/specs generates on real PostgreSQL servers (test/postgres); installs them first if none (hack/postgres.sh), builds the S3 server of the backup tests (hack/s3.sh) and fetches PgBouncer (hack/pgbouncer.sh).
 	@hack/postgres.sh

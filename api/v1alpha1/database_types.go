@@ -55,6 +55,7 @@ type DatabaseSpec struct {
 
 	// comment is the database's COMMENT.
 	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\u0000')",message="comment must not hold a NUL character: PostgreSQL's text cannot"
 	// +optional
 	Comment string `json:"comment,omitempty"`
 
@@ -198,11 +199,11 @@ type PublicationSpec struct {
 	AllTables bool `json:"allTables,omitempty"`
 
 	// tables published, as table or schema.table (public when no schema
-	// is given); a table that does not exist yet is reported, and added
-	// once it does.
+	// is given), each name at most 63 characters; a table that does not
+	// exist yet is reported, and added once it does.
 	// +kubebuilder:validation:MaxItems=256
 	// +kubebuilder:validation:items:MaxLength=127
-	// +kubebuilder:validation:items:Pattern=`^([a-z_][a-z0-9_]*\.)?[a-z_][a-z0-9_]*$`
+	// +kubebuilder:validation:items:Pattern=`^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,62}$`
 	// +listType=set
 	// +optional
 	Tables []string `json:"tables,omitempty"`

@@ -138,7 +138,7 @@ type MyDatabaseSpec struct {
 	// +kubebuilder:default=app
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z_][a-z0-9_]*$')",message="user must start with a lower-case letter or underscore and contain only lower-case letters, digits and underscores"
-	// +kubebuilder:validation:XValidation:rule="!(self in ['postgres', 'replicator']) && !self.startsWith('pg_')",message="user must not be postgres, replicator or start with pg_: those roles are reserved"
+	// +kubebuilder:validation:XValidation:rule="!(self in ['postgres', 'replicator', 'public', 'none']) && !self.startsWith('pg_')",message="user must not be postgres, replicator, public, none or start with pg_: those roles are reserved"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="user is immutable: the role already exists under its old name"
 	// +optional
 	User string `json:"user,omitempty"`

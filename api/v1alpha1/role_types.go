@@ -8,7 +8,7 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // ensure is absent. A role that exists but is not declared is left alone;
 // removing an entry from spec.roles drops nothing.
 // +kubebuilder:validation:XValidation:rule="!self.name.startsWith('pg_')",message="role names starting with pg_ are reserved by PostgreSQL"
-// +kubebuilder:validation:XValidation:rule="!(self.name in ['postgres', 'replicator', 'public']) && !self.name.startsWith('mydatabase_')",message="postgres, replicator, public and the names starting with mydatabase_ are the operator's or PostgreSQL's own roles"
+// +kubebuilder:validation:XValidation:rule="!(self.name in ['postgres', 'replicator', 'public', 'none']) && !self.name.startsWith('mydatabase_')",message="postgres, replicator, public, none and the names starting with mydatabase_ are the operator's or PostgreSQL's own roles"
 // +kubebuilder:validation:XValidation:rule="!has(self.superuser) || !self.superuser",message="superuser roles are not managed: a superuser can switch off the fence (synchronous_commit) and read every file; connect as postgres through kubectl exec for administration"
 // +kubebuilder:validation:XValidation:rule="!has(self.replication) || !self.replication",message="replication roles are not managed: replication authenticates with the operator's client certificates (spec.tls), not passwords"
 // +kubebuilder:validation:XValidation:rule="!has(self.inRoles) || !(self.name in self.inRoles)",message="a role cannot be a member of itself"
@@ -70,6 +70,7 @@ type RoleSpec struct {
 
 	// comment is the role's COMMENT.
 	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\u0000')",message="comment must not hold a NUL character: PostgreSQL's text cannot"
 	// +optional
 	Comment string `json:"comment,omitempty"`
 

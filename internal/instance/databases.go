@@ -33,8 +33,8 @@ type pgExtension struct {
 // (have, nil when it does not exist) the declared one. A new database is
 // closed to PUBLIC, as the application's is: its owner grants CONNECT.
 func databasePlan(want contract.Database, have *pgDatabase) []string {
-	name := pgx.Identifier{want.Name}.Sanitize()
-	owner := pgx.Identifier{want.Owner}.Sanitize()
+	name := ident(want.Name)
+	owner := ident(want.Owner)
 	switch {
 	case want.Absent && have == nil:
 		return nil
@@ -43,7 +43,7 @@ func databasePlan(want contract.Database, have *pgDatabase) []string {
 	case have == nil:
 		create := "CREATE DATABASE " + name + " OWNER " + owner
 		if want.Template != "" {
-			create += " TEMPLATE " + pgx.Identifier{want.Template}.Sanitize()
+			create += " TEMPLATE " + ident(want.Template)
 		}
 		if want.Encoding != "" {
 			create += " ENCODING " + literal(want.Encoding)
@@ -71,7 +71,7 @@ func databasePlan(want contract.Database, have *pgDatabase) []string {
 // nil when it is not created) the declared one, or why there are none
 // that can: the image does not hold it (available is false).
 func extensionPlan(want contract.Extension, have *pgExtension, available bool) ([]string, string) {
-	name := pgx.Identifier{want.Name}.Sanitize()
+	name := ident(want.Name)
 	switch {
 	case want.Absent && have == nil:
 		return nil, ""
@@ -82,7 +82,7 @@ func extensionPlan(want contract.Extension, have *pgExtension, available bool) (
 	case have == nil:
 		create := "CREATE EXTENSION " + name
 		if want.Schema != "" {
-			create += " SCHEMA " + pgx.Identifier{want.Schema}.Sanitize()
+			create += " SCHEMA " + ident(want.Schema)
 		}
 		if want.Version != "" {
 			create += " VERSION " + literal(want.Version)
@@ -94,7 +94,7 @@ func extensionPlan(want contract.Extension, have *pgExtension, available bool) (
 		plan = append(plan, "ALTER EXTENSION "+name+" UPDATE TO "+literal(want.Version))
 	}
 	if want.Schema != "" && want.Schema != have.schema {
-		plan = append(plan, "ALTER EXTENSION "+name+" SET SCHEMA "+pgx.Identifier{want.Schema}.Sanitize())
+		plan = append(plan, "ALTER EXTENSION "+name+" SET SCHEMA "+ident(want.Schema))
 	}
 	return plan, ""
 }
@@ -160,12 +160,12 @@ type pgPublication struct {
 // (have, nil when there is none) the declared one, or why none can: a
 // publication of all tables cannot become one of a list, nor the reverse.
 func publicationPlan(want contract.Publication, have *pgPublication) ([]string, string) {
-	name := pgx.Identifier{want.Name}.Sanitize()
+	name := ident(want.Name)
 	tables := qualified(want.Tables)
 	quoted := make([]string, len(tables))
 	for i, t := range tables {
 		schema, table, _ := strings.Cut(t, ".")
-		quoted[i] = pgx.Identifier{schema, table}.Sanitize()
+		quoted[i] = qualifiedIdent(schema, table)
 	}
 	switch {
 	case want.Absent && have == nil:
@@ -231,7 +231,7 @@ func applyPublications(ctx context.Context, conn *pgx.Conn, d contract.Database,
 		var may bool
 		grant = conn.QueryRow(ctx, "SELECT has_database_privilege($1, current_database(), 'CONNECT')", contract.LogicalRole).Scan(&may)
 		if grant == nil && !may {
-			_, grant = conn.Exec(ctx, "GRANT CONNECT ON DATABASE "+pgx.Identifier{d.Name}.Sanitize()+" TO "+pgx.Identifier{contract.LogicalRole}.Sanitize())
+			grant = each(ctx, conn, []string{grantConnectSQL(d.Name, contract.LogicalRole)})
 		}
 	}
 	for _, p := range d.Publications {
@@ -308,9 +308,17 @@ func serverDatabases(ctx context.Context, conn *pgx.Conn, databases []contract.D
 	return have, rows.Err()
 }
 
+// grantConnectSQL lets role connect to database.
+func grantConnectSQL(database, role string) string {
+	return "GRANT CONNECT ON DATABASE " + ident(database) + " TO " + ident(role)
+}
+
 // each runs statements one after the other, each in its own transaction,
 // until one fails.
 func each(ctx context.Context, conn *pgx.Conn, statements []string) error {
+	if err := checkStatements(statements); err != nil {
+		return err
+	}
 	for _, s := range statements {
 		if _, err := conn.Exec(ctx, s); err != nil {
 			return err

@@ -51,7 +51,7 @@ const poolerRecheck = 5 * time.Minute
 func (k *declaredKeeper) keepPoolerLookup(ctx context.Context, checked map[string]time.Time) string {
 	var databases []string
 	err := k.pg.withServer(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		role := pgx.Identifier{contract.PoolerRole}.Sanitize()
+		role := ident(contract.PoolerRole)
 		var exists bool
 		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)", contract.PoolerRole).Scan(&exists); err != nil {
 			return err
@@ -84,7 +84,7 @@ func (k *declaredKeeper) keepPoolerLookup(ctx context.Context, checked map[strin
 			return err
 		}
 		for _, d := range closed {
-			if _, err := conn.Exec(ctx, "GRANT CONNECT ON DATABASE "+pgx.Identifier{d}.Sanitize()+" TO "+role); err != nil {
+			if err := each(ctx, conn, []string{grantConnectSQL(d, contract.PoolerRole)}); err != nil {
 				return fmt.Errorf("database %s: %w", d, err)
 			}
 		}

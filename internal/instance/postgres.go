@@ -265,11 +265,12 @@ func (pg *pgServer) connectAt(ctx context.Context, dir string) (*pgx.Conn, error
 	return pg.connectTo(ctx, dir, "postgres")
 }
 
-// connectTo connects to the database dbname (a declared name: lower-case
-// letters, digits and underscores) of the server whose socket is in dir.
+// connectTo connects to the database dbname of the server whose socket
+// is in dir. dbname is quoted: the poolers' lookup goes to every database
+// the server has, whatever its name.
 func (pg *pgServer) connectTo(ctx context.Context, dir, dbname string) (*pgx.Conn, error) {
 	return pgx.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres dbname=%s application_name=mydatabase_instance synchronous_commit=local",
-		dir, pg.c.Port, dbname))
+		dir, pg.c.Port, conninfoValue(dbname)))
 }
 
 // withServer runs f on a connection to the local server, within a

@@ -36,7 +36,7 @@ type pgRole struct {
 // it does not exist) the declared one: those of the first phase (create,
 // alter, comment, drop) and of the second (memberships).
 func rolePlan(want contract.Role, have *pgRole) (first, second []string) {
-	name := pgx.Identifier{want.Name}.Sanitize()
+	name := ident(want.Name)
 	if want.Absent {
 		if have != nil {
 			first = append(first, "DROP ROLE "+name)
@@ -62,12 +62,12 @@ func rolePlan(want contract.Role, have *pgRole) (first, second []string) {
 	}
 	for _, r := range want.InRoles {
 		if !slices.Contains(member, r) {
-			second = append(second, "GRANT "+pgx.Identifier{r}.Sanitize()+" TO "+name)
+			second = append(second, "GRANT "+ident(r)+" TO "+name)
 		}
 	}
 	for _, r := range member {
 		if !slices.Contains(want.InRoles, r) {
-			second = append(second, "REVOKE "+pgx.Identifier{r}.Sanitize()+" FROM "+name)
+			second = append(second, "REVOKE "+ident(r)+" FROM "+name)
 		}
 	}
 	return first, second
@@ -82,31 +82,16 @@ func (r *pgRole) as(name string) contract.Role {
 
 // roleOptions are the options of CREATE and ALTER ROLE for a declared
 // role: all of them, so that two roles with the same options print the
-// same.
+// same. A connection limit below -1, which PostgreSQL refuses and
+// admission too, is no limit.
 func roleOptions(r contract.Role) string {
-	flag := func(on bool, name string) string {
-		if on {
-			return name
-		}
-		return "NO" + name
-	}
-	until := "'infinity'"
+	until := literal("infinity")
 	if r.ValidUntil != nil {
 		until = literal(r.ValidUntil.UTC().Format(time.RFC3339))
 	}
-	return fmt.Sprintf("%s %s %s %s %s CONNECTION LIMIT %d VALID UNTIL %s",
-		flag(r.Login, "LOGIN"), flag(r.CreateDB, "CREATEDB"), flag(r.CreateRole, "CREATEROLE"), flag(r.Replication, "REPLICATION"),
-		flag(r.Inherit, "INHERIT"), r.ConnectionLimit, until)
-}
-
-// literal quotes s as a string constant.
-func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-func literalOrNull(s string) string {
-	if s == "" {
-		return "NULL"
-	}
-	return literal(s)
+	return strings.Join([]string{roleFlag(r.Login, "LOGIN"), roleFlag(r.CreateDB, "CREATEDB"), roleFlag(r.CreateRole, "CREATEROLE"),
+		roleFlag(r.Replication, "REPLICATION"), roleFlag(r.Inherit, "INHERIT"),
+		"CONNECTION LIMIT", integer(int64(max(r.ConnectionLimit, -1))), "VALID UNTIL", until}, " ")
 }
 
 // applyRoles makes the server's roles the declared ones and records each
@@ -196,6 +181,9 @@ func serverRoles(ctx context.Context, conn *pgx.Conn, roles []contract.Role) (ma
 func inTransaction(ctx context.Context, conn *pgx.Conn, statements []string) error {
 	if len(statements) == 0 {
 		return nil
+	}
+	if err := checkStatements(statements); err != nil {
+		return err
 	}
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		for _, s := range statements {

@@ -186,11 +186,14 @@ func (pg *pgServer) setPassword(ctx context.Context, role, password string) erro
 		return err
 	}
 	return pg.withServerFor(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		// A verifier is base64, digits, '$' and ':' only; quoted anyway.
-		_, err := conn.Exec(ctx, fmt.Sprintf("ALTER ROLE %s PASSWORD '%s'",
-			pgx.Identifier{role}.Sanitize(), strings.ReplaceAll(verifier, "'", "''")))
-		return err
+		return each(ctx, conn, []string{setPasswordSQL(role, verifier)})
 	})
+}
+
+// setPasswordSQL sets role's password by its verifier (base64, digits,
+// '$' and ':' only; quoted anyway).
+func setPasswordSQL(role, verifier string) string {
+	return "ALTER ROLE " + ident(role) + " PASSWORD " + literal(verifier)
 }
 
 // withServerFor is withServer bounded by one tick, so that a statement

@@ -281,10 +281,16 @@ func (k *slotKeeping) alignFailoverSlots(ctx context.Context, conn *pgx.Conn, sl
 	if have == want {
 		return nil
 	}
-	if _, err := conn.Exec(ctx, "ALTER SYSTEM SET synchronized_standby_slots = "+literal(want)); err != nil {
+	if err := each(ctx, conn, []string{standbySlotsSQL(want)}); err != nil {
 		return err
 	}
 	_, err := conn.Exec(ctx, "SELECT pg_reload_conf()")
 	k.log("synchronized_standby_slots = %q: logical consumers of failover slots get a change once every member has it", want)
 	return err
+}
+
+// standbySlotsSQL sets synchronized_standby_slots to slots (names joined
+// by commas).
+func standbySlotsSQL(slots string) string {
+	return "ALTER SYSTEM SET synchronized_standby_slots = " + literal(slots)
 }

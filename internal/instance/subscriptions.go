@@ -41,11 +41,11 @@ type pgSubscription struct {
 // conninfo. failover is whether this server can make the publisher's slot
 // a failover slot (PostgreSQL 17).
 func subscriptionPlan(want contract.Subscription, conninfo string, have *pgSubscription, failover bool) []string {
-	name := pgx.Identifier{want.Name}.Sanitize()
+	name := ident(want.Name)
 	publications := slices.Sorted(slices.Values(want.Publications))
 	quoted := make([]string, len(publications))
 	for i, p := range publications {
-		quoted[i] = pgx.Identifier{p}.Sanitize()
+		quoted[i] = ident(p)
 	}
 	switch {
 	case want.Absent && have == nil:
@@ -58,7 +58,7 @@ func subscriptionPlan(want contract.Subscription, conninfo string, have *pgSubsc
 		// is confirmed to the publisher only once this server may
 		// acknowledge it. PostgreSQL's default for subscriptions, off,
 		// would confirm changes a deposed primary applied.
-		with := fmt.Sprintf("enabled = %t, copy_data = %t, synchronous_commit = 'on'", want.Enabled, want.CopyData)
+		with := "enabled = " + boolean(want.Enabled) + ", copy_data = " + boolean(want.CopyData) + ", synchronous_commit = 'on'"
 		if failover && want.Failover {
 			with += ", failover = true"
 		}
@@ -75,12 +75,19 @@ func subscriptionPlan(want contract.Subscription, conninfo string, have *pgSubsc
 	if !slices.Equal(have.publications, publications) {
 		// A disabled subscription cannot fetch the new tables now; it
 		// does when enabled and refreshed.
-		plan = append(plan, fmt.Sprintf("ALTER SUBSCRIPTION %s SET PUBLICATION %s WITH (refresh = %t)", name, strings.Join(quoted, ", "), want.Enabled))
+		plan = append(plan, "ALTER SUBSCRIPTION "+name+" SET PUBLICATION "+strings.Join(quoted, ", ")+" WITH (refresh = "+boolean(want.Enabled)+")")
 	}
 	if !want.Enabled && have.enabled {
 		plan = append(plan, "ALTER SUBSCRIPTION "+name+" DISABLE")
 	}
 	return plan
+}
+
+// dropSubscriptionAloneSQL drops a subscription and leaves its slot on
+// the publisher alone.
+func dropSubscriptionAloneSQL(subscription string) []string {
+	name := ident(subscription)
+	return []string{"ALTER SUBSCRIPTION " + name + " DISABLE", "ALTER SUBSCRIPTION " + name + " SET (slot_name = NONE)", "DROP SUBSCRIPTION " + name}
 }
 
 // publisher is a subscription's connection as its Secret describes it.
@@ -149,17 +156,13 @@ func (p publisher) conninfo(passfile, rootcert string) string {
 		if b.Len() > 0 {
 			b.WriteByte(' ')
 		}
-		b.WriteString(k + "='" + conninfoEscaper.Replace(keywords[k]) + "'")
+		b.WriteString(k + "=" + conninfoValue(keywords[k]))
 	}
 	return b.String()
 }
 
-// conninfoEscaper quotes a libpq keyword's value inside single quotes;
-// passfileEscaper a passfile's field.
-var (
-	conninfoEscaper = strings.NewReplacer(`\`, `\\`, `'`, `\'`)
-	passfileEscaper = strings.NewReplacer(`\`, `\\`, `:`, `\:`)
-)
+// passfileEscaper quotes a passfile's field.
+var passfileEscaper = strings.NewReplacer(`\`, `\\`, `:`, `\:`)
 
 // passfileLine is a passfile that gives password to every connection.
 func passfileLine(password string) string {
@@ -253,9 +256,7 @@ func (k *declaredKeeper) applySubscriptions(ctx context.Context, conn *pgx.Conn,
 			// Its slot was lost with a primary of the publisher (before
 			// PostgreSQL 17, at every failover): nothing is left there.
 			k.log("subscription %s: its slot is gone from the publisher (%v): dropping the subscription alone", s.Name, err)
-			name := pgx.Identifier{s.Name}.Sanitize()
-			err = each(ctx, conn, []string{"ALTER SUBSCRIPTION " + name + " DISABLE",
-				"ALTER SUBSCRIPTION " + name + " SET (slot_name = NONE)", "DROP SUBSCRIPTION " + name})
+			err = each(ctx, conn, dropSubscriptionAloneSQL(s.Name))
 		}
 		why := plainError(err)
 		if why == "" {
