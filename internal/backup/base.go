@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -179,10 +180,23 @@ func (s *Store) Backups(ctx context.Context) ([]Manifest, error) {
 		if err := s.getJSON(ctx, obj.Key, &m); err != nil {
 			return nil, err
 		}
-		out = append(out, m)
+		if manifestAt(obj.Key, m) {
+			out = append(out, m)
+		}
 	}
 	slices.SortFunc(out, func(a, b Manifest) int { return a.FinishedAt.Compare(b.FinishedAt) })
 	return out, nil
+}
+
+// manifestAt tells whether m, read at key, is a manifest TakeBackup wrote
+// there: in the directory its ID names. Any other (a backup directory
+// copied, or a manifest written by hand) is no backup: its ID would name
+// another backup's objects to restore or delete (two manifests of one ID
+// would have retention delete the newest backup), or, with a "..", objects
+// outside this database's path.
+func manifestAt(key string, m Manifest) bool {
+	return m.ID != "" && m.ID != "." && m.ID != ".." && !strings.ContainsAny(m.ID, `/\`) &&
+		path.Base(path.Dir(key)) == m.ID
 }
 
 // ErrNoBackup: no base backup fits.

@@ -3,6 +3,7 @@ package backup
 import (
 	"context"
 	"fmt"
+	"math"
 	"path"
 	"slices"
 	"strconv"
@@ -72,8 +73,13 @@ func (r Retention) Expired(backups []Manifest, now time.Time) []Manifest {
 // (initdb's default).
 const segmentSize = 16 << 20
 
-// WALFile is the name of the WAL segment that holds lsn on timeline.
+// WALFile is the name of the WAL segment that holds lsn on timeline, a
+// TimeLineID of PostgreSQL's (1 to FFFFFFFF): any other, as a manifest
+// from the store may hold, would write no segment's name.
 func WALFile(timeline int64, lsn string) (string, error) {
+	if timeline < 1 || timeline > math.MaxUint32 {
+		return "", fmt.Errorf("timeline %d is not one of PostgreSQL's (1 to %X)", timeline, uint32(math.MaxUint32))
+	}
 	pos, err := pglogrepl.ParseLSN(lsn)
 	if err != nil {
 		return "", fmt.Errorf("WAL position %q: %w", lsn, err)

@@ -147,14 +147,15 @@ func DeclaredDigest(annotation string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// ParseDeclared reads AnnotationDeclared; an empty value declares nothing.
+// ParseDeclared reads AnnotationDeclared; an empty value declares
+// nothing, and one it refuses reads as the zero Declared.
 func ParseDeclared(s string) (Declared, error) {
 	var d Declared
 	if s == "" {
 		return d, nil
 	}
 	if err := json.Unmarshal([]byte(s), &d); err != nil {
-		return d, fmt.Errorf("the Lease's %s annotation: %w", AnnotationDeclared, err)
+		return Declared{}, fmt.Errorf("the Lease's %s annotation: %w", AnnotationDeclared, err)
 	}
 	return d, nil
 }

@@ -2,6 +2,7 @@ package contract
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -190,7 +191,7 @@ func ParsePoolersPaused(value string) map[string]int {
 			id, count = "", pair
 		}
 		if n, err := strconv.Atoi(count); err == nil && n > 0 && (id == "" || validPoolerID(id)) {
-			paused[id] += n
+			paused[id] = min(paused[id], math.MaxInt-n) + n // no overflow into a negative count
 		}
 	}
 	return paused

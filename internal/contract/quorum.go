@@ -53,14 +53,15 @@ func (q Quorum) String() string {
 }
 
 // ParseQuorum reads a Quorum from the annotation; an empty value is
-// asynchronous replication.
+// asynchronous replication, and so is one it refuses (the zero Quorum,
+// never the fields decoded before the error).
 func ParseQuorum(s string) (Quorum, error) {
 	var q Quorum
 	if s == "" {
 		return q, nil
 	}
 	if err := json.Unmarshal([]byte(s), &q); err != nil {
-		return q, fmt.Errorf("annotation %s: %w", AnnotationQuorum, err)
+		return Quorum{}, fmt.Errorf("annotation %s: %w", AnnotationQuorum, err)
 	}
 	return q, nil
 }

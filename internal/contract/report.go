@@ -218,11 +218,12 @@ type Candidacy struct {
 	Promised bool `json:"promised,omitempty"`
 }
 
-// Parse reads a report from the annotation's value.
+// Parse reads a report from the annotation's value; a value it refuses
+// reads as the zero Report, never as the fields decoded before the error.
 func Parse(s string) (Report, error) {
 	var r Report
 	if err := json.Unmarshal([]byte(s), &r); err != nil {
-		return r, fmt.Errorf("instance report: %w", err)
+		return Report{}, fmt.Errorf("instance report: %w", err)
 	}
 	return r, nil
 }
@@ -233,13 +234,27 @@ func (r Report) String() string {
 	return string(b)
 }
 
-// LSN parses a position in PostgreSQL's X/Y form; empty is 0.
+// LSN parses a position in PostgreSQL's X/Y form, as pg_lsn does: two
+// groups of 1 to 8 hex digits, nothing else; empty is 0. (pglogrepl's
+// ParseLSN takes trailing text and wraps halves wider than 32 bits.)
 func LSN(s string) (uint64, error) {
 	if s == "" {
 		return 0, nil
 	}
-	l, err := pglogrepl.ParseLSN(s)
-	return uint64(l), err
+	hi, lo, ok := strings.Cut(s, "/")
+	h, herr := lsnHalf(hi)
+	l, lerr := lsnHalf(lo)
+	if !ok || herr != nil || lerr != nil {
+		return 0, fmt.Errorf("WAL position %q is not in PostgreSQL's X/Y form", s)
+	}
+	return h<<32 | l, nil
+}
+
+func lsnHalf(s string) (uint64, error) {
+	if len(s) > 8 || strings.Trim(s, "0123456789abcdefABCDEF") != "" {
+		return 0, strconv.ErrSyntax
+	}
+	return strconv.ParseUint(s, 16, 32)
 }
 
 // FormatLSN writes a position in PostgreSQL's X/Y form.

@@ -181,15 +181,22 @@ func askPromise(ctx context.Context, key []byte, me, member, address string) (an
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", member, err)
 	}
-	if resp.StatusCode != http.StatusOK || !verified(key, out, resp.Header.Get(failsafeHeader)) {
-		return false, fmt.Errorf("%s at %s: %s: %s", member, address, resp.Status, bytes.TrimSpace(out))
+	return readAnswer(key, member, address, hex.EncodeToString(nonce), resp.StatusCode, resp.Status, resp.Header.Get(failsafeHeader), out)
+}
+
+// readAnswer reads member's answer at address to the request of nonce:
+// its status, its signature header and its body. Nothing in an answer
+// whose HMAC does not verify is read.
+func readAnswer(key []byte, member, address, nonce string, code int, status, signature string, out []byte) (answered bool, err error) {
+	if code != http.StatusOK || !verified(key, out, signature) {
+		return false, fmt.Errorf("%s at %s: %s: %s", member, address, status, bytes.TrimSpace(out))
 	}
 	var answer promiseResponse
 	if err := json.Unmarshal(out, &answer); err != nil {
 		return false, fmt.Errorf("%s: %w", member, err)
 	}
 	switch {
-	case answer.Nonce != hex.EncodeToString(nonce) || answer.Member != member:
+	case answer.Nonce != nonce || answer.Member != member:
 		return false, fmt.Errorf("%s: the answer at %s is not to this request (from %q)", member, address, answer.Member)
 	case !answer.Granted:
 		return true, fmt.Errorf("%s refused: %s", member, answer.Reason)

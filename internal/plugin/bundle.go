@@ -3,6 +3,7 @@ package plugin
 import (
 	"archive/tar"
 	"compress/gzip"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -95,7 +96,37 @@ func ObjectYAML(obj runtime.Object, kind string) ([]byte, error) {
 	if kind == "Secret" {
 		redactSecret(m)
 	}
-	return yaml.Marshal(m)
+	out, err := yaml.Marshal(m)
+	if err != nil {
+		// The YAML encoder refuses some strings the API server stores
+		// (C1 control characters, in an annotation anyone who may write
+		// the object can set): such an object is written as JSON, which
+		// is YAML too, with those characters escaped, so that it does not
+		// cut the whole report short.
+		return escapedJSON(m)
+	}
+	return out, nil
+}
+
+// escapedJSON is v as JSON with every character YAML does not allow
+// unescaped (outside its printable set) written as \uXXXX: JSON leaves
+// DEL and the C1 controls as they are, and they occur only in strings.
+func escapedJSON(v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	var out strings.Builder
+	for _, r := range string(b) {
+		printable := r == '\t' || r == '\n' || r == '\r' || (r >= 0x20 && r <= 0x7e) || r == 0x85 ||
+			(r >= 0xa0 && r <= 0xd7ff) || (r >= 0xe000 && r <= 0xfffd) || r >= 0x10000
+		if printable {
+			out.WriteRune(r)
+		} else {
+			fmt.Fprintf(&out, `\u%04x`, r)
+		}
+	}
+	return []byte(out.String()), nil
 }
 
 func redactSecret(m map[string]any) {
