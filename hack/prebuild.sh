@@ -55,6 +55,20 @@ test_binaries() {
   return $rc
 }
 
+# fuzz_binaries: compile the fuzz-instrumented test binaries of make
+# test-fuzz (hack/fuzz.sh), whose instrumentation rebuilds every package
+# they import, and PostgreSQL's parser (cgo) for the SQL ones.
+fuzz_binaries() {
+  local out pkg rc=0
+  out=$(mktemp -d) || return 1
+  for pkg in ./internal/contract ./internal/instance ./internal/instance/scram ./internal/backup ./internal/plugin ./internal/specs; do
+    go test -c -fuzz . -o "$out/x.test" "$pkg" || rc=1
+  done
+  go test -c -fuzz . -tags sqlparse -o "$out/x.test" ./internal/instance || rc=1
+  rm -rf "$out"
+  return $rc
+}
+
 step hack/k8s-binaries.sh --envtest  # make test
 step hack/k8s-binaries.sh            # make test-heavy (the KWOK tier), make test-e2e
 step helm_cache                      # make test-helm, test-e2e, test-real
@@ -64,4 +78,5 @@ step test_binaries                   # make test-postgres, test-e2e, test-real
 if [ "$(id -u)" = 0 ]; then
   step hack/node-parts.sh            # make test-real
 fi
+step fuzz_binaries                   # make test-fuzz
 kill "$watchdog" 2>/dev/null || true
