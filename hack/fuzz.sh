@@ -28,6 +28,9 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cache="$(go env GOCACHE)/fuzz"
 
+# inputs_in counts the failing inputs kept for a target.
+inputs_in() { if [ -d "$1" ]; then find "$1" -type f | wc -l; else echo 0; fi; }
+
 declare -A built=()
 for spec in "$@"; do
   pkg=${spec%%:*} target=${spec#*:}
@@ -38,7 +41,7 @@ for spec in "$@"; do
   fi
   importpath=$(go list "${tags[@]}" "$pkg")
   inputs="$pkg/testdata/fuzz/$target"
-  before=$(ls "$inputs" 2>/dev/null | wc -l)
+  before=$(inputs_in "$inputs")
   if ! (cd "$pkg" && "$bin" -test.run '^$' -test.fuzz "^$target\$" -test.fuzztime "$time" \
       -test.parallel "${FUZZ_PARALLEL:-2}" -test.fuzzcachedir "$cache/$importpath") >"$dir/log" 2>&1; then
     # Go 1.26's fuzz coordinator can fail a target whose -fuzztime
@@ -46,7 +49,7 @@ for spec in "$@"; do
     # and no failing input (go.dev/issue/75804, fixed in Go 1.27): that is
     # no finding. A count (-fuzztime 200x, as test-fuzz uses) has no
     # deadline to race.
-    if [ "$(ls "$inputs" 2>/dev/null | wc -l)" = "$before" ] && grep -q '^    context deadline exceeded$' "$dir/log" &&
+    if [ "$(inputs_in "$inputs")" = "$before" ] && grep -q '^    context deadline exceeded$' "$dir/log" &&
         ! grep -q 'Failing input written' "$dir/log"; then
       echo "$target ($pkg, $time): ended by go.dev/issue/75804 (the duration's deadline, no failing input): no finding"
       continue
