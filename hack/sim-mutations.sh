@@ -26,7 +26,7 @@ PY
 	# One line per configuration that caught it: its first failing seed,
 	# and the first thing its checkers found.
 	(cd ../.. && go test ./internal/instance/ -run '^TestSimulation$' -count=1 -sim.schedules "$schedules" 2>&1) |
-		awk '/seed [0-9]+ \(of/ { match($0, /TestSimulation\/[a-z]+/); config = substr($0, RSTART + 15, RLENGTH - 15)
+		awk '/seed [0-9]+ \(of/ { match($0, /TestSimulation\/[a-z-]+/); config = substr($0, RSTART + 15, RLENGTH - 15)
 		                           match($0, /seed [0-9]+/); seed = substr($0, RSTART + 5, RLENGTH - 5); getline
 		                           sub(/^[ \t]+/, ""); print "  " config ": caught at seed " seed ": " $0; found = 1 }
 		     END { if (!found) print "  not caught" }' || true
@@ -39,3 +39,5 @@ mutate "the timeline comparison in the election" decide.go \
 mutate "the promise check of a take" failsafe.go $'\tif f.now().Before(f.until) {\n\t\treturn false\n\t}\n\tf.taking = true' $'\tf.taking = true'
 mutate "the quorum's instances in the failsafe round" failsafe.go \
 	"members := h.c.members(l.quorum.Instances)" "var members []string"
+mutate "expiry by the holder's Lease duration" lease.go \
+	"l.now().Sub(l.seenAt) >= l.duration()" "l.now().Sub(l.seenAt) >= l.t.lease"

@@ -30,6 +30,18 @@ type simConfig struct {
 	// scaling: the last instance exists only during "scale" faults (a
 	// scale-up, then a scale-down), the quorum on the Lease following.
 	scaling bool
+	// durations: draw "relaunch" faults too, a pod restarted with the
+	// other of two Lease durations (lease and twice it), as while a
+	// change of spec.failover.leaseDurationSeconds rolls the pods.
+	durations bool
+}
+
+// maxLease is the longest Lease duration an instance may run with.
+func (cfg simConfig) maxLease() time.Duration {
+	if cfg.durations {
+		return 2 * cfg.lease
+	}
+	return cfg.lease
 }
 
 // simStep is the simulator's resolution: the world moves every step.
@@ -67,13 +79,19 @@ func drawFaults(rng *rand.Rand, cfg simConfig, names []string) []simFault {
 	if cfg.scaling {
 		kinds = append(slices.Clone(kinds), "scale")
 	}
+	if cfg.durations {
+		kinds = append(slices.Clone(kinds), "relaunch")
+	}
 	var out []simFault
 	for range cfg.faults {
 		at := simEpoch.Add(simBoot + time.Duration(rng.Int64N(int64(cfg.span))))
 		length := time.Duration(rng.Int64N(int64(3*cfg.lease))) + cfg.lease/4
 		f := simFault{at: at, until: at.Add(length), kind: kinds[rng.IntN(len(kinds))], a: names[rng.IntN(len(names))]}
-		if f.kind == "scale" {
+		switch f.kind {
+		case "scale":
 			f.a, f.until = names[len(names)-1], at.Add(length*4)
+		case "relaunch": // a quick restart: a holder resumes in place, with its new duration
+			f.until = at.Add(length / 4)
 		}
 		if healed := simHealed(cfg); f.until.After(healed) {
 			f.until = healed
@@ -141,6 +159,8 @@ func (w *simWorld) applyFaults(faults []simFault, lease time.Duration) {
 			exists[n] = true
 		case "crash":
 			crash[n] = true
+		case "relaunch":
+			crash[n], n.relaunch = true, true
 		}
 	}
 	for _, n := range w.nodes {
@@ -160,9 +180,12 @@ func (w *simWorld) applyFaults(faults []simFault, lease time.Duration) {
 			n.crashed = true
 			n.pg.stop()
 		case !crash[n] && n.crashed:
-			w.logf(n.name, "fault: restarted")
+			if n.relaunch {
+				n.lease, n.relaunch = map[bool]time.Duration{true: 2 * lease, false: lease}[n.lease == lease], false
+			}
+			w.logf(n.name, "fault: restarted (Lease duration %s)", n.lease)
 			n.crashed = false
-			n.restart(lease)
+			n.restart()
 			n.nextTurn = w.now
 		}
 	}
@@ -184,7 +207,7 @@ func (w *simWorld) scale(n *simNode, exists bool, lease time.Duration) {
 	w.logf("op", "spec.replicas %d", w.quorum.Instances)
 	n.crashed = !exists
 	if exists {
-		n.restart(lease)
+		n.restart()
 		n.nextTurn = w.now
 	} else {
 		n.pg.stop()

@@ -20,16 +20,16 @@ func newSimWorld(cfg simConfig) *simWorld {
 	if cfg.scaling {
 		w.quorum.Instances--
 	}
-	w.window = 2 * cfg.lease
+	w.window = 2 * cfg.maxLease()
 	w.lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "db-primary", ResourceVersion: "1",
 		Annotations: map[string]string{contract.AnnotationQuorum: w.quorum.String()}}}
 	for i := range cfg.instances {
-		n := &simNode{w: w, name: "db-" + strconv.Itoa(i), member: true}
+		n := &simNode{w: w, name: "db-" + strconv.Itoa(i), member: true, lease: cfg.lease}
 		n.pg = &simServer{n: n}
 		n.nextTurn = simEpoch.Add(time.Duration(i) * cfg.lease / 15)
 		w.nodes = append(w.nodes, n)
 		w.cut[n.name] = map[string]bool{}
-		n.restart(cfg.lease)
+		n.restart()
 	}
 	if cfg.scaling {
 		w.scaling = w.nodes[len(w.nodes)-1]
@@ -39,9 +39,9 @@ func newSimWorld(cfg simConfig) *simWorld {
 }
 
 // restart gives the instance a new HA loop: a new process, nothing of the
-// old one's memory.
-func (n *simNode) restart(lease time.Duration) {
-	c := Config{PodName: n.name, BootstrapPod: "db-0", LeaseName: "db-primary", LeaseDuration: lease}
+// old one's memory, with its pod's Lease duration.
+func (n *simNode) restart() {
+	c := Config{PodName: n.name, BootstrapPod: "db-0", LeaseName: "db-primary", LeaseDuration: n.lease}
 	log := func(format string, args ...any) { n.w.logf(n.name, format, args...) }
 	n.h = newHA(c, log, n.now, simAPI{n}, simNet{n}, n.pg, n.pg)
 }
@@ -83,8 +83,8 @@ func runSim(seed uint64, cfg simConfig) (*simWorld, []simFault, []string) {
 		}
 	}
 	if len(problems) == 0 {
-		if recovered.IsZero() || recovered.Sub(healed) > simRecoverBound(cfg.lease) {
-			problem("no write acknowledged within %s of the faults healing", simRecoverBound(cfg.lease))
+		if recovered.IsZero() || recovered.Sub(healed) > simRecoverBound(cfg.maxLease()) {
+			problem("no write acknowledged within %s of the faults healing", simRecoverBound(cfg.maxLease()))
 		}
 		w.checkFinal(cfg, problem)
 	}

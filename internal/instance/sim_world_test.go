@@ -59,6 +59,10 @@ type simNode struct {
 	// settled is how long its WAL was when the writes last acknowledged
 	// had had time to reach it (simWorld.settle).
 	settled int
+	// lease is the Lease duration its pod runs with; relaunch: its
+	// restart takes the other one (a "relaunch" fault).
+	lease    time.Duration
+	relaunch bool
 }
 
 func (n *simNode) now() time.Time { return n.w.now.Add(-n.suspendedFor) }

@@ -797,3 +797,15 @@ func (w *writer) waitAcked(t *testing.T, n int) {
 		return nil
 	})
 }
+
+// stillPrimary checks that no failover happened: the same primary, on the
+// same timeline.
+func stillPrimary(t *testing.T, ns, primary, timeline string) {
+	t.Helper()
+	if got := getDB(t, ns).Status.CurrentPrimary; got != primary {
+		t.Errorf("the primary moved from %s to %s", primary, got)
+	}
+	if got := walTimeline(t, ns, primary); got != timeline {
+		t.Errorf("%s writes on timeline %s, was %s: a promotion happened", primary, got, timeline)
+	}
+}

@@ -766,12 +766,7 @@ func TestLifecycleOnRealPods(t *testing.T) {
 			t.Errorf("%d writes failed, longest gap %s: want none failed and no gap beyond 1 s", failed, gap)
 		}
 		waitReady(t, ns, 3, 2*time.Minute)
-		if got := getDB(t, ns).Status.CurrentPrimary; got != primary {
-			t.Errorf("the primary moved from %s to %s", primary, got)
-		}
-		if got := walTimeline(t, ns, primary); got != timeline {
-			t.Errorf("%s writes on timeline %s, was %s: a promotion happened", primary, got, timeline)
-		}
+		stillPrimary(t, ns, primary, timeline)
 		if after := podIdentities(t, ns); !maps.Equal(after, before) {
 			t.Errorf("pods and their restarts changed: %v, were %v", after, before)
 		}
@@ -858,12 +853,7 @@ func TestLifecycleOnRealPods(t *testing.T) {
 			t.Errorf("%d writes failed, longest gap %s: want none failed and no gap beyond 2 s", failed, gap)
 		}
 		waitReady(t, ns, 3, 3*time.Minute)
-		if got := getDB(t, ns).Status.CurrentPrimary; got != primary {
-			t.Errorf("the primary moved from %s to %s", primary, got)
-		}
-		if got := walTimeline(t, ns, primary); got != timeline {
-			t.Errorf("%s writes on timeline %s, was %s: a promotion happened", primary, got, timeline)
-		}
+		stillPrimary(t, ns, primary, timeline)
 		n := count(t, uri)
 		if n < rows+acked || n > rows+acked+unknown {
 			t.Fatalf("%d rows, want %d to %d: %d acknowledged writes, %d unacknowledged", n, rows+acked, rows+acked+unknown, acked, unknown)
