@@ -95,4 +95,7 @@ func TestSimulation(t *testing.T) {
 	scaling := simDefault
 	scaling.instances, scaling.scaling = 4, true
 	t.Run("scaling", func(t *testing.T) { simRun(t, scaling) })
+	durations := simDefault
+	durations.durations = true
+	t.Run("lease-durations", func(t *testing.T) { simRun(t, durations) })
 }
