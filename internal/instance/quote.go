@@ -11,7 +11,7 @@ import (
 // own catalog) renders it with these, and nothing else, so that any
 // string becomes one token: an identifier or a string constant, never
 // SQL. sql_fuzz_test.go proves it with PostgreSQL's own parser
-// (make fuzz-sql).
+// (make test-fuzz).
 
 // ident quotes name as an identifier: between double quotes, each double
 // quote doubled. PostgreSQL cuts an identifier to 63 bytes (NAMEDATALEN):

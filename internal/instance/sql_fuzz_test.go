@@ -9,7 +9,7 @@
 //
 // pg_query_go is cgo and compiles PostgreSQL's parser, minutes cold: the
 // build tag keeps it out of make test (and out of every binary). Run with
-// make fuzz-sql, or
+// make test-fuzz (or make fuzz, longer), or
 //
 //	go test -tags sqlparse -run '^$' -fuzz '^FuzzRolePlan$' -fuzztime 30s ./internal/instance/
 package instance
