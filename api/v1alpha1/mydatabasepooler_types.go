@@ -200,6 +200,27 @@ const (
 	// ReasonPodsNotReady (Reconciling): fewer pods are available than
 	// spec.instances.
 	ReasonPodsNotReady = "PodsNotReady"
+	// ReasonLookupPending (Reconciling): the MyDatabase's primary has not
+	// yet made the poolers' role and lookup (ConditionPoolerLookupApplied),
+	// so PgBouncer could not log a client in.
+	ReasonLookupPending = "LookupPending"
+)
+
+// ConditionPoolerLookupApplied is a MyDatabase's condition while a
+// MyDatabasePooler leads to it: True once its primary keeps the role
+// PgBouncer logs in as and, in every database, the function that looks up
+// clients' passwords; False while it has not yet, or with why it could
+// not. Absent while no pooler leads to the MyDatabase, and on a replica
+// MyDatabase (its servers take both from the source's primary). A pooler
+// is Ready only once it is True: before, its clients' logins fail. No
+// effect on the MyDatabase's Ready.
+const ConditionPoolerLookupApplied = "PoolerLookupApplied"
+
+// The reasons of ConditionPoolerLookupApplied.
+const (
+	ReasonPoolerLookupApplied    = "PoolerLookupApplied"
+	ReasonPoolerLookupNotApplied = "PoolerLookupNotApplied"
+	ReasonPoolerLookupPending    = "PoolerLookupPending"
 )
 
 // MyDatabasePoolerStatus is what the operator last found of a pooler.

@@ -70,6 +70,42 @@ func setDeclaredStatus(db *databasev1alpha1.MyDatabase, primary *contract.Report
 	}
 	databases.setCondition(db, now, databasev1alpha1.ConditionDatabasesApplied, "databases, extensions, publications and subscriptions", "spec.databases",
 		databasev1alpha1.ReasonDatabasesApplied, databasev1alpha1.ReasonDatabaseNotApplied, databasev1alpha1.ReasonDatabasesPending)
+
+	var lookup *string // the primary's outcome for the poolers' lookup, if it reported one
+	if primary != nil {
+		if why, reported := primary.Declared[contract.PoolerKey]; reported {
+			lookup = &why
+		}
+	}
+	setPoolerLookupCondition(db, pooled && specs.Replica(db) == nil, lookup, now)
+}
+
+// setPoolerLookupCondition sets ConditionPoolerLookupApplied while the
+// primary keeps the poolers' lookup (keeps: a pooler leads to db, and db's
+// servers are writable), from the primary's last outcome for it (nil when
+// it reported none); it removes the condition otherwise. The role and the
+// function, once made, stay in the catalog through a new declaration or a
+// failover, so a True condition stays True until a primary reports that
+// it could not keep them: a pooler's Ready (which waits for it) does not
+// flap while a new primary applies the declaration for the first time.
+func setPoolerLookupCondition(db *databasev1alpha1.MyDatabase, keeps bool, lookup *string, now time.Time) {
+	if !keeps {
+		meta.RemoveStatusCondition(&db.Status.Conditions, databasev1alpha1.ConditionPoolerLookupApplied)
+		return
+	}
+	cond := metav1.Condition{Type: databasev1alpha1.ConditionPoolerLookupApplied, Status: metav1.ConditionTrue,
+		Reason:             databasev1alpha1.ReasonPoolerLookupApplied,
+		Message:            "the primary keeps the poolers' role and, in every database, their password lookup",
+		ObservedGeneration: db.Generation, LastTransitionTime: metav1.NewTime(now)}
+	switch {
+	case lookup != nil && *lookup != "":
+		cond.Status, cond.Reason = metav1.ConditionFalse, databasev1alpha1.ReasonPoolerLookupNotApplied
+		cond.Message = "the primary could not make the poolers' role and password lookup: " + *lookup + "; it tries again every Lease duration"
+	case lookup == nil && !meta.IsStatusConditionTrue(db.Status.Conditions, cond.Type):
+		cond.Status, cond.Reason = metav1.ConditionFalse, databasev1alpha1.ReasonPoolerLookupPending
+		cond.Message = "waiting for the primary to make the poolers' role and, in every database, their password lookup"
+	}
+	meta.SetStatusCondition(&db.Status.Conditions, cond)
 }
 
 // tally counts declared items by where they stand, for a condition.

@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -160,5 +161,48 @@ func rolesCondition(reason, says string) func(*databasev1alpha1.MyDatabase) erro
 			return fmt.Errorf("RolesApplied %+v, want %s saying %q", c, reason, says)
 		}
 		return nil
+	}
+}
+
+// TestPoolerLookupCondition: PoolerLookupApplied follows the primary's
+// outcome for the poolers' lookup while a pooler leads to the MyDatabase,
+// stays True while a primary has not reported it again (a failover, a new
+// declaration: the role and function stay in the catalog), and is absent
+// otherwise.
+func TestPoolerLookupCondition(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	applied, failed := "", "database shop: permission denied"
+	for name, tc := range map[string]struct {
+		keeps  bool
+		before metav1.ConditionStatus // "" for no condition before
+		lookup *string
+		want   metav1.ConditionStatus // "" for none
+		reason string
+	}{
+		"no pooler":                          {before: metav1.ConditionTrue},
+		"a pooler, nothing reported yet":     {keeps: true, want: metav1.ConditionFalse, reason: databasev1alpha1.ReasonPoolerLookupPending},
+		"made":                               {keeps: true, before: metav1.ConditionFalse, lookup: &applied, want: metav1.ConditionTrue, reason: databasev1alpha1.ReasonPoolerLookupApplied},
+		"made before, not reported since":    {keeps: true, before: metav1.ConditionTrue, want: metav1.ConditionTrue, reason: databasev1alpha1.ReasonPoolerLookupApplied},
+		"pending before, not reported since": {keeps: true, before: metav1.ConditionFalse, want: metav1.ConditionFalse, reason: databasev1alpha1.ReasonPoolerLookupPending},
+		"failed":                             {keeps: true, before: metav1.ConditionTrue, lookup: &failed, want: metav1.ConditionFalse, reason: databasev1alpha1.ReasonPoolerLookupNotApplied},
+	} {
+		t.Run(name, func(t *testing.T) {
+			db := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Generation: 4}}
+			if tc.before != "" {
+				db.Status.Conditions = []metav1.Condition{{Type: databasev1alpha1.ConditionPoolerLookupApplied, Status: tc.before,
+					Reason: "Before", ObservedGeneration: 3}}
+			}
+			setPoolerLookupCondition(db, tc.keeps, tc.lookup, now)
+			c := meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionPoolerLookupApplied)
+			switch {
+			case tc.want == "" && c != nil:
+				t.Errorf("condition %+v, want none", c)
+			case tc.want == "":
+			case c == nil || c.Status != tc.want || c.Reason != tc.reason || c.ObservedGeneration != 4:
+				t.Errorf("condition %+v, want %s %s of generation 4", c, tc.want, tc.reason)
+			case tc.lookup == &failed && !strings.Contains(c.Message, failed):
+				t.Errorf("message %q does not say why", c.Message)
+			}
+		})
 	}
 }

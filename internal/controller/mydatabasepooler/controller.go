@@ -31,6 +31,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -301,7 +302,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *databasev1alpha1.MyData
 	orig := p.DeepCopy()
 	st := &p.Status
 	switched := followSwitchover(p, db)
-	computeStatus(p, dep, alignErr, r.Clock.Now())
+	computeStatus(p, dep, lookupPending(db), alignErr, r.Clock.Now())
 	// conditions.Set keeps a condition's transition time while its status
 	// holds: an unchanged pass compares equal.
 	if equality.Semantic.DeepEqual(orig.Status, p.Status) {
@@ -325,8 +326,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *databasev1alpha1.MyData
 // SetupWithManager watches poolers, their children (through their
 // controller reference) and MyDatabases (through the index of
 // spec.database: a pooler waiting for its database starts when it
-// appears, follows a change of its TLS or port, and reports the end of
-// its switchovers).
+// appears, follows a change of its TLS or port, is Ready once its
+// primary can log clients in, and reports the end of its switchovers).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &databasev1alpha1.MyDatabasePooler{}, DatabaseField,
 		func(o client.Object) []string { return []string{o.(*databasev1alpha1.MyDatabasePooler).Spec.Database} }); err != nil {
@@ -355,7 +356,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.Watches(obj, byController)
 	}
 	return b.Watches(&databasev1alpha1.MyDatabase{}, byDatabase, builder.WithPredicates(predicate.Or[client.Object](
-		predicate.GenerationChangedPredicate{}, switchoverFinished))).
+		predicate.GenerationChangedPredicate{}, switchoverFinished, lookupChanged))).
 		Named("mydatabasepooler").
 		Complete(r)
 }
+
+// lookupChanged passes a MyDatabase update that changes whether its
+// servers can log a pooler's clients in (lookupPending).
+var lookupChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	return lookupPending(e.ObjectOld.(*databasev1alpha1.MyDatabase)) != lookupPending(e.ObjectNew.(*databasev1alpha1.MyDatabase))
+}}

@@ -160,13 +160,25 @@ func TestPoolerLifecycle(t *testing.T) {
 		}
 	})
 
-	t.Run("ready once the pods are available", func(t *testing.T) {
+	t.Run("ready once the pods are available and the primary can log clients in", func(t *testing.T) {
 		dep := &appsv1.Deployment{}
 		if err := get(ns, p.Name, dep); err != nil {
 			t.Fatal(err)
 		}
 		dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2}
 		if err := k8s.Status().Update(ctx, dep); err != nil {
+			t.Fatal(err)
+		}
+		condition(t, ns, p.Name, databasev1alpha1.ConditionReconciling, metav1.ConditionTrue, databasev1alpha1.ReasonLookupPending)
+		// What the MyDatabase reconciler writes once the primary reports
+		// the lookup made (not running here): the watch brings it.
+		live := &databasev1alpha1.MyDatabase{}
+		if err := get(ns, db.Name, live); err != nil {
+			t.Fatal(err)
+		}
+		meta.SetStatusCondition(&live.Status.Conditions, metav1.Condition{Type: databasev1alpha1.ConditionPoolerLookupApplied,
+			Status: metav1.ConditionTrue, Reason: databasev1alpha1.ReasonPoolerLookupApplied, Message: "made"})
+		if err := k8s.Status().Update(ctx, live); err != nil {
 			t.Fatal(err)
 		}
 		got := condition(t, ns, p.Name, databasev1alpha1.ConditionReady, metav1.ConditionTrue, databasev1alpha1.ReasonAvailable)

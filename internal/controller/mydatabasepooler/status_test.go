@@ -36,6 +36,7 @@ func TestComputeStatus(t *testing.T) {
 	for name, tc := range map[string]struct {
 		paused     bool
 		dep        *appsv1.Deployment
+		lookup     string
 		err        error
 		ready      int32
 		conditions []metav1.Condition
@@ -43,6 +44,9 @@ func TestComputeStatus(t *testing.T) {
 		"available": {dep: deployment(1, 1, 2, 2, 2), ready: 2, conditions: []metav1.Condition{
 			cond(databasev1alpha1.ConditionReady, metav1.ConditionTrue, databasev1alpha1.ReasonAvailable,
 				"2 of 2 PgBouncer pods available at "+endpoint)}},
+		"available, the database cannot log clients in yet": {dep: deployment(1, 1, 2, 2, 2), lookup: "the MyDatabase shop: waiting", ready: 2,
+			conditions: notReady(databasev1alpha1.ReasonLookupPending,
+				"2 of 2 PgBouncer pods available, but no client can log in yet: the MyDatabase shop: waiting")},
 		"no Deployment yet": {conditions: notReady(databasev1alpha1.ReasonPodsNotReady,
 			"0 of 2 PgBouncer pods available, the Deployment is rolling out")},
 		"rolled out, one pod not available": {dep: deployment(1, 1, 2, 2, 1), ready: 1,
@@ -65,12 +69,41 @@ func TestComputeStatus(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			p := &databasev1alpha1.MyDatabasePooler{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "pool", Generation: 3}}
 			p.Spec.Database, p.Spec.Paused, p.Spec.Instances = "shop", tc.paused, ptr.To[int32](2)
-			computeStatus(p, tc.dep, tc.err, now)
+			computeStatus(p, tc.dep, tc.lookup, tc.err, now)
 			want := databasev1alpha1.MyDatabasePoolerStatus{ObservedGeneration: 3, Instances: 2, ReadyInstances: tc.ready,
 				Endpoint: endpoint, SecretName: "pool-tls", Conditions: tc.conditions}
 			if diff := cmp.Diff(want, p.Status); diff != "" {
 				t.Errorf("status (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestLookupPending: a pooler waits for its MyDatabase's
+// PoolerLookupApplied, except on a replica MyDatabase.
+func TestLookupPending(t *testing.T) {
+	with := func(status metav1.ConditionStatus) *databasev1alpha1.MyDatabase {
+		db := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}
+		if status != "" {
+			db.Status.Conditions = []metav1.Condition{{Type: databasev1alpha1.ConditionPoolerLookupApplied, Status: status,
+				Message: "waiting for the primary"}}
+		}
+		return db
+	}
+	replica := with("")
+	replica.Spec.Replica = &databasev1alpha1.ReplicaSpec{}
+	for name, tc := range map[string]struct {
+		db   *databasev1alpha1.MyDatabase
+		want string
+	}{
+		"no condition yet": {with(""), "the MyDatabase shop has not yet taken this pooler in"},
+		"pending":          {with(metav1.ConditionFalse), "the MyDatabase shop: waiting for the primary"},
+		"applied":          {with(metav1.ConditionTrue), ""},
+		"a replica":        {replica, ""},
+		"no MyDatabase":    {nil, ""},
+	} {
+		if got := lookupPending(tc.db); got != tc.want {
+			t.Errorf("%s: %q, want %q", name, got, tc.want)
+		}
 	}
 }
