@@ -175,10 +175,14 @@ func (k *kube) peers(ctx context.Context) ([]peer, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Only the pods of this StatefulSet: another MyDatabase's pod may
+	// carry this one's labels (contract.PodOrdinal), and a candidacy it
+	// published would count in this one's elections.
+	set := contract.PodSet(k.c.PodName)
 	var out []peer
 	for i := range list.Items {
 		p := &list.Items[i]
-		if p.Name == k.c.PodName {
+		if _, ok := contract.PodOrdinal(set, p.Name); !ok || p.Name == k.c.PodName {
 			continue
 		}
 		out = append(out, peer{name: p.Name, report: podReport(p)})

@@ -266,16 +266,25 @@ func TestLifecycleOnRealPods(t *testing.T) {
 		if err := env.c.Create(ctx, pooler); err != nil {
 			t.Fatal(err)
 		}
+		created := time.Now()
+		var available time.Duration // when the pods were first seen available, waiting for the lookup
 		testenv.Eventually(t, 3*time.Minute, "the pooler Ready", func() error {
 			if err := env.c.Get(ctx, client.ObjectKeyFromObject(pooler), pooler); err != nil {
 				return err
 			}
 			c := meta.FindStatusCondition(pooler.Status.Conditions, databasev1alpha1.ConditionReady)
+			if c != nil && c.Reason == databasev1alpha1.ReasonLookupPending && available == 0 {
+				available = time.Since(created)
+			}
 			if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != pooler.Generation {
 				return fmt.Errorf("conditions %+v", pooler.Status.Conditions)
 			}
 			return nil
 		})
+		// Before PoolerLookupApplied held Ready back, the pooler was Ready
+		// from the first of these times, and a login then failed.
+		t.Logf("the pooler Ready %v after it was made; its pods available, the lookup not yet made, at %v (0: not seen)",
+			time.Since(created).Round(10*time.Millisecond), available.Round(10*time.Millisecond))
 		if pooler.Status.ReadyInstances != 2 {
 			t.Errorf("%d PgBouncer pods ready, want the default 2", pooler.Status.ReadyInstances)
 		}

@@ -125,17 +125,17 @@ func (k *kit) observe(ctx context.Context, db *databasev1alpha1.MyDatabase) (*sc
 	case err != nil && !apierrors.IsNotFound(err):
 		return s, objectError("get", lease, specs.LeaseName(db), err)
 	}
-	pods := &corev1.PodList{}
-	if err := k.listOwn(ctx, pods, db, specs.InstanceSelector(db)); err != nil {
-		return s, objectError("list", &corev1.Pod{}, "", err)
+	pods, err := k.serverPods(ctx, db)
+	if err != nil {
+		return s, err
 	}
 	// A list comes in no particular order; the rollout and the status go
 	// by ordinal. The names share their prefix, so the shorter is the
 	// lower ("db-9" before "db-10").
-	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int {
+	slices.SortFunc(pods, func(a, b corev1.Pod) int {
 		return cmp.Or(cmp.Compare(len(a.Name), len(b.Name)), cmp.Compare(a.Name, b.Name))
 	})
-	s.pods = pods.Items
+	s.pods = pods
 	if !k.poolers {
 		return s, nil
 	}

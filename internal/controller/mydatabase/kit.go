@@ -19,6 +19,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/apply"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
@@ -69,6 +70,21 @@ func (k *kit) listOwn(ctx context.Context, list client.ObjectList, db *databasev
 		opts = append(opts, client.MatchingFields{byDatabase: db.Name})
 	}
 	return k.List(ctx, list, opts...)
+}
+
+// serverPods lists db's server pods: those its instance labels select
+// whose name is one of its StatefulSet's. Labels alone would count a pod
+// of another MyDatabase whose instance manager relabelled it, which RBAC
+// allows on its own pods (contract.PodOrdinal).
+func (k *kit) serverPods(ctx context.Context, db *databasev1alpha1.MyDatabase) ([]corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := k.listOwn(ctx, pods, db, specs.InstanceSelector(db)); err != nil {
+		return nil, objectError("list", &corev1.Pod{}, "", err)
+	}
+	return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool {
+		_, ok := contract.PodOrdinal(specs.StatefulSetName(db), p.Name)
+		return !ok
+	}), nil
 }
 
 // byDatabase indexes the cached pods and volume claims by the MyDatabase

@@ -246,11 +246,11 @@ func (r *majorUpgrade) prepareUpgrade(ctx context.Context, db *databasev1alpha1.
 // stopForUpgrade waits until every server has stopped.
 func (r *majorUpgrade) stopForUpgrade(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) error {
 	up := obs.upgrade.status
-	pods := &corev1.PodList{}
-	if err := r.listOwn(ctx, pods, db, specs.InstanceSelector(db)); err != nil {
-		return objectError("list", &corev1.Pod{}, "", err)
+	pods, err := r.serverPods(ctx, db)
+	if err != nil {
+		return err
 	}
-	if n := len(pods.Items); n > 0 {
+	if n := len(pods); n > 0 {
 		r.upgradeWaits(obs, "stopping the servers cleanly: %d still running", n)
 		return nil
 	}
