@@ -43,7 +43,11 @@ import (
 // The channel is HTTP on the metrics port, each message authenticated by
 // an HMAC keyed by the replication client key, which only this
 // MyDatabase's pods mount; a response answers the request's nonce, so an
-// old grant cannot be replayed.
+// old grant cannot be replayed. A request names the member it asks and the
+// holder's wall clock when it asked, and a member grants it only within a
+// Lease duration of its own clock (promiseWindow): a request captured on
+// the pod network and replayed extends a promise by at most one Lease
+// duration past the holder's last request, never indefinitely.
 
 // failsafePath is the endpoint on the metrics server.
 const failsafePath = "/failsafe"
@@ -54,7 +58,26 @@ const failsafeHeader = "X-Mydatabase-Failsafe"
 // promiseRequest is a primary's request for a promise.
 type promiseRequest struct {
 	Holder string `json:"holder"`
-	Nonce  string `json:"nonce"`
+	// Member is the member asked: the request is good for it alone.
+	Member string `json:"member"`
+	// Sent is the holder's wall clock when it asked.
+	Sent  time.Time `json:"sent"`
+	Nonce string    `json:"nonce"`
+}
+
+// stale says why a member, at its own wall clock now, with the Lease
+// duration d, must not consider req: addressed to another member, or sent
+// more than d from now (a replay, a clock d apart, or an instance manager
+// older than these fields, whose requests have neither); "" when it may.
+func (req promiseRequest) stale(member string, now time.Time, d time.Duration) string {
+	switch {
+	case req.Member != member:
+		return fmt.Sprintf("the request is addressed to %q", req.Member)
+	case req.Sent.Before(now.Add(-d)) || req.Sent.After(now.Add(d)):
+		return fmt.Sprintf("the request was sent at %s, more than the Lease duration (%s) from this member's clock (%s): "+
+			"a replay, or clocks that far apart", req.Sent.Format(time.RFC3339Nano), d, now.Format(time.RFC3339Nano))
+	}
+	return ""
 }
 
 // promiseResponse is a member's answer.

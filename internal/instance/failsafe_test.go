@@ -1,7 +1,9 @@
 package instance
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"maps"
 	"net"
 	"net/http"
@@ -73,7 +75,7 @@ func TestPromiseOverTheWire(t *testing.T) {
 	}
 	member := &manager{ha: &ha{c: Config{PodName: "db-1", ReplicationTLSDir: dir}, failsafe: newFailsafe("db-1", time.Now)}}
 	member.failsafe.observe("db-0")
-	srv := httptest.NewServer(member.failsafeHandler(func() time.Duration { return 4 * time.Second }))
+	srv := httptest.NewServer(member.failsafeHandler(func() time.Duration { return 4 * time.Second }, time.Now))
 	defer srv.Close()
 	address := strings.TrimPrefix(srv.URL, "http://")
 	primary := httpPromises{Config{PodName: "db-0", ReplicationTLSDir: dir}}
@@ -89,7 +91,7 @@ func TestPromiseOverTheWire(t *testing.T) {
 	// nobody's; the member is asked where it streams from next.
 	other := &manager{ha: &ha{c: Config{PodName: "db-2", ReplicationTLSDir: dir}, failsafe: newFailsafe("db-2", time.Now)}}
 	other.failsafe.observe("db-0")
-	otherSrv := httptest.NewServer(other.failsafeHandler(func() time.Duration { return 4 * time.Second }))
+	otherSrv := httptest.NewServer(other.failsafeHandler(func() time.Duration { return 4 * time.Second }, time.Now))
 	defer otherSrv.Close()
 	gone := httptest.NewServer(http.NotFoundHandler())
 	goneAddress := strings.TrimPrefix(gone.URL, "http://")
@@ -102,6 +104,9 @@ func TestPromiseOverTheWire(t *testing.T) {
 	stale := []string{goneAddress, strings.TrimPrefix(otherSrv.URL, "http://"), hung.Addr().String(), address}
 	if _, err := primary.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": stale}, time.Second); err != nil {
 		t.Fatalf("a member found at its last address: %v", err)
+	}
+	if other.failsafe.promised() {
+		t.Fatal("db-2, reached at an address db-1 left, promised on a request addressed to db-1")
 	}
 	if _, err := primary.askAll(ctx, "db-0", []string{"db-1"}, map[string][]string{"db-1": stale[:3]}, time.Second); err == nil ||
 		!strings.Contains(err.Error(), "not to this request") {
@@ -192,4 +197,51 @@ func TestReadPeers(t *testing.T) {
 	// A member outside the failsafe set with no address is not waited for.
 	api.reports["db-3"] = ""
 	step(peersRetry, 3, map[string]string{"db-1": "10.0.0.21:9187", "db-2": "10.0.0.12:9187"})
+}
+
+// TestPromiseRequestReplayed: a signed request captured on the pod network
+// binds no member outside a Lease duration of the time it was sent, nor a
+// member it was not addressed to; inside, it binds as the holder's own.
+func TestPromiseRequestReplayed(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), []byte("the replication client key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key, err := Config{ReplicationTLSDir: dir}.failsafeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	const lease = 4 * time.Second
+	for name, tc := range map[string]struct {
+		member string
+		sent   time.Time
+		grant  bool
+		reason string
+	}{
+		"fresh":                          {"db-1", now.Add(-lease / 2), true, ""},
+		"a clock a little ahead":         {"db-1", now.Add(lease / 2), true, ""},
+		"replayed a Lease duration late": {"db-1", now.Add(-lease - time.Millisecond), false, "a replay"},
+		"from a clock far ahead":         {"db-1", now.Add(lease + time.Millisecond), false, "a replay"},
+		"from an older instance manager": {"db-1", time.Time{}, false, "a replay"},
+		"addressed to another member":    {"db-2", now, false, `addressed to "db-2"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			member := &manager{ha: &ha{c: Config{PodName: "db-1", ReplicationTLSDir: dir}, failsafe: newFailsafe("db-1", time.Now)}}
+			member.failsafe.observe("db-0")
+			body, _ := json.Marshal(promiseRequest{Holder: "db-0", Member: tc.member, Sent: tc.sent, Nonce: "00"})
+			req := httptest.NewRequest(http.MethodPost, failsafePath, bytes.NewReader(body))
+			req.Header.Set(failsafeHeader, sign(key, body))
+			rec := httptest.NewRecorder()
+			member.failsafeHandler(func() time.Duration { return lease }, func() time.Time { return now }).ServeHTTP(rec, req)
+			var answer promiseResponse
+			if err := json.Unmarshal(rec.Body.Bytes(), &answer); err != nil || rec.Code != http.StatusOK {
+				t.Fatalf("answer %d %s (%v)", rec.Code, rec.Body, err)
+			}
+			if answer.Granted != tc.grant || member.failsafe.promised() != tc.grant || !strings.Contains(answer.Reason, tc.reason) {
+				t.Errorf("granted %t (%q), promised %t; want granted %t, a reason with %q",
+					answer.Granted, answer.Reason, member.failsafe.promised(), tc.grant, tc.reason)
+			}
+		})
+	}
 }

@@ -121,9 +121,13 @@ func failsafeFuzzKey(f *testing.F) (dir string, key []byte) {
 // the member knows, and every answer it sends is signed.
 func FuzzFailsafeRequest(f *testing.F) {
 	dir, key := failsafeFuzzKey(f)
+	f.Add("POST", []byte(`{"holder":"db-0","member":"db-1","sent":"2026-01-02T03:04:05Z","nonce":"00112233445566778899aabbccddeeff"}`), "", true)
+	f.Add("POST", []byte(`{"holder":"db-0","member":"db-1","sent":"2026-01-02T03:04:08.5+00:00","nonce":"00"}`), "", true)
+	f.Add("POST", []byte(`{"holder":"db-0","member":"db-1","sent":"2026-01-02T03:04:00Z","nonce":"00"}`), "", true)
+	f.Add("POST", []byte(`{"holder":"db-0","member":"db-2","sent":"2026-01-02T03:04:05Z","nonce":"00"}`), "", true)
 	f.Add("POST", []byte(`{"holder":"db-0","nonce":"00112233445566778899aabbccddeeff"}`), "", true)
 	f.Add("POST", []byte(`{"holder":"db-0","nonce":"00112233445566778899aabbccddeeff"}`), strings.Repeat("00", 32), false)
-	f.Add("POST", []byte(`{"holder":"db-2","nonce":""}`), "", true)
+	f.Add("POST", []byte(`{"holder":"db-2","member":"db-1","sent":"2026-01-02T03:04:05Z","nonce":""}`), "", true)
 	f.Add("POST", []byte(`{"holder":"db-0"`), "", true)
 	f.Add("GET", []byte(`{"holder":"db-0","nonce":"00"}`), "", true)
 	f.Add("POST", bytes.Repeat([]byte(" "), 4097), "", true)
@@ -139,7 +143,8 @@ func FuzzFailsafeRequest(f *testing.F) {
 		req := httptest.NewRequest(method, failsafePath, bytes.NewReader(body))
 		req.Header.Set(failsafeHeader, signature)
 		rec := httptest.NewRecorder()
-		member.failsafeHandler(func() time.Duration { return 4 * time.Second }).ServeHTTP(rec, req)
+		now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		member.failsafeHandler(func() time.Duration { return 4 * time.Second }, func() time.Time { return now }).ServeHTTP(rec, req)
 
 		authentic := len(body) <= 4096 && verified(key, body, signature)
 		switch {
@@ -172,8 +177,10 @@ func FuzzFailsafeRequest(f *testing.F) {
 		if answer.Nonce != asked.Nonce || answer.Member != "db-1" {
 			t.Fatalf("answer %+v to request %+v", answer, asked)
 		}
-		if answer.Granted != (asked.Holder == "db-0") || member.failsafe.promised() != answer.Granted {
-			t.Fatalf("holder %q: granted %t, promised %t; want granted only to db-0", asked.Holder, answer.Granted, member.failsafe.promised())
+		fresh := asked.Member == "db-1" && asked.Sent.Sub(now).Abs() <= 4*time.Second
+		if answer.Granted != (asked.Holder == "db-0" && fresh) || member.failsafe.promised() != answer.Granted {
+			t.Fatalf("%+v: granted %t, promised %t; want granted only to db-0, addressed to db-1, sent within 4 s of now",
+				asked, answer.Granted, member.failsafe.promised())
 		}
 	})
 }

@@ -51,8 +51,8 @@ func verified(key, body []byte, signature string) bool {
 }
 
 // failsafeHandler answers promise requests with the promise of d, the
-// Lease duration.
-func (m *manager) failsafeHandler(d func() time.Duration) http.Handler {
+// Lease duration; now is the wall clock a request's time is held against.
+func (m *manager) failsafeHandler(d func() time.Duration, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			http.Error(w, "POST only", http.StatusMethodNotAllowed)
@@ -74,7 +74,9 @@ func (m *manager) failsafeHandler(d func() time.Duration) http.Handler {
 			return
 		}
 		resp := promiseResponse{Member: m.c.PodName, Nonce: req.Nonce}
-		resp.Granted, resp.Reason = m.failsafe.grant(req.Holder, d())
+		if resp.Reason = req.stale(m.c.PodName, now(), d()); resp.Reason == "" {
+			resp.Granted, resp.Reason = m.failsafe.grant(req.Holder, d())
+		}
 		out, _ := json.Marshal(resp) // a promiseResponse always marshals
 		w.Header().Set(failsafeHeader, sign(key, out))
 		w.Header().Set("Content-Type", "application/json")
@@ -133,6 +135,9 @@ func askMember(ctx context.Context, key []byte, me, member string, addresses []s
 	if len(addresses) == 0 {
 		return fmt.Errorf("%s: its failsafe address is not known (it has not reported one)", member)
 	}
+	nonce := make([]byte, 16)
+	_, _ = rand.Read(nonce)
+	req := promiseRequest{Holder: me, Member: member, Sent: time.Now().UTC(), Nonce: hex.EncodeToString(nonce)}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -142,7 +147,7 @@ func askMember(ctx context.Context, key []byte, me, member string, addresses []s
 	results := make(chan result, len(addresses))
 	for _, address := range addresses {
 		go func() {
-			answered, err := askPromise(ctx, key, me, member, address)
+			answered, err := askPromise(ctx, key, req, address)
 			results <- result{answered, err}
 		}()
 	}
@@ -161,18 +166,17 @@ func askMember(ctx context.Context, key []byte, me, member string, addresses []s
 // few small requests every L/5, and a member's address may move.
 var failsafeClient = &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 
-// askPromise asks member at address; answered: a member answered (granted
-// or refused), as opposed to an address where none did.
-func askPromise(ctx context.Context, key []byte, me, member, address string) (answered bool, err error) {
-	nonce := make([]byte, 16)
-	_, _ = rand.Read(nonce)
-	body, _ := json.Marshal(promiseRequest{Holder: me, Nonce: hex.EncodeToString(nonce)}) // always marshals
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+address+failsafePath, bytes.NewReader(body))
+// askPromise asks req.Member at address; answered: a member answered
+// (granted or refused), as opposed to an address where none did.
+func askPromise(ctx context.Context, key []byte, req promiseRequest, address string) (answered bool, err error) {
+	member := req.Member
+	body, _ := json.Marshal(req) // always marshals
+	post, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+address+failsafePath, bytes.NewReader(body))
 	if err != nil {
 		return false, err
 	}
-	req.Header.Set(failsafeHeader, sign(key, body))
-	resp, err := failsafeClient.Do(req)
+	post.Header.Set(failsafeHeader, sign(key, body))
+	resp, err := failsafeClient.Do(post)
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", member, err)
 	}
@@ -181,7 +185,7 @@ func askPromise(ctx context.Context, key []byte, me, member, address string) (an
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", member, err)
 	}
-	return readAnswer(key, member, address, hex.EncodeToString(nonce), resp.StatusCode, resp.Status, resp.Header.Get(failsafeHeader), out)
+	return readAnswer(key, member, address, req.Nonce, resp.StatusCode, resp.Status, resp.Header.Get(failsafeHeader), out)
 }
 
 // readAnswer reads member's answer at address to the request of nonce:

@@ -117,7 +117,7 @@ func Run(ctx context.Context, c Config, log Logger) (int, error) {
 // runs without metrics.
 func (m *manager) serveMetrics(ctx context.Context) {
 	collector := pgmetrics.NewCollector(m.pg.connect, m.c.CustomQueries, m.log)
-	more := map[string]http.Handler{failsafePath: m.failsafeHandler(m.leases.promiseFor)}
+	more := map[string]http.Handler{failsafePath: m.failsafeHandler(m.leases.promiseFor, time.Now)}
 	if err := pgmetrics.Serve(ctx, m.c.MetricsAddress, collector, more); err != nil {
 		m.log("serving metrics on %s: %v", m.c.MetricsAddress, err)
 	}
