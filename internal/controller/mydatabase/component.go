@@ -24,7 +24,7 @@ import (
 // sets them). It reads the pass's scope and never changes it.
 //
 // Components never hold one another nor call one another's methods. What
-// one needs from another is a small typed result (results): components
+// one needs from another is a small typed result (result, below): components
 // makes each one, hands its producer the *result to fill in, and each
 // consumer an input to read, the producer earlier in the pass than every
 // consumer (TestComponentWiring checks both). The results:
