@@ -3,6 +3,7 @@ package mydatabase
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -20,9 +21,20 @@ import (
 // A component aligns one feature of a MyDatabase with its spec: the
 // children that feature owns, and its own part of the observation the
 // status is computed from (its fields of observation say which component
-// sets them). It reads the pass's scope and never changes it; what it
-// needs from another component it is given when the pass makes it
-// (components), never through a field another one happened to set.
+// sets them). It reads the pass's scope and never changes it.
+//
+// Components never hold one another nor call one another's methods. What
+// one needs from another is a small typed result (result, below): components
+// makes each one, hands its producer the *result to fill in, and each
+// consumer an input to read, the producer earlier in the pass than every
+// consumer (TestComponentWiring checks both). The results:
+//
+//	tlsResult         tlsCerts       → credentials, roles: the CA clients verify the servers with
+//	upgradeResult     majorUpgrade   → hibernation, servers, switchover: an upgrade is active; the MyDatabase the StatefulSet is built from
+//	hibernationResult hibernation    → servers, switchover: the servers are stopped; the switchover it asks for
+//	serversResult     servers        → podCreation, rollout, managerUpdate, replicationPassword: the applied StatefulSet
+//	switchoverResult  switchover     → rollout, managerUpdate: no switchover runs, and one may start
+//	rolloutResult     rollout        → managerUpdate: the rollout asked for a switchover
 //
 // Adding a feature is adding a component: a type with its builders in
 // internal/specs, its reconcile, its part of the observation, and its
@@ -73,38 +85,68 @@ func (s *scope) primaryPod() string {
 // password the data does not know, nor claim volumes no class can
 // provision.
 func (k *kit) components(s *scope) (prerequisites, features []component) {
-	tls := &tlsCerts{kit: k, scope: s}
-	upgrade := &majorUpgrade{kit: k, scope: s}
-	hibernation := &hibernation{kit: k, scope: s, upgrade: upgrade}
-	servers := &servers{kit: k, scope: s, upgrade: upgrade, hibernation: hibernation, applied: s.sts}
-	switchover := &switchover{kit: k, scope: s, upgrade: upgrade, hibernation: hibernation}
+	tls, upgrade, hibernated := &result[tlsResult]{}, &result[upgradeResult]{}, &result[hibernationResult]{}
+	applied, switchedOver, rolled := &result[serversResult]{}, &result[switchoverResult]{}, &result[rolloutResult]{}
 	return []component{
 			&storageClass{kit: k, scope: s},
 			&objectStores{kit: k, scope: s},
-			tls,
-			&credentials{kit: k, scope: s, tls: tls},
+			&tlsCerts{kit: k, scope: s, out: tls},
+			&credentials{kit: k, scope: s, tls: tls.input()},
 		}, []component{
 			&serverConfig{kit: k, scope: s},
 			&services{kit: k, scope: s},
 			&instanceAccess{kit: k, scope: s},
-			upgrade,
-			hibernation,
-			servers,
+			&majorUpgrade{kit: k, scope: s, out: upgrade},
+			&hibernation{kit: k, scope: s, upgrade: upgrade.input(), out: hibernated},
+			&servers{kit: k, scope: s, upgrade: upgrade.input(), hibernation: hibernated.input(), out: applied},
 			&disruptionBudget{kit: k, scope: s},
 			&networkPolicy{kit: k, scope: s},
 			&podMonitor{kit: k, scope: s},
 			&podRoles{kit: k, scope: s},
-			&podCreation{kit: k, scope: s, servers: servers},
-			switchover,
-			&rollout{kit: k, scope: s, servers: servers, switchover: switchover},
-			&managerUpdate{kit: k, scope: s, servers: servers, switchover: switchover},
-			&replicationPassword{kit: k, scope: s, servers: servers},
+			&podCreation{kit: k, scope: s, servers: applied.input()},
+			&switchover{kit: k, scope: s, upgrade: upgrade.input(), hibernation: hibernated.input(), out: switchedOver},
+			&rollout{kit: k, scope: s, servers: applied.input(), switchover: switchedOver.input(), out: rolled},
+			&managerUpdate{kit: k, scope: s, servers: applied.input(), switchover: switchedOver.input(), rollout: rolled.input()},
+			&replicationPassword{kit: k, scope: s, servers: applied.input()},
 			&retainedVolumes{kit: k, scope: s},
 			&rotation{kit: k, scope: s},
-			&roles{kit: k, scope: s, tls: tls},
+			&roles{kit: k, scope: s, tls: tls.input()},
 			&schedule{kit: k, scope: s},
 			&replica{kit: k, scope: s},
 		}
+}
+
+// A result is what one component of a pass hands over to the components
+// after it. Its producer is given the *result and calls produce first
+// thing in its reconcile, which marks it produced and returns the value to
+// fill in as the reconcile goes; each consumer is given an input, which
+// reads it. Reading a result whose producer has not run is a mistake in
+// the order of components and panics (TestComponentWiring finds it
+// without a pass).
+type result[T any] struct {
+	value    T
+	produced bool
+}
+
+// produce marks the result produced and returns its value to fill in.
+func (r *result[T]) produce() *T {
+	r.produced = true
+	return &r.value
+}
+
+// input is the read-only side of r, for a consumer.
+func (r *result[T]) input() input[T] { return input[T]{r} }
+
+// input is a consumer's read-only handle on a result.
+type input[T any] struct{ r *result[T] }
+
+// get is the result as its producer left it.
+func (in input[T]) get() T {
+	if in.r == nil || !in.r.produced {
+		var zero T
+		panic(fmt.Sprintf("%T read before its producer ran: see the order of components", zero))
+	}
+	return in.r.value
 }
 
 // observe reads the scope of a pass: the StatefulSet, the primary Lease

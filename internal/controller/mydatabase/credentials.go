@@ -18,15 +18,15 @@ import (
 type credentials struct {
 	*kit
 	*scope
-	tls *tlsCerts // the CA the connection Secret carries
+	tls input[tlsResult] // the CA the connection Secret carries
 	// dataVolume is the primary's data volume as read from the API server
 	// ("" when there is none), nil until dataExists asks.
 	dataVolume *string
 }
 
 // reconcile makes sure the application's password Secret
-// exists and is usable; the generated credentials Secret carries the CA of
-// tlsCerts, which runs first. A password is generated only when no
+// exists and is usable; the generated credentials Secret carries the CA
+// tlsCerts hands over (it runs first). A password is generated only when no
 // data exists yet; once a Secret exists it is never rewritten, and if it
 // vanishes while the data remains, the MyDatabase stalls instead of
 // minting a password the data does not know.
@@ -36,15 +36,16 @@ func (r *credentials) reconcile(ctx context.Context, obs *observation) error {
 		obs.stalled = r.checkUserSecret(ctx, db)
 		return nil
 	}
+	caCert := r.tls.get().caCert
 	withCA := func(db *databasev1alpha1.MyDatabase, password string) *corev1.Secret {
 		s := specs.CredentialsSecret(db, password)
-		s.Data[specs.CACertKey] = r.tls.caCert
+		s.Data[specs.CACertKey] = caCert
 		return s
 	}
 	if err := r.ensureGeneratedSecret(ctx, db, obs, specs.GeneratedCredentialsSecretName(db), withCA); err != nil || obs.blocked() {
 		return err
 	}
-	return r.alignConnectionSecret(ctx, db, r.tls.caCert)
+	return r.alignConnectionSecret(ctx, db, caCert)
 }
 
 func (o *observation) blocked() bool { return o.stalled != nil || o.waiting != nil }
@@ -54,7 +55,7 @@ func (o *observation) blocked() bool { return o.stalled != nil || o.waiting != n
 type replicationPassword struct {
 	*kit
 	*scope
-	servers *servers
+	servers input[serversResult] // the applied StatefulSet
 }
 
 // reconcile deletes the replication password Secret of a
@@ -65,7 +66,7 @@ type replicationPassword struct {
 // old one (internal/instance, replication.go).
 func (r *replicationPassword) reconcile(ctx context.Context, obs *observation) error {
 	db := r.db
-	if !everyPodMountsReplicationCert(db, r.servers.applied, r.pods) {
+	if !everyPodMountsReplicationCert(db, r.servers.get().applied, r.pods) {
 		return nil
 	}
 	legacy := specs.LegacyReplicationSecretName(db)

@@ -40,37 +40,42 @@ import (
 type hibernation struct {
 	*kit
 	*scope
-	upgrade *majorUpgrade // a hibernation waits for an upgrade to end
+	upgrade input[upgradeResult] // a hibernation waits for an upgrade to end
+	out     *result[hibernationResult]
 	// status is status.hibernation as this pass leaves it.
 	status *databasev1alpha1.HibernationStatus
 }
 
-// stopped tells the servers to run none.
-func (r *hibernation) stopped() bool {
-	if r.status == nil {
-		return false
-	}
-	switch r.status.Phase {
-	case databasev1alpha1.HibernationStopping, databasev1alpha1.HibernationHibernated:
-		return true
-	}
-	return false
+// hibernationResult is what hibernation hands over to servers and
+// switchover.
+type hibernationResult struct {
+	// stopped: the servers are to run none (Stopping, Hibernated).
+	stopped bool
+	// switchoverTo is the instance the switchover component is to make the
+	// primary before the servers stop (Preparing), "" for none.
+	switchoverTo string
 }
 
-// switchoverTo is the instance the switchover component is to make the
-// primary for the hibernation, "" for none.
-func (r *hibernation) switchoverTo() string {
-	if r.status == nil || r.status.Phase != databasev1alpha1.HibernationPreparing {
-		return ""
+// hibernationOf is what a hibernation of status st hands over.
+func hibernationOf(st *databasev1alpha1.HibernationStatus) hibernationResult {
+	if st == nil {
+		return hibernationResult{}
 	}
-	return r.status.Primary
+	switch st.Phase {
+	case databasev1alpha1.HibernationStopping, databasev1alpha1.HibernationHibernated:
+		return hibernationResult{stopped: true}
+	case databasev1alpha1.HibernationPreparing:
+		return hibernationResult{switchoverTo: st.Primary}
+	}
+	return hibernationResult{}
 }
 
 // reconcile starts, advances or ends a hibernation.
 func (r *hibernation) reconcile(_ context.Context, obs *observation) error {
 	db := r.db
 	r.status = db.Status.Hibernation.DeepCopy()
-	defer func() { obs.hibernation = r.status }()
+	out := r.out.produce()
+	defer func() { obs.hibernation, *out = r.status, hibernationOf(r.status) }()
 	hibernating := r.status != nil && r.status.Phase != databasev1alpha1.HibernationResumed
 	switch {
 	case !db.Spec.Hibernate && hibernating:
@@ -78,7 +83,7 @@ func (r *hibernation) reconcile(_ context.Context, obs *observation) error {
 		r.status.ResumedAt = new(metav1.NewTime(r.Clock.Now()))
 		r.event(db, corev1.EventTypeNormal, "Resuming", "Starting the servers again: spec.hibernate is false")
 		return nil
-	case !db.Spec.Hibernate, r.upgrade.active():
+	case !db.Spec.Hibernate, r.upgrade.get().active:
 		return nil // an upgrade stops and starts the servers itself; a hibernation follows it
 	case !hibernating:
 		r.status = &databasev1alpha1.HibernationStatus{Phase: databasev1alpha1.HibernationPreparing,

@@ -67,19 +67,21 @@ const replaceRetry = 5 * time.Minute
 type managerUpdate struct {
 	*kit
 	*scope
-	servers    *servers
-	switchover *switchover
+	servers    input[serversResult] // the applied StatefulSet
+	switchover input[switchoverResult]
+	rollout    input[rolloutResult] // a switchover the rollout started
 }
 
 // reconcile replaces the next outdated instance manager, if the servers
 // are settled.
 func (r *managerUpdate) reconcile(ctx context.Context, obs *observation) error {
 	db := r.db
-	if r.Managers == nil || !inPlace(db) || !settled(db, r.servers.applied, r.switchover) {
+	sts := r.servers.get().applied
+	if r.Managers == nil || !inPlace(db) || !settled(db, sts, r.switchover.get().idle && !r.rollout.get().switchover) {
 		return nil
 	}
 	want := r.Managers.Digest()
-	revision := r.servers.applied.Status.UpdateRevision
+	revision := sts.Status.UpdateRevision
 	var outdated []*corev1.Pod
 	for i := range r.pods {
 		pod := &r.pods[i]
@@ -143,11 +145,12 @@ func inPlace(db *databasev1alpha1.MyDatabase) bool {
 }
 
 // settled tells whether the servers run as the spec asks and no switchover
-// runs or waits: a rolling update or a replacement may take its next step.
-func settled(db *databasev1alpha1.MyDatabase, sts *appsv1.StatefulSet, sw *switchover) bool {
+// runs or waits (idle, switchoverResult): a rolling update or a
+// replacement may take its next step.
+func settled(db *databasev1alpha1.MyDatabase, sts *appsv1.StatefulSet, idle bool) bool {
 	return sts != nil && sts.Status.ObservedGeneration >= sts.Generation && sts.Status.UpdateRevision != "" &&
 		ptr.Deref(sts.Spec.Replicas, 0) == specs.Replicas(db) && // servers stopping (an upgrade, a hibernation)
-		sw.state != nil && sw.state.target == ""
+		idle
 }
 
 // managerVersion is the version a pod's instance manager reports, "" for

@@ -55,7 +55,7 @@ func (r *podRoles) reconcile(ctx context.Context, obs *observation) error {
 type podCreation struct {
 	*kit
 	*scope
-	servers *servers
+	servers input[serversResult] // the applied StatefulSet
 }
 
 // reconcile reports why the StatefulSet controller cannot create a
@@ -72,7 +72,7 @@ type podCreation struct {
 // were (docs/benchmarks.md, B9).
 func (r *podCreation) reconcile(ctx context.Context, obs *observation) error {
 	db := r.db
-	sts := r.servers.applied
+	sts := r.servers.get().applied
 	if sts == nil || sts.Spec.Replicas == nil || sts.Status.ObservedGeneration < sts.Generation ||
 		sts.Status.Replicas >= *sts.Spec.Replicas || !creating(sts, r.pods) || obs.blocked() {
 		return nil

@@ -96,7 +96,7 @@ func TestMissingPodsAreLookedAtAgain(t *testing.T) {
 		live := sts.DeepCopy()
 		live.Spec.PodManagementPolicy = policy
 		live.Status.Replicas = int32(len(pods))
-		c := &podCreation{kit: &kit{APIReader: b.Build()}, scope: &scope{db: db, pods: pods}, servers: &servers{applied: live}}
+		c := &podCreation{kit: &kit{APIReader: b.Build()}, scope: &scope{db: db, pods: pods}, servers: produced(serversResult{applied: live})}
 		obs := &observation{}
 		if err := c.reconcile(context.Background(), obs); err != nil {
 			t.Fatal(err)

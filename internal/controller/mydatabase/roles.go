@@ -20,7 +20,7 @@ import (
 type roles struct {
 	*kit
 	*scope
-	tls *tlsCerts // the CA the generated Secrets carry
+	tls input[tlsResult] // the CA the generated Secrets carry
 }
 
 // reconcile aligns the owner of every generated role Secret with the
@@ -71,7 +71,7 @@ func (r *roles) reconcile(ctx context.Context, obs *observation) error {
 		if err != nil {
 			return err
 		}
-		secret := specs.RoleSecret(r.db, role.Name, password, r.tls.caCert)
+		secret := specs.RoleSecret(r.db, role.Name, password, r.tls.get().caCert)
 		if err := r.Create(ctx, secret, client.FieldOwner(FieldOwner)); err != nil && !apierrors.IsAlreadyExists(err) {
 			return objectError("create", secret, name, err)
 		}
@@ -85,14 +85,14 @@ func (r *roles) reconcile(ctx context.Context, obs *observation) error {
 // subscription of another MyDatabase verifies this one's with it. The
 // password is never touched here.
 func (r *roles) alignCA(ctx context.Context, secret *corev1.Secret) error {
-	if bytes.Equal(secret.Data[specs.CACertKey], r.tls.caCert) {
+	if bytes.Equal(secret.Data[specs.CACertKey], r.tls.get().caCert) {
 		return nil
 	}
 	before := secret.DeepCopy()
 	if secret.Data == nil {
 		secret.Data = map[string][]byte{}
 	}
-	secret.Data[specs.CACertKey] = r.tls.caCert
+	secret.Data[specs.CACertKey] = r.tls.get().caCert
 	if err := r.Patch(ctx, secret, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return objectError("patch", secret, secret.Name, err)
 	}

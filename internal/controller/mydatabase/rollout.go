@@ -38,15 +38,25 @@ import (
 type rollout struct {
 	*kit
 	*scope
-	servers    *servers
-	switchover *switchover // a rollout waits for a switchover, and asks for one
+	servers input[serversResult] // the applied StatefulSet
+	// switchover: a rollout waits for a switchover to end, and starts one
+	// (startSwitchover) when only the primary is outdated.
+	switchover input[switchoverResult]
+	out        *result[rolloutResult]
+}
+
+// rolloutResult is what rollout hands over to managerUpdate.
+type rolloutResult struct {
+	// switchover: the rollout asked the primary to hand over.
+	switchover bool
 }
 
 // reconcile takes the next step of a rolling update.
 func (r *rollout) reconcile(ctx context.Context, obs *observation) error {
 	db := r.db
-	sts := r.servers.applied
-	if !settled(db, sts, r.switchover) {
+	out := r.out.produce()
+	sts := r.servers.get().applied
+	if !settled(db, sts, r.switchover.get().idle) {
 		return nil
 	}
 	revision := sts.Status.UpdateRevision
@@ -65,7 +75,7 @@ func (r *rollout) reconcile(ctx context.Context, obs *observation) error {
 	}
 	primary := r.primaryPod()
 	if lacking := lackingVolumes(sts, outdated); lacking != nil {
-		return r.replaceLacking(ctx, obs, lacking, primary)
+		return r.replaceLacking(ctx, obs, out, lacking, primary)
 	}
 	// Replicas first, the highest ordinal first (the StatefulSet's order).
 	slices.Reverse(outdated)
@@ -77,7 +87,9 @@ func (r *rollout) reconcile(ctx context.Context, obs *observation) error {
 	}
 	target, why := pickTarget(r.scope, "")
 	if why == "" {
-		return r.switchover.startSwitchover(ctx, db, obs, target, databasev1alpha1.SwitchoverRollingUpdate)
+		var err error
+		out.switchover, err = startSwitchover(ctx, r.kit, r.scope, obs, target, databasev1alpha1.SwitchoverRollingUpdate)
+		return err
 	}
 	r.event(db, corev1.EventTypeNormal, "RollingUpdate", "Restarting the primary %s with the new spec: %s", primary, why)
 	return r.deleteExact(ctx, outdated[0])
@@ -107,7 +119,7 @@ func lackingVolumes(sts *appsv1.StatefulSet, pods []*corev1.Pod) *corev1.Pod {
 // back. The lowest goes first, then; a primary after a switchover to the
 // highest ordinal, which goes last (one more switchover when its turn
 // comes).
-func (r *rollout) replaceLacking(ctx context.Context, obs *observation, pod *corev1.Pod, primary string) error {
+func (r *rollout) replaceLacking(ctx context.Context, obs *observation, out *rolloutResult, pod *corev1.Pod, primary string) error {
 	db := r.db
 	if pod.Name != primary {
 		r.event(db, corev1.EventTypeNormal, "RollingUpdate", "Restarting replica %s with the new spec and its new volumes", pod.Name)
@@ -121,7 +133,9 @@ func (r *rollout) replaceLacking(ctx context.Context, obs *observation, pod *cor
 		target, why = pickTarget(r.scope, "")
 	}
 	if why == "" {
-		return r.switchover.startSwitchover(ctx, db, obs, target, databasev1alpha1.SwitchoverRollingUpdate)
+		var err error
+		out.switchover, err = startSwitchover(ctx, r.kit, r.scope, obs, target, databasev1alpha1.SwitchoverRollingUpdate)
+		return err
 	}
 	r.event(db, corev1.EventTypeNormal, "RollingUpdate", "Restarting the primary %s with the new spec: %s", primary, why)
 	return r.deleteExact(ctx, pod)

@@ -26,11 +26,19 @@ import (
 type servers struct {
 	*kit
 	*scope
-	upgrade *majorUpgrade // the MyDatabase the StatefulSet is built from, during an upgrade
+	// upgrade gives the MyDatabase the StatefulSet is built from during an
+	// upgrade.
+	upgrade input[upgradeResult]
 	// hibernation stops the servers.
-	hibernation *hibernation
+	hibernation input[hibernationResult]
+	out         *result[serversResult]
+}
+
+// serversResult is what servers hands over to podCreation, rollout,
+// managerUpdate and replicationPassword.
+type serversResult struct {
 	// applied is the StatefulSet as this pass left it: the live one, or
-	// the server's answer to the apply.
+	// the server's answer to the apply; nil when there is none.
 	applied *appsv1.StatefulSet
 }
 
@@ -39,15 +47,17 @@ type servers struct {
 // replaces the StatefulSet (alignVolumes).
 func (r *servers) reconcile(ctx context.Context, obs *observation) error {
 	db := r.db
+	out := r.out.produce()
+	out.applied = r.sts
 	want, err := r.alignVolumes(ctx, db, obs)
 	if err != nil || want == nil {
 		return err
 	}
-	if view := r.upgrade.view(); view != db { // a major upgrade (upgrade.go)
+	if view := r.upgrade.get().view; view != nil { // a major upgrade (upgrade.go)
 		view.Spec.Storage, view.Spec.WALStorage = want.Spec.Storage, want.Spec.WALStorage
 		want = view
 	}
-	if r.hibernation.stopped() {
+	if r.hibernation.get().stopped {
 		want = scaledToZero(want)
 	}
 	var before int32
@@ -65,7 +75,7 @@ func (r *servers) reconcile(ctx context.Context, obs *observation) error {
 	if r.sts != nil && before != specs.Replicas(want) {
 		r.event(db, corev1.EventTypeNormal, "Scaled", "Scaled StatefulSet %s from %d to %d servers", sts.Name, before, specs.Replicas(want))
 	}
-	r.applied, obs.sts = sts, sts
+	out.applied, obs.sts = sts, sts
 	return nil
 }
 

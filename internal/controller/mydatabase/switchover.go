@@ -46,24 +46,33 @@ type switchoverState struct {
 type switchover struct {
 	*kit
 	*scope
-	upgrade *majorUpgrade // a switchover waits for an upgrade
+	upgrade input[upgradeResult] // a switchover waits for an upgrade
 	// hibernation asks for a switchover to ordinal 0 before the servers
 	// stop, and none runs once they stop.
-	hibernation *hibernation
-	// state is the switchover part of the status this pass found.
-	state *switchoverState
+	hibernation input[hibernationResult]
+	out         *result[switchoverResult]
+}
+
+// switchoverResult is what switchover hands over to rollout and
+// managerUpdate.
+type switchoverResult struct {
+	// idle: no switchover runs, and one may start (none does during an
+	// upgrade or once a hibernation has stopped the servers).
+	idle bool
 }
 
 // reconcile follows a switchover in progress to its end, or starts the
 // one a hibernation or spec.switchover asks for.
 func (r *switchover) reconcile(ctx context.Context, obs *observation) error {
 	db := r.db
-	if r.upgrade.active() || r.hibernation.stopped() {
+	out := r.out.produce()
+	hibernation := r.hibernation.get()
+	if r.upgrade.get().active || hibernation.stopped {
 		return nil // a major upgrade moves the primary itself (upgrade.go); stopped servers cannot
 	}
 	obs.switchover = &switchoverState{target: db.Status.TargetPrimary, status: db.Status.Switchover.DeepCopy()}
-	r.state = obs.switchover
 	sw := obs.switchover
+	defer func() { out.idle = sw.target == "" }()
 	now := r.Clock.Now()
 	if sw.target != "" {
 		// The target holds the Lease first, then promotes and says so in
@@ -104,9 +113,10 @@ func (r *switchover) reconcile(ctx context.Context, obs *observation) error {
 		}
 		return r.askSwitchover(ctx, r.lease, "")
 	}
-	if to := r.hibernation.switchoverTo(); to != "" && to != r.holder() {
+	if to := hibernation.switchoverTo; to != "" && to != r.holder() {
 		if target, why := pickTarget(r.scope, to); why == "" {
-			return r.startSwitchover(ctx, db, obs, target, databasev1alpha1.SwitchoverHibernation)
+			_, err := startSwitchover(ctx, r.kit, r.scope, obs, target, databasev1alpha1.SwitchoverHibernation)
+			return err
 		}
 		return nil // the hibernation says why in status
 	}
@@ -122,14 +132,20 @@ func (r *switchover) reconcile(ctx context.Context, obs *observation) error {
 		r.event(db, corev1.EventTypeWarning, "SwitchoverFailed", "Switchover refused: %s", why)
 		return nil
 	}
-	return r.startSwitchover(ctx, db, obs, target, databasev1alpha1.SwitchoverRequested)
+	_, err := startSwitchover(ctx, r.kit, r.scope, obs, target, databasev1alpha1.SwitchoverRequested)
+	return err
 }
 
-// startSwitchover asks the primary to hand over to target.
-func (r *switchover) startSwitchover(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, target, reason string) error {
-	sw := obs.switchover
-	now := metav1.NewTime(r.Clock.Now())
-	st := &databasev1alpha1.SwitchoverStatus{Reason: reason, From: r.primaryPod(), To: target, StartedAt: &now}
+// startSwitchover asks the primary to hand over to target, and records it
+// in the switchover part of the observation, which the switchover component
+// made this pass. The switchover component starts one for spec.switchover
+// and a hibernation, the rollout component (after it) for a rolling
+// update. It tells whether it asked: not when target is the primary
+// already.
+func startSwitchover(ctx context.Context, k *kit, s *scope, obs *observation, target, reason string) (bool, error) {
+	db, sw := s.db, obs.switchover
+	now := metav1.NewTime(k.Clock.Now())
+	st := &databasev1alpha1.SwitchoverStatus{Reason: reason, From: s.primaryPod(), To: target, StartedAt: &now}
 	if sw.status != nil {
 		st.RequestedAt = sw.status.RequestedAt
 	}
@@ -137,18 +153,18 @@ func (r *switchover) startSwitchover(ctx context.Context, db *databasev1alpha1.M
 		st.RequestedAt = db.Spec.Switchover.RequestedAt.DeepCopy()
 	}
 	sw.status = st
-	if target == r.primaryPod() {
+	if target == s.primaryPod() {
 		st.Phase, st.Message, st.FinishedAt = databasev1alpha1.SwitchoverSucceeded, target+" is the primary already", &now
-		return nil
+		return false, nil
 	}
-	if err := r.askSwitchover(ctx, r.lease, target); err != nil {
-		return err
+	if err := k.askSwitchover(ctx, s.lease, target); err != nil {
+		return false, err
 	}
 	st.Phase, st.Message = databasev1alpha1.SwitchoverRunning, fmt.Sprintf("asked %s to hand over to %s", st.From, target)
 	sw.target = target
 	obs.recheck(switchoverTimeout(db))
-	r.event(db, corev1.EventTypeNormal, "SwitchoverStarted", "Switching over from %s to %s (%s)", st.From, target, reason)
-	return nil
+	k.event(db, corev1.EventTypeNormal, "SwitchoverStarted", "Switching over from %s to %s (%s)", st.From, target, reason)
+	return true, nil
 }
 
 // finishSwitchover ends the switchover in progress.

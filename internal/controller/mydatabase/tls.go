@@ -53,15 +53,21 @@ type tlsState struct {
 type tlsCerts struct {
 	*kit
 	*scope
-	// caCert is the CA clients verify the servers with, for the
-	// credentials.
+	out *result[tlsResult]
+}
+
+// tlsResult is what tlsCerts hands over to credentials and roles.
+type tlsResult struct {
+	// caCert is the CA clients verify the servers with, nil when the pass
+	// found none.
 	caCert []byte
 }
 
-// reconcile keeps the certificates, and leaves in r.caCert the CA
-// clients verify the servers with, for the credentials Secret.
+// reconcile keeps the certificates, and leaves in its result the CA
+// clients verify the servers with, for the credentials and role Secrets.
 func (r *tlsCerts) reconcile(ctx context.Context, obs *observation) error {
 	db := r.db
+	out := r.out.produce()
 	ca, err := r.ensureCA(ctx, db, obs)
 	if err != nil || obs.blocked() {
 		return err
@@ -77,7 +83,7 @@ func (r *tlsCerts) reconcile(ctx context.Context, obs *observation) error {
 		return err
 	}
 	if specs.UserSuppliedServerCert(db) {
-		r.caCert = r.checkUserCertificate(ctx, db, obs)
+		out.caCert = r.checkUserCertificate(ctx, db, obs)
 		return nil
 	}
 	name, names := specs.IssuedServerCertSecretName(db), specs.ServerDNSNames(db)
@@ -91,7 +97,7 @@ func (r *tlsCerts) reconcile(ctx context.Context, obs *observation) error {
 		return err
 	}
 	r.observeCertificate(db, obs, name, specs.CASecretName(db), data, true)
-	r.caCert = ca.Cert
+	out.caCert = ca.Cert
 	return nil
 }
 

@@ -84,24 +84,22 @@ func failedAndHeld(up *databasev1alpha1.MajorUpgradeStatus, db *databasev1alpha1
 	return up.Generation == db.Generation || want <= data
 }
 
-// active tells the other components to keep out of the way (switchovers
-// and rolling updates).
-func (r *majorUpgrade) active() bool { return r.state != nil && upgradeActive(r.state.status) }
-
-// view is the MyDatabase the StatefulSet is built from.
-func (r *majorUpgrade) view() *databasev1alpha1.MyDatabase {
-	if r.state != nil && r.state.view != nil {
-		return r.state.view
-	}
-	return r.db
-}
-
 // majorUpgrade is the component of major version upgrades.
 type majorUpgrade struct {
 	*kit
 	*scope
-	// state is the major upgrade part of the status this pass found.
-	state *upgradeState
+	out *result[upgradeResult]
+}
+
+// upgradeResult is what majorUpgrade hands over to hibernation, servers
+// and switchover.
+type upgradeResult struct {
+	// active: an upgrade is under way, and the other components keep out
+	// of its way (hibernations, switchovers and rolling updates).
+	active bool
+	// view is the MyDatabase the StatefulSet is built from, nil for the
+	// MyDatabase itself.
+	view *databasev1alpha1.MyDatabase
 }
 
 // reconcile starts, advances or reports a major upgrade.
@@ -109,7 +107,8 @@ func (r *majorUpgrade) reconcile(ctx context.Context, obs *observation) error {
 	db := r.db
 	up := db.Status.MajorUpgrade.DeepCopy()
 	obs.upgrade = &upgradeState{status: up}
-	r.state = obs.upgrade
+	out := r.out.produce()
+	defer func() { out.active, out.view = upgradeActive(obs.upgrade.status), obs.upgrade.view }()
 	data, want := specs.Major(db.Status.CurrentVersion), specs.Major(db.Spec.Version)
 	switch {
 	case upgradeActive(up):
