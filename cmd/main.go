@@ -242,6 +242,7 @@ func main() {
 		Recorder:    mgr.GetEventRecorder("mydatabase-controller"),
 		NewPassword: specs.RandomPassword,
 		Clock:       clock.RealClock{},
+		SecretSync:  mydatabase.DefaultSecretSync,
 		Metrics:     metrics.New(crmetrics.Registry),
 		Platform:    platform,
 		Managers:    managers,

@@ -1,6 +1,8 @@
 package contract
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -67,6 +69,12 @@ type Report struct {
 	// Storage is the data volume as the report measured it; like the WAL
 	// positions, a change of it alone is sent at most every MinInterval.
 	Storage *Storage `json:"storage,omitempty"`
+	// Certificates is the CertificatesDigest of the certificate files the
+	// server has loaded (the copies it last reloaded with): the operator
+	// compares it with the Secrets' to know that a changed trust bundle
+	// or certificate is in use (a CA rotation's stages wait for it). Empty
+	// from instance managers before the version that reports it.
+	Certificates string `json:"certificates,omitempty"`
 	// Manager is the version of the instance manager that made the report:
 	// the SHA-256 of its binary, in hex. Empty from instance managers that
 	// cannot be replaced in place (before the version that reports it).
@@ -273,4 +281,19 @@ func (r Report) Material(next Report) bool {
 		b.Replica = &ReplicaState{Streaming: b.Replica.Streaming, Rejoined: b.Replica.Rejoined}
 	}
 	return a.String() != b.String()
+}
+
+// CertificatesDigest is what an instance reports of the certificate files
+// it has loaded (Report.Certificates), and what the operator computes of
+// the Secrets: the server certificate and its ca.crt, and the replication
+// client certificate and its ca.crt (the bundle the server verifies
+// client certificates with). Keys are left out: a report is no place for
+// anything derived from one.
+func CertificatesDigest(serverCert, serverCA, replicationCert, replicationCA []byte) string {
+	h := sha256.New()
+	for _, b := range [][]byte{serverCert, serverCA, replicationCert, replicationCA} {
+		sum := sha256.Sum256(b)
+		h.Write(sum[:])
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -148,7 +148,8 @@ const restartBackoff = 10 * time.Second
 // measured then. seen is what the running server answered, nil to ask it.
 func (m *manager) report(ctx context.Context, candidate *contract.Candidacy, seen *serverState) {
 	r := contract.Report{Manager: m.digest, Address: m.c.AdvertiseAddress, Failsafe: m.c.failsafeAddress(), Candidate: candidate, Time: time.Now().UTC().Truncate(time.Millisecond),
-		Passwords: m.passwords.acceptedPasswords(), Backup: m.backups.backupRun.Load(), Restore: m.pg.restore.Load()}
+		Passwords: m.passwords.acceptedPasswords(), Backup: m.backups.backupRun.Load(), Restore: m.pg.restore.Load(),
+		Certificates: m.pg.certificates.Load()}
 	r.Declared, r.DeclaredOf = m.declared.outcome(m.pg.writable())
 	if m.pg.role != stopped && seen == nil {
 		if o, err := m.pg.observe(ctx); err == nil && o.primary == m.pg.writable() {

@@ -30,6 +30,9 @@ type pgServer struct {
 	// the one, a switchover hands the other over.
 	fence  *fence
 	leases *leases
+	// certificates is the digest of the certificate copies the server
+	// was last started or reloaded with (tls.go), for the report.
+	certificates atomicString
 	// lastSeen is the loop's (ha.lastSeen): where the data stood at the
 	// server's last answer, which follow and rejoinSource set from the
 	// stopped data.
@@ -74,6 +77,7 @@ func (pg *pgServer) start(ctx context.Context, role serverRole, address string) 
 	if _, err := pg.c.copyTLS(); err != nil {
 		return err
 	}
+	pg.certificates.Store(pg.c.certificatesDigest())
 	if err := pg.placeWAL(); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 
 	"example.com/myoperator/internal/contract"
@@ -107,6 +108,17 @@ func (c Config) copyTLS() (bool, error) {
 	return changed, nil
 }
 
+// certificatesDigest is what the report says of the copies
+// (contract.CertificatesDigest): a copy that cannot be read counts as
+// empty.
+func (c Config) certificatesDigest() string {
+	read := func(name string) []byte {
+		b, _ := os.ReadFile(c.tlsCopy(name))
+		return b
+	}
+	return contract.CertificatesDigest(read(serverCert), read(serverCA), read(clientCert), read(clientCA))
+}
+
 // keepCertificate follows the Secret: a running server reloads when its
 // certificate changed, and when pg_hba.conf did (the ConfigMap's volume
 // brings a change some time after the operator writes it; a change of
@@ -128,4 +140,19 @@ func (pg *pgServer) keepCertificate() {
 		pg.log("%s changed: reloading", what)
 		_ = pg.server.cmd.Process.Signal(syscall.SIGHUP)
 	}
+	// Reported after the reload was asked for: the server reads the
+	// copies then (or at its start, when none runs), and a CA rotation
+	// waits for this before it takes the next step.
+	pg.certificates.Store(pg.c.certificatesDigest())
+}
+
+// atomicString is a string the loop writes and the report reads.
+type atomicString struct{ v atomic.Value }
+
+func (a *atomicString) Store(s string) { a.v.Store(s) }
+
+// Load is the string last stored, "" before any.
+func (a *atomicString) Load() string {
+	s, _ := a.v.Load().(string)
+	return s
 }

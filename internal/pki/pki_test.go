@@ -260,3 +260,44 @@ func TestSeal(t *testing.T) {
 		}
 	}
 }
+
+// TestBundle: a bundle joins certificates once each, in order; Split gives
+// them back byte for byte; the first is the one that issues, and a single
+// CA is its own bytes (so seals and comparisons made before rotations
+// still hold).
+func TestBundle(t *testing.T) {
+	a, b := mustCA(t, now), mustCA(t, now)
+	for name, tc := range map[string]struct {
+		in     [][]byte
+		split  [][]byte
+		issuer []byte
+	}{
+		"one":           {[][]byte{a.Cert}, [][]byte{a.Cert}, a.Cert},
+		"two":           {[][]byte{a.Cert, b.Cert}, [][]byte{a.Cert, b.Cert}, a.Cert},
+		"the other way": {[][]byte{b.Cert, a.Cert}, [][]byte{b.Cert, a.Cert}, b.Cert},
+		"repeated":      {[][]byte{a.Cert, a.Cert, b.Cert}, [][]byte{a.Cert, b.Cert}, a.Cert},
+		"a bundle in":   {[][]byte{Bundle(b.Cert, a.Cert), nil}, [][]byte{b.Cert, a.Cert}, b.Cert},
+		"none":          {nil, nil, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			bundle := Bundle(tc.in...)
+			got := Split(bundle)
+			if len(got) != len(tc.split) {
+				t.Fatalf("%d certificates, want %d", len(got), len(tc.split))
+			}
+			for i := range got {
+				if string(got[i]) != string(tc.split[i]) {
+					t.Errorf("certificate %d differs", i)
+				}
+			}
+			if string(Issuer(bundle)) != string(tc.issuer) {
+				t.Errorf("Issuer is not the first certificate")
+			}
+		})
+	}
+	// Every certificate of a bundle verifies what it issued.
+	leaf := mustServer(t, b, []string{"db-rw"}, now)
+	if c := CheckServer(leaf.Cert, leaf.Key, Bundle(a.Cert, b.Cert), []string{"db-rw"}, now); len(c.Problems) > 0 {
+		t.Errorf("the second CA of a bundle does not verify its certificate: %v", c.Problems)
+	}
+}

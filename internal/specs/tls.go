@@ -80,13 +80,15 @@ func ServerDNSNames(db *databasev1alpha1.MyDatabase) []string {
 
 // CASecret holds a newly made CA. Like the password Secrets it follows
 // the deletion policy: a retained CA keeps the clients that trust it
-// working with a MyDatabase that adopts the retained data.
+// working with a MyDatabase that adopts the retained data. A CA made
+// while spec.tls.caRotation asks for one already fulfils the request.
 func CASecret(db *databasev1alpha1.MyDatabase, ca pki.KeyPair) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            CASecretName(db),
 			Namespace:       db.Namespace,
 			Labels:          Labels(db, ComponentTLS),
+			Annotations:     caRequestAnnotation(db),
 			OwnerReferences: SecretOwnerReferences(db),
 		},
 		Type: corev1.SecretTypeOpaque,
@@ -153,3 +155,12 @@ func HBAConf(db *databasev1alpha1.MyDatabase) string {
 
 // clientHBALine admits clients of every database over the network.
 const clientHBALine = "host    all          all         all      scram-sha-256"
+
+// caRequestAnnotation records the rotation request a new CA fulfils, nil
+// when the spec makes none.
+func caRequestAnnotation(db *databasev1alpha1.MyDatabase) map[string]string {
+	if r := CARotationRequest(db); r != "" {
+		return map[string]string{databasev1alpha1.AnnotationCARotationRequest: r}
+	}
+	return nil
+}

@@ -29,7 +29,7 @@ import (
 // consumer an input to read, the producer earlier in the pass than every
 // consumer (TestComponentWiring checks both). The results:
 //
-//	tlsResult         tlsCerts       → credentials, roles: the CA clients verify the servers with
+//	tlsResult         tlsCerts       → credentials, roles, caRotation: the CA clients verify the servers with; the CA and certificate Secrets as the pass left them
 //	upgradeResult     majorUpgrade   → hibernation, servers, switchover: an upgrade is active; the MyDatabase the StatefulSet is built from
 //	hibernationResult hibernation    → servers, switchover: the servers are stopped; the switchover it asks for
 //	serversResult     servers        → podCreation, rollout, managerUpdate, replicationPassword: the applied StatefulSet
@@ -111,6 +111,7 @@ func (k *kit) components(s *scope) (prerequisites, features []component) {
 			&retainedVolumes{kit: k, scope: s},
 			&rotation{kit: k, scope: s},
 			&roles{kit: k, scope: s, tls: tls.input()},
+			&caRotation{kit: k, scope: s, tls: tls.input()},
 			&schedule{kit: k, scope: s},
 			&replica{kit: k, scope: s},
 		}

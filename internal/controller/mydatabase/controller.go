@@ -64,6 +64,11 @@ type Reconciler struct {
 	// StallRetry is how often a Stalled MyDatabase is looked at again
 	// (30 s when zero).
 	StallRetry time.Duration
+	// SecretSync is the longest the kubelet takes to bring a changed
+	// Secret into a pod's volume (DefaultSecretSync in production): each
+	// phase of a CA rotation lasts at least this long, for the pods whose
+	// files no report confirms (the poolers'). Zero in tests.
+	SecretSync time.Duration
 	// Platform is what the pods take from the operator's configuration:
 	// the instance manager's image.
 	Platform specs.Platform
@@ -89,10 +94,15 @@ type Reconciler struct {
 	indexed bool
 }
 
+// DefaultSecretSync bounds the kubelet's update of a mounted Secret: its
+// pod sync period (1 minute by default) plus its cache's delay, with
+// margin.
+const DefaultSecretSync = 2 * time.Minute
+
 // kit is what the components of a pass work with.
 func (r *Reconciler) kit() *kit {
 	return &kit{Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder, NewPassword: r.NewPassword, Clock: r.Clock,
-		Metrics: r.Metrics, Platform: r.Platform, Managers: r.Managers, replacements: &r.replacements, StallRetry: r.stallRetry(), certs: &r.certs, marks: r.marks, indexed: r.indexed,
+		Metrics: r.Metrics, Platform: r.Platform, Managers: r.Managers, replacements: &r.replacements, StallRetry: r.stallRetry(), SecretSync: r.SecretSync, certs: &r.certs, marks: r.marks, indexed: r.indexed,
 		poolers: r.Poolers}
 }
 

@@ -46,6 +46,8 @@ type kit struct {
 	replacements *replacements
 	// StallRetry is how often a Stalled MyDatabase is looked at again.
 	StallRetry time.Duration
+	// SecretSync is Reconciler.SecretSync.
+	SecretSync time.Duration
 	// certs remembers the certificates found good, by content: a pass
 	// over an unchanged Secret does not verify it again.
 	certs *pki.Checker

@@ -62,6 +62,10 @@ type observation struct {
 	// tls is the TLS part of the status (tlsCerts), nil when the pass did
 	// not get to it.
 	tls *tlsState
+	// caRotation is status.tls.caRotation (caRotation), nil when the pass
+	// did not get to it or the CA was never rotated: the status then keeps
+	// what it had.
+	caRotation *databasev1alpha1.CARotationStatus
 	// upgrade is the major upgrade part of the status (majorUpgrade), nil
 	// when the pass did not get to it.
 	upgrade *upgradeState
@@ -275,7 +279,12 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 		st.TargetPrimary, st.Switchover = obs.switchover.target, obs.switchover.status
 	}
 	if obs.tls != nil {
+		rotation := obs.caRotation
+		if rotation == nil && st.TLS != nil {
+			rotation = st.TLS.CARotation
+		}
 		st.TLS = obs.tls.status
+		st.TLS.CARotation = rotation
 		valid := metav1.ConditionTrue
 		if obs.tls.reason != databasev1alpha1.ReasonCertificateValid {
 			valid = metav1.ConditionFalse

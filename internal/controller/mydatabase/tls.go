@@ -25,7 +25,9 @@ import (
 //     replicas' certificates with it. Like the password Secrets it follows
 //     the deletion policy, and if it vanishes while a server certificate
 //     it issued is still in use the MyDatabase stalls rather than mint a
-//     CA no client trusts;
+//     CA no client trusts. Only a rotation (carotation.go) replaces it,
+//     trusted beside the old one first: its ca.crt is then a bundle of
+//     two, the first of which issues (specs.CAPhase);
 //   - <name>-replication-tls, the replicas' client certificate for the
 //     replication role (which has no password), with the CA's certificate;
 //   - <name>-server-tls, the server certificate (a kubernetes.io/tls
@@ -34,9 +36,11 @@ import (
 //     user's.
 //
 // An issued certificate is issued again, into the same Secret, when a third
-// of its lifetime is left, when it no longer verifies against the CA, or
-// (the server's) when the names change (scaling). Both follow the deletion
-// policy with the CA. The instance managers reload them without a restart.
+// of its lifetime is left, when it no longer verifies against the CA that
+// issues, or (the server's) when the names change (scaling); a Secret
+// whose certificate is good but whose ca.crt is not the CA Secret's
+// bundle gets the bundle alone. Both follow the deletion policy with the
+// CA. The instance managers reload them without a restart.
 //
 // The generated credentials Secret carries ca.crt, and its uri asks for
 // sslmode=verify-full.
@@ -56,11 +60,21 @@ type tlsCerts struct {
 	out *result[tlsResult]
 }
 
-// tlsResult is what tlsCerts hands over to credentials and roles.
+// tlsResult is what tlsCerts hands over to credentials, roles and
+// caRotation.
 type tlsResult struct {
-	// caCert is the CA clients verify the servers with, nil when the pass
-	// found none.
+	// caCert is the CA clients verify the servers with (a bundle of two
+	// during a rotation of the operator's CA), nil when the pass found
+	// none.
 	caCert []byte
+	// ca is the CA Secret as the pass left it, nil when the pass found
+	// none or stopped before it.
+	ca *corev1.Secret
+	// server and replication are the data of the server certificate
+	// Secret (the user's, with serverCertSecret) and of the replication
+	// client certificate Secret as the pass left them, nil when it did
+	// not get to them.
+	server, replication map[string][]byte
 }
 
 // reconcile keeps the certificates, and leaves in its result the CA
@@ -68,14 +82,18 @@ type tlsResult struct {
 func (r *tlsCerts) reconcile(ctx context.Context, obs *observation) error {
 	db := r.db
 	out := r.out.produce()
-	ca, err := r.ensureCA(ctx, db, obs)
+	caSecret, err := r.ensureCA(ctx, db, obs)
 	if err != nil || obs.blocked() {
 		return err
 	}
+	out.ca = caSecret
+	// Certificates are checked against, and issued by, the CA that issues
+	// alone; the Secrets' ca.crt is the whole bundle.
+	ca, bundle := specs.IssuingCA(caSecret.Data), caSecret.Data[specs.CACertKey]
 	now := r.Clock.Now()
-	_, err = r.keepIssued(ctx, db, obs, specs.ReplicationCertSecretName(db), ca, nil, func() (*corev1.Secret, error) {
+	out.replication, err = r.keepIssued(ctx, db, obs, specs.ReplicationCertSecretName(db), ca, bundle, nil, func() (*corev1.Secret, error) {
 		client, err := pki.NewClient(ca, contract.ReplicationRole, now)
-		return specs.ReplicationCertSecret(db, client, ca.Cert), err
+		return specs.ReplicationCertSecret(db, client, bundle), err
 	}, func(data map[string][]byte, seal pki.Seal) pki.Check {
 		return r.certs.Client(data[specs.TLSCertKey], data[specs.TLSKeyKey], ca.Cert, contract.ReplicationRole, now, seal)
 	})
@@ -83,13 +101,14 @@ func (r *tlsCerts) reconcile(ctx context.Context, obs *observation) error {
 		return err
 	}
 	if specs.UserSuppliedServerCert(db) {
-		out.caCert = r.checkUserCertificate(ctx, db, obs)
+		out.caCert, out.server = r.checkUserCertificate(ctx, db, obs)
+		r.observeCA(obs, ca)
 		return nil
 	}
 	name, names := specs.IssuedServerCertSecretName(db), specs.ServerDNSNames(db)
-	data, err := r.keepIssued(ctx, db, obs, name, ca, names, func() (*corev1.Secret, error) {
+	data, err := r.keepIssued(ctx, db, obs, name, ca, bundle, names, func() (*corev1.Secret, error) {
 		server, err := pki.NewServer(ca, specs.ServerCommonName(db), names, now)
-		return specs.ServerCertSecret(db, server, ca.Cert), err
+		return specs.ServerCertSecret(db, server, bundle), err
 	}, func(data map[string][]byte, seal pki.Seal) pki.Check {
 		return r.certs.Server(data[specs.TLSCertKey], data[specs.TLSKeyKey], ca.Cert, names, now, seal)
 	})
@@ -97,14 +116,26 @@ func (r *tlsCerts) reconcile(ctx context.Context, obs *observation) error {
 		return err
 	}
 	r.observeCertificate(db, obs, name, specs.CASecretName(db), data, true)
-	out.caCert = ca.Cert
+	r.observeCA(obs, ca)
+	out.caCert, out.server = bundle, data
 	return nil
+}
+
+// observeCA puts the expiry of the CA that issues into status.tls.
+func (r *tlsCerts) observeCA(obs *observation, ca pki.KeyPair) {
+	if obs.tls == nil {
+		return
+	}
+	if cert, err := pki.ParseCert(ca.Cert); err == nil {
+		obs.tls.status.CANotAfter = &metav1.Time{Time: cert.NotAfter}
+	}
 }
 
 // checkUserCertificate reads the Secret spec.tls names (around the cache:
 // it carries none of our labels) and reports on its certificate. It
-// returns the CA clients verify with, nil when the Secret is unusable.
-func (r *tlsCerts) checkUserCertificate(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) []byte {
+// returns the CA clients verify with and the Secret's data, nil when the
+// Secret is unusable.
+func (r *tlsCerts) checkUserCertificate(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) ([]byte, map[string][]byte) {
 	name := db.Spec.TLS.ServerCertSecret
 	secret := &corev1.Secret{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
@@ -116,7 +147,7 @@ func (r *tlsCerts) checkUserCertificate(ctx context.Context, db *databasev1alpha
 				name, db.Namespace, specs.TLSCertKey, specs.TLSKeyKey, specs.CACertKey)
 		}
 		obs.stalled = &blocker{Reason: databasev1alpha1.ReasonTLSSecretNotFound, Message: message}
-		return nil
+		return nil, nil
 	}
 	var missing []string
 	for _, k := range []string{specs.TLSCertKey, specs.TLSKeyKey, specs.CACertKey} {
@@ -128,21 +159,22 @@ func (r *tlsCerts) checkUserCertificate(ctx context.Context, db *databasev1alpha
 		obs.stalled = &blocker{Reason: databasev1alpha1.ReasonTLSSecretNotFound, Message: fmt.Sprintf(
 			"Secret %q named in spec.tls.serverCertSecret lacks the keys %s: the servers need the certificate, its key and the CA that signed it",
 			name, strings.Join(missing, ", "))}
-		return nil
+		return nil, nil
 	}
 	r.observeCertificate(db, obs, name, "", secret.Data, false)
-	return secret.Data[specs.CACertKey]
+	return secret.Data[specs.CACertKey], secret.Data
 }
 
 // keepIssued keeps the certificate Secret name, issued by ca for names
-// (nil: a client certificate): created by issue when missing, issued
-// again when its check says it is due, its metadata aligned with the
-// deletion policy. The check's seal goes into the Secret with every
+// (nil: a client certificate) with bundle as its ca.crt: created by issue
+// when missing, issued again when its check (against ca alone) says it is
+// due, given bundle alone when only its ca.crt differs, its metadata
+// aligned with the deletion policy. The check's seal goes into the Secret with every
 // certificate issued, so that a restarted operator does not verify the
 // certificate again (pki.Seal). It returns the Secret's data, nil when
 // blocked.
 func (r *tlsCerts) keepIssued(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation, name string,
-	ca pki.KeyPair, names []string, issue func() (*corev1.Secret, error),
+	ca pki.KeyPair, bundle []byte, names []string, issue func() (*corev1.Secret, error),
 	check func(data map[string][]byte, seal pki.Seal) pki.Check) (map[string][]byte, error) {
 	issueSealed := func() (*corev1.Secret, pki.Check, error) {
 		secret, err := issue()
@@ -173,7 +205,7 @@ func (r *tlsCerts) keepIssued(ctx context.Context, db *databasev1alpha1.MyDataba
 		return nil, nil
 	}
 	c := check(secret.Data, pki.Seal{Key: ca.Key, Value: secret.Annotations[databasev1alpha1.AnnotationCertificateSeal]})
-	if why := renewal(c, secret.Data, ca.Cert, names); why != "" {
+	if why := renewal(c, names); why != "" {
 		fresh, freshCheck, err := issueSealed()
 		if err != nil {
 			return nil, err
@@ -186,6 +218,14 @@ func (r *tlsCerts) keepIssued(ctx context.Context, db *databasev1alpha1.MyDataba
 			return nil, objectError("patch", secret, name, err)
 		}
 		r.event(db, corev1.EventTypeNormal, "CertificateRenewed", "Issued a new certificate in Secret %s: %s", name, why)
+	} else if !bytes.Equal(secret.Data[specs.CACertKey], bundle) {
+		// The certificate is good: only the CAs to trust changed (a
+		// rotation of the CA, or a Secret written before it).
+		before := secret.DeepCopy()
+		secret.Data[specs.CACertKey] = bundle
+		if err := r.Patch(ctx, secret, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return nil, objectError("patch", secret, name, err)
+		}
 	}
 	var seal map[string]string // a Secret issued before seals gets its own
 	if c.Seal != "" {
@@ -208,25 +248,23 @@ func setSeal(secret *corev1.Secret, seal string) {
 }
 
 // renewal says why an issued certificate is due, "" when it is not: its
-// check, a CA it does not carry, or names it does not cover exactly
-// (nil: none to cover).
-func renewal(check pki.Check, data map[string][]byte, caCert []byte, names []string) string {
+// check, or names it does not cover exactly (nil: none to cover).
+func renewal(check pki.Check, names []string) string {
 	switch {
 	case names != nil && check.Cert != nil && !check.Cert.SameNames(names):
 		return "the names clients use changed"
 	case len(check.Problems) > 0:
 		return strings.Join(check.Problems, "; ")
-	case !bytes.Equal(data[specs.CACertKey], caCert):
-		return "it carries another CA"
 	case check.Renew:
 		return "it is due for renewal"
 	}
 	return ""
 }
 
-// ensureCA creates the CA once and returns it. A CA Secret that vanished
-// while the server certificate it issued remains stalls the MyDatabase.
-func (r *tlsCerts) ensureCA(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (pki.KeyPair, error) {
+// ensureCA creates the CA once and returns its Secret. A CA Secret that
+// vanished while the server certificate it issued remains stalls the
+// MyDatabase.
+func (r *tlsCerts) ensureCA(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (*corev1.Secret, error) {
 	name := specs.CASecretName(db)
 	secret := &corev1.Secret{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
@@ -234,19 +272,18 @@ func (r *tlsCerts) ensureCA(ctx context.Context, db *databasev1alpha1.MyDatabase
 	case apierrors.IsNotFound(err):
 		return r.createCA(ctx, db, obs)
 	case err != nil:
-		return pki.KeyPair{}, objectError("get", secret, name, err)
+		return nil, objectError("get", secret, name, err)
 	}
 	if ownedByAnother(secret, db, obs) {
-		return pki.KeyPair{}, nil
+		return nil, nil
 	}
-	ca := pki.KeyPair{Cert: secret.Data[specs.CACertKey], Key: secret.Data[specs.CAKeyKey]}
-	if err := r.certs.Valid(ca, r.Clock.Now()); err != nil {
+	if err := r.certs.Valid(specs.IssuingCA(secret.Data), r.Clock.Now()); err != nil {
 		obs.stalled = &blocker{Reason: databasev1alpha1.ReasonCALost, Message: fmt.Sprintf(
 			"Secret %q does not hold a usable CA (%v); the operator will not replace a CA clients may trust: restore its keys %s and %s from a backup",
 			name, err, specs.CACertKey, specs.CAKeyKey)}
-		return pki.KeyPair{}, nil
+		return nil, nil
 	}
-	return ca, r.alignMetadata(ctx, secret, specs.Labels(db, specs.ComponentTLS), nil, specs.SecretOwnerReferences(db), db)
+	return secret, r.alignMetadata(ctx, secret, specs.Labels(db, specs.ComponentTLS), nil, specs.SecretOwnerReferences(db), db)
 }
 
 // ownedByAnother reports, as a wait, a Secret that still belongs to a
@@ -268,7 +305,7 @@ func ownedByAnother(secret *corev1.Secret, db *databasev1alpha1.MyDatabase, obs 
 // server certificate exists, and, when it does, whether the CA is really
 // gone. A new MyDatabase costs one read; the create itself never replaces
 // a CA the cache does not show (explainExistingSecret).
-func (r *tlsCerts) createCA(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (pki.KeyPair, error) {
+func (r *tlsCerts) createCA(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *observation) (*corev1.Secret, error) {
 	name, server := specs.CASecretName(db), specs.IssuedServerCertSecretName(db)
 	existing := &corev1.Secret{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: server}, existing)
@@ -276,31 +313,31 @@ func (r *tlsCerts) createCA(ctx context.Context, db *databasev1alpha1.MyDatabase
 	case err == nil:
 		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, existing)
 		if err == nil {
-			return pki.KeyPair{}, explainSecret(db, obs, existing)
+			return nil, explainSecret(db, obs, existing)
 		}
 		if !apierrors.IsNotFound(err) {
-			return pki.KeyPair{}, objectError("get", existing, name, err)
+			return nil, objectError("get", existing, name, err)
 		}
 		obs.stalled = &blocker{Reason: databasev1alpha1.ReasonCALost, Message: fmt.Sprintf(
 			"Secret %q (the CA) is gone, but the server certificate it issued (Secret %q) is still in use and clients may trust that CA: "+
 				"restore Secret %q from a backup; or, to start over with a new CA (every client must then be given the new %s), delete Secret %q too",
 			name, server, name, specs.CACertKey, server)}
-		return pki.KeyPair{}, nil
+		return nil, nil
 	case !apierrors.IsNotFound(err):
-		return pki.KeyPair{}, objectError("get", existing, server, err)
+		return nil, objectError("get", existing, server, err)
 	}
 	ca, err := pki.NewCA(specs.CACommonName(db), r.Clock.Now())
 	if err != nil {
-		return pki.KeyPair{}, err
+		return nil, err
 	}
 	secret := specs.CASecret(db, ca)
 	if err := r.Create(ctx, secret, client.FieldOwner(FieldOwner)); apierrors.IsAlreadyExists(err) {
-		return pki.KeyPair{}, r.explainExistingSecret(ctx, db, obs, name)
+		return nil, r.explainExistingSecret(ctx, db, obs, name)
 	} else if err != nil {
-		return pki.KeyPair{}, objectError("create", secret, name, err)
+		return nil, objectError("create", secret, name, err)
 	}
 	obs.created = append(obs.created, "Secret "+name)
-	return ca, nil
+	return secret, nil
 }
 
 // observeCertificate reports on the server certificate in data: status.tls,

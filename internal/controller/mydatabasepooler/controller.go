@@ -226,9 +226,13 @@ func (r *Reconciler) deleteOwned(ctx context.Context, p *databasev1alpha1.MyData
 
 // certificates keeps the pooler's Secret: a server certificate for its
 // Service's names and a client certificate for contract.PoolerRole, both
-// issued by the MyDatabase's CA, and the CA that verifies the servers.
-// They are issued again when they no longer verify, cover other names,
-// or have a third of their lifetime left; the pods reload them.
+// issued by the MyDatabase's CA, the MyDatabase's trust bundle (ca.crt)
+// and the CA that verifies the servers. They are issued again when they
+// no longer verify against the CA that issues, cover other names, or
+// have a third of their lifetime left; the pods reload them. During a
+// rotation of the MyDatabase's CA the bundle carries two CAs and the
+// first of them issues (specs.CAPhase): the Secret follows each phase,
+// and the MyDatabase's rotation waits for it.
 func (r *Reconciler) certificates(ctx context.Context, p *databasev1alpha1.MyDatabasePooler, db *databasev1alpha1.MyDatabase) error {
 	// The CA and an issued server certificate carry the operator's labels
 	// and are in the cache; a user's server certificate is read around it.
@@ -241,7 +245,7 @@ func (r *Reconciler) certificates(ctx context.Context, p *databasev1alpha1.MyDat
 		}
 		return err
 	}
-	ca := pki.KeyPair{Cert: caSecret.Data[specs.CACertKey], Key: caSecret.Data[specs.CAKeyKey]}
+	ca, bundle := specs.IssuingCA(caSecret.Data), caSecret.Data[specs.CACertKey]
 	serverSecret := &corev1.Secret{}
 	reader := client.Reader(r.Client)
 	if specs.UserSuppliedServerCert(db) {
@@ -269,10 +273,16 @@ func (r *Reconciler) certificates(ctx context.Context, p *databasev1alpha1.MyDat
 	}
 	d := live.Data
 	good := func(c pki.Check) bool { return c.Cert != nil && len(c.Problems) == 0 && !c.Renew }
-	if exists && bytes.Equal(d[specs.CACertKey], ca.Cert) && bytes.Equal(d[contract.PoolerServerCAKey], serverCA) &&
-		good(pki.CheckServer(d[specs.TLSCertKey], d[specs.TLSKeyKey], ca.Cert, specs.PoolerDNSNames(p), now)) &&
-		good(pki.CheckClient(d[contract.PoolerClientCertKey], d[contract.PoolerClientKeyKey], ca.Cert, contract.PoolerRole, now)) {
+	leavesGood := exists && good(pki.CheckServer(d[specs.TLSCertKey], d[specs.TLSKeyKey], ca.Cert, specs.PoolerDNSNames(p), now)) &&
+		good(pki.CheckClient(d[contract.PoolerClientCertKey], d[contract.PoolerClientKeyKey], ca.Cert, contract.PoolerRole, now))
+	if leavesGood && bytes.Equal(d[specs.CACertKey], bundle) && bytes.Equal(d[contract.PoolerServerCAKey], serverCA) {
 		return nil
+	}
+	if leavesGood {
+		// Only the CAs to trust changed: the certificates stay.
+		patch := client.MergeFromWithOptions(live.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		live.Data[specs.CACertKey], live.Data[contract.PoolerServerCAKey] = bundle, serverCA
+		return r.Patch(ctx, live, patch, client.FieldOwner(FieldOwner))
 	}
 	server, err := pki.NewServer(ca, p.Name, specs.PoolerDNSNames(p), now)
 	if err != nil {
@@ -282,7 +292,7 @@ func (r *Reconciler) certificates(ctx context.Context, p *databasev1alpha1.MyDat
 	if err != nil {
 		return fmt.Errorf("issuing the pooler's client certificate from %s: %w", specs.CASecretName(db), err)
 	}
-	want := specs.PoolerSecret(p, server, cl, ca.Cert, serverCA)
+	want := specs.PoolerSecret(p, server, cl, bundle, serverCA)
 	if !exists {
 		return r.Create(ctx, want, client.FieldOwner(FieldOwner))
 	}
@@ -327,20 +337,23 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *databasev1alpha1.MyData
 // controller reference) and MyDatabases (through the index of
 // spec.database: a pooler waiting for its database starts when it
 // appears, follows a change of its TLS or port, is Ready once its
-// primary can log clients in, and reports the end of its switchovers).
+// primary can log clients in, and reports the end of its switchovers),
+// and its MyDatabase's certificate Secrets (a pooler's Secret follows each
+// phase of a CA rotation).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &databasev1alpha1.MyDatabasePooler{}, DatabaseField,
 		func(o client.Object) []string { return []string{o.(*databasev1alpha1.MyDatabasePooler).Spec.Database} }); err != nil {
 		return err
 	}
-	byController := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+	ofController := func(_ context.Context, o client.Object) []reconcile.Request {
 		ref := metav1.GetControllerOf(o)
 		if ref == nil || ref.Kind != "MyDatabasePooler" || ref.APIVersion != databasev1alpha1.GroupVersion.String() {
 			return nil
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}}
-	})
-	byDatabase := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+	}
+	byController := handler.EnqueueRequestsFromMapFunc(ofController)
+	ofDatabase := func(ctx context.Context, o client.Object) []reconcile.Request {
 		poolers := &databasev1alpha1.MyDatabasePoolerList{}
 		if err := r.List(ctx, poolers, client.InNamespace(o.GetNamespace()), client.MatchingFields{DatabaseField: o.GetName()}); err != nil {
 			return nil
@@ -350,9 +363,19 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
 		}
 		return reqs
+	}
+	byDatabase := handler.EnqueueRequestsFromMapFunc(ofDatabase)
+	// A pooler's Secret follows its MyDatabase's certificate Secrets (the
+	// CA, rotated in phases, and the servers' ca.crt), which carry the
+	// MyDatabase's name in their labels.
+	secrets := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		if l := o.GetLabels(); l[databasev1alpha1.LabelComponent] == specs.ComponentTLS && l[databasev1alpha1.LabelInstance] != "" {
+			return ofDatabase(ctx, &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: o.GetNamespace(), Name: l[databasev1alpha1.LabelInstance]}})
+		}
+		return ofController(ctx, o)
 	})
-	b := ctrl.NewControllerManagedBy(mgr).For(&databasev1alpha1.MyDatabasePooler{})
-	for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &corev1.ConfigMap{}, &corev1.Secret{}, &policyv1.PodDisruptionBudget{}} {
+	b := ctrl.NewControllerManagedBy(mgr).For(&databasev1alpha1.MyDatabasePooler{}).Watches(&corev1.Secret{}, secrets)
+	for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &corev1.ConfigMap{}, &policyv1.PodDisruptionBudget{}} {
 		b = b.Watches(obj, byController)
 	}
 	return b.Watches(&databasev1alpha1.MyDatabase{}, byDatabase, builder.WithPredicates(predicate.Or[client.Object](
