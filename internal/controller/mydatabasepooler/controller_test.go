@@ -1,10 +1,12 @@
 package mydatabasepooler
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -475,5 +477,102 @@ func TestPoolerSwitchoverReport(t *testing.T) {
 	}
 	if p.Status.LastSwitchover != nil {
 		t.Errorf("a session-mode pooler, which does not pause, reports %+v", p.Status.LastSwitchover)
+	}
+}
+
+// TestPoolerFollowsCARotation: the pooler's Secret follows each phase of
+// a rotation of its MyDatabase's CA, brought by the watch of the CA
+// Secret alone: Trusting gives it both CAs and keeps its certificates,
+// Reissuing issues them again from the new CA, and the end leaves the new
+// CA alone without issuing again. Its ca.crt verifies its certificates at
+// every phase.
+func TestPoolerFollowsCARotation(t *testing.T) {
+	ctx := context.Background()
+	ns := testenv.Namespace(t, k8s)
+	db := testenv.CreateDatabase(t, k8s, testenv.NewDatabase(ns, "rot"))
+	old := databaseCA(t, db)
+	p := newPooler(ns, "rot-pool", "rot")
+	if err := k8s.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	poolerSecret := func() map[string][]byte {
+		s := &corev1.Secret{}
+		if err := get(ns, specs.PoolerSecretName(p), s); err != nil {
+			return nil
+		}
+		return s.Data
+	}
+	eventually(t, "the pooler's Secret", func() error {
+		if poolerSecret() == nil {
+			return errors.New("none yet")
+		}
+		return nil
+	})
+	before := poolerSecret()
+	next, err := pki.NewCA(specs.CACommonName(db), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// phase plays the MyDatabase controller: the CA Secret's data, and the
+	// servers' bundle in the server certificate Secret.
+	phase := func(data map[string][]byte) {
+		t.Helper()
+		for _, name := range []string{specs.CASecretName(db), specs.IssuedServerCertSecretName(db)} {
+			s := &corev1.Secret{}
+			if err := get(ns, name, s); err != nil {
+				t.Fatal(err)
+			}
+			if name == specs.CASecretName(db) {
+				s.Data = data
+			} else {
+				s.Data[specs.CACertKey] = data[specs.CACertKey]
+			}
+			if err := k8s.Update(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// follows waits for the pooler's Secret to carry bundle and
+	// certificates from issuer, checking at each look that its ca.crt
+	// verifies the certificates it holds.
+	follows := func(bundle, issuer []byte) map[string][]byte {
+		t.Helper()
+		var d map[string][]byte
+		eventually(t, "the pooler's Secret following the CA", func() error {
+			d = poolerSecret()
+			now := time.Now()
+			for _, ca := range [][]byte{d[specs.CACertKey], issuer} {
+				if c := pki.CheckServer(d["tls.crt"], d["tls.key"], ca, specs.PoolerDNSNames(p), now); len(c.Problems) > 0 {
+					if bytes.Equal(ca, issuer) {
+						return fmt.Errorf("its server certificate is not from the CA that issues: %v", c.Problems)
+					}
+					t.Fatalf("its ca.crt does not verify its server certificate: %v", c.Problems)
+				}
+				if c := pki.CheckClient(d[contract.PoolerClientCertKey], d[contract.PoolerClientKeyKey], ca, contract.PoolerRole, now); len(c.Problems) > 0 {
+					return fmt.Errorf("its client certificate: %v", c.Problems)
+				}
+			}
+			if !bytes.Equal(d[specs.CACertKey], bundle) || !bytes.Equal(d[contract.PoolerServerCAKey], bundle) {
+				return errors.New("its CAs are not the bundle")
+			}
+			return nil
+		})
+		return d
+	}
+	idle := map[string][]byte{specs.CACertKey: old.Cert, specs.CAKeyKey: old.Key}
+	trusting := specs.TrustingCAData(idle, next)
+	phase(trusting)
+	d := follows(trusting[specs.CACertKey], old.Cert)
+	if !bytes.Equal(d["tls.crt"], before["tls.crt"]) || !bytes.Equal(d[contract.PoolerClientCertKey], before[contract.PoolerClientCertKey]) {
+		t.Error("Trusting issued the pooler's certificates again")
+	}
+	reissuing := specs.ReissuingCAData(trusting)
+	phase(reissuing)
+	reissued := follows(reissuing[specs.CACertKey], next.Cert)
+	rotated := specs.RotatedCAData(reissuing)
+	phase(rotated)
+	d = follows(next.Cert, next.Cert)
+	if !bytes.Equal(d["tls.crt"], reissued["tls.crt"]) {
+		t.Error("the end of the rotation issued the pooler's certificates again")
 	}
 }
