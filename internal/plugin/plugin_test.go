@@ -455,3 +455,73 @@ func TestPausePooler(t *testing.T) {
 		t.Errorf("no such pooler: %v", err)
 	}
 }
+
+func TestRotateCAPatch(t *testing.T) {
+	patch, err := rotateCAPatch(now.Add(500 * time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"spec":{"tls":{"caRotation":{"requestedAt":"2026-11-30T12:00:00Z"}}}}`; string(patch) != want {
+		t.Errorf("patch %s, want %s", patch, want)
+	}
+}
+
+// TestRotateCA: rotate-ca sets spec.tls.caRotation.requestedAt and keeps
+// the rest of spec.tls; --wait is done only once status reports this
+// request Succeeded; a paused MyDatabase is refused.
+func TestRotateCA(t *testing.T) {
+	db := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+		Spec: databasev1alpha1.MyDatabaseSpec{TLS: databasev1alpha1.TLSSpec{Clients: databasev1alpha1.TLSClientsRequired,
+			CARotation: &databasev1alpha1.CARotationSpec{MaxAge: &metav1.Duration{Duration: 8760 * time.Hour}}}}}
+	var out strings.Builder
+	e := &Env{c: fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(db).Build(), namespace: "shop", Stdout: &out,
+		Now: func() time.Time { return now }}
+	if err := e.rotateCA(t.Context(), "orders", 0); err != nil {
+		t.Fatal(err)
+	}
+	got := &databasev1alpha1.MyDatabase{}
+	if err := e.c.Get(t.Context(), client.ObjectKeyFromObject(db), got); err != nil {
+		t.Fatal(err)
+	}
+	r := got.Spec.TLS.CARotation
+	if r == nil || r.RequestedAt == nil || !r.RequestedAt.Equal(&metav1.Time{Time: now}) || r.MaxAge == nil ||
+		got.Spec.TLS.Clients != databasev1alpha1.TLSClientsRequired {
+		t.Errorf("spec.tls after rotate-ca: %+v", got.Spec.TLS)
+	}
+	if !strings.Contains(out.String(), "CA rotation of shop/orders requested (spec.tls.caRotation.requestedAt 2026-11-30T12:00:00Z)") {
+		t.Errorf("output %q", out.String())
+	}
+
+	for name, tc := range map[string]struct {
+		st   *databasev1alpha1.CARotationStatus
+		done bool
+		says string
+	}{
+		"not started":        {nil, false, "not started"},
+		"an earlier request": {&databasev1alpha1.CARotationStatus{Phase: databasev1alpha1.CARotationSucceeded, Request: "2026-11-01T00:00:00Z"}, false, "not started"},
+		"trusting":           {&databasev1alpha1.CARotationStatus{Phase: databasev1alpha1.CARotationTrusting, Request: "2026-11-30T12:00:00Z", Message: "waiting for x-0"}, false, "Trusting: waiting for x-0"},
+		"succeeded":          {&databasev1alpha1.CARotationStatus{Phase: databasev1alpha1.CARotationSucceeded, Request: "2026-11-30T12:00:00Z"}, true, "Succeeded"},
+	} {
+		d := got.DeepCopy()
+		d.Status.TLS = &databasev1alpha1.TLSStatus{CARotation: tc.st}
+		if done, says := rotateCADone(d, caRequest(now)); done != tc.done || !strings.Contains(says, tc.says) {
+			t.Errorf("%s: done %t %q, want %t %q", name, done, says, tc.done, tc.says)
+		}
+	}
+
+	got.Spec.Paused = true
+	if err := e.c.Update(t.Context(), got); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rotateCA(t.Context(), "orders", 0); err == nil || !strings.Contains(err.Error(), "paused") {
+		t.Errorf("a paused MyDatabase: %v", err)
+	}
+}
+
+func TestTLSLineDuringCARotation(t *testing.T) {
+	st := &databasev1alpha1.TLSStatus{ServerCertSecret: "x-server-tls", CARotation: &databasev1alpha1.CARotationStatus{
+		Phase: databasev1alpha1.CARotationReissuing, Message: "Reissuing: waiting for the servers x-1 to report certificates from the new CA loaded"}}
+	if got := tlsLine(databasev1alpha1.TLSClientsAllowed, st, now); !strings.HasSuffix(got, "; CA rotation Reissuing: "+st.CARotation.Message) {
+		t.Errorf("tlsLine = %q", got)
+	}
+}

@@ -66,6 +66,7 @@ func NewCommand(streams Streams) *cobra.Command {
   psql NAME                 psql on the primary (or --replica), password from the Secret
   switchover NAME [TARGET]  a planned change of primary (spec.switchover)
   restart NAME              a rolling restart: replicas first, then a switchover
+  rotate-ca NAME            a new CA without downtime (spec.tls.caRotation)
   hibernate NAME [--off]    stop every server and keep the data (spec.hibernate)
   backup NAME               a base backup into spec.backup's store (a MyDatabaseBackup)
   pooler pause|resume NAME  hold or release a MyDatabasePooler's traffic (spec.pgbouncer.paused)
@@ -87,6 +88,7 @@ func NewCommand(streams Streams) *cobra.Command {
 		newPsqlCommand(env),
 		newSwitchoverCommand(env),
 		newRestartCommand(env),
+		newRotateCACommand(env),
 		newHibernateCommand(env),
 		newBackupCommand(env),
 		newPoolerCommand(env),

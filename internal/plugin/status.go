@@ -361,6 +361,11 @@ func tlsLine(clients databasev1alpha1.TLSClients, st *databasev1alpha1.TLSStatus
 	if st.RenewAt != nil {
 		line += fmt.Sprintf(", renewed by the operator in %s", duration.HumanDuration(st.RenewAt.Sub(now)))
 	}
+	if r := st.CARotation; r != nil && r.Phase != databasev1alpha1.CARotationSucceeded {
+		line += fmt.Sprintf("; CA rotation %s: %s", r.Phase, r.Message)
+	} else if r != nil && r.FinishedAt != nil {
+		line += fmt.Sprintf("; CA rotated %s ago", duration.HumanDuration(now.Sub(r.FinishedAt.Time)))
+	}
 	return line
 }
 
