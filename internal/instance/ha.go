@@ -50,8 +50,10 @@ type ha struct {
 
 func newHA(c Config, log Logger, now clock, api apiServer, net promiseNet, db database, sides sideConcerns) *ha {
 	t := newTiming(c.LeaseDuration)
-	return &ha{c: c, t: t, now: now, log: log, api: api, net: net, db: db, sides: sides,
+	h := &ha{c: c, t: t, now: now, log: log, api: api, net: net, db: db, sides: sides,
 		leases: newLeases(api, c.PodName, t, now), fence: newFence(now), failsafe: newFailsafe(c.PodName, now)}
+	h.leases.members = c.members
+	return h
 }
 
 func (h *ha) since(t time.Time) time.Duration { return h.now().Sub(t) }

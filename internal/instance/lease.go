@@ -3,6 +3,7 @@ package instance
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -110,8 +111,11 @@ type leases struct {
 	lease  *coordinationv1.Lease
 	seen   string    // holder and renewTime last seen
 	seenAt time.Time // when they last changed, local clock
-	// failsafeSet is what take writes as the failsafe set.
+	// failsafeSet is what take writes as the failsafe set, with the
+	// instances of the quorum of the Lease it writes (setFor); members
+	// names them (Config.members).
 	failsafeSet []string
+	members     func(instances int32) []string
 	// written is the leaseDurationSeconds of the Lease last seen (0: none),
 	// which the failsafe endpoint reads beside the loop (promiseFor).
 	written atomic.Int32
@@ -235,8 +239,31 @@ func (l *leases) take(ctx context.Context, timeline int64) (time.Time, error) {
 		lease.Annotations[timelineAnnotation] = strconv.FormatInt(timeline, 10)
 	}
 	delete(lease.Annotations, handoffAnnotation)
-	lease.Annotations[failsafeSetAnnotation] = strings.Join(l.failsafeSet, ",")
+	lease.Annotations[failsafeSetAnnotation] = strings.Join(l.setFor(lease), ",")
 	return l.update(ctx, lease)
+}
+
+// setFor is the failsafe set to write into lease: the one the loop worked
+// out, and every instance of the quorum lease names, which can be newer
+// than the quorum it worked it out from (a renewal that conflicted with
+// the operator's change of spec.replicas reads the Lease again, then
+// writes). An instance the operator made since must be in the set: one
+// outside it never stands while this holder may hold on promises, so
+// however far its WAL went, a less advanced member would win and an
+// acknowledged write it alone held would be rewound (the simulator's
+// scaling seed 4247).
+func (l *leases) setFor(lease *coordinationv1.Lease) []string {
+	set := slices.Clone(l.failsafeSet)
+	q, err := contract.ParseQuorum(lease.Annotations[contract.AnnotationQuorum])
+	if l.members == nil || err != nil {
+		return set
+	}
+	for _, name := range l.members(q.Instances) {
+		if name != l.me && !slices.Contains(set, name) {
+			set = append(set, name)
+		}
+	}
+	return set
 }
 
 // held is the Lease held by holder from now on: a new holder counts as a

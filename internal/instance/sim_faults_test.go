@@ -68,7 +68,7 @@ func (f simFault) String() string {
 	return fmt.Sprintf("%s for %.2fs", s, f.until.Sub(f.at).Seconds())
 }
 
-var simFaultKinds = []string{"api-cut", "partition", "one-way", "pause", "crash", "answers-lost", "isolate"}
+var simFaultKinds = []string{"api-cut", "partition", "one-way", "pause", "crash", "answers-lost", "isolate", "api-slow", "lossy"}
 
 // drawFaults draws a schedule's faults from rng.
 func drawFaults(rng *rand.Rand, cfg simConfig, names []string) []simFault {
@@ -96,7 +96,7 @@ func drawFaults(rng *rand.Rand, cfg simConfig, names []string) []simFault {
 		if healed := simHealed(cfg); f.until.After(healed) {
 			f.until = healed
 		}
-		if f.kind == "partition" || f.kind == "one-way" {
+		if f.kind == "partition" || f.kind == "one-way" || f.kind == "lossy" {
 			for f.b == "" || f.b == f.a {
 				f.b = names[rng.IntN(len(names))]
 			}
@@ -110,7 +110,7 @@ func drawFaults(rng *rand.Rand, cfg simConfig, names []string) []simFault {
 // healed.
 func (w *simWorld) applyFaults(faults []simFault, lease time.Duration) {
 	for _, n := range w.nodes {
-		if n.crashed || n.paused || n.suspended || n.apiCut || n.answersLost {
+		if n.crashed || n.paused || n.suspended || n.apiCut || n.answersLost || n.slow {
 			n.unhealthyAt = w.now
 		}
 		if n.suspended {
@@ -123,8 +123,9 @@ func (w *simWorld) applyFaults(faults []simFault, lease time.Duration) {
 	crash := map[*simNode]bool{}
 	exists := map[*simNode]bool{}
 	for _, n := range w.nodes {
-		n.apiCut, n.answersLost, n.suspended = false, false, false
+		n.apiCut, n.answersLost, n.suspended, n.slow = false, false, false, false
 		clear(w.cut[n.name])
+		clear(w.lossy[n.name])
 		if n == w.scaling {
 			exists[n] = false
 		}
@@ -144,6 +145,10 @@ func (w *simWorld) applyFaults(faults []simFault, lease time.Duration) {
 			w.cut[f.a][f.b], w.cut[f.b][f.a] = true, true
 		case "one-way":
 			w.cut[f.a][f.b] = true
+		case "lossy": // both ways
+			w.lossy[f.a][f.b], w.lossy[f.b][f.a] = true, true
+		case "api-slow":
+			n.slow = true
 		case "isolate": // from the API server and every other instance
 			n.apiCut = true
 			for _, o := range w.nodes {

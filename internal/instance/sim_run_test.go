@@ -14,7 +14,7 @@ import (
 
 // newSimWorld makes a MyDatabase of cfg.instances instances.
 func newSimWorld(cfg simConfig) *simWorld {
-	w := &simWorld{now: simEpoch, report: map[string]*contract.Report{}, cut: map[string]map[string]bool{},
+	w := &simWorld{now: simEpoch, report: map[string]*contract.Report{}, cut: map[string]map[string]bool{}, lossy: map[string]map[string]bool{},
 		quorum: cfg.quorum, acked: map[int]simAck{}, pending: map[string][]int{}, rv: 1}
 	w.quorum.Instances = int32(cfg.instances - cfg.joins)
 	if cfg.scaling {
@@ -28,7 +28,7 @@ func newSimWorld(cfg simConfig) *simWorld {
 		n.pg = &simServer{n: n}
 		n.nextTurn = simEpoch.Add(time.Duration(i) * cfg.lease / 15)
 		w.nodes = append(w.nodes, n)
-		w.cut[n.name] = map[string]bool{}
+		w.cut[n.name], w.lossy[n.name] = map[string]bool{}, map[string]bool{}
 		n.restart()
 	}
 	if cfg.scaling {
@@ -50,6 +50,7 @@ func (n *simNode) restart() {
 func runSim(seed uint64, cfg simConfig) (*simWorld, []simFault, []string) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	w := newSimWorld(cfg)
+	w.rng = rng
 	var names []string
 	for _, n := range w.nodes {
 		names = append(names, n.name)
@@ -68,6 +69,7 @@ func runSim(seed uint64, cfg simConfig) (*simWorld, []simFault, []string) {
 	ctx := context.Background()
 	for ; w.now.Before(end) && len(problems) == 0; w.now = w.now.Add(simStep) {
 		w.applyFaults(faults, cfg.lease)
+		w.land()
 		w.replicate()
 		w.write()
 		if by := w.acknowledge(problem); by != "" && recovered.IsZero() && !w.now.Before(healed) {
@@ -94,7 +96,7 @@ func runSim(seed uint64, cfg simConfig) (*simWorld, []simFault, []string) {
 // replicate streams every primary's new WAL to its streaming replicas.
 func (w *simWorld) replicate() {
 	for _, n := range w.nodes {
-		if n.pg.role == asReplica && n.pg.upstream != "" && n.pg.streamable() {
+		if n.pg.role == asReplica && n.pg.upstream != "" && n.pg.streamable() && !w.drops(n.pg.upstream, n.name) {
 			up := w.node(n.pg.upstream)
 			n.pg.wal = append(n.pg.wal, up.pg.wal[len(n.pg.wal):]...)
 			n.pg.timeline = up.pg.timeline

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"
@@ -52,10 +53,14 @@ type simNode struct {
 	// cut from the API server, or with the API server's answers lost
 	// after the write was made.
 	paused, crashed, suspended, apiCut, answersLost bool
-	suspendedFor                                    time.Duration // the clock's lag behind real time
-	nextTurn                                        time.Time
-	unhealthyAt                                     time.Time // the last moment it had a fault
-	rewoundAt                                       time.Time // its WAL last cut back (a rewind or a clone)
+	// slow: the API server answers its requests late, some after the
+	// request's timeout, and a write it gave up on may land later
+	// (simWorld.late).
+	slow         bool
+	suspendedFor time.Duration // the clock's lag behind real time
+	nextTurn     time.Time
+	unhealthyAt  time.Time // the last moment it had a fault
+	rewoundAt    time.Time // its WAL last cut back (a rewind or a clone)
 	// settled is how long its WAL was when the writes last acknowledged
 	// had had time to reach it (simWorld.settle).
 	settled int
@@ -76,8 +81,15 @@ type simWorld struct {
 	lease  *coordinationv1.Lease
 	rv     int
 	report map[string]*contract.Report
-	// cut[a][b]: nothing a sends reaches b.
-	cut     map[string]map[string]bool
+	// cut[a][b]: nothing a sends reaches b; lossy[a][b]: half of what
+	// a sends b is lost, the rest delayed (a stream moves on half the
+	// steps).
+	cut, lossy map[string]map[string]bool
+	// late are writes to the Lease on their way to the API server, their
+	// sender having given up on them (slow); rng draws which requests a
+	// fault hits, from the schedule's seed.
+	late    []simLateWrite
+	rng     *rand.Rand
 	quorum  contract.Quorum
 	window  time.Duration // how long a member must have been healthy to count at a failover
 	scaling *simNode      // the instance that exists only while scaled up
@@ -105,6 +117,15 @@ type simTake struct {
 	healthy map[string][]simEntry
 }
 
+// simLateWrite is a Lease update that reaches the API server at, after
+// its sender's request timed out: applied then if the Lease's
+// resourceVersion is still the one it was made from.
+type simLateWrite struct {
+	at    time.Time
+	by    string
+	lease *coordinationv1.Lease
+}
+
 type simAck struct {
 	at time.Time
 	by string
@@ -120,6 +141,9 @@ func (w *simWorld) node(name string) *simNode {
 }
 
 func (w *simWorld) reaches(a, b string) bool { return !w.cut[a][b] }
+
+// drops: a message from a to b is lost on a lossy link (one in two).
+func (w *simWorld) drops(a, b string) bool { return w.lossy[a][b] && w.rng.IntN(2) == 0 }
 
 // link: a TCP connection between a and b works (both ways).
 func (w *simWorld) link(a, b string) bool { return w.reaches(a, b) && w.reaches(b, a) }
@@ -143,9 +167,16 @@ func (a simAPI) reachable() error {
 	return nil
 }
 
+// timedOut: a request of a slow instance's that it gives up on (one in
+// three).
+func (a simAPI) timedOut() bool { return a.n.slow && a.n.w.rng.IntN(3) == 0 }
+
 func (a simAPI) getLease(context.Context) (*coordinationv1.Lease, error) {
 	if err := a.reachable(); err != nil {
 		return nil, err
+	}
+	if a.timedOut() {
+		return nil, errSimUnreachable
 	}
 	return a.n.w.lease.DeepCopy(), nil
 }
@@ -155,9 +186,45 @@ func (a simAPI) updateLease(_ context.Context, lease *coordinationv1.Lease) (*co
 		return nil, err
 	}
 	w := a.n.w
+	if a.timedOut() {
+		// Given up on by its sender, the write is still on its way: it
+		// lands within a Lease duration, if nothing changed the Lease
+		// meanwhile.
+		delay := simStep + time.Duration(w.rng.Int64N(int64(a.n.lease)))
+		w.late = append(w.late, simLateWrite{at: w.now.Add(delay), by: a.n.name, lease: lease.DeepCopy()})
+		return nil, errSimUnreachable
+	}
 	if lease.ResourceVersion != w.lease.ResourceVersion {
 		return nil, apierrors.NewConflict(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, lease.Name, errors.New("the object has been modified"))
 	}
+	w.store(lease)
+	if a.n.answersLost {
+		return nil, errSimUnreachable // written, but the answer never came
+	}
+	return w.lease.DeepCopy(), nil
+}
+
+// land applies the late writes due now, each only if the Lease is still
+// the version it was made from.
+func (w *simWorld) land() {
+	var still []simLateWrite
+	for _, lw := range w.late {
+		switch {
+		case w.now.Before(lw.at):
+			still = append(still, lw)
+		case lw.lease.ResourceVersion == w.lease.ResourceVersion:
+			w.logf("api", "a write of %s's it gave up on lands", lw.by)
+			w.store(lw.lease)
+		default:
+			w.logf("api", "a write of %s's it gave up on lands, and conflicts", lw.by)
+		}
+	}
+	w.late = still
+}
+
+// store makes lease the API server's Lease, recording a change of holder
+// with what every healthy member held (simTake).
+func (w *simWorld) store(lease *coordinationv1.Lease) {
 	if before, after := holderOf(w.lease), holderOf(lease); before != after {
 		take := simTake{at: w.now, holder: after, healthy: map[string][]simEntry{}}
 		for _, n := range w.nodes {
@@ -171,10 +238,6 @@ func (a simAPI) updateLease(_ context.Context, lease *coordinationv1.Lease) (*co
 	w.rv++
 	w.lease = lease.DeepCopy()
 	w.lease.ResourceVersion = strconv.Itoa(w.rv)
-	if a.n.answersLost {
-		return nil, errSimUnreachable // written, but the answer never came
-	}
-	return w.lease.DeepCopy(), nil
 }
 
 func (a simAPI) peers(context.Context) ([]peer, error) {
@@ -204,10 +267,12 @@ func (s simNet) askAll(_ context.Context, holder string, members []string, addre
 			errs = append(errs, fmt.Errorf("%s: its failsafe address is not known", name))
 		case m == nil || m.down() || !s.n.w.reaches(s.n.name, name):
 			errs = append(errs, fmt.Errorf("%s: %w", name, errSimUnreachable))
+		case s.n.w.drops(s.n.name, name):
+			errs = append(errs, fmt.Errorf("%s: the request was lost", name))
 		default:
 			ok, why := m.h.failsafe.grant(holder, m.h.leases.promiseFor())
 			switch {
-			case !s.n.w.reaches(name, s.n.name):
+			case !s.n.w.reaches(name, s.n.name) || s.n.w.drops(name, s.n.name):
 				errs = append(errs, fmt.Errorf("%s: the answer was lost", name))
 			case !ok:
 				errs = append(errs, fmt.Errorf("%s refused: %s", name, why))

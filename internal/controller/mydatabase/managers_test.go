@@ -107,6 +107,10 @@ func TestInstanceManagersReplacedInPlace(t *testing.T) {
 	// Both report the old version before the operator looks (paused): the
 	// primary (imu-0) waits for the replica, a canary for the new binary.
 	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Paused = true })
+	// Once a pass has said Paused, no pass acts: one ran from a cache
+	// that had not seen the pause yet replaced imu-0's report (the
+	// primary's, imu-1 already current) under the next lines.
+	waitFor(t, db, "Paused", phaseIs(databasev1alpha1.PhasePaused))
 	reportManager(t, db, "imu-0", old)
 	reportManager(t, db, "imu-1", old)
 	update(t, db, func(db *databasev1alpha1.MyDatabase) { db.Spec.Paused = false })
