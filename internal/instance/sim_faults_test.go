@@ -80,7 +80,9 @@ func drawFaults(rng *rand.Rand, cfg simConfig, names []string) []simFault {
 		kinds = append(slices.Clone(kinds), "scale")
 	}
 	if cfg.durations {
-		kinds = append(slices.Clone(kinds), "relaunch")
+		// Drawn three times as often as another kind: the configuration
+		// is there to explore them, among nine other kinds.
+		kinds = append(slices.Clone(kinds), "relaunch", "relaunch", "relaunch")
 	}
 	var out []simFault
 	for range cfg.faults {
