@@ -299,6 +299,12 @@ test-real: helm ## Run the life cycle on real pods (test/real) on a one-node clu
 	@PATH="$$(hack/k8s-binaries.sh --node):$$PATH" HELM="$(HELM)" go test -tags real ./test/real/ -v -count=1 -timeout $(REAL_TIMEOUT)
 	@echo "Measured (bin/real/results.txt):"; cat bin/real/results.txt
 
+.PHONY: test-real-ca-rotation
+test-real-ca-rotation: helm ## A rotation of the operator's CA on real pods under writes through the rw Service and a pooler (test/real TestCARotationOnRealPods; not in test-all: each phase lasts at least the kubelet's Secret sync bound, 2 minutes).
+	@hack/node-parts.sh >/dev/null
+	@hack/s3.sh >/dev/null
+	@REAL_CA_ROTATION=1 PATH="$$(hack/k8s-binaries.sh --node):$$PATH" HELM="$(HELM)" go test -tags real ./test/real/ -run '^TestCARotationOnRealPods$$' -v -count=1 -timeout 30m
+
 ##@ Build
 
 .PHONY: build
