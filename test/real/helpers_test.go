@@ -673,23 +673,27 @@ func podFreezer(t *testing.T, ns, name string) string {
 // deletes them; the test's end undoes too.
 func dropInPod(t *testing.T, ns, name string, rules map[string][][]string) (undo func()) {
 	t.Helper()
-	netns := ""
-	procs, _ := filepath.Glob(filepath.Join(podFreezer(t, ns, name), "*", "cgroup.procs"))
-	for _, path := range procs {
-		if b, err := os.ReadFile(path); err == nil && len(strings.Fields(string(b))) > 0 {
-			netns = fmt.Sprintf("/proc/%s/ns/net", strings.Fields(string(b))[0])
-			break
-		}
-	}
-	if netns == "" {
-		t.Fatalf("no process of pod %s to find its network namespace by", name)
-	}
+	freezer := podFreezer(t, ns, name)
+	// The namespace is found again for every command, by a process that
+	// runs then: the processes of a container come and go (a server
+	// restarted by a failover), the namespace is the pod's.
 	iptables := func(op, chain string, rule []string) error {
-		argv := append([]string{"--net=" + netns, "iptables", "-w", op, chain}, rule...)
-		if out, err := exec.Command("nsenter", append(argv, "-j", "DROP")...).CombinedOutput(); err != nil {
-			return fmt.Errorf("iptables %s %s %v in pod %s: %v: %s", op, chain, rule, name, err, out)
+		var err error
+		var out []byte
+		for range 3 {
+			netns := podNetns(freezer)
+			if netns == "" {
+				return fmt.Errorf("no process of pod %s to find its network namespace by", name)
+			}
+			argv := append([]string{"--net=" + netns, "iptables", "-w", op, chain}, rule...)
+			if out, err = exec.Command("nsenter", append(argv, "-j", "DROP")...).CombinedOutput(); err == nil {
+				return nil
+			}
+			if !strings.Contains(string(out), "No such file") {
+				break // not a process gone between the lookup and nsenter
+			}
 		}
-		return nil
+		return fmt.Errorf("iptables %s %s %v in pod %s: %v: %s", op, chain, rule, name, err, out)
 	}
 	for chain, list := range rules {
 		for _, rule := range list {
@@ -714,6 +718,29 @@ func dropInPod(t *testing.T, ns, name string, rules map[string][][]string) (undo
 	}
 	t.Cleanup(undo)
 	return undo
+}
+
+// podNetns is the network namespace of a process of the pod whose
+// freezer cgroup is freezer, "" when it has none now.
+func podNetns(freezer string) string {
+	procs, _ := filepath.Glob(filepath.Join(freezer, "*", "cgroup.procs"))
+	for _, path := range procs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for _, pid := range strings.Fields(string(b)) {
+			if netns := "/proc/" + pid + "/ns/net"; fileExists(netns) {
+				return netns
+			}
+		}
+	}
+	return ""
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // cutFromAPIServer drops what the pod sends to the API server: through
