@@ -15,6 +15,8 @@
 //   - what the operator says to a pooler manager (internal/pooler): its
 //     configuration, its environment, the keys of its Secret, and how its
 //     pods' pauses through a switchover are counted: pooler.go;
+//   - which pods are a MyDatabase's servers: by name, never by labels
+//     alone, which a pod may change on itself: pods.go;
 //   - the exit codes of the major upgrade Job: annotations.go.
 //
 // The report is JSON in the pod annotation AnnotationInstance, which the
