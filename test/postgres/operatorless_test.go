@@ -1,0 +1,134 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
+	"example.com/myoperator/internal/testenv"
+)
+
+// TestRestoreWithoutTheOperator runs the procedure of docs/backup.md,
+// "Restore without the operator", as written: its shell blocks after the
+// settings, in one bash, as the postgres OS user, with curl, zstd and tar
+// against the real S3 server. The source archives through the instance
+// manager and takes two base backups around the target time:
+//
+//	rows "before"   committed before the first backup
+//	rows "after"    committed after it, before the target time
+//	rows "late"     after the target time; then the second backup, which
+//	                finished after the target and must not be chosen
+//
+// The restored server must hold "before" and "after" and nothing "late",
+// and have promoted itself.
+func TestRestoreWithoutTheOperator(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
+	script := documentedRestore(t)
+	servers := findServers(t)
+	srv := servers[len(servers)-1]
+	store := startStore(t, t.TempDir())
+
+	db := newDatabase(srv.major, nil)
+	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
+	c := newCluster(t, srv, db, specs.CredentialsSecret(db, "password"), storeSecret(store, db.Namespace))
+	primary := c.startPods(t, 1)[0]
+	su := primary.socket("postgres", "postgres")
+	c.query(t, su, "", "CREATE TABLE stamped (id bigserial PRIMARY KEY, phase text NOT NULL)")
+	insert := func(phase string, n int) {
+		c.query(t, su, "", fmt.Sprintf("INSERT INTO stamped (phase) SELECT '%s' FROM generate_series(1, %d)", phase, n))
+	}
+	insert("before", 100)
+	first := takeBackup(t, c, primary)
+	insert("after", 50)
+	time.Sleep(time.Second)
+	target := c.query(t, su, "", "SELECT clock_timestamp()")
+	time.Sleep(time.Second)
+	insert("late", 30)
+	time.Sleep(time.Second) // backup IDs are by the second
+	takeBackup(t, c, primary)
+	archiveNow(t, c, primary)
+
+	// Where the procedure works: a directory of the postgres OS user.
+	work := filepath.Join(c.base, "by-hand")
+	if err := os.Mkdir(work, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(work, c.user.uid, c.user.gid); err != nil {
+		t.Fatal(err)
+	}
+	pgdata := filepath.Join(work, "pgdata")
+	port := freePorts(t, 1)[0]
+	env := append(c.baseEnv(),
+		"S3_ENDPOINT="+store.Endpoint, "BUCKET="+store.Bucket, "STORE_PATH="+specs.BackupPath(db), "REGION=us-east-1",
+		"ACCESS_KEY_ID="+store.AccessKeyID, "SECRET_ACCESS_KEY="+store.SecretAccessKey,
+		"PGBIN="+srv.bin, "PGDATA="+pgdata, "PGHOST="+work, fmt.Sprintf("PGPORT=%d", port),
+		"TARGET_TIME="+target)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		// pg_ctl stops the server of this data directory by its pid file.
+		if out, err := c.run(ctx, env, filepath.Join(srv.bin, "pg_ctl"), "stop", "-m", "immediate", "-D", pgdata); err != nil &&
+			!strings.Contains(out, "No such file") && !strings.Contains(out, "not running") {
+			t.Errorf("pg_ctl stop: %v\n%s", err, out)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := c.run(ctx, env, "bash", "-euo", "pipefail", "-c", script)
+	if err != nil {
+		log, _ := os.ReadFile(filepath.Join(work, "restore.log"))
+		t.Fatalf("the documented procedure failed: %v\n%s\nthe server's log:\n%s", err, out, testenv.Tail(string(log), 40))
+	}
+	t.Logf("the documented procedure printed:\n%s", out)
+	if !strings.Contains(out, "base backup: "+first.ID+"\n") {
+		t.Errorf("it chose another base backup than %s, the latest that finished before the target", first.ID)
+	}
+	if !strings.HasSuffix(out, "f\n") {
+		t.Errorf("its last line is not f (pg_is_in_recovery): the server has not promoted")
+	}
+	restored := fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres", work, port)
+	for phase, want := range map[string]string{"before": "100", "after": "50", "late": "0"} {
+		if got := c.query(t, restored, "", fmt.Sprintf("SELECT count(*) FROM stamped WHERE phase = '%s'", phase)); got != want {
+			t.Errorf("rows %q: %s, want %s", phase, got, want)
+		}
+	}
+	// It is a primary of its own: it takes writes.
+	c.query(t, restored, "", "INSERT INTO stamped (phase) VALUES ('restored')")
+}
+
+// documentedRestore is the shell of docs/backup.md's "Restore without the
+// operator": every sh block of that section after the first, the
+// settings, which the test gives as environment variables instead.
+func documentedRestore(t *testing.T) string {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", "backup.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## Restore without the operator\n")
+	if !ok {
+		t.Fatal(`docs/backup.md has no section "Restore without the operator"`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var blocks []string
+	for rest := section; ; {
+		var block string
+		if _, rest, ok = strings.Cut(rest, "\n```sh\n"); !ok {
+			break
+		}
+		if block, rest, ok = strings.Cut(rest, "\n```\n"); !ok {
+			t.Fatal("docs/backup.md: an sh block without its end")
+		}
+		blocks = append(blocks, block)
+	}
+	if len(blocks) < 2 || !strings.HasPrefix(blocks[0], "# 0. Your settings") {
+		t.Fatalf("docs/backup.md: want the settings block and then the steps, found %d blocks", len(blocks))
+	}
+	return strings.Join(blocks[1:], "\n")
+}
