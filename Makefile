@@ -114,17 +114,18 @@ test: fmt-check vet check-generated kustomize ## Fast tier: unit and envtest tes
 	KUBEBUILDER_ASSETS="$$assets" KUSTOMIZE="$(KUSTOMIZE)" go test -race $(TEST_PKGS) -skip '$(LEADER_TESTS)' -coverprofile cover.out
 
 # The HA loop under the deterministic simulator (internal/instance,
-# sim_test.go): test-sim explores 1,000 fault schedules in each of its four
-# configurations (asynchronous, a required synchronous quorum, scaling, and
-# mixed Lease durations), make sim 34,000 in each. A failing schedule prints its seed; -sim.seed
+# sim_test.go): test-sim explores 1,000 fault schedules in each of its five
+# configurations (asynchronous, a required synchronous quorum, scaling,
+# mixed Lease durations, and an instance lost for good), make sim 34,000 in
+# each. A failing schedule prints its seed; -sim.seed
 # replays it.
 SIM_SCHEDULES ?= 34000
 .PHONY: test-sim
-test-sim: ## The HA loop in the deterministic simulator: 4,000 fault schedules (1,000 per configuration), without the race detector.
+test-sim: ## The HA loop in the deterministic simulator: 5,000 fault schedules (1,000 per configuration), without the race detector.
 	go test ./internal/instance/ -run '^TestSimulation' -count=1 -sim.schedules 1000
 
 .PHONY: sim
-sim: ## A long exploration of the HA loop in the deterministic simulator: SIM_SCHEDULES per configuration (default 34,000, so 136,000 in all).
+sim: ## A long exploration of the HA loop in the deterministic simulator: SIM_SCHEDULES per configuration (default 34,000, so 170,000 in all).
 	go test ./internal/instance/ -run '^TestSimulation$$' -count=1 -timeout 0 -sim.schedules $(SIM_SCHEDULES) -v
 
 # Native Go fuzz targets (docs/security.md, Fuzzing), as package:target:

@@ -31,11 +31,14 @@ PY
 	echo "== $name"
 	# One line per configuration that caught it: its first failing seed,
 	# and the first thing its checkers found.
+	# A mutation that does not compile is an error of this script, never
+	# "not caught" (the quorum's instances were once reported so).
 	(cd ../.. && go test ./internal/instance/ -run '^TestSimulation$' -count=1 -sim.schedules "$schedules" 2>&1) |
-		awk '/seed [0-9]+ \(of/ { match($0, /TestSimulation\/[a-z-]+/); config = substr($0, RSTART + 15, RLENGTH - 15)
+		awk '/\[build failed\]|\[setup failed\]/ { print "  ERROR: the mutated code does not build"; broken = 1; exit 1 }
+		     /seed [0-9]+ \(of/ { match($0, /TestSimulation\/[a-z-]+/); config = substr($0, RSTART + 15, RLENGTH - 15)
 		                           match($0, /seed [0-9]+/); seed = substr($0, RSTART + 5, RLENGTH - 5); getline
 		                           sub(/^[ \t]+/, ""); print "  " config ": caught at seed " seed ": " $0; found = 1 }
-		     END { if (!found) print "  not caught" }' || true
+		     END { if (!found && !broken) print "  not caught" }' || true
 	for file in "${files[@]}"; do
 		cp "$backup/$file" "$file" && rm "$backup/$file"
 	done
@@ -49,6 +52,6 @@ mutate "the promise check of a take" failsafe.go $'\tif f.now().Before(f.until) 
 # writes takes them from the Lease it writes (leases.setFor): both go.
 mutate "the quorum's instances in the failsafe round" failsafe.go \
 	"members := h.c.members(l.quorum.Instances)" "var members []string" \
-	lease.go "for _, name := range l.members(q.Instances) {" "for _, name := range l.members(0) {"
+	lease.go "for _, name := range l.members(q.Instances) {" $'_ = q\n\tfor _, name := range l.members(0) {'
 mutate "expiry by the holder's Lease duration" lease.go \
 	"l.now().Sub(l.seenAt) >= l.duration()" "l.now().Sub(l.seenAt) >= l.t.lease"

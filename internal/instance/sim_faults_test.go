@@ -34,6 +34,10 @@ type simConfig struct {
 	// other of two Lease durations (lease and twice it), as while a
 	// change of spec.failover.leaseDurationSeconds rolls the pods.
 	durations bool
+	// lost: one instance, drawn, is lost for good at a drawn time, as a
+	// node that never comes back (its pod stuck Terminating); the
+	// others must carry on without it once the other faults heal.
+	lost bool
 }
 
 // maxLease is the longest Lease duration an instance may run with.
@@ -64,6 +68,9 @@ func (f simFault) String() string {
 	s := fmt.Sprintf("%s %s", f.kind, f.a)
 	if f.b != "" {
 		s += "->" + f.b
+	}
+	if f.until == simForever {
+		return s + " for good"
 	}
 	return fmt.Sprintf("%s for %.2fs", s, f.until.Sub(f.at).Seconds())
 }
@@ -105,8 +112,17 @@ func drawFaults(rng *rand.Rand, cfg simConfig, names []string) []simFault {
 		}
 		out = append(out, f)
 	}
+	if cfg.lost {
+		// Drawn after the others: a configuration without it draws the
+		// same schedules as before it came.
+		at := simEpoch.Add(simBoot + time.Duration(rng.Int64N(int64(cfg.span))))
+		out = append(out, simFault{at: at, until: simForever, kind: "lost", a: names[rng.IntN(len(names))]})
+	}
 	return out
 }
+
+// simForever is the end of a fault that never heals.
+var simForever = simEpoch.Add(1000 * time.Hour)
 
 // applyFaults starts and ends the faults due now; every fault ends by
 // healed.
@@ -164,7 +180,7 @@ func (w *simWorld) applyFaults(faults []simFault, lease time.Duration) {
 			n.suspended = true
 		case "scale":
 			exists[n] = true
-		case "crash":
+		case "crash", "lost":
 			crash[n] = true
 		case "relaunch":
 			crash[n], n.relaunch = true, true

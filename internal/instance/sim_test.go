@@ -98,4 +98,10 @@ func TestSimulation(t *testing.T) {
 	durations := simDefault
 	durations.durations = true
 	t.Run("lease-durations", func(t *testing.T) { simRun(t, durations) })
+	// An instance lost for good, with a required quorum: an election
+	// then needs both others, so each must be in the set the primary
+	// asked before it went.
+	lost := sync
+	lost.lost = true
+	t.Run("node-lost", func(t *testing.T) { simRun(t, lost) })
 }
