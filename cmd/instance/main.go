@@ -8,7 +8,9 @@
 //	instance backup         take a base backup of this container's server into spec.backup's
 //	                        object store; prints its manifest (JSON)
 //	instance wal-push --config FILE PATH       archive_command
-//	instance wal-fetch --config FILE NAME DEST restore_command (exit 1: not archived)
+//	instance wal-fetch [--strict] --config FILE NAME DEST
+//	                                           restore_command (exit 1: not archived; with --strict,
+//	                                           255 for anything else, which ends recovery with an error)
 //	instance stage --major N DEST              copy this image's PostgreSQL N into DEST (an upgrade's init container)
 //	instance upgrade --old-major N --new-major M --staged DEST [--copy]
 //	                                           pg_upgrade PGDATA from N to M (the upgrade Job)
@@ -114,16 +116,38 @@ func main() {
 // wal runs archive_command or restore_command: exit 0 done, 1 failed (or,
 // for wal-fetch, not archived), and the reason on stderr, which the server
 // logs. wal-push also leaves it for the instance manager's report.
+//
+// PostgreSQL takes every exit status of restore_command below 126 as "not
+// archived": recovery ends there and the server promotes. A restore
+// (--strict) must not end at a file the store holds but could not give
+// back (unreachable, refused, corrupt): wal-fetch tries again, and then
+// exits 255, which stops recovery with an error instead. A standby is not
+// strict: it goes back to streaming and asks again, and a failover must
+// not wait for the store.
 func wal(verb string, args []string) int {
 	flags := flag.NewFlagSet(verb, flag.ContinueOnError)
 	config := flags.String("config", "", "the object store's configuration (written by instance run)")
+	strict := flags.Bool("strict", false, "wal-fetch: exit 255, not 1, for any failure but a file not archived")
 	if err := flags.Parse(args); err != nil {
 		return 2
 	}
 	if want := map[string]int{walPush: 1, walFetch: 2}[verb]; flags.NArg() != want {
 		usage()
 	}
-	err := walCommand(verb, *config, flags.Args())
+	attempts := 1
+	if *strict {
+		attempts = len(strictRetries) + 1
+	}
+	var err error
+	for attempt := range attempts {
+		if attempt > 0 {
+			fmt.Fprintf(os.Stderr, "instance %s: %v; trying again in %s\n", verb, err, strictRetries[attempt-1])
+			time.Sleep(strictRetries[attempt-1])
+		}
+		if err = walCommand(verb, *config, flags.Args()); err == nil || errors.Is(err, backup.ErrNotFound) {
+			break
+		}
+	}
 	switch verb {
 	case walPush:
 		instance.RecordArchiveResult(*config, err)
@@ -133,12 +157,18 @@ func wal(verb string, args []string) int {
 	switch {
 	case verb == walFetch && errors.Is(err, backup.ErrNotFound):
 		return 1 // not an error: recovery asks for what may not exist
+	case err != nil && *strict:
+		fmt.Fprintf(os.Stderr, "instance %s: %v: recovery stops here rather than end before the archive does\n", verb, err)
+		return 255
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "instance %s: %v\n", verb, err)
 		return 1
 	}
 	return 0
 }
+
+// strictRetries are the pauses before a strict wal-fetch tries again.
+var strictRetries = []time.Duration{time.Second, 3 * time.Second}
 
 func walCommand(verb, config string, args []string) error {
 	cfg, err := backup.ReadConfig(config)

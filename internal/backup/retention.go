@@ -167,3 +167,54 @@ func (s *Store) ApplyRetention(ctx context.Context, r Retention, now time.Time) 
 	n, err := s.PruneWAL(ctx, first)
 	return expired, n, err
 }
+
+// Gap tells whether the archive has a hole right after the WAL segment
+// last, where a recovery to the end of the archive stopped: the next
+// segment of last's timeline is missing while a later one, next, is there.
+// PostgreSQL archives a timeline's segments in order and retries one
+// until it succeeds, so such a hole is a lost or deleted object, not a
+// segment yet to come; every write after it is missing from a restore
+// that ended there. A later timeline whose history file is missing is not
+// seen.
+func (s *Store) Gap(ctx context.Context, last string) (missing, next string, err error) {
+	var names []string
+	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.key("wal") + "/"}) {
+		if obj.Err != nil {
+			return "", "", s.fail("listing the WAL", obj.Err)
+		}
+		names = append(names, path.Base(obj.Key))
+	}
+	missing, next = gapAfter(names, last)
+	return missing, next, nil
+}
+
+// gapAfter is Gap on the archive's object names.
+func gapAfter(names []string, last string) (missing, next string) {
+	if len(last) != 24 {
+		return "", ""
+	}
+	for _, name := range names {
+		// A segment's object of last's timeline, past it: not a .partial,
+		// .backup or .history file.
+		if len(name) < 24 || !strings.HasPrefix(name[24:], ".zst") || strings.Trim(name[:24], "0123456789ABCDEF") != "" ||
+			name[:8] != last[:8] || name[8:24] <= last[8:] {
+			continue
+		}
+		if next == "" || name[:24] < next {
+			next = name[:24]
+		}
+	}
+	log, errLog := strconv.ParseUint(last[8:16], 16, 32)
+	seg, errSeg := strconv.ParseUint(last[16:24], 16, 32)
+	if next == "" || errLog != nil || errSeg != nil {
+		return "", ""
+	}
+	const perLog = 0x100000000 / segmentSize
+	if seg++; seg == perLog {
+		log, seg = log+1, 0
+	}
+	if want := fmt.Sprintf("%s%08X%08X", last[:8], log, seg); next != want {
+		return want, next
+	}
+	return "", ""
+}

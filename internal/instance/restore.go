@@ -60,9 +60,13 @@ func (c Config) restoreConfigFile() string { return filepath.Join(c.SocketDir, "
 // archive: the WAL comes through this program's wal-fetch, the server
 // promotes itself at the target, archives nothing meanwhile (its WAL is
 // not this database's history yet) and takes no connection before.
+// wal-fetch is --strict: PostgreSQL takes any failure of restore_command
+// below exit status 126 as "not archived", the end of the archive, and a
+// restore to the end would promote without every write after a file the
+// store could not give back intact (test/postgres TestRestoreNeverEndsEarly).
 func (c Config) recoveryArgs() []string {
 	t := c.Restore.Target
-	args := []string{"-c", fmt.Sprintf("restore_command=%s wal-fetch --config %s %%f %%p", shellQuote(c.Self), shellQuote(c.restoreConfigFile())),
+	args := []string{"-c", fmt.Sprintf("restore_command=%s wal-fetch --strict --config %s %%f %%p", shellQuote(c.Self), shellQuote(c.restoreConfigFile())),
 		"-c", "recovery_target_action=promote", "-c", "hot_standby=off"}
 	// With spec.backup of its own, the new timeline's history file and the
 	// last, partial segment of the old one are archived from the promotion
@@ -306,6 +310,28 @@ func (pg *pgServer) recover(ctx context.Context, store *backup.Store, chosen bac
 		}
 		return err
 	}
+	if err := c.reachedTheEnd(ctx, store); err != nil {
+		return err
+	}
 	pg.log("recovery reached its target and promoted")
+	return nil
+}
+
+// reachedTheEnd: a restore to the end of the archive ends where the
+// archive does, not at a hole in it (backup.Gap). PostgreSQL takes a
+// missing file for the end, and promotes.
+func (c Config) reachedTheEnd(ctx context.Context, store *backup.Store) error {
+	r, ok := c.lastFetch()
+	if c.Restore.Target != (RecoveryTarget{}) || !ok || r.LastSegment == "" {
+		return nil
+	}
+	missing, next, err := store.Gap(ctx, r.LastSegment)
+	if err != nil {
+		return fmt.Errorf("checking that recovery reached the end of the archive: %w", err)
+	}
+	if missing != "" {
+		return fmt.Errorf("recovery ended after WAL file %s, where the archive lacks %s but holds %s: the archive has a hole, "+
+			"and the restore would lack every write after it", r.LastSegment, missing, next)
+	}
 	return nil
 }

@@ -26,7 +26,10 @@ import (
 //	                finished after the target and must not be chosen
 //
 // The restored server must hold "before" and "after" and nothing "late",
-// and have promoted itself.
+// and have promoted itself. Then the same procedure again, with one byte
+// flipped in the store's WAL file of the "after" rows: its
+// restore_command must stop recovery (exit 255), not end it there, so
+// the server never promotes without them.
 func TestRestoreWithoutTheOperator(t *testing.T) {
 	t.Parallel() // doc.go: which tests run side by side
 	script := documentedRestore(t)
@@ -46,6 +49,7 @@ func TestRestoreWithoutTheOperator(t *testing.T) {
 	insert("before", 100)
 	first := takeBackup(t, c, primary)
 	insert("after", 50)
+	afterWAL := archiveNow(t, c, primary)
 	time.Sleep(time.Second)
 	target := c.query(t, su, "", "SELECT clock_timestamp()")
 	time.Sleep(time.Second)
@@ -54,36 +58,41 @@ func TestRestoreWithoutTheOperator(t *testing.T) {
 	takeBackup(t, c, primary)
 	archiveNow(t, c, primary)
 
-	// Where the procedure works: a directory of the postgres OS user.
-	work := filepath.Join(c.base, "by-hand")
-	if err := os.Mkdir(work, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(work, c.user.uid, c.user.gid); err != nil {
-		t.Fatal(err)
-	}
-	pgdata := filepath.Join(work, "pgdata")
-	port := freePorts(t, 1)[0]
-	env := append(c.baseEnv(),
-		"S3_ENDPOINT="+store.Endpoint, "BUCKET="+store.Bucket, "STORE_PATH="+specs.BackupPath(db), "REGION=us-east-1",
-		"ACCESS_KEY_ID="+store.AccessKeyID, "SECRET_ACCESS_KEY="+store.SecretAccessKey,
-		"PGBIN="+srv.bin, "PGDATA="+pgdata, "PGHOST="+work, fmt.Sprintf("PGPORT=%d", port),
-		"TARGET_TIME="+target)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		// pg_ctl stops the server of this data directory by its pid file.
-		if out, err := c.run(ctx, env, filepath.Join(srv.bin, "pg_ctl"), "stop", "-m", "immediate", "-D", pgdata); err != nil &&
-			!strings.Contains(out, "No such file") && !strings.Contains(out, "not running") {
-			t.Errorf("pg_ctl stop: %v\n%s", err, out)
+	// Each run works in a directory of the postgres OS user, and gives
+	// the settings as the environment.
+	byHand := func(name string) (work string, port int, out, log string, err error) {
+		work = filepath.Join(c.base, name)
+		if err := os.Mkdir(work, 0o700); err != nil {
+			t.Fatal(err)
 		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := c.run(ctx, env, "bash", "-euo", "pipefail", "-c", script)
+		if err := os.Chown(work, c.user.uid, c.user.gid); err != nil {
+			t.Fatal(err)
+		}
+		pgdata := filepath.Join(work, "pgdata")
+		port = freePorts(t, 1)[0]
+		env := append(c.baseEnv(),
+			"S3_ENDPOINT="+store.Endpoint, "BUCKET="+store.Bucket, "STORE_PATH="+specs.BackupPath(db), "REGION=us-east-1",
+			"ACCESS_KEY_ID="+store.AccessKeyID, "SECRET_ACCESS_KEY="+store.SecretAccessKey,
+			"PGBIN="+srv.bin, "PGDATA="+pgdata, "PGHOST="+work, fmt.Sprintf("PGPORT=%d", port),
+			"TARGET_TIME="+target)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			// pg_ctl stops the server of this data directory by its pid file.
+			if out, err := c.run(ctx, env, filepath.Join(srv.bin, "pg_ctl"), "stop", "-m", "immediate", "-D", pgdata); err != nil &&
+				!strings.Contains(out, "does not exist") {
+				t.Errorf("pg_ctl stop: %v\n%s", err, out)
+			}
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		out, err = c.run(ctx, env, "bash", "-euo", "pipefail", "-c", script)
+		b, _ := os.ReadFile(filepath.Join(work, "restore.log"))
+		return work, port, out, string(b), err
+	}
+	work, port, out, log, err := byHand("by-hand")
 	if err != nil {
-		log, _ := os.ReadFile(filepath.Join(work, "restore.log"))
-		t.Fatalf("the documented procedure failed: %v\n%s\nthe server's log:\n%s", err, out, testenv.Tail(string(log), 40))
+		t.Fatalf("the documented procedure failed: %v\n%s\nthe server's log:\n%s", err, out, testenv.Tail(log, 40))
 	}
 	t.Logf("the documented procedure printed:\n%s", out)
 	if !strings.Contains(out, "base backup: "+first.ID+"\n") {
@@ -100,6 +109,13 @@ func TestRestoreWithoutTheOperator(t *testing.T) {
 	}
 	// It is a primary of its own: it takes writes.
 	c.query(t, restored, "", "INSERT INTO stamped (phase) VALUES ('restored')")
+
+	flipByte(t, store, specs.BackupPath(db)+"/wal/"+afterWAL+".zst")
+	if _, _, out, log, err := byHand("by-hand-flipped"); err == nil || !strings.Contains(log, `could not restore file "`+afterWAL+`"`) ||
+		!strings.Contains(log, "exit code 255") {
+		t.Errorf("with %s damaged in the store, the procedure ended %v (want an error, recovery stopped by restore_command's exit 255)\n%s\nthe server's log:\n%s",
+			afterWAL, err, out, testenv.Tail(log, 20))
+	}
 }
 
 // documentedRestore is the shell of docs/backup.md's "Restore without the

@@ -1,0 +1,105 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/specs"
+	"example.com/myoperator/internal/testenv"
+)
+
+// TestRestoreNeverEndsEarly: a restore to the end of the archive must not
+// end before it, at a WAL file the store cannot give back, and say
+// nothing. PostgreSQL takes any failure of restore_command below exit
+// status 126, and a missing file, as the end of the archive: the restored
+// database would promote without every write after that file. So each of
+// these makes the restore fail, Stalled with the file's name:
+//   - the file held but damaged (one byte flipped in the store): on the
+//     code before wal-fetch --strict, the restore promoted at the file
+//     before it and became Ready without the rows "middle" and "after";
+//   - the file deleted while a later one is there: a hole (backup.Gap).
+//
+// The rows:
+//
+//	rows "before"   committed before the base backup
+//	rows "middle"   after it, in the WAL file then flipped
+//	rows "after"    in the next WAL file, intact
+func TestRestoreNeverEndsEarly(t *testing.T) {
+	t.Parallel() // doc.go: which tests run side by side
+	servers := findServers(t)
+	srv := servers[len(servers)-1]
+	store := startStore(t, t.TempDir())
+
+	db := newDatabase(srv.major, nil)
+	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
+	c := newCluster(t, srv, db, specs.CredentialsSecret(db, "password"), storeSecret(store, db.Namespace))
+	primary := c.startPods(t, 1)[0]
+	su := primary.socket("postgres", "postgres")
+	c.query(t, su, "", "CREATE TABLE stamped (id bigserial PRIMARY KEY, phase text NOT NULL)")
+	insert := func(phase string, n int) {
+		c.query(t, su, "", fmt.Sprintf("INSERT INTO stamped (phase) SELECT '%s' FROM generate_series(1, %d)", phase, n))
+	}
+	insert("before", 100)
+	base := takeBackup(t, c, primary)
+	insert("middle", 50)
+	middle := archiveNow(t, c, primary)
+	insert("after", 30)
+	archiveNow(t, c, primary)
+
+	recovery := objectStoreOf(store)
+	recovery.Path = specs.BackupPath(db)
+	key := recovery.Path + "/wal/" + middle + ".zst"
+	flipByte(t, store, key)
+	restoreReported(t, srv, c, store, "restore-flipped-wal",
+		&databasev1alpha1.RecoverySpec{ObjectStore: recovery, BackupID: base.ID}, "WAL file "+middle+" and got an error")
+	s3 := storeClient(t, store)
+	if err := s3.RemoveObject(context.Background(), store.Bucket, key, minio.RemoveObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	restoreReported(t, srv, c, store, "restore-wal-hole",
+		&databasev1alpha1.RecoverySpec{ObjectStore: recovery, BackupID: base.ID}, "lacks "+middle+" but holds")
+}
+
+func storeClient(t *testing.T, store *testenv.ObjectStore) *minio.Client {
+	t.Helper()
+	s3, err := minio.New(strings.TrimPrefix(store.Endpoint, "http://"), &minio.Options{
+		Creds: credentials.NewStaticV4(store.AccessKeyID, store.SecretAccessKey, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s3
+}
+
+// flipByte flips one byte in the middle of the object key, keeping its
+// metadata: what a disk or a careless hand does to a store.
+func flipByte(t *testing.T, store *testenv.ObjectStore, key string) {
+	t.Helper()
+	s3 := storeClient(t, store)
+	ctx := context.Background()
+	obj, err := s3.GetObject(ctx, store.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := obj.Stat()
+	if err != nil {
+		t.Fatalf("%s: %v", key, err)
+	}
+	data, err := io.ReadAll(obj)
+	_ = obj.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x40
+	if _, err := s3.PutObject(ctx, store.Bucket, key, bytes.NewReader(data), int64(len(data)),
+		minio.PutObjectOptions{ContentType: info.ContentType, UserMetadata: info.UserMetadata}); err != nil {
+		t.Fatal(err)
+	}
+}
