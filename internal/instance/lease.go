@@ -101,6 +101,10 @@ const handoffAnnotation = "database.example.com/handoff-lsn"
 // must not stand while the holder may hold the Lease on promises.
 const failsafeSetAnnotation = "database.example.com/failsafe-members"
 
+// electionAnnotation on the Lease is the last term (the Lease's version)
+// a candidate ended because no one took the Lease in it (newTerm).
+const electionAnnotation = "database.example.com/election-ended"
+
 // leases takes, renews, releases and observes the primary Lease. It
 // measures expiry from when it saw a renewal, on the local monotonic clock.
 type leases struct {
@@ -322,6 +326,23 @@ func (l *leases) handOver(ctx context.Context, target string, end uint64, pooler
 	lease.Annotations[handoffAnnotation] = contract.FormatLSN(end)
 	lease.Annotations[contract.AnnotationPoolersPaused] = contract.FormatPoolersPaused(poolersPaused)
 	delete(lease.Annotations, contract.AnnotationSwitchoverTo)
+	_, err := l.update(ctx, lease)
+	return err
+}
+
+// newTerm ends the election of term, the Lease's version, if it still is
+// that version: a write that changes only electionAnnotation, so that the
+// Lease's version, the next term, is new. Who holds the Lease, its renewal
+// time and so its expiry stay as they were.
+func (l *leases) newTerm(ctx context.Context, term string) error {
+	if l.lease == nil || l.lease.ResourceVersion != term {
+		return errLostRace
+	}
+	lease := l.lease.DeepCopy()
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[electionAnnotation] = term
 	_, err := l.update(ctx, lease)
 	return err
 }

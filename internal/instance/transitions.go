@@ -3,6 +3,7 @@ package instance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -53,6 +54,7 @@ func (h *ha) stand(ctx context.Context, s situation, obs serverState) (*contract
 	patient := h.since(h.standing.since) < 2*h.t.tick
 	if won, why := elect(h.c.PodName, position{obs.timeline, obs.lsn}, term, peers, s.lease.holder, patient, s.lease.quorum.ElectorsFor(h.c.PodName)); !won {
 		h.logOnce(why)
+		h.endStaleTerm(ctx, term)
 		return me, nil
 	}
 	h.log("elected in term %s at %s", term, me.LSN)
@@ -73,6 +75,29 @@ func (h *ha) stand(ctx context.Context, s situation, obs serverState) (*contract
 		return nil, err
 	}
 	return nil, h.promote(ctx)
+}
+
+// endStaleTerm starts a new election when no one has taken the Lease in
+// the term this instance has stood in for a Lease duration. A winner takes
+// within a few turns, so the candidate every other one defers to may have
+// died after it stood: its candidacy stays in its pod's report, and would
+// win every comparison of that term for ever (the simulator's node-lost
+// seed 2810: a fenced primary, the most advanced, stood and was lost
+// before its take). In the new term only the live stand again; the dead
+// one's candidacy is of an old term, and patience waits for it two turns
+// at most. A live candidate loses nothing: it stands again, and one that
+// a promise holds back still wins once the promise lapses.
+func (h *ha) endStaleTerm(ctx context.Context, term string) {
+	if h.since(h.standing.since) < h.leases.duration() {
+		return
+	}
+	if err := h.leases.newTerm(ctx, term); err != nil {
+		if !errors.Is(err, errLostRace) {
+			h.logOnce(fmt.Errorf("ending the election of term %s: %w", term, err))
+		}
+		return
+	}
+	h.log("no one took the Lease in term %s within %s: a new election, in term %s", term, h.leases.duration(), h.leases.lease.ResourceVersion)
 }
 
 // holdWhile runs f, renewing the Lease every tick meanwhile (the loop,
