@@ -8,7 +8,7 @@
 //	instance backup         take a base backup of this container's server into spec.backup's
 //	                        object store; prints its manifest (JSON)
 //	instance wal-push --config FILE PATH       archive_command
-//	instance wal-fetch --config FILE NAME DEST restore_command (exit 1: not archived)
+//	instance wal-fetch --config FILE NAME DEST restore_command (exit 1: not archived; 126: no key decrypts it)
 //	instance stage --major N DEST              copy this image's PostgreSQL N into DEST (an upgrade's init container)
 //	instance upgrade --old-major N --new-major M --staged DEST [--copy]
 //	                                           pg_upgrade PGDATA from N to M (the upgrade Job)
@@ -112,7 +112,8 @@ func main() {
 }
 
 // wal runs archive_command or restore_command: exit 0 done, 1 failed (or,
-// for wal-fetch, not archived), and the reason on stderr, which the server
+// for wal-fetch, not archived), recoveryFatal for a wal-fetch of a file
+// no key decrypts, and the reason on stderr, which the server
 // logs. wal-push also leaves it for the instance manager's report.
 func wal(verb string, args []string) int {
 	flags := flag.NewFlagSet(verb, flag.ContinueOnError)
@@ -133,6 +134,11 @@ func wal(verb string, args []string) int {
 	switch {
 	case verb == walFetch && errors.Is(err, backup.ErrNotFound):
 		return 1 // not an error: recovery asks for what may not exist
+	case verb == walFetch && errors.Is(err, backup.ErrWrongKey):
+		// Archived, but no key decrypts it: recovery must stop there, not
+		// take it for the end of the archive and promote without it.
+		fmt.Fprintf(os.Stderr, "instance %s: %v\n", verb, err)
+		return recoveryFatal
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "instance %s: %v\n", verb, err)
 		return 1
@@ -162,6 +168,12 @@ const (
 	walPush  = "wal-push"
 	walFetch = "wal-fetch"
 )
+
+// recoveryFatal is the exit status of a wal-fetch that recovery must not
+// go past: PostgreSQL takes a restore_command's exit status above 125 (a
+// shell's "command not found") as fatal and stops, where any other
+// failure means "not archived", the end of the archive.
+const recoveryFatal = 126
 
 // fenceBridge runs the fence bridge (internal/instance, bridge.go) until
 // its deadline or SIGTERM; it says on BridgeReadyFD when it streams.
