@@ -128,8 +128,12 @@ func (s *Store) TakeBackup(ctx context.Context, run Exec, conninfo string, now t
 	pr, pw := io.Pipe()
 	var ranges walRanges
 	go func() { _ = pw.CloseWithError(s.compressTar(pw, out, &ranges)) }()
+	contentType := "application/zstd"
+	if m.Encryption != nil {
+		contentType = "application/octet-stream"
+	}
 	info, uploadErr := s.client.PutObject(ctx, s.bucket, s.archiveKey(m), pr, -1,
-		minio.PutObjectOptions{ContentType: "application/octet-stream", PartSize: partSize})
+		minio.PutObjectOptions{ContentType: contentType, PartSize: partSize})
 	if uploadErr != nil {
 		cancel() // pg_basebackup must not block on a pipe nobody reads
 		_ = pr.CloseWithError(uploadErr)
@@ -265,9 +269,6 @@ func (s *Store) Restore(ctx context.Context, m Manifest, dir string) error {
 	defer func() { _ = obj.Close() }()
 	compressed, err := s.openArchive(bufio.NewReaderSize(obj, 1<<20), m)
 	if err != nil {
-		if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
-			return s.fail(key, err)
-		}
 		return err
 	}
 	dec, err := zstd.NewReader(compressed)
