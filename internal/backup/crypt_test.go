@@ -20,7 +20,7 @@ import (
 // and openArchive), without an object store: test/postgres runs them
 // against a real one (TestEncryptedBackups).
 
-func newIdentity(t *testing.T) *age.X25519Identity {
+func newIdentity(t testing.TB) *age.X25519Identity {
 	t.Helper()
 	id, err := age.GenerateX25519Identity()
 	if err != nil {
