@@ -3,8 +3,11 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +31,9 @@ import (
 // back raw, as someone with the store's credentials and no key would: the
 // value is found in the plain store's objects (raw, or once zstd
 // decompressed), in none of the encrypted store's, whose objects are all
-// named .age but the manifests. A restore with another key fails, naming
+// named .age but the manifests. The plain archive, opened as a store
+// switched to encryption, reads its plain WAL and keeps refusing to
+// overwrite it (switchedStore). A restore with another key fails, naming
 // the backup, the Secret and the recipient; after a rotation (a new
 // identity first, the old one second, new WAL encrypted to the new one) the
 // backup taken with the old key restores to the end of the archive, across
@@ -110,6 +115,10 @@ func TestEncryptedBackups(t *testing.T) {
 		t.Errorf("the encrypted store holds %d WAL objects and %d base backups: %v", wal, base, objects)
 	}
 
+	t.Run("a store switched to encryption", func(t *testing.T) {
+		switchedStore(t, store, specs.BackupPath(plain.db), oldKey)
+	})
+
 	recovery := objectStoreOf(store)
 	recovery.Path = specs.BackupPath(enc.db)
 	withKey := &databasev1alpha1.BackupEncryption{Secret: "backup-key"}
@@ -158,6 +167,70 @@ func TestEncryptedBackups(t *testing.T) {
 		p.stop(t)
 	})
 	t.Logf("TestEncryptedBackups took %s", time.Since(started).Round(100*time.Millisecond))
+}
+
+// switchedStore opens the plain archive at path as a store switched to
+// encryption (with key): it reads the WAL archived in the clear, takes
+// the same file again without writing it, refuses other content under
+// its name, writes a new file encrypted (.age), which it reads back; a
+// store without the key says that file is encrypted, and to whom.
+func switchedStore(t *testing.T, store *testenv.ObjectStore, path string, key *age.X25519Identity) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "identities")
+	if err := os.WriteFile(file, keySecret("", "", key).Data[specs.EncryptionIdentitiesKey], 0o400); err != nil {
+		t.Fatal(err)
+	}
+	cfg := backup.Config{Endpoint: store.Endpoint, Bucket: store.Bucket, Path: path, AccessKeyID: store.AccessKeyID,
+		SecretAccessKey: store.SecretAccessKey, Encryption: &backup.Encryption{IdentitiesFile: file, Secret: "backup-key"}}
+	switched, err := backup.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := openArchive(t, store, path)
+	const first = "000000010000000000000001"
+	fetched := filepath.Join(dir, first)
+	if err := switched.FetchWAL(ctx, first, fetched); err != nil {
+		t.Fatalf("the switched store reads %s, archived in the clear: %v", first, err)
+	}
+	if err := switched.PushWAL(ctx, fetched); err != nil {
+		t.Errorf("archiving %s again, unchanged, into the switched store: %v", first, err)
+	}
+	other := filepath.Join(t.TempDir(), first)
+	if err := os.WriteFile(other, []byte("not the archived segment"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := switched.PushWAL(ctx, other); err == nil || !strings.Contains(err.Error(), "already archived with other content") {
+		t.Errorf("other content as %s into the switched store: %v, want it refused", first, err)
+	}
+	const next = "0000000100000000000000F0"
+	segment := filepath.Join(dir, next)
+	if err := os.WriteFile(segment, []byte("a new segment, after the switch"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := switched.PushWAL(ctx, segment); err != nil {
+		t.Fatal(err)
+	}
+	s3, err := minio.New(strings.TrimPrefix(store.Endpoint, "http://"), &minio.Options{
+		Creds: credentials.NewStaticV4(store.AccessKeyID, store.SecretAccessKey, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]bool{path + "/wal/" + first + ".zst.age": false, path + "/wal/" + next + ".zst.age": true, path + "/wal/" + next + ".zst": false} {
+		if _, err := s3.StatObject(ctx, store.Bucket, key, minio.StatObjectOptions{}); (err == nil) != want {
+			t.Errorf("%s in the store: %t, want %t", key, err == nil, want)
+		}
+	}
+	if err := switched.FetchWAL(ctx, next, filepath.Join(dir, "back")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "back")); err != nil || string(b) != "a new segment, after the switch" {
+		t.Errorf("fetched back %q, %v", b, err)
+	}
+	err = plain.FetchWAL(ctx, next, filepath.Join(dir, "no-key"))
+	if !errors.Is(err, backup.ErrWrongKey) || !strings.Contains(err.Error(), "is encrypted (to recipient "+key.Recipient().String()+")") {
+		t.Errorf("a store without the key fetching %s: %v", next, err)
+	}
 }
 
 // ageIdentity is a new age X25519 identity.
