@@ -54,20 +54,20 @@ func storeWith(t *testing.T, secret string, ids ...*age.X25519Identity) *Store {
 	return s
 }
 
-// pushWAL is what PushWAL writes for a WAL file of content data: the
-// object's key, body and recipient metadata.
-func pushWAL(t *testing.T, s *Store, name string, data []byte) (key string, body []byte, recipient string) {
+// pushWAL is what PushWAL writes for the WAL file segment of content
+// walContent: the object's key, body and recipient metadata.
+func pushWAL(t *testing.T, s *Store) (key string, body []byte, recipient string) {
 	t.Helper()
-	body, opts, err := s.sealWAL(data)
+	body, opts, err := s.sealWAL(walContent)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.walKeys(name)[0], body, opts.UserMetadata[recipientMeta]
+	return s.walKeys(segment)[0], body, opts.UserMetadata[recipientMeta]
 }
 
-// fetchWAL is what FetchWAL reads from the object key.
-func fetchWAL(s *Store, name, key string, body []byte, recipient string) ([]byte, error) {
-	compressed, err := s.openWAL(bytes.NewReader(body), name, key, recipient)
+// fetchWAL is what FetchWAL reads of segment from the object key.
+func fetchWAL(s *Store, key string, body []byte, recipient string) ([]byte, error) {
+	compressed, err := s.openWAL(bytes.NewReader(body), segment, key, recipient)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func TestWALRoundTrip(t *testing.T) {
 	id := newIdentity(t)
 	for name, s := range map[string]*Store{"plain": storeWith(t, ""), "encrypted": storeWith(t, "backup-key", id)} {
 		t.Run(name, func(t *testing.T) {
-			key, body, recipient := pushWAL(t, s, segment, walContent)
+			key, body, recipient := pushWAL(t, s)
 			encrypted := s.keys != nil
 			if want := "backups/orders/wal/" + segment + map[bool]string{false: ".zst", true: ".zst.age"}[encrypted]; key != want {
 				t.Errorf("archived as %s, want %s", key, want)
@@ -99,7 +99,7 @@ func TestWALRoundTrip(t *testing.T) {
 			if encrypted && recipient != id.Recipient().String() {
 				t.Errorf("recipient metadata %q, want %s", recipient, id.Recipient())
 			}
-			got, err := fetchWAL(s, segment, key, body, recipient)
+			got, err := fetchWAL(s, key, body, recipient)
 			if err != nil || !bytes.Equal(got, walContent) {
 				t.Fatalf("fetched %d bytes (%v), want the %d archived", len(got), err, len(walContent))
 			}
@@ -130,12 +130,12 @@ func TestWALKeysReadBothForms(t *testing.T) {
 func TestMixedStore(t *testing.T) {
 	id := newIdentity(t)
 	plain, encrypted := storeWith(t, ""), storeWith(t, "backup-key", id)
-	key, body, _ := pushWAL(t, plain, segment, walContent)
-	if got, err := fetchWAL(encrypted, segment, key, body, ""); err != nil || !bytes.Equal(got, walContent) {
+	key, body, _ := pushWAL(t, plain)
+	if got, err := fetchWAL(encrypted, key, body, ""); err != nil || !bytes.Equal(got, walContent) {
 		t.Fatalf("the encrypted store read %d bytes of the plain object (%v)", len(got), err)
 	}
-	key, body, recipient := pushWAL(t, encrypted, segment, walContent)
-	_, err := fetchWAL(plain, segment, key, body, recipient)
+	key, body, recipient := pushWAL(t, encrypted)
+	_, err := fetchWAL(plain, key, body, recipient)
 	if !errors.Is(err, ErrWrongKey) || !strings.Contains(err.Error(), "WAL file "+segment+" is encrypted (to recipient "+id.Recipient().String()+
 		"), but no encryption key was given") {
 		t.Fatalf("a store without a key read an encrypted object: %v", err)
@@ -144,8 +144,8 @@ func TestMixedStore(t *testing.T) {
 
 func TestWrongKey(t *testing.T) {
 	right, wrong := newIdentity(t), newIdentity(t)
-	key, body, recipient := pushWAL(t, storeWith(t, "old-key", right), segment, walContent)
-	_, err := fetchWAL(storeWith(t, "new-key", wrong), segment, key, body, recipient)
+	key, body, recipient := pushWAL(t, storeWith(t, "old-key", right))
+	_, err := fetchWAL(storeWith(t, "new-key", wrong), key, body, recipient)
 	want := "WAL file " + segment + `: no identity in Secret "new-key" matches its recipient ` + right.Recipient().String() +
 		" (the identities there are of " + wrong.Recipient().String() + ")"
 	if !errors.Is(err, ErrWrongKey) || !strings.Contains(err.Error(), want) {
@@ -163,15 +163,15 @@ func TestRotation(t *testing.T) {
 	old, current := newIdentity(t), newIdentity(t)
 	before := storeWith(t, "backup-key", old)
 	after := storeWith(t, "backup-key", current, old)
-	key, body, recipient := pushWAL(t, before, segment, walContent)
-	if got, err := fetchWAL(after, segment, key, body, recipient); err != nil || !bytes.Equal(got, walContent) {
+	key, body, recipient := pushWAL(t, before)
+	if got, err := fetchWAL(after, key, body, recipient); err != nil || !bytes.Equal(got, walContent) {
 		t.Fatalf("after the rotation, read %d bytes of an old object (%v)", len(got), err)
 	}
-	key, body, recipient = pushWAL(t, after, segment, walContent)
+	key, body, recipient = pushWAL(t, after)
 	if recipient != current.Recipient().String() {
 		t.Fatalf("a new object went to %s, want the new recipient %s", recipient, current.Recipient())
 	}
-	if _, err := fetchWAL(before, segment, key, body, recipient); !errors.Is(err, ErrWrongKey) {
+	if _, err := fetchWAL(before, key, body, recipient); !errors.Is(err, ErrWrongKey) {
 		t.Fatalf("the old key alone read a new object: %v", err)
 	}
 }

@@ -47,8 +47,9 @@ func encryptedStores(db *databasev1alpha1.MyDatabase) []encryptedStore {
 
 // encryptionEnv names each encrypted store's identities file and Secret.
 func encryptionEnv(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
-	var env []*corev1ac.EnvVarApplyConfiguration
-	for _, s := range encryptedStores(db) {
+	stores := encryptedStores(db)
+	env := make([]*corev1ac.EnvVarApplyConfiguration, 0, 2*len(stores))
+	for _, s := range stores {
 		env = append(env,
 			corev1ac.EnvVar().WithName(s.prefix+contract.StoreIdentitiesFile).WithValue(filepath.Join(s.dir, EncryptionIdentitiesKey)),
 			corev1ac.EnvVar().WithName(s.prefix+contract.StoreEncryptionSecret).WithValue(s.spec.Secret))
@@ -59,8 +60,9 @@ func encryptionEnv(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfi
 // encryptionVolumes are the encryption Secrets, their key identities
 // alone, mode 0440 (root and the fsGroup, postgres).
 func encryptionVolumes(db *databasev1alpha1.MyDatabase) []*corev1ac.VolumeApplyConfiguration {
-	var vs []*corev1ac.VolumeApplyConfiguration
-	for _, s := range encryptedStores(db) {
+	stores := encryptedStores(db)
+	vs := make([]*corev1ac.VolumeApplyConfiguration, 0, len(stores))
+	for _, s := range stores {
 		vs = append(vs, corev1ac.Volume().WithName(s.volume).WithSecret(corev1ac.SecretVolumeSource().
 			WithSecretName(s.spec.Secret).WithDefaultMode(0o440).
 			WithItems(corev1ac.KeyToPath().WithKey(EncryptionIdentitiesKey).WithPath(EncryptionIdentitiesKey))))
@@ -71,8 +73,9 @@ func encryptionVolumes(db *databasev1alpha1.MyDatabase) []*corev1ac.VolumeApplyC
 // encryptionMounts mount encryptionVolumes read-only in the database
 // container.
 func encryptionMounts(db *databasev1alpha1.MyDatabase) []*corev1ac.VolumeMountApplyConfiguration {
-	var ms []*corev1ac.VolumeMountApplyConfiguration
-	for _, s := range encryptedStores(db) {
+	stores := encryptedStores(db)
+	ms := make([]*corev1ac.VolumeMountApplyConfiguration, 0, len(stores))
+	for _, s := range stores {
 		ms = append(ms, corev1ac.VolumeMount().WithName(s.volume).WithMountPath(s.dir).WithReadOnly(true))
 	}
 	return ms

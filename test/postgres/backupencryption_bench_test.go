@@ -102,7 +102,7 @@ func TestEncryptionOverhead(t *testing.T) {
 		return d[len(d)/2]
 	}
 	dbBytes, _ := strconv.ParseInt(sides[0].c.query(t, sides[0].p.socket("postgres", "postgres"), "", "SELECT sum(pg_database_size(oid)) FROM pg_database"), 10, 64)
-	var lines []string
+	lines := make([]string, 0, len(sides))
 	for _, s := range sides {
 		lines = append(lines, fmt.Sprintf("%s: median %s of %v, %s stored", s.name, median(s.times).Round(10*time.Millisecond), s.times, mib(s.size)))
 	}
