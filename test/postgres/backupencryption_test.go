@@ -157,7 +157,7 @@ func TestEncryptedBackups(t *testing.T) {
 		rc.logsOnFailure(t)
 		off := p.start(t)
 		p.waitReady(t)
-		logContains(t, p.log(off), "restoring base backup "+enc.backup.ID, "recovery reached its target and promoted")
+		logContains(t, p.log(off), "restoring base backup "+enc.backup.ID, ", encrypted to "+oldKey.Recipient().String()+")", "recovery reached its target and promoted")
 		restoredApp := tcp(p.port, restored.Spec.User, restored.Spec.DatabaseName)
 		got := rc.query(t, restoredApp, "password-of-the-restore", fmt.Sprintf("SELECT count(*) FILTER (WHERE note LIKE '%s %%'), "+
 			"count(*) FILTER (WHERE note LIKE 'after the backup: %%'), count(*) FILTER (WHERE note LIKE 'after the rotation: %%') FROM notes", marker))
