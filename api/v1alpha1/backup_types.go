@@ -20,6 +20,26 @@ type BackupSpec struct {
 	// the WAL no backup kept still needs. Without it nothing is deleted.
 	// +optional
 	Retention *BackupRetention `json:"retention,omitempty"`
+
+	// encryption encrypts the WAL and base backups with age before they
+	// leave the pod. Objects written before it was set stay readable.
+	// +optional
+	Encryption *BackupEncryption `json:"encryption,omitempty"`
+}
+
+// BackupEncryption encrypts backups at rest with age X25519 keys
+// (docs/backup.md, "Encryption at rest").
+type BackupEncryption struct {
+	// secret names a Secret of this namespace whose key "identities" holds
+	// age X25519 identities (AGE-SECRET-KEY-1..., as age-keygen writes
+	// them), one a line. New objects are encrypted to the first; every one
+	// decrypts, so that after a key rotation (the new identity first, the
+	// old ones after it) older backups stay readable. The key reaches the
+	// database container as a read-only file, never its environment.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="encryption.secret must be the name of a Secret: lower-case letters, digits, '-' and '.'"
+	Secret string `json:"secret"`
 }
 
 // BackupSchedule is when base backups are taken.
@@ -123,6 +143,12 @@ type RecoverySpec struct {
 	// (the latest state the archive holds).
 	// +optional
 	Target *RecoveryTarget `json:"target,omitempty"`
+
+	// encryption holds the identities that decrypt the source's encrypted
+	// backups (its spec.backup.encryption's Secret, copied here). Without
+	// it only unencrypted backups restore.
+	// +optional
+	Encryption *BackupEncryption `json:"encryption,omitempty"`
 }
 
 // RecoveryTarget is where recovery stops: exactly one of its fields.
@@ -207,6 +233,9 @@ const (
 	// ReasonBackupScheduleInvalid (Stalled): spec.backup.schedule.cron does
 	// not parse.
 	ReasonBackupScheduleInvalid = "BackupScheduleInvalid"
+	// ReasonBackupEncryptionKey (Stalled): the Secret an encryption names
+	// is missing, lacks the key identities, or holds no age identity.
+	ReasonBackupEncryptionKey = "BackupEncryptionKeyInvalid"
 )
 
 // Reasons of a restore (spec.bootstrap.recovery), from the first

@@ -173,6 +173,11 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 			"bucket": "backups", "credentialsSecret": "s3"}, "retention": map[string]any{}}}, "retention takes recoveryWindow, keep, or both"},
 		"a recovery window in weeks": {map[string]any{"backup": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
 			"bucket": "backups", "credentialsSecret": "s3"}, "retention": map[string]any{"recoveryWindow": "2w"}}}, "retention.recoveryWindow is a number of days or hours"},
+		"an encryption Secret that is no name": {map[string]any{"backup": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
+			"bucket": "backups", "credentialsSecret": "s3"}, "encryption": map[string]any{"secret": "Backup_Key"}}}, "encryption.secret must be the name of a Secret"},
+		"a recovery encryption without its Secret": {map[string]any{"bootstrap.recovery": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
+			"bucket": "backups", "path": "shop/orders", "credentialsSecret": "s3"}, "encryption": map[string]any{}}},
+			"spec.bootstrap.recovery.encryption.secret: Required value"},
 		"keep nothing": {map[string]any{"backup": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
 			"bucket": "backups", "credentialsSecret": "s3"}, "retention": map[string]any{"keep": int64(0)}}}, "should be greater than or equal to 1"},
 	}

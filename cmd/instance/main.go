@@ -9,8 +9,9 @@
 //	                        object store; prints its manifest (JSON)
 //	instance wal-push --config FILE PATH       archive_command
 //	instance wal-fetch [--strict] --config FILE NAME DEST
-//	                                           restore_command (exit 1: not archived; with --strict,
-//	                                           255 for anything else, which ends recovery with an error)
+//	                                           restore_command (exit 1: not archived; 126, which stops
+//	                                           recovery with an error: no key decrypts it, or with
+//	                                           --strict any other failure)
 //	instance stage --major N DEST              copy this image's PostgreSQL N into DEST (an upgrade's init container)
 //	instance upgrade --old-major N --new-major M --staged DEST [--copy]
 //	                                           pg_upgrade PGDATA from N to M (the upgrade Job)
@@ -114,20 +115,21 @@ func main() {
 }
 
 // wal runs archive_command or restore_command: exit 0 done, 1 failed (or,
-// for wal-fetch, not archived), and the reason on stderr, which the server
+// for wal-fetch, not archived), recoveryFatal for a wal-fetch of a file
+// no key decrypts, and the reason on stderr, which the server
 // logs. wal-push also leaves it for the instance manager's report.
 //
 // PostgreSQL takes every exit status of restore_command below 126 as "not
 // archived": recovery ends there and the server promotes. A restore
 // (--strict) must not end at a file the store holds but could not give
 // back (unreachable, refused, corrupt): wal-fetch tries again, and then
-// exits 255, which stops recovery with an error instead. A standby is not
+// exits recoveryFatal, which stops recovery with an error instead. A standby is not
 // strict: it goes back to streaming and asks again, and a failover must
 // not wait for the store.
 func wal(verb string, args []string) int {
 	flags := flag.NewFlagSet(verb, flag.ContinueOnError)
 	config := flags.String("config", "", "the object store's configuration (written by instance run)")
-	strict := flags.Bool("strict", false, "wal-fetch: exit 255, not 1, for any failure but a file not archived")
+	strict := flags.Bool("strict", false, "wal-fetch: exit 126, not 1, for any failure but a file not archived")
 	if err := flags.Parse(args); err != nil {
 		return 2
 	}
@@ -144,7 +146,7 @@ func wal(verb string, args []string) int {
 			fmt.Fprintf(os.Stderr, "instance %s: %v; trying again in %s\n", verb, err, strictRetries[attempt-1])
 			time.Sleep(strictRetries[attempt-1])
 		}
-		if err = walCommand(verb, *config, flags.Args()); err == nil || errors.Is(err, backup.ErrNotFound) {
+		if err = walCommand(verb, *config, flags.Args()); err == nil || errors.Is(err, backup.ErrNotFound) || errors.Is(err, backup.ErrWrongKey) {
 			break
 		}
 	}
@@ -157,9 +159,14 @@ func wal(verb string, args []string) int {
 	switch {
 	case verb == walFetch && errors.Is(err, backup.ErrNotFound):
 		return 1 // not an error: recovery asks for what may not exist
+	case verb == walFetch && errors.Is(err, backup.ErrWrongKey):
+		// Archived, but no key decrypts it: recovery must stop there, not
+		// take it for the end of the archive and promote without it.
+		fmt.Fprintf(os.Stderr, "instance %s: %v\n", verb, err)
+		return recoveryFatal
 	case err != nil && *strict:
 		fmt.Fprintf(os.Stderr, "instance %s: %v: recovery stops here rather than end before the archive does\n", verb, err)
-		return 255
+		return recoveryFatal
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "instance %s: %v\n", verb, err)
 		return 1
@@ -192,6 +199,12 @@ const (
 	walPush  = "wal-push"
 	walFetch = "wal-fetch"
 )
+
+// recoveryFatal is the exit status of a wal-fetch that recovery must not
+// go past: PostgreSQL takes a restore_command's exit status above 125 (a
+// shell's "command not found") as fatal and stops, where any other
+// failure means "not archived", the end of the archive.
+const recoveryFatal = 126
 
 // fenceBridge runs the fence bridge (internal/instance, bridge.go) until
 // its deadline or SIGTERM; it says on BridgeReadyFD when it streams.

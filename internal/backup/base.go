@@ -31,8 +31,18 @@ type Manifest struct {
 	Timeline int64  `json:"timeline"`
 	BeginLSN string `json:"beginLSN"`
 	EndLSN   string `json:"endLSN"`
-	// Size is the compressed size in the store, in bytes.
+	// Size is the size in the store, compressed (and encrypted), in bytes.
 	Size int64 `json:"size"`
+	// Encryption is set when the backup is encrypted (crypt.go).
+	Encryption *ManifestEncryption `json:"encryption,omitempty"`
+}
+
+// archiveKey is the object that holds backup m's tar stream.
+func (s *Store) archiveKey(m Manifest) string {
+	if m.Encryption != nil {
+		return s.key("base", m.ID, baseArchive+encryptedSuffix)
+	}
+	return s.key("base", m.ID, baseArchive)
 }
 
 const (
@@ -108,22 +118,22 @@ func (s *Store) TakeBackup(ctx context.Context, run Exec, conninfo string, now t
 		_ = errR.Close()
 		stderr <- strings.TrimSpace(string(b))
 	}()
-	// The tar stream is compressed on its way to the store, and read on
-	// the way for its backup_manifest.
+	// The tar stream is compressed (then encrypted) on its way to the
+	// store, and read on the way for its backup_manifest. Memory stays
+	// bounded: the pipe holds nothing, zstd and age a window and a chunk,
+	// the upload a part.
+	if s.keys != nil {
+		m.Encryption = &ManifestEncryption{Recipient: s.keys.recipient().String()}
+	}
 	pr, pw := io.Pipe()
 	var ranges walRanges
-	go func() {
-		enc, err := zstd.NewWriter(pw)
-		if err == nil {
-			err = readManifest(io.TeeReader(out, enc), &ranges)
-			if cerr := enc.Close(); err == nil {
-				err = cerr
-			}
-		}
-		_ = pw.CloseWithError(err)
-	}()
-	info, uploadErr := s.client.PutObject(ctx, s.bucket, s.key("base", m.ID, baseArchive), pr, -1,
-		minio.PutObjectOptions{ContentType: "application/zstd", PartSize: partSize})
+	go func() { _ = pw.CloseWithError(s.compressTar(pw, out, &ranges)) }()
+	contentType := "application/zstd"
+	if m.Encryption != nil {
+		contentType = "application/octet-stream"
+	}
+	info, uploadErr := s.client.PutObject(ctx, s.bucket, s.archiveKey(m), pr, -1,
+		minio.PutObjectOptions{ContentType: contentType, PartSize: partSize})
 	if uploadErr != nil {
 		cancel() // pg_basebackup must not block on a pipe nobody reads
 		_ = pr.CloseWithError(uploadErr)
@@ -143,6 +153,35 @@ func (s *Store) TakeBackup(ctx context.Context, run Exec, conninfo string, now t
 	m.FinishedAt = time.Now().UTC()
 	return m, s.putJSON(ctx, s.key("base", m.ID, manifestName), m)
 }
+
+// compressTar writes the tar stream tarStream, compressed and, when the
+// store has a key, encrypted, to w, and decodes its backup_manifest into
+// ranges on the way.
+func (s *Store) compressTar(w io.Writer, tarStream io.Reader, ranges *walRanges) error {
+	sink := io.WriteCloser(nopCloser{w})
+	if s.keys != nil {
+		var err error
+		if sink, err = s.keys.seal(w); err != nil {
+			return err
+		}
+	}
+	enc, err := zstd.NewWriter(sink)
+	if err != nil {
+		return err
+	}
+	err = readManifest(io.TeeReader(tarStream, enc), ranges)
+	if cerr := enc.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := sink.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
 
 // readManifest reads a tar stream to its end, decoding backup_manifest
 // into ranges on the way.
@@ -222,12 +261,17 @@ func Choose(backups []Manifest, id string, target time.Time) (Manifest, error) {
 // Restore unpacks base backup m into dir, which must be empty or absent,
 // without the files that must not survive a restore (leftOut).
 func (s *Store) Restore(ctx context.Context, m Manifest, dir string) error {
-	obj, err := s.client.GetObject(ctx, s.bucket, s.key("base", m.ID, baseArchive), minio.GetObjectOptions{})
+	key := s.archiveKey(m)
+	obj, err := s.client.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return s.fail(key, err)
+	}
+	defer func() { _ = obj.Close() }()
+	compressed, err := s.openArchive(bufio.NewReaderSize(obj, 1<<20), m)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = obj.Close() }()
-	dec, err := zstd.NewReader(bufio.NewReaderSize(obj, 1<<20))
+	dec, err := zstd.NewReader(compressed)
 	if err != nil {
 		return err
 	}
@@ -236,6 +280,16 @@ func (s *Store) Restore(ctx context.Context, m Manifest, dir string) error {
 		return err
 	}
 	return untar(tar.NewReader(dec), dir)
+}
+
+// openArchive is the compressed tar stream of backup m read from its
+// archive object, decrypted when m is encrypted. The header is read here:
+// a key that does not match fails before anything is written.
+func (s *Store) openArchive(obj io.Reader, m Manifest) (io.Reader, error) {
+	if m.Encryption == nil {
+		return obj, nil
+	}
+	return s.keys.open(obj, "base backup "+m.ID, m.Encryption.Recipient)
 }
 
 // leftOut tells whether the archive entry name (cleaned, relative to the

@@ -30,6 +30,8 @@ func FuzzWALNames(f *testing.F) {
 	f.Add(int64(2), "0/FF000000", "00000001000000000000000A.00000028.backup")
 	f.Add(int64(0x100000000), "1/0", "backup.json")
 	f.Add(int64(-1), "0/1garbage", "0000000200000000000000FF.partial")
+	f.Add(int64(2), "0/5000000", "000000010000000000000003.zst.age")
+	f.Add(int64(2), "0/5000000", "00000002.history.zst.age")
 	f.Fuzz(func(t *testing.T, timeline int64, lsn, listed string) {
 		name, err := WALFile(timeline, lsn)
 		if err != nil {
@@ -54,8 +56,11 @@ func FuzzWALNames(f *testing.F) {
 		if segmentBefore(name, name) {
 			t.Fatalf("pruning before %s deletes %s itself", name, name)
 		}
-		if segmentBefore(listed, name) && (len(listed) < 24 || strings.Trim(listed[:24], "0123456789ABCDEF") != "" ||
-			strings.HasSuffix(listed, ".history") || listed[8:24] >= name[8:24]) {
+		// As PruneWAL reads a listing: the object's name, plain or
+		// encrypted, without its suffixes.
+		file := walName(listed)
+		if segmentBefore(file, name) && (len(file) < 24 || strings.Trim(file[:24], "0123456789ABCDEF") != "" ||
+			strings.HasSuffix(file, ".history") || file[8:24] >= name[8:24]) {
 			t.Fatalf("pruning before %s deletes %q", name, listed)
 		}
 	})
@@ -82,6 +87,8 @@ func FuzzManifests(f *testing.F) {
 	// Found by the engine: two manifests of one ID (a backup directory
 	// copied) had retention delete the newest backup.
 	f.Add("0", "{}", "1", "null", "2", "{}", 0, "1h", "0")
+	// Encrypted backups name their archive base.tar.zst.age.
+	f.Add("e", `{"id":"e","encryption":{"recipient":"age1x"}}`, "f", `{"id":"../f","encryption":{}}`, "g", `{"id":"g","encryption":null}`, 1, "", "e")
 	f.Fuzz(func(t *testing.T, dirA, a, dirB, b, dirC, c string, keep int, window, id string) {
 		s := &Store{prefix: "backups/orders"}
 		var backups []Manifest
@@ -99,7 +106,7 @@ func FuzzManifests(f *testing.F) {
 		}
 		slices.SortFunc(backups, func(a, b Manifest) int { return a.FinishedAt.Compare(b.FinishedAt) })
 		for _, m := range backups {
-			if k := s.key("base", m.ID, baseArchive); !strings.HasPrefix(k, s.key("base")+"/") {
+			if k := s.archiveKey(m); !strings.HasPrefix(k, s.key("base")+"/") {
 				t.Fatalf("backup %q is stored at %s, outside the database's path", m.ID, k)
 			}
 		}

@@ -92,8 +92,7 @@ func WALFile(timeline int64, lsn string) (string, error) {
 // DeleteBackup deletes base backup m: its manifest first, so that a
 // deletion cut short leaves no backup that looks complete.
 func (s *Store) DeleteBackup(ctx context.Context, m Manifest) error {
-	for _, name := range []string{manifestName, baseArchive} {
-		key := s.key("base", m.ID, name)
+	for _, key := range []string{s.key("base", m.ID, manifestName), s.archiveKey(m)} {
 		if err := s.client.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
 			return s.fail("deleting "+key, err)
 		}
@@ -115,7 +114,7 @@ func (s *Store) PruneWAL(ctx context.Context, first string) (int, error) {
 		if obj.Err != nil {
 			return deleted, s.fail("listing the WAL", obj.Err)
 		}
-		name := strings.TrimSuffix(path.Base(obj.Key), ".zst")
+		name := walName(path.Base(obj.Key))
 		if !segmentBefore(name, first) {
 			continue
 		}

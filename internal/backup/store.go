@@ -1,14 +1,15 @@
 // Package backup keeps a MyDatabase's backups in an S3-compatible object
 // store: the WAL its primary archives, and base backups, both compressed
-// with zstd. The instance manager uses it (archive_command and
+// with zstd, and encrypted with age when the store has a key (crypt.go). The instance manager uses it (archive_command and
 // restore_command run its wal-push and wal-fetch, a backup runs
 // pg_basebackup through it, a restore bootstraps a new primary from it);
 // the layout under the store's path is
 //
-//	wal/<segment or history file>.zst
-//	base/<backup id>/base.tar.zst
+//	wal/<segment or history file>.zst[.age]
+//	base/<backup id>/base.tar.zst[.age]
 //	base/<backup id>/backup.json   (the Manifest, written last)
 //
+// where .age ends the name of an encrypted object.
 // A backup without backup.json is incomplete and never used.
 package backup
 
@@ -38,6 +39,9 @@ type Config struct {
 	Region          string `json:"region,omitempty"`
 	AccessKeyID     string `json:"accessKeyID"`
 	SecretAccessKey string `json:"secretAccessKey"`
+	// Encryption, when set, encrypts what is written and decrypts what
+	// is read (crypt.go).
+	Encryption *Encryption `json:"encryption,omitempty"`
 }
 
 // Store is one database's objects in a bucket.
@@ -46,12 +50,16 @@ type Store struct {
 	endpoint string
 	bucket   string
 	prefix   string
+	// keys decrypt, and the first encrypts; nil for a store without
+	// Encryption.
+	keys *keyring
 }
 
 // ErrNotFound: no such object.
 var ErrNotFound = errors.New("not in the object store")
 
-// Open checks the configuration and makes a client; it does not connect.
+// Open checks the configuration, reads the encryption identities if any,
+// and makes a client; it does not connect.
 func Open(c Config) (*Store, error) {
 	u, err := url.Parse(c.Endpoint)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
@@ -68,7 +76,13 @@ func Open(c Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{client: client, endpoint: c.Endpoint, bucket: c.Bucket, prefix: strings.Trim(c.Path, "/")}, nil
+	s := &Store{client: client, endpoint: c.Endpoint, bucket: c.Bucket, prefix: strings.Trim(c.Path, "/")}
+	if c.Encryption != nil {
+		if s.keys, err = loadKeyring(c.Encryption); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // ReadConfig reads a Config the instance manager wrote (WriteConfig).

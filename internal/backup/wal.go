@@ -5,28 +5,46 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/minio/minio-go/v7"
 )
 
-// walKey is the object of a WAL file (a segment, a .history or a .backup
-// file) by its name.
-func (s *Store) walKey(name string) string { return s.key("wal", name+".zst") }
+// walKeys are the objects a WAL file (a segment, a .history or a .backup
+// file) may be stored as, by its name: the form this store writes first,
+// then the other (an encrypted store keeps reading what was archived
+// before it was encrypted, and a plain one says that an object is
+// encrypted rather than that it is missing).
+func (s *Store) walKeys(name string) []string {
+	plain := s.key("wal", name+".zst")
+	if s.keys != nil {
+		return []string{plain + encryptedSuffix, plain}
+	}
+	return []string{plain, plain + encryptedSuffix}
+}
+
+// walName is the WAL file an object of wal/ holds, by the object's base
+// name.
+func walName(object string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(object, encryptedSuffix), ".zst")
+}
 
 // sumMeta is the user metadata that holds the SHA-256 of a WAL file's
-// uncompressed content.
+// uncompressed, unencrypted content (docs/backup.md says what it tells
+// someone who reads the store without the key).
 const sumMeta = "Wal-Sha256"
 
 // PushWAL archives the WAL file at file (archive_command). Archiving the
 // same file again succeeds (PostgreSQL retries after a crash); a file of
 // the same name and other content is refused, so that nothing archived is
 // ever overwritten: two databases writing to one path would otherwise
-// destroy each other's history.
+// destroy each other's history. Both forms, plain and encrypted, count.
 func (s *Store) PushWAL(ctx context.Context, file string) error {
 	data, err := os.ReadFile(file)
 	if err != nil {
@@ -34,39 +52,88 @@ func (s *Store) PushWAL(ctx context.Context, file string) error {
 	}
 	sum := sha256.Sum256(data)
 	digest := hex.EncodeToString(sum[:])
-	key := s.walKey(filepath.Base(file))
-	info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
-	switch {
-	case err == nil && info.UserMetadata[sumMeta] == digest:
-		return nil
-	case err == nil:
-		return fmt.Errorf("%s is already archived with other content: is another database archiving to the same path?", key)
-	case minio.ToErrorResponse(err).Code != minio.NoSuchKey:
-		return s.fail(key, err)
+	keys := s.walKeys(filepath.Base(file))
+	for _, key := range keys {
+		info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+		switch {
+		case err == nil && info.UserMetadata[sumMeta] == digest:
+			return nil
+		case err == nil:
+			return fmt.Errorf("%s is already archived with other content: is another database archiving to the same path?", key)
+		case minio.ToErrorResponse(err).Code != minio.NoSuchKey:
+			return s.fail(key, err)
+		}
 	}
-	compressed, err := compress(data)
+	body, opts, err := s.sealWAL(data)
 	if err != nil {
 		return err
 	}
-	_, err = s.client.PutObject(ctx, s.bucket, key, bytes.NewReader(compressed), int64(len(compressed)),
-		minio.PutObjectOptions{ContentType: "application/zstd", UserMetadata: map[string]string{sumMeta: digest}})
-	if err != nil {
-		return s.fail(key, err)
+	opts.UserMetadata[sumMeta] = digest
+	if _, err := s.client.PutObject(ctx, s.bucket, keys[0], bytes.NewReader(body), int64(len(body)), opts); err != nil {
+		return s.fail(keys[0], err)
 	}
 	return nil
 }
 
+// sealWAL is the object of a WAL file's content: compressed, then
+// encrypted when the store has a key.
+func (s *Store) sealWAL(data []byte) ([]byte, minio.PutObjectOptions, error) {
+	opts := minio.PutObjectOptions{ContentType: "application/zstd", UserMetadata: map[string]string{}}
+	compressed, err := compress(data)
+	if err != nil || s.keys == nil {
+		return compressed, opts, err
+	}
+	var buf bytes.Buffer
+	w, err := s.keys.seal(&buf)
+	if err != nil {
+		return nil, opts, err
+	}
+	if _, err := w.Write(compressed); err != nil {
+		return nil, opts, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, opts, err
+	}
+	opts.ContentType = "application/octet-stream"
+	opts.UserMetadata[recipientMeta] = s.keys.recipient().String()
+	return buf.Bytes(), opts, nil
+}
+
 // FetchWAL restores the archived WAL file name into dest
-// (restore_command); ErrNotFound when it was never archived, which
-// PostgreSQL takes as the end of the archive.
+// (restore_command), from either form; ErrNotFound when it was never
+// archived, which PostgreSQL takes as the end of the archive.
 func (s *Store) FetchWAL(ctx context.Context, name, dest string) error {
-	key := s.walKey(name)
+	for _, key := range s.walKeys(name) {
+		if err := s.fetchWAL(ctx, name, key, dest); !errors.Is(err, ErrNotFound) {
+			return err
+		}
+	}
+	return ErrNotFound
+}
+
+// fetchWAL restores WAL file name from the object key into dest.
+func (s *Store) fetchWAL(ctx context.Context, name, key, dest string) error {
 	obj, err := s.client.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
 		return s.fail(key, err)
 	}
 	defer func() { _ = obj.Close() }()
-	dec, err := zstd.NewReader(obj)
+	var recipient string
+	if strings.HasSuffix(key, encryptedSuffix) {
+		info, err := obj.Stat()
+		if err != nil {
+			if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
+				return ErrNotFound
+			}
+			return s.fail(key, err)
+		}
+		recipient = info.UserMetadata[recipientMeta]
+	}
+	compressed, err := s.openWAL(obj, name, key, recipient)
+	if err != nil {
+		return err
+	}
+	dec, err := zstd.NewReader(compressed)
 	if err != nil {
 		return err
 	}
@@ -90,6 +157,16 @@ func (s *Store) FetchWAL(ctx context.Context, name, dest string) error {
 	return os.Rename(tmp, dest)
 }
 
+// openWAL is the compressed content of WAL file name read from the
+// object key, decrypted when the object's name says it is encrypted (to
+// recipient, "" when unknown).
+func (s *Store) openWAL(obj io.Reader, name, key, recipient string) (io.Reader, error) {
+	if !strings.HasSuffix(key, encryptedSuffix) {
+		return obj, nil
+	}
+	return s.keys.open(obj, "WAL file "+name, recipient)
+}
+
 func compress(data []byte) ([]byte, error) {
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault))
 	if err != nil {
@@ -99,7 +176,13 @@ func compress(data []byte) ([]byte, error) {
 	return enc.EncodeAll(data, nil), nil
 }
 
-// ArchivedSize is the size in the store of the archived WAL file name.
+// ArchivedSize is the size in the store of the archived WAL file name, in
+// either form.
 func (s *Store) ArchivedSize(ctx context.Context, name string) (int64, error) {
-	return s.stat(ctx, s.walKey(name))
+	for _, key := range s.walKeys(name) {
+		if size, err := s.stat(ctx, key); !errors.Is(err, ErrNotFound) {
+			return size, err
+		}
+	}
+	return 0, ErrNotFound
 }

@@ -83,7 +83,7 @@ const (
 	EnvReplicaStreamTLSDir = "REPLICA_STREAM_TLS_DIR"
 )
 
-// An object store takes six variables, each of its prefix and one of the
+// An object store takes six variables (eight when encrypted), each of its prefix and one of the
 // Store suffixes: the store the primary archives to (BackupStore), the
 // one a new primary is restored from (RestoreStore), and the source's of a
 // replica MyDatabase (ReplicaStore), whose base backup makes its data and
@@ -100,4 +100,13 @@ const (
 	StoreRegion          = "REGION"
 	StoreAccessKeyID     = "ACCESS_KEY_ID"
 	StoreSecretAccessKey = "SECRET_ACCESS_KEY"
+
+	// StoreIdentitiesFile is the file of the age identities that encrypt
+	// and decrypt the store's objects (the encryption Secret, mounted
+	// read-only: the key itself is never a variable), and
+	// StoreEncryptionSecret the Secret's name, for the errors. Optional,
+	// for BackupStore and RestoreStore: without them the store is not
+	// encrypted.
+	StoreIdentitiesFile   = "IDENTITIES_FILE"
+	StoreEncryptionSecret = "ENCRYPTION_SECRET"
 )

@@ -130,7 +130,11 @@ const (
 // primary's report. It runs beside the HA loop, never in it: a slow store
 // delays nothing else.
 func (k *backupKeeper) watchBackups(ctx context.Context) {
-	store, err := backup.Open(*k.c.Backup)
+	// Listing and retention read manifests, which are never encrypted, and
+	// delete by name: they need no key, and go on whatever becomes of it.
+	cfg := *k.c.Backup
+	cfg.Encryption = nil
+	store, err := backup.Open(cfg)
 	if err != nil {
 		k.log("listing the base backups: %v", err)
 		return

@@ -181,13 +181,19 @@ func ConfigFromEnv() (Config, error) {
 }
 
 // storeFromEnv reads an object store's variables (prefix ENDPOINT,
-// BUCKET, PATH, REGION, ACCESS_KEY_ID, SECRET_ACCESS_KEY); nil when
-// there is no endpoint.
+// BUCKET, PATH, REGION, ACCESS_KEY_ID, SECRET_ACCESS_KEY, and the
+// optional IDENTITIES_FILE and ENCRYPTION_SECRET); nil when there is no
+// endpoint. The identities stay in their file: the store reads them when
+// it is opened.
 func storeFromEnv(prefix string) *backup.Config {
 	if os.Getenv(prefix+contract.StoreEndpoint) == "" {
 		return nil
 	}
-	return &backup.Config{Endpoint: os.Getenv(prefix + contract.StoreEndpoint), Bucket: os.Getenv(prefix + contract.StoreBucket),
+	c := &backup.Config{Endpoint: os.Getenv(prefix + contract.StoreEndpoint), Bucket: os.Getenv(prefix + contract.StoreBucket),
 		Path: os.Getenv(prefix + contract.StorePath), Region: os.Getenv(prefix + contract.StoreRegion),
 		AccessKeyID: os.Getenv(prefix + contract.StoreAccessKeyID), SecretAccessKey: os.Getenv(prefix + contract.StoreSecretAccessKey)}
+	if file := os.Getenv(prefix + contract.StoreIdentitiesFile); file != "" {
+		c.Encryption = &backup.Encryption{IdentitiesFile: file, Secret: os.Getenv(prefix + contract.StoreEncryptionSecret)}
+	}
+	return c
 }

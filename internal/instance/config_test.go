@@ -40,3 +40,20 @@ func TestPassfileEscapes(t *testing.T) {
 		t.Errorf("passfile mode %v, want 0600", fi.Mode().Perm())
 	}
 }
+
+// TestStoreEncryptionFromEnv: an encrypted store's identities are a file
+// the store reads when opened (the path and the Secret's name come from
+// the environment, never the key); the replica's store takes none.
+func TestStoreEncryptionFromEnv(t *testing.T) {
+	for _, prefix := range []string{"BACKUP_", "RESTORE_", "REPLICA_"} {
+		t.Setenv(prefix+"ENDPOINT", "http://127.0.0.1:9000")
+	}
+	t.Setenv("BACKUP_IDENTITIES_FILE", "/etc/mydatabase-backup-encryption/identities")
+	t.Setenv("BACKUP_ENCRYPTION_SECRET", "orders-backup-key")
+	if e := storeFromEnv("BACKUP_").Encryption; e == nil || e.IdentitiesFile != "/etc/mydatabase-backup-encryption/identities" || e.Secret != "orders-backup-key" {
+		t.Errorf("spec.backup's encryption: %+v", e)
+	}
+	if e := storeFromEnv("RESTORE_").Encryption; e != nil {
+		t.Errorf("a store without IDENTITIES_FILE is encrypted: %+v", e)
+	}
+}

@@ -256,7 +256,11 @@ func (pg *pgServer) restorePrimary(ctx context.Context, scratch string) error {
 	if err != nil {
 		return err // the store refused, holds none at its path, or none before the target
 	}
-	pg.log("restoring base backup %s (from %s on timeline %d) of %s/%s", chosen.ID, chosen.BeginLSN, chosen.Timeline,
+	encrypted := ""
+	if e := chosen.Encryption; e != nil {
+		encrypted = ", encrypted to " + e.Recipient
+	}
+	pg.log("restoring base backup %s (from %s on timeline %d%s) of %s/%s", chosen.ID, chosen.BeginLSN, chosen.Timeline, encrypted,
 		c.Restore.Store.Bucket, c.Restore.Store.Path)
 	w := pg.watchRestore(ctx, chosen.ID, fmt.Sprintf("downloading base backup %s", chosen.ID))
 	err = pg.recover(ctx, store, chosen, scratch)

@@ -289,7 +289,8 @@ func podTemplateWithout(db *databasev1alpha1.MyDatabase, p Platform) *corev1ac.P
 			corev1ac.Volume().WithName("run").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource())).
 		WithVolumes(customQueriesVolume(db)...).
-		WithVolumes(replicaSourceVolume(db)...)
+		WithVolumes(replicaSourceVolume(db)...).
+		WithVolumes(encryptionVolumes(db)...)
 	place(spec, db.Spec.NodeSelector, db.Spec.Tolerations, db.Spec.PriorityClassName, db.Spec.TopologySpreadConstraints)
 	if db.Spec.Affinity != nil {
 		spec.WithAffinity(convert[corev1ac.AffinityApplyConfiguration](db.Spec.Affinity))
@@ -386,7 +387,8 @@ func container(db *databasev1alpha1.MyDatabase) *corev1ac.ContainerApplyConfigur
 		WithLivenessProbe(execProbe(LivenessCommand, 10, 6)).
 		WithSecurityContext(restrictedContainer()).
 		WithVolumeMounts(customQueriesMount(db)...).
-		WithVolumeMounts(replicaSourceMount(db)...)
+		WithVolumeMounts(replicaSourceMount(db)...).
+		WithVolumeMounts(encryptionMounts(db)...)
 	if r := resources(db); r != nil {
 		c.WithResources(r)
 	}
@@ -455,7 +457,10 @@ func Env(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 	if db.Spec.WALStorage != nil {
 		vars = append(vars, env(contract.EnvWALDir, WALDir))
 	}
-	return append(vars, append(append(metricsEnv(db), backupEnv(db)...), replicaStreamEnv(db)...)...)
+	vars = append(vars, metricsEnv(db)...)
+	vars = append(vars, backupEnv(db)...)
+	vars = append(vars, encryptionEnv(db)...)
+	return append(vars, replicaStreamEnv(db)...)
 }
 
 // InstanceSelector selects the pods of this MyDatabase and no other of the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -412,12 +413,14 @@ func testMissingWAL(t *testing.T, srv server, source *cluster, store *testenv.Ob
 // restoreReported restores recovery into a new MyDatabase in namespace ns
 // with the operator running: the MyDatabase is Stalled (RestoreFailed)
 // within a minute, its message holding says, and the first instance never
-// serves.
-func restoreReported(t *testing.T, srv server, source *cluster, store *testenv.ObjectStore, ns string, recovery *databasev1alpha1.RecoverySpec, says string) {
+// serves. more are Secrets of ns beside the credentials'.
+func restoreReported(t *testing.T, srv server, source *cluster, store *testenv.ObjectStore, ns string, recovery *databasev1alpha1.RecoverySpec, says string,
+	more ...*corev1.Secret) {
 	restored := newDatabase(srv.major, nil)
 	restored.Name, restored.Namespace = "restored", ns
 	restored.Spec.Bootstrap = &databasev1alpha1.BootstrapSpec{Recovery: recovery}
-	rc := newClusterOn(t, source.api, srv, restored, specs.CredentialsSecret(restored, "password"), storeSecret(store, restored.Namespace))
+	rc := newClusterOn(t, source.api, srv, restored, append([]*corev1.Secret{specs.CredentialsSecret(restored, "password"),
+		storeSecret(store, restored.Namespace)}, more...)...)
 	rc.startOperator(t)
 	p := rc.newPod(0, freePorts(t, 1)[0])
 	rc.logsOnFailure(t)

@@ -7,8 +7,10 @@ package postgres
 //     specs.ConfigDir, the server certificate Secret at specs.TLSDir, the
 //     replication client certificate Secret at specs.ReplicationTLSDir, the
 //     instance manager's, run and tmp emptyDirs) becomes a directory under
-//     one temporary directory, so PGDATA, PGHOST, CONFIG_DIR, TLS_DIR and
-//     REPLICATION_TLS_DIR (and every path in the init container's and the
+//     one temporary directory (a Secret volume holds its items alone when
+//     it lists some), so PGDATA, PGHOST, CONFIG_DIR, TLS_DIR,
+//     REPLICATION_TLS_DIR and the *_IDENTITIES_FILE of encrypted object
+//     stores (and every path in the init container's and the
 //     container's commands) point into it;
 //   - /instance in the operator's image, which the init container copies, is
 //     cmd/instance built from this checkout;
@@ -554,7 +556,8 @@ func (c *cluster) newPod(ordinal, port int) *pod {
 			t.Fatalf("env %s: the harness cannot resolve this valueFrom", name)
 		}
 		switch name {
-		case "PGDATA", "WAL_DIR", "PGHOST", "CONFIG_DIR", "TLS_DIR", "REPLICATION_TLS_DIR", "CUSTOM_QUERIES", "REPLICA_STREAM_TLS_DIR":
+		case "PGDATA", "WAL_DIR", "PGHOST", "CONFIG_DIR", "TLS_DIR", "REPLICATION_TLS_DIR", "CUSTOM_QUERIES", "REPLICA_STREAM_TLS_DIR",
+			"BACKUP_IDENTITIES_FILE", "RESTORE_IDENTITIES_FILE":
 			value = p.hostPath(t, value)
 		case "PGPORT":
 			if value != containerPort {
@@ -696,8 +699,23 @@ func (p *pod) writeSecret(t *testing.T, dir string, secret *corev1.Secret, vol *
 	if vol.DefaultMode != nil {
 		mode = os.FileMode(*vol.DefaultMode)
 	}
-	for key, value := range secret.Data {
-		tmp := filepath.Join(dir, ".."+key)
+	// With items, only the keys listed, at their paths.
+	files := map[string]string{}
+	for key := range secret.Data {
+		files[key] = key
+	}
+	if len(vol.Items) > 0 {
+		files = map[string]string{}
+		for _, item := range vol.Items {
+			files[*item.Key] = *item.Path
+		}
+	}
+	for key, name := range files {
+		value, ok := secret.Data[key]
+		if !ok {
+			t.Fatalf("volume of Secret %s lists key %s, which it does not have", secret.Name, key)
+		}
+		tmp := filepath.Join(dir, ".."+name)
 		if err := os.WriteFile(tmp, value, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -707,7 +725,7 @@ func (p *pod) writeSecret(t *testing.T, dir string, secret *corev1.Secret, vol *
 		if err := os.Chmod(tmp, mode); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Rename(tmp, filepath.Join(dir, key)); err != nil {
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/backup/agekey"
 	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
@@ -70,7 +71,57 @@ func (r *objectStores) reconcile(ctx context.Context, obs *observation) error {
 			return nil
 		}
 	}
+	if err := r.checkEncryption(ctx, obs); err != nil || obs.stalled != nil {
+		return err
+	}
 	return r.checkReplicaSource(ctx, obs)
+}
+
+// checkEncryption stalls a MyDatabase whose spec.backup.encryption or
+// spec.bootstrap.recovery.encryption names a Secret that does not exist,
+// lacks the key identities, or holds no age identity there, before any
+// pod is made: the kubelet would leave the pods in ContainerCreating, and
+// a bad key would fail every archive attempt. The message never quotes
+// the key.
+func (r *objectStores) checkEncryption(ctx context.Context, obs *observation) error {
+	db := r.db
+	type check struct {
+		field string
+		enc   *databasev1alpha1.BackupEncryption
+	}
+	var checks []check
+	if b := db.Spec.Backup; b != nil && b.Encryption != nil {
+		checks = append(checks, check{"spec.backup.encryption", b.Encryption})
+	}
+	if rec := specs.Recovery(db); rec != nil && rec.Encryption != nil {
+		checks = append(checks, check{"spec.bootstrap.recovery.encryption", rec.Encryption})
+	}
+	const howTo = "age-keygen makes one; docs/backup.md, \"Encryption at rest\""
+	for _, c := range checks {
+		name, key := c.enc.Secret, specs.EncryptionIdentitiesKey
+		secret := &corev1.Secret{}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
+		var problem string
+		switch {
+		case apierrors.IsNotFound(err):
+			problem = fmt.Sprintf("Secret %q named in %s.secret does not exist in namespace %q: create it with the key %s, "+
+				"age X25519 identities one a line, the current one first (%s)", name, c.field, db.Namespace, key, howTo)
+		case err != nil:
+			return objectError("get", secret, name, err)
+		case len(secret.Data[key]) == 0:
+			problem = fmt.Sprintf("Secret %q named in %s.secret lacks the key %s: put there the age X25519 identities, "+
+				"one a line, the current one first (%s)", name, c.field, key, howTo)
+		default:
+			if _, err := agekey.Parse(secret.Data[key]); err != nil {
+				problem = fmt.Sprintf("the key %s of Secret %q named in %s.secret: %v", key, name, c.field, err)
+			}
+		}
+		if problem != "" {
+			obs.stalled = &blocker{Reason: databasev1alpha1.ReasonBackupEncryptionKey, Message: problem}
+			return nil
+		}
+	}
+	return nil
 }
 
 // checkReplicaSource stalls a replica MyDatabase whose

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -118,6 +120,70 @@ func TestObjectStoreCredentials(t *testing.T) {
 	if ref := env["BACKUP_SECRET_ACCESS_KEY"].ValueFrom; ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != "s3-key" ||
 		env["BACKUP_SECRET_ACCESS_KEY"].Value != "" {
 		t.Errorf("the secret key is not a reference to the Secret: %+v", env["BACKUP_SECRET_ACCESS_KEY"])
+	}
+}
+
+// TestBackupEncryptionKey: spec.backup.encryption naming a Secret that
+// does not exist, lacks the key identities, or holds no age identity
+// there stalls the MyDatabase before any pod is made, and the message
+// never quotes the key; once the key is good, the servers mount it as a
+// file and take no value of it in their environment.
+func TestBackupEncryptionKey(t *testing.T) {
+	ns := namespace(t)
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-key"}, Data: map[string][]byte{
+		specs.ObjectStoreAccessKeyIDKey: []byte("AKID"), specs.ObjectStoreSecretAccessKeyKey: []byte("the secret key")}}
+	if err := k8s.Create(context.Background(), creds); err != nil {
+		t.Fatal(err)
+	}
+	db := create(t, newDB(ns, "enc", func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: databasev1alpha1.ObjectStore{
+			Endpoint: "https://s3.example.com", Bucket: "backups", CredentialsSecret: "s3-key"},
+			Encryption: &databasev1alpha1.BackupEncryption{Secret: "enc-backup-key"}}
+	}))
+	waitFor(t, db, "Stalled: no encryption Secret", stalledWith(databasev1alpha1.ReasonBackupEncryptionKey,
+		`Secret "enc-backup-key" named in spec.backup.encryption.secret does not exist`))
+	if err := get(ns, "enc", &appsv1.StatefulSet{}); err == nil {
+		t.Error("a StatefulSet exists although its encryption Secret does not")
+	}
+	key := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "enc-backup-key"},
+		Data: map[string][]byte{"key.txt": []byte("misplaced")}}
+	if err := k8s.Create(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, db, "Stalled: no key identities", stalledWith(databasev1alpha1.ReasonBackupEncryptionKey, "lacks the key identities"))
+	key.Data[specs.EncryptionIdentitiesKey] = []byte("AGE-SECRET-KEY-1SECRETBUTMALFORMED\n")
+	if err := k8s.Update(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, db, "Stalled: not an identity", stalledWith(databasev1alpha1.ReasonBackupEncryptionKey, "line 1 is not an age X25519 identity"))
+	if err := get(ns, "enc", db); err != nil {
+		t.Fatal(err)
+	}
+	if c := condition(db, databasev1alpha1.ConditionStalled); c != nil && strings.Contains(c.Message, "SECRETBUTMALFORMED") {
+		t.Errorf("the condition quotes the key: %s", c.Message)
+	}
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key.Data[specs.EncryptionIdentitiesKey] = []byte("# created by the test\n" + id.String() + "\n")
+	if err := k8s.Update(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", exists(ns, "enc", sts))
+	pod := sts.Spec.Template.Spec
+	var mounted bool
+	for _, v := range pod.Volumes {
+		mounted = mounted || (v.Secret != nil && v.Secret.SecretName == "enc-backup-key")
+	}
+	if !mounted {
+		t.Error("the encryption Secret is not a volume of the pod")
+	}
+	for _, e := range pod.Containers[0].Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == "enc-backup-key" {
+			t.Errorf("env %s takes a value of the encryption Secret", e.Name)
+		}
 	}
 }
 
