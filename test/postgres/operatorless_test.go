@@ -4,10 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"filippo.io/age"
+	corev1 "k8s.io/api/core/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
@@ -16,8 +21,9 @@ import (
 
 // TestRestoreWithoutTheOperator runs the procedure of docs/backup.md,
 // "Restore without the operator", as written: its shell blocks after the
-// settings, in one bash, as the postgres OS user, with curl, zstd and tar
-// against the real S3 server. The source archives through the instance
+// settings, in one bash, as the postgres OS user, with curl, zstd, tar and
+// (an encrypted store) age against the real S3 server, from a plain store
+// and from an encrypted one. The source archives through the instance
 // manager and takes two base backups around the target time:
 //
 //	rows "before"   committed before the first backup
@@ -26,20 +32,31 @@ import (
 //	                finished after the target and must not be chosen
 //
 // The restored server must hold "before" and "after" and nothing "late",
-// and have promoted itself. Then the same procedure again, with one byte
-// flipped in the store's WAL file of the "after" rows: its
-// restore_command must stop recovery (exit 255), not end it there, so
-// the server never promotes without them.
+// and have promoted itself. Then, from the plain store, the same
+// procedure again with one byte flipped in the store's WAL file of the
+// "after" rows: its restore_command must stop recovery (exit 126), not
+// end it there, so the server never promotes without them.
 func TestRestoreWithoutTheOperator(t *testing.T) {
 	t.Parallel() // doc.go: which tests run side by side
 	script := documentedRestore(t)
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
-	store := startStore(t, t.TempDir())
+	t.Run("plain", func(t *testing.T) { restoreByHand(t, srv, script, nil) })
+	t.Run("encrypted", func(t *testing.T) { restoreByHand(t, srv, script, ageIdentity(t)) })
+}
 
+// restoreByHand is TestRestoreWithoutTheOperator from a store encrypted
+// to key, or a plain one when key is nil.
+func restoreByHand(t *testing.T, srv server, script string, key *age.X25519Identity) {
+	store := startStore(t, t.TempDir())
 	db := newDatabase(srv.major, nil)
 	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
-	c := newCluster(t, srv, db, specs.CredentialsSecret(db, "password"), storeSecret(store, db.Namespace))
+	secrets := []*corev1.Secret{specs.CredentialsSecret(db, "password"), storeSecret(store, db.Namespace)}
+	if key != nil {
+		db.Spec.Backup.Encryption = &databasev1alpha1.BackupEncryption{Secret: "backup-key"}
+		secrets = append(secrets, keySecret(db.Namespace, "backup-key", key))
+	}
+	c := newCluster(t, srv, db, secrets...)
 	primary := c.startPods(t, 1)[0]
 	su := primary.socket("postgres", "postgres")
 	c.query(t, su, "", "CREATE TABLE stamped (id bigserial PRIMARY KEY, phase text NOT NULL)")
@@ -58,8 +75,20 @@ func TestRestoreWithoutTheOperator(t *testing.T) {
 	takeBackup(t, c, primary)
 	archiveNow(t, c, primary)
 
-	// Each run works in a directory of the postgres OS user, and gives
-	// the settings as the environment.
+	// The settings, as the environment; for an encrypted store, the
+	// identities in a file of the postgres OS user's, and age on PATH.
+	settings := []string{"S3_ENDPOINT=" + store.Endpoint, "BUCKET=" + store.Bucket, "STORE_PATH=" + specs.BackupPath(db),
+		"REGION=us-east-1", "ACCESS_KEY_ID=" + store.AccessKeyID, "SECRET_ACCESS_KEY=" + store.SecretAccessKey,
+		"PGBIN=" + srv.bin, "TARGET_TIME=" + target, "IDENTITIES="}
+	path := c.baseEnv()[0]
+	if key != nil {
+		identities := filepath.Join(c.base, "identities")
+		writeOwned(t, c, identities, keySecret("", "", key).Data[specs.EncryptionIdentitiesKey])
+		bin := installAge(t, c.base)
+		settings = append(settings, "IDENTITIES="+identities)
+		path = "PATH=" + bin + ":" + strings.TrimPrefix(path, "PATH=")
+	}
+	// Each run works in a directory of the postgres OS user.
 	byHand := func(name string) (work string, port int, out, log string, err error) {
 		work = filepath.Join(c.base, name)
 		if err := os.Mkdir(work, 0o700); err != nil {
@@ -70,11 +99,8 @@ func TestRestoreWithoutTheOperator(t *testing.T) {
 		}
 		pgdata := filepath.Join(work, "pgdata")
 		port = freePorts(t, 1)[0]
-		env := append(c.baseEnv(),
-			"S3_ENDPOINT="+store.Endpoint, "BUCKET="+store.Bucket, "STORE_PATH="+specs.BackupPath(db), "REGION=us-east-1",
-			"ACCESS_KEY_ID="+store.AccessKeyID, "SECRET_ACCESS_KEY="+store.SecretAccessKey,
-			"PGBIN="+srv.bin, "PGDATA="+pgdata, "PGHOST="+work, fmt.Sprintf("PGPORT=%d", port),
-			"TARGET_TIME="+target)
+		env := slices.Concat([]string{path}, c.baseEnv()[1:], settings,
+			[]string{"PGDATA=" + pgdata, "PGHOST=" + work, fmt.Sprintf("PGPORT=%d", port)})
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -92,7 +118,7 @@ func TestRestoreWithoutTheOperator(t *testing.T) {
 	}
 	work, port, out, log, err := byHand("by-hand")
 	if err != nil {
-		t.Fatalf("the documented procedure failed: %v\n%s\nthe server's log:\n%s", err, out, testenv.Tail(log, 40))
+		t.Fatalf("the documented procedure failed: %v\n%s\nthe server's log:\n%s", err, out, testenv.LastLines(log, 40))
 	}
 	t.Logf("the documented procedure printed:\n%s", out)
 	if !strings.Contains(out, "base backup: "+first.ID+"\n") {
@@ -110,11 +136,14 @@ func TestRestoreWithoutTheOperator(t *testing.T) {
 	// It is a primary of its own: it takes writes.
 	c.query(t, restored, "", "INSERT INTO stamped (phase) VALUES ('restored')")
 
+	if key != nil {
+		return
+	}
 	flipByte(t, store, specs.BackupPath(db)+"/wal/"+afterWAL+".zst")
 	if _, _, out, log, err := byHand("by-hand-flipped"); err == nil || !strings.Contains(log, `could not restore file "`+afterWAL+`"`) ||
-		!strings.Contains(log, "exit code 255") {
-		t.Errorf("with %s damaged in the store, the procedure ended %v (want an error, recovery stopped by restore_command's exit 255)\n%s\nthe server's log:\n%s",
-			afterWAL, err, out, testenv.Tail(log, 20))
+		!strings.Contains(log, "command not executable") {
+		t.Errorf("with %s damaged in the store, the procedure ended %v (want an error, recovery stopped by restore_command's exit 126, which PostgreSQL calls \"command not executable\")\n%s\nthe server's log:\n%s",
+			afterWAL, err, out, testenv.LastLines(log, 20))
 	}
 }
 
@@ -147,4 +176,25 @@ func documentedRestore(t *testing.T) string {
 		t.Fatalf("docs/backup.md: want the settings block and then the steps, found %d blocks", len(blocks))
 	}
 	return strings.Join(blocks[1:], "\n")
+}
+
+// installAge builds age, the command line tool, of the version go.mod
+// requires into dir/bin, for the postgres OS user, and returns that
+// directory.
+func installAge(t *testing.T, dir string) string {
+	t.Helper()
+	version, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "filippo.io/age").Output()
+	if err != nil {
+		t.Fatalf("go list -m filippo.io/age: %v", err)
+	}
+	bin := filepath.Join(dir, "bin")
+	cmd := exec.Command("go", "install", "filippo.io/age/cmd/age@"+strings.TrimSpace(string(version)))
+	cmd.Env = append(os.Environ(), "GOBIN="+bin)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go install filippo.io/age/cmd/age: %v\n%s", err, out)
+	}
+	if err := os.Chmod(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
