@@ -78,12 +78,12 @@ func (r *hibernation) reconcile(_ context.Context, obs *observation) error {
 	defer func() { obs.hibernation, *out = r.status, hibernationOf(r.status) }()
 	hibernating := r.status != nil && r.status.Phase != databasev1alpha1.HibernationResumed
 	switch {
-	case !db.Spec.Hibernate && hibernating:
+	case !r.mode.hibernate && hibernating:
 		r.status.Phase, r.status.Message = databasev1alpha1.HibernationResumed, ""
 		r.status.ResumedAt = new(metav1.NewTime(r.Clock.Now()))
 		r.event(db, corev1.EventTypeNormal, "Resuming", "Starting the servers again: spec.hibernate is false")
 		return nil
-	case !db.Spec.Hibernate, r.upgrade.get().active:
+	case !r.mode.hibernate, r.upgrade.get().active:
 		return nil // an upgrade stops and starts the servers itself; a hibernation follows it
 	case !hibernating:
 		r.status = &databasev1alpha1.HibernationStatus{Phase: databasev1alpha1.HibernationPreparing,
@@ -167,12 +167,6 @@ func backupsRunning(pods []corev1.Pod) []string {
 		}
 	}
 	return running
-}
-
-// hibernated tells whether no server runs for spec.hibernate.
-func hibernated(db *databasev1alpha1.MyDatabase) bool {
-	h := db.Status.Hibernation
-	return db.Spec.Hibernate && h != nil && h.Phase == databasev1alpha1.HibernationHibernated
 }
 
 func hibernatedMessage(db *databasev1alpha1.MyDatabase) string {

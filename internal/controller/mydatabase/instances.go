@@ -48,7 +48,7 @@ func (r *instanceAccess) reconcile(ctx context.Context, obs *observation) error 
 	if err := r.applyChild(ctx, obs, specs.InstanceRoleBinding(db), &rbacv1.RoleBinding{}); err != nil {
 		return err
 	}
-	return r.applyChild(ctx, obs, specs.Lease(db, upgradedAlone(db, r.lease), r.pooled), &coordinationv1.Lease{})
+	return r.applyChild(ctx, obs, specs.Lease(db, upgradedAlone(db, r.lease), r.mode.pooled), &coordinationv1.Lease{})
 }
 
 // upgradedAlone is the pod whose data a major upgrade left as the only

@@ -34,7 +34,8 @@ type observation struct {
 	// has none or the pass did not look: status.currentPrimary then stays
 	// as it was.
 	primary string
-	// pooled: a MyDatabasePooler leads to the MyDatabase (the scope's).
+	// pooled: a MyDatabasePooler leads to the MyDatabase (the scope's
+	// mode).
 	pooled bool
 	// created names the children this pass created ("Service pg-rw"),
 	// reported in one event.
@@ -349,7 +350,7 @@ func outcome(db *databasev1alpha1.MyDatabase, obs *observation, desired int32) (
 		return databasev1alpha1.PhaseDeleting, conditions.Summary{State: conditions.Held, Reason: databasev1alpha1.ReasonDeleting, Message: message}, false
 	case obs.stalled != nil:
 		return databasev1alpha1.PhaseStalled, conditions.Summary{State: conditions.Failed, Reason: obs.stalled.Reason, Message: obs.stalled.Message}, true
-	case db.Spec.Paused && obs.failure == nil:
+	case modeOf(db).paused && obs.failure == nil:
 		return databasev1alpha1.PhasePaused, conditions.Summary{State: conditions.Held, Reason: databasev1alpha1.ReasonPaused,
 			Message: "spec.paused is true: the operator changes nothing; set it to false to resume"}, true
 	case settled && hibernated(db):
