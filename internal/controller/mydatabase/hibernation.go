@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -167,22 +165,4 @@ func backupsRunning(pods []corev1.Pod) []string {
 		}
 	}
 	return running
-}
-
-func hibernatedMessage(db *databasev1alpha1.MyDatabase) string {
-	return fmt.Sprintf("hibernated: no server runs (since %s); the volumes, Secrets and WAL archive are kept, and backups wait; "+
-		"set spec.hibernate to false to start the servers again", db.Status.Hibernation.HibernatedAt.UTC().Format(time.RFC3339))
-}
-
-// setHibernatedCondition keeps the Hibernated condition (True) while no
-// server runs for spec.hibernate; on the way there Reconciling says what
-// the hibernation waits for.
-func setHibernatedCondition(db *databasev1alpha1.MyDatabase, now time.Time) {
-	if !hibernated(db) {
-		meta.RemoveStatusCondition(&db.Status.Conditions, databasev1alpha1.ConditionHibernated)
-		return
-	}
-	meta.SetStatusCondition(&db.Status.Conditions, metav1.Condition{Type: databasev1alpha1.ConditionHibernated,
-		Status: metav1.ConditionTrue, Reason: databasev1alpha1.ReasonHibernated, Message: hibernatedMessage(db),
-		ObservedGeneration: db.Generation, LastTransitionTime: metav1.NewTime(now)})
 }

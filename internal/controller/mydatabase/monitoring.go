@@ -2,7 +2,6 @@ package mydatabase
 
 import (
 	"context"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -64,22 +63,4 @@ func (r *podMonitor) reconcile(ctx context.Context, obs *observation) error {
 	obs.monitoring = &blocker{Reason: databasev1alpha1.ReasonPodMonitorApplied,
 		Message: "PodMonitor " + specs.PodMonitorName(db) + " scrapes every server"}
 	return nil
-}
-
-// setMonitoringCondition writes what the podMonitor component found into the
-// MonitoringReady condition; nil leaves it as it was.
-func setMonitoringCondition(db *databasev1alpha1.MyDatabase, found *blocker, now time.Time) {
-	switch {
-	case found == nil:
-	case found.Reason == "":
-		meta.RemoveStatusCondition(&db.Status.Conditions, databasev1alpha1.ConditionMonitoringReady)
-	default:
-		status := metav1.ConditionTrue
-		if found.Reason != databasev1alpha1.ReasonPodMonitorApplied {
-			status = metav1.ConditionFalse
-		}
-		meta.SetStatusCondition(&db.Status.Conditions, metav1.Condition{Type: databasev1alpha1.ConditionMonitoringReady,
-			Status: status, Reason: found.Reason, Message: found.Message,
-			ObservedGeneration: db.Generation, LastTransitionTime: metav1.NewTime(now)})
-	}
 }
