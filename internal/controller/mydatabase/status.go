@@ -6,13 +6,11 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/conditions"
-	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -183,44 +181,6 @@ func readyReplicas(sts *appsv1.StatefulSet) int32 {
 		return 0
 	}
 	return sts.Status.ReadyReplicas
-}
-
-// podRestore is the restore one pod reports.
-type podRestore struct {
-	pod string
-	*contract.Restore
-}
-
-// restoring is the restore a pod of a new MyDatabase reports (only the
-// first instance restores), nil when none does.
-func restoring(pods []corev1.Pod) *podRestore {
-	for name, rep := range podReports(pods) {
-		if rep.Restore != nil {
-			return &podRestore{name, rep.Restore}
-		}
-	}
-	return nil
-}
-
-// restoreStalled is the blocker of a restore that failed or makes no
-// progress, nil otherwise: only a person can give the archive the WAL it
-// lacks, or choose another target.
-func restoreStalled(db *databasev1alpha1.MyDatabase, pods []corev1.Pod) *blocker {
-	r := restoring(pods)
-	if db.Status.CurrentVersion != "" || r == nil || (r.Phase != contract.RestoreFailed && !r.Stalled) {
-		return nil
-	}
-	reason, what := databasev1alpha1.ReasonRestoreFailed, "failed"
-	if r.Phase != contract.RestoreFailed {
-		reason, what = databasev1alpha1.ReasonRestoreStalled, "makes no progress"
-	}
-	restore := "the restore of base backup " + r.BackupID
-	if r.BackupID == "" {
-		restore = "the restore of spec.bootstrap.recovery" // no backup chosen
-	}
-	return &blocker{Reason: reason, Message: fmt.Sprintf("%s on %s %s: %s. Make the object store of "+
-		"spec.bootstrap.recovery hold the backup and the WAL the restore needs, or create the MyDatabase again with another "+
-		"spec.bootstrap.recovery (kubectl logs %s shows the server's own words)", restore, r.pod, what, r.Message, r.pod)}
 }
 
 // setStorageStatus writes status.storage and status.walStorage from what
