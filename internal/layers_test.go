@@ -22,6 +22,9 @@ var (
 		"internal/backup", "internal/helmchart", "internal/conditions", "internal/instance/scram", "internal/instance/pgmetrics"}
 	builders    = []string{"internal/specs"}
 	controllers = []string{"internal/controller/"}
+	// children is the child handling every controller shares: it knows
+	// no controller of a kind.
+	children = []string{"internal/controller/children"}
 	// instance is what runs in the pods: the instance manager, and the
 	// pooler manager of a MyDatabasePooler's pods (the same binary).
 	instance = []string{"internal/instance", "internal/pooler", "cmd/instance"}
@@ -54,6 +57,7 @@ func TestLayers(t *testing.T) {
 		{"the builders import the API, the contract and generic packages", builders, [][]string{api, contract, generic}},
 		{"the instance manager imports no builder and no controller", instance, [][]string{api, contract, generic, instance}},
 		{"the operator's metrics import the API and generic packages", metrics, [][]string{api, generic}},
+		{"the shared child handling imports no controller of a kind", children, [][]string{api, contract, generic, builders}},
 		{"the controllers import no instance manager", controllers, [][]string{api, contract, generic, builders, metrics, controllers}},
 		{"the kubectl plugin imports no controller and no instance manager", plugin, [][]string{api, contract, generic, builders, plugin}},
 	}

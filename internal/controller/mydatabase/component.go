@@ -57,9 +57,8 @@ type scope struct {
 	// pods are the MyDatabase's pods, with their instance reports, in
 	// ordinal order.
 	pods []corev1.Pod
-	// pooled: a MyDatabasePooler leads to the MyDatabase; its primary
-	// then keeps the poolers' role and lookup (contract.Declared.Pooler).
-	pooled bool
+	// mode is what the MyDatabase's modes are for this pass (mode.go).
+	mode mode
 }
 
 // holder is the holder of the primary Lease, "" when it has none.
@@ -153,7 +152,7 @@ func (in input[T]) get() T {
 // observe reads the scope of a pass: the StatefulSet, the primary Lease
 // and the pods, from the cache.
 func (k *kit) observe(ctx context.Context, db *databasev1alpha1.MyDatabase) (*scope, error) {
-	s := &scope{db: db}
+	s := &scope{db: db, mode: modeOf(db)}
 	sts := &appsv1.StatefulSet{}
 	switch err := k.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.StatefulSetName(db)}, sts); {
 	case err == nil && metav1.IsControlledBy(sts, db):
@@ -188,7 +187,7 @@ func (k *kit) observe(ctx context.Context, db *databasev1alpha1.MyDatabase) (*sc
 	if err := k.List(ctx, poolers, client.InNamespace(db.Namespace)); err != nil {
 		return s, objectError("list", &databasev1alpha1.MyDatabasePooler{}, "", err)
 	}
-	s.pooled = slices.ContainsFunc(poolers.Items, func(p databasev1alpha1.MyDatabasePooler) bool {
+	s.mode.pooled = slices.ContainsFunc(poolers.Items, func(p databasev1alpha1.MyDatabasePooler) bool {
 		return p.Spec.Database == db.Name && p.DeletionTimestamp.IsZero()
 	})
 	return s, nil
@@ -201,10 +200,10 @@ func (k *kit) align(ctx context.Context, db *databasev1alpha1.MyDatabase, obs *o
 	defer k.recordCreated(db, obs)
 	s, err := k.observe(ctx, db)
 	obs.sts = s.sts
-	if err != nil || db.Spec.Paused {
+	if err != nil || s.mode.paused {
 		return err
 	}
-	obs.pods, obs.primary, obs.pooled = s.pods, s.holder(), s.pooled
+	obs.pods, obs.primary, obs.pooled = s.pods, s.holder(), s.mode.pooled
 	prerequisites, features := k.components(s)
 	for _, c := range prerequisites {
 		if err := c.reconcile(ctx, obs); err != nil || obs.blocked() {

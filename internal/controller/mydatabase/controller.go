@@ -35,16 +35,15 @@ import (
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/apply"
 	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/controller/children"
 	"example.com/myoperator/internal/leancache"
 	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
 )
 
-const (
-	// FieldOwner is the server-side apply field manager of every write.
-	FieldOwner = "myoperator"
-)
+// FieldOwner is the server-side apply field manager of every write.
+const FieldOwner = children.FieldOwner
 
 // Reconciler aligns the children of each MyDatabase with its spec
 // and reports what it finds in status. Each feature is a component

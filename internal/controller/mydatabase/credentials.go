@@ -48,8 +48,6 @@ func (r *credentials) reconcile(ctx context.Context, obs *observation) error {
 	return r.alignConnectionSecret(ctx, db, caCert)
 }
 
-func (o *observation) blocked() bool { return o.stalled != nil || o.waiting != nil }
-
 // replicationPassword is the component of the retirement of the replication password
 // Secret.
 type replicationPassword struct {

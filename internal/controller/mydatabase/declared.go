@@ -77,7 +77,7 @@ func setDeclaredStatus(db *databasev1alpha1.MyDatabase, primary *contract.Report
 			lookup = &why
 		}
 	}
-	setPoolerLookupCondition(db, pooled && specs.Replica(db) == nil, lookup, now)
+	setPoolerLookupCondition(db, pooled && modeOf(db).replica == nil, lookup, now)
 }
 
 // setPoolerLookupCondition sets ConditionPoolerLookupApplied while the

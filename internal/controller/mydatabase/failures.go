@@ -10,6 +10,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/apply"
+	"example.com/myoperator/internal/controller/children"
 )
 
 // maxServerWords bounds the server's own words quoted in a condition
@@ -81,10 +82,8 @@ func admissionDenial(words string) bool {
 	return strings.Contains(words, "admission webhook") || strings.Contains(words, "ValidatingAdmissionPolicy")
 }
 
-// objectError names the object a failed request was about, for classify.
+// objectError names the object a failed request was about, for classify
+// (children.ObjectError).
 func objectError(verb string, obj client.Object, name string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return &apply.ObjectError{Verb: verb, Kind: apply.KindOf(obj), Name: name, Err: err}
+	return children.ObjectError(verb, obj, name, err)
 }

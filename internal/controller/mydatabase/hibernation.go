@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -78,12 +76,12 @@ func (r *hibernation) reconcile(_ context.Context, obs *observation) error {
 	defer func() { obs.hibernation, *out = r.status, hibernationOf(r.status) }()
 	hibernating := r.status != nil && r.status.Phase != databasev1alpha1.HibernationResumed
 	switch {
-	case !db.Spec.Hibernate && hibernating:
+	case !r.mode.hibernate && hibernating:
 		r.status.Phase, r.status.Message = databasev1alpha1.HibernationResumed, ""
 		r.status.ResumedAt = new(metav1.NewTime(r.Clock.Now()))
 		r.event(db, corev1.EventTypeNormal, "Resuming", "Starting the servers again: spec.hibernate is false")
 		return nil
-	case !db.Spec.Hibernate, r.upgrade.get().active:
+	case !r.mode.hibernate, r.upgrade.get().active:
 		return nil // an upgrade stops and starts the servers itself; a hibernation follows it
 	case !hibernating:
 		r.status = &databasev1alpha1.HibernationStatus{Phase: databasev1alpha1.HibernationPreparing,
@@ -167,28 +165,4 @@ func backupsRunning(pods []corev1.Pod) []string {
 		}
 	}
 	return running
-}
-
-// hibernated tells whether no server runs for spec.hibernate.
-func hibernated(db *databasev1alpha1.MyDatabase) bool {
-	h := db.Status.Hibernation
-	return db.Spec.Hibernate && h != nil && h.Phase == databasev1alpha1.HibernationHibernated
-}
-
-func hibernatedMessage(db *databasev1alpha1.MyDatabase) string {
-	return fmt.Sprintf("hibernated: no server runs (since %s); the volumes, Secrets and WAL archive are kept, and backups wait; "+
-		"set spec.hibernate to false to start the servers again", db.Status.Hibernation.HibernatedAt.UTC().Format(time.RFC3339))
-}
-
-// setHibernatedCondition keeps the Hibernated condition (True) while no
-// server runs for spec.hibernate; on the way there Reconciling says what
-// the hibernation waits for.
-func setHibernatedCondition(db *databasev1alpha1.MyDatabase, now time.Time) {
-	if !hibernated(db) {
-		meta.RemoveStatusCondition(&db.Status.Conditions, databasev1alpha1.ConditionHibernated)
-		return
-	}
-	meta.SetStatusCondition(&db.Status.Conditions, metav1.Condition{Type: databasev1alpha1.ConditionHibernated,
-		Status: metav1.ConditionTrue, Reason: databasev1alpha1.ReasonHibernated, Message: hibernatedMessage(db),
-		ObservedGeneration: db.Generation, LastTransitionTime: metav1.NewTime(now)})
 }

@@ -1,18 +1,14 @@
 package mydatabase
 
 import (
-	"cmp"
 	"context"
-	"slices"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -48,7 +44,7 @@ func (r *instanceAccess) reconcile(ctx context.Context, obs *observation) error 
 	if err := r.applyChild(ctx, obs, specs.InstanceRoleBinding(db), &rbacv1.RoleBinding{}); err != nil {
 		return err
 	}
-	return r.applyChild(ctx, obs, specs.Lease(db, upgradedAlone(db, r.lease), r.pooled), &coordinationv1.Lease{})
+	return r.applyChild(ctx, obs, specs.Lease(db, upgradedAlone(db, r.lease), r.mode.pooled), &coordinationv1.Lease{})
 }
 
 // upgradedAlone is the pod whose data a major upgrade left as the only
@@ -62,48 +58,4 @@ func upgradedAlone(db *databasev1alpha1.MyDatabase, lease *coordinationv1.Lease)
 		return ""
 	}
 	return up.Primary
-}
-
-// instanceStatuses turns the pods' reports into status.instances, in name
-// order, with each replica's lag behind the primary's reported position.
-func instanceStatuses(pods []corev1.Pod, primary string) []databasev1alpha1.InstanceStatus {
-	var out []databasev1alpha1.InstanceStatus
-	var primaryLSN uint64
-	reports := map[string]*contract.Report{}
-	for i := range pods {
-		v, ok := pods[i].Annotations[contract.AnnotationInstance]
-		if !ok {
-			continue
-		}
-		rep, err := contract.Parse(v)
-		if err != nil {
-			continue
-		}
-		reports[pods[i].Name] = &rep
-		if pods[i].Name == primary && rep.Role == databasev1alpha1.RolePrimary {
-			primaryLSN, _ = contract.LSN(rep.LSN)
-		}
-	}
-	for i := range pods {
-		rep, ok := reports[pods[i].Name]
-		if !ok {
-			continue
-		}
-		st := databasev1alpha1.InstanceStatus{Name: pods[i].Name, Role: rep.Role, Ready: rep.Ready,
-			Timeline: rep.Timeline, LSN: rep.LSN, ReportedAt: new(metav1.NewTime(rep.Time)), Manager: short(rep.Manager)}
-		if s := rep.Storage; s != nil {
-			st.Storage = &databasev1alpha1.InstanceStorage{CapacityBytes: s.CapacityBytes, AvailableBytes: s.AvailableBytes,
-				WALBytes: s.WALBytes, WALCapacityBytes: s.WALCapacityBytes, WALAvailableBytes: s.WALAvailableBytes}
-		}
-		if rep.Role == databasev1alpha1.RoleReplica && primaryLSN > 0 {
-			st.LSN = rep.Replayed
-			replayed, err := contract.LSN(rep.Replayed)
-			if err == nil {
-				st.LagBytes = new(int64(primaryLSN) - int64(min(replayed, primaryLSN)))
-			}
-		}
-		out = append(out, st)
-	}
-	slices.SortFunc(out, func(a, b databasev1alpha1.InstanceStatus) int { return cmp.Compare(a.Name, b.Name) })
-	return out
 }

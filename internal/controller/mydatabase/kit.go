@@ -20,6 +20,7 @@ import (
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/apply"
 	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/controller/children"
 	"example.com/myoperator/internal/metrics"
 	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
@@ -93,9 +94,22 @@ func (k *kit) serverPods(ctx context.Context, db *databasev1alpha1.MyDatabase) (
 // they belong to (their instance label).
 const byDatabase = "mydatabase"
 
+// children is how the components write and delete db's children
+// (internal/controller/children, shared with the pooler's controller).
+func (r *kit) children(db *databasev1alpha1.MyDatabase) children.Owner {
+	return children.Owner{Client: r.Client, Marks: r.marks, Owns: children.OwnerUIDLabel(db.UID)}
+}
+
+// applyChild applies desired into live; a child another MyDatabase of
+// the same name still owns is a wait, and one it created is recorded.
 func (r *kit) applyChild(ctx context.Context, obs *observation,
 	desired apply.Configuration, live client.Object) error {
-	outcome, err := (&apply.Engine{Client: r.Client, FieldOwner: FieldOwner, HashAnnotation: databasev1alpha1.AnnotationSpecHash, Marks: r.marks}).Apply(ctx, desired, live)
+	outcome, err := children.Owner{Client: r.Client, Marks: r.marks}.Apply(ctx, desired, live)
+	return applied(obs, live, outcome, err)
+}
+
+// applied records what applying live came to (applyChild).
+func applied(obs *observation, live client.Object, outcome apply.Outcome, err error) error {
 	if owned := (*apply.OwnedElsewhereError)(nil); errors.As(err, &owned) {
 		obs.waiting = &blocker{Reason: databasev1alpha1.ReasonWaitingForOldInstance, Message: owned.Error()}
 		return nil
@@ -106,35 +120,20 @@ func (r *kit) applyChild(ctx context.Context, obs *observation,
 	return err
 }
 
+// deleteChild deletes db's child name of obj's kind, if it is db's
+// (children.Owner.Delete), with an event.
 func (r *kit) deleteChild(ctx context.Context, db *databasev1alpha1.MyDatabase, obj client.Object, name string) error {
-	deleted, err := r.deleteOwned(ctx, db, obj, name)
+	deleted, err := r.children(db).Delete(ctx, obj, client.ObjectKey{Namespace: db.Namespace, Name: name})
 	if deleted {
 		r.event(db, corev1.EventTypeNormal, "Deleted", "Deleted %s %s", apply.KindOf(obj), name)
 	}
 	return err
 }
 
-// deleteOwned deletes the named child if it exists and belongs to this
-// MyDatabase (by owner UID label), with a UID precondition so that an object
-// re-created under the same name in the meantime is never touched.
-func (r *kit) deleteOwned(ctx context.Context, db *databasev1alpha1.MyDatabase, obj client.Object, name string) (bool, error) {
-	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, obj); err != nil {
-		return false, objectError("get", obj, name, client.IgnoreNotFound(err))
-	}
-	if obj.GetLabels()[databasev1alpha1.LabelOwnerUID] != string(db.UID) || !obj.GetDeletionTimestamp().IsZero() {
-		return false, nil
-	}
-	return true, r.deleteExact(ctx, obj)
-}
-
-// deleteExact deletes obj only if it is still the object with obj's UID.
+// deleteExact deletes obj only if it is still the object with obj's UID
+// (children.DeleteExact).
 func (r *kit) deleteExact(ctx context.Context, obj client.Object) error {
-	uid := obj.GetUID()
-	err := r.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil // gone already, or a different object now has the name
-	}
-	return objectError("delete", obj, obj.GetName(), err)
+	return children.DeleteExact(ctx, r.Client, obj)
 }
 
 // explainExistingSecret handles a Create refused because the Secret exists

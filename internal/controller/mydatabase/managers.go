@@ -163,9 +163,6 @@ func managerVersion(pod *corev1.Pod) string {
 	return r.Manager
 }
 
-// short is how events and the status name a version.
-func short(digest string) string { return digest[:min(len(digest), 12)] }
-
 // keptInstanceManagerImage is the instance manager image the StatefulSet
 // keeps: the live template's, when the template would change in nothing
 // else and every instance manager that reports can be replaced in place;

@@ -2,13 +2,14 @@ package mydatabase
 
 import (
 	"context"
-	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/apply"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -30,52 +31,36 @@ type podMonitor struct {
 // or another child's event brings back a PodMonitor edited by hand.
 func (r *podMonitor) reconcile(ctx context.Context, obs *observation) error {
 	db := r.db
-	live := &unstructured.Unstructured{}
-	live.SetGroupVersionKind(specs.PodMonitorGVK)
-	if !db.Spec.Monitoring.PodMonitor {
+	var desired *specs.PodMonitorConfiguration
+	if db.Spec.Monitoring.PodMonitor {
+		desired = specs.PodMonitor(db)
+	} else if meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionMonitoringReady) == nil {
 		// Only a MyDatabase that asked for one may have one: the others
 		// cost no request (with the CRD absent, each would be a discovery).
-		if meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionMonitoringReady) == nil {
-			return nil
-		}
-		obs.monitoring = &blocker{}
-		if err := r.deleteChild(ctx, db, live, specs.PodMonitorName(db)); err != nil && !meta.IsNoMatchError(err) {
-			return err
-		}
 		return nil
 	}
-	err := r.applyChild(ctx, obs, specs.PodMonitor(db), live)
-	switch {
-	case meta.IsNoMatchError(err):
+	kept, err := r.children(db).PodMonitor(ctx, client.ObjectKey{Namespace: db.Namespace, Name: specs.PodMonitorName(db)}, desired)
+	if kept.Deleted {
+		r.event(db, corev1.EventTypeNormal, "Deleted", "Deleted %s %s", apply.KindOf(kept.Live), specs.PodMonitorName(db))
+	}
+	if desired == nil {
+		obs.monitoring = &blocker{}
+		return err
+	}
+	if kept.CRDMissing {
 		obs.monitoring = &blocker{Reason: databasev1alpha1.ReasonPodMonitorCRDMissing, Message: "spec.monitoring.podMonitor asks for a PodMonitor, " +
 			"but the cluster has no PodMonitor CRD (monitoring.coreos.com/v1): install the Prometheus Operator, " +
 			"or set spec.monitoring.podMonitor to false; the servers' metrics are served on port metrics (9187) either way"}
 		obs.recheck(r.StallRetry)
 		return nil
+	}
+	switch err := applied(obs, kept.Live, kept.Outcome, err); {
 	case err != nil:
 		return err
-	case !metav1.IsControlledBy(live, db):
+	case !metav1.IsControlledBy(kept.Live, db):
 		return nil // another MyDatabase's of the same name, being deleted: obs.waiting says so
 	}
 	obs.monitoring = &blocker{Reason: databasev1alpha1.ReasonPodMonitorApplied,
 		Message: "PodMonitor " + specs.PodMonitorName(db) + " scrapes every server"}
 	return nil
-}
-
-// setMonitoringCondition writes what the podMonitor component found into the
-// MonitoringReady condition; nil leaves it as it was.
-func setMonitoringCondition(db *databasev1alpha1.MyDatabase, found *blocker, now time.Time) {
-	switch {
-	case found == nil:
-	case found.Reason == "":
-		meta.RemoveStatusCondition(&db.Status.Conditions, databasev1alpha1.ConditionMonitoringReady)
-	default:
-		status := metav1.ConditionTrue
-		if found.Reason != databasev1alpha1.ReasonPodMonitorApplied {
-			status = metav1.ConditionFalse
-		}
-		meta.SetStatusCondition(&db.Status.Conditions, metav1.Condition{Type: databasev1alpha1.ConditionMonitoringReady,
-			Status: status, Reason: found.Reason, Message: found.Message,
-			ObservedGeneration: db.Generation, LastTransitionTime: metav1.NewTime(now)})
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -158,4 +159,25 @@ func createFailure(db *databasev1alpha1.MyDatabase, sts, words string) *blocker 
 	}
 	return &blocker{Reason: reason, Message: fmt.Sprintf("the StatefulSet controller cannot create the servers of StatefulSet %s: %s. %s; "+
 		"it retries on its own", sts, quote(words), whatToDo(db, reason))}
+}
+
+// restoreStalled is the blocker of a restore that failed or makes no
+// progress, nil otherwise: only a person can give the archive the WAL it
+// lacks, or choose another target.
+func restoreStalled(db *databasev1alpha1.MyDatabase, pods []corev1.Pod) *blocker {
+	r := restoring(pods)
+	if db.Status.CurrentVersion != "" || r == nil || (r.Phase != contract.RestoreFailed && !r.Stalled) {
+		return nil
+	}
+	reason, what := databasev1alpha1.ReasonRestoreFailed, "failed"
+	if r.Phase != contract.RestoreFailed {
+		reason, what = databasev1alpha1.ReasonRestoreStalled, "makes no progress"
+	}
+	restore := "the restore of base backup " + r.BackupID
+	if r.BackupID == "" {
+		restore = "the restore of spec.bootstrap.recovery" // no backup chosen
+	}
+	return &blocker{Reason: reason, Message: fmt.Sprintf("%s on %s %s: %s. Make the object store of "+
+		"spec.bootstrap.recovery hold the backup and the WAL the restore needs, or create the MyDatabase again with another "+
+		"spec.bootstrap.recovery (kubectl logs %s shows the server's own words)", restore, r.pod, what, r.Message, r.pod)}
 }

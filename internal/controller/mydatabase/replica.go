@@ -31,8 +31,7 @@ type replicaState struct {
 }
 
 func (r *replica) reconcile(_ context.Context, obs *observation) error {
-	db := r.db
-	rep := specs.Replica(db)
+	db, rep := r.db, r.mode.replica
 	if rep == nil {
 		return nil
 	}

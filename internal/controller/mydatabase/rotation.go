@@ -234,19 +234,6 @@ func unconfirmed(pods []corev1.Pod, reports map[string]*contract.Report, primary
 	return out
 }
 
-// podReports parses the pods' instance reports, by pod name.
-func podReports(pods []corev1.Pod) map[string]*contract.Report {
-	out := map[string]*contract.Report{}
-	for i := range pods {
-		if v, ok := pods[i].Annotations[contract.AnnotationInstance]; ok {
-			if rep, err := contract.Parse(v); err == nil {
-				out[pods[i].Name] = &rep
-			}
-		}
-	}
-	return out
-}
-
 func rotatedAt(s *corev1.Secret) *metav1.Time {
 	t, err := time.Parse(time.RFC3339, s.Annotations[databasev1alpha1.AnnotationRotatedAt])
 	if err != nil {

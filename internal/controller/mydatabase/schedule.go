@@ -72,7 +72,7 @@ func (r *schedule) reconcile(ctx context.Context, obs *observation) error {
 			state.last = &metav1.Time{Time: t}
 		}
 	}
-	if s.Suspend || db.Spec.Hibernate || specs.FollowsSource(db) {
+	if s.Suspend || r.mode.hibernate || r.mode.followsSource {
 		// A hibernation's missed times are not made up on resume beyond
 		// the latest (scheduledTimes); a replica's source takes the backups.
 		return nil

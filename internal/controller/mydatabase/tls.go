@@ -14,6 +14,7 @@ import (
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/controller/children"
 	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
 )
@@ -205,7 +206,7 @@ func (r *tlsCerts) keepIssued(ctx context.Context, db *databasev1alpha1.MyDataba
 		return nil, nil
 	}
 	c := check(secret.Data, pki.Seal{Key: ca.Key, Value: secret.Annotations[databasev1alpha1.AnnotationCertificateSeal]})
-	if why := renewal(c, names); why != "" {
+	if why := children.Renewal(c, names); why != "" {
 		fresh, freshCheck, err := issueSealed()
 		if err != nil {
 			return nil, err
@@ -218,14 +219,8 @@ func (r *tlsCerts) keepIssued(ctx context.Context, db *databasev1alpha1.MyDataba
 			return nil, objectError("patch", secret, name, err)
 		}
 		r.event(db, corev1.EventTypeNormal, "CertificateRenewed", "Issued a new certificate in Secret %s: %s", name, why)
-	} else if !bytes.Equal(secret.Data[specs.CACertKey], bundle) {
-		// The certificate is good: only the CAs to trust changed (a
-		// rotation of the CA, or a Secret written before it).
-		before := secret.DeepCopy()
-		secret.Data[specs.CACertKey] = bundle
-		if err := r.Patch(ctx, secret, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-			return nil, objectError("patch", secret, name, err)
-		}
+	} else if _, err := children.Trust(ctx, r.Client, secret, map[string][]byte{specs.CACertKey: bundle}); err != nil {
+		return nil, err // a good certificate whose CAs to trust changed: a rotation of the CA, or a Secret written before it
 	}
 	var seal map[string]string // a Secret issued before seals gets its own
 	if c.Seal != "" {
@@ -245,20 +240,6 @@ func setSeal(secret *corev1.Secret, seal string) {
 		secret.Annotations = map[string]string{}
 	}
 	secret.Annotations[databasev1alpha1.AnnotationCertificateSeal] = seal
-}
-
-// renewal says why an issued certificate is due, "" when it is not: its
-// check, or names it does not cover exactly (nil: none to cover).
-func renewal(check pki.Check, names []string) string {
-	switch {
-	case names != nil && check.Cert != nil && !check.Cert.SameNames(names):
-		return "the names clients use changed"
-	case len(check.Problems) > 0:
-		return strings.Join(check.Problems, "; ")
-	case check.Renew:
-		return "it is due for renewal"
-	}
-	return ""
 }
 
 // ensureCA creates the CA once and returns its Secret. A CA Secret that

@@ -11,7 +11,6 @@
 package mydatabasepooler
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,9 +21,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -37,16 +34,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
-	"example.com/myoperator/internal/apply"
 	"example.com/myoperator/internal/conditions"
 	"example.com/myoperator/internal/contract"
+	"example.com/myoperator/internal/controller/children"
 	"example.com/myoperator/internal/pki"
 	"example.com/myoperator/internal/specs"
 )
 
 // FieldOwner is the server-side apply field manager of the pooler's
 // children (the MyDatabase's own: one operator).
-const FieldOwner = "myoperator"
+const FieldOwner = children.FieldOwner
 
 // DatabaseField indexes poolers by spec.database.
 const DatabaseField = "spec.database"
@@ -134,28 +131,44 @@ func (r *Reconciler) alignTo(ctx context.Context, p *databasev1alpha1.MyDatabase
 	if err := r.certificates(ctx, p, db); err != nil {
 		return r.deployment(ctx, p), err
 	}
-	engine := &apply.Engine{Client: r.Client, FieldOwner: FieldOwner, HashAnnotation: databasev1alpha1.AnnotationSpecHash}
-	if _, err := engine.Apply(ctx, specs.PoolerConfigMap(p, db), &corev1.ConfigMap{}); err != nil {
+	own := r.children(p)
+	if _, err := own.Apply(ctx, specs.PoolerConfigMap(p, db), &corev1.ConfigMap{}); err != nil {
 		return nil, err
 	}
 	if err := r.nudgePods(ctx, p, specs.PoolerConfigHash(p, db)); err != nil {
 		return nil, err
 	}
-	if _, err := engine.Apply(ctx, specs.PoolerService(p), &corev1.Service{}); err != nil {
+	if _, err := own.Apply(ctx, specs.PoolerService(p), &corev1.Service{}); err != nil {
 		return nil, err
 	}
 	dep := &appsv1.Deployment{}
-	if _, err := engine.Apply(ctx, specs.PoolerDeployment(p, r.Platform), dep); err != nil {
+	if _, err := own.Apply(ctx, specs.PoolerDeployment(p, r.Platform), dep); err != nil {
 		return nil, err
 	}
 	if specs.PoolerInstances(p) > 1 {
-		if _, err := engine.Apply(ctx, specs.PoolerDisruptionBudget(p), &policyv1.PodDisruptionBudget{}); err != nil {
+		if _, err := own.Apply(ctx, specs.PoolerDisruptionBudget(p), &policyv1.PodDisruptionBudget{}); err != nil {
 			return dep, err
 		}
-	} else if err := r.deleteOwned(ctx, p, &policyv1.PodDisruptionBudget{}); err != nil {
+	} else if _, err := own.Delete(ctx, &policyv1.PodDisruptionBudget{}, client.ObjectKeyFromObject(p)); err != nil {
 		return dep, err
 	}
-	return dep, r.podMonitor(ctx, engine, p, db)
+	// The PodMonitor of the pooler's pods, while its MyDatabase has
+	// spec.monitoring.podMonitor. Without the Prometheus Operator's CRD
+	// there is none to keep (the MyDatabase's MonitoringReady condition
+	// says so); the metrics are served on port metrics either way.
+	var monitor *specs.PodMonitorConfiguration
+	if db.Spec.Monitoring.PodMonitor {
+		monitor = specs.PoolerPodMonitor(p)
+	}
+	_, err := own.PodMonitor(ctx, client.ObjectKeyFromObject(p), monitor)
+	return dep, err
+}
+
+// children is how the pooler's children are written and deleted
+// (internal/controller/children, shared with the MyDatabase's
+// controller): those it controls are its own.
+func (r *Reconciler) children(p *databasev1alpha1.MyDatabasePooler) children.Owner {
+	return children.Owner{Client: r.Client, Owns: children.ControlledBy(p)}
 }
 
 // nudgePods puts the hash of the configuration on each of the pooler's
@@ -180,27 +193,6 @@ func (r *Reconciler) nudgePods(ctx context.Context, p *databasev1alpha1.MyDataba
 	return nil
 }
 
-// podMonitor keeps a PodMonitor of the pooler's pods while its MyDatabase
-// has spec.monitoring.podMonitor. Without the Prometheus Operator's CRD
-// there is none to keep (the MyDatabase's MonitoringReady condition says
-// so); the metrics are served on port metrics either way. A PodMonitor is
-// read from the API server, never the cache: an informer on a kind that
-// may not exist would keep the operator from starting.
-func (r *Reconciler) podMonitor(ctx context.Context, engine *apply.Engine, p *databasev1alpha1.MyDatabasePooler, db *databasev1alpha1.MyDatabase) error {
-	live := &unstructured.Unstructured{}
-	live.SetGroupVersionKind(specs.PodMonitorGVK)
-	var err error
-	if db.Spec.Monitoring.PodMonitor {
-		_, err = engine.Apply(ctx, specs.PoolerPodMonitor(p), live)
-	} else {
-		err = r.deleteOwned(ctx, p, live)
-	}
-	if meta.IsNoMatchError(err) {
-		return nil
-	}
-	return err
-}
-
 // deployment is the live Deployment, for the status of a pass that did
 // not apply it; nil when there is none.
 func (r *Reconciler) deployment(ctx context.Context, p *databasev1alpha1.MyDatabasePooler) *appsv1.Deployment {
@@ -209,19 +201,6 @@ func (r *Reconciler) deployment(ctx context.Context, p *databasev1alpha1.MyDatab
 		return nil
 	}
 	return dep
-}
-
-// deleteOwned deletes the pooler's child of obj's kind and the pooler's
-// name, if it is the pooler's.
-func (r *Reconciler) deleteOwned(ctx context.Context, p *databasev1alpha1.MyDatabasePooler, obj client.Object) error {
-	if err := r.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: p.Name}, obj); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if !metav1.IsControlledBy(obj, p) {
-		return nil
-	}
-	uid := obj.GetUID()
-	return client.IgnoreNotFound(r.Delete(ctx, obj, client.Preconditions{UID: &uid}))
 }
 
 // certificates keeps the pooler's Secret: a server certificate for its
@@ -271,18 +250,13 @@ func (r *Reconciler) certificates(ctx context.Context, p *databasev1alpha1.MyDat
 		return &conditions.Cause{Reason: databasev1alpha1.ReasonSecretConflict, Message: fmt.Sprintf(
 			"the Secret %s exists and is not this pooler's: rename or delete it", specs.PoolerSecretName(p))}
 	}
-	d := live.Data
-	good := func(c pki.Check) bool { return c.Cert != nil && len(c.Problems) == 0 && !c.Renew }
-	leavesGood := exists && good(pki.CheckServer(d[specs.TLSCertKey], d[specs.TLSKeyKey], ca.Cert, specs.PoolerDNSNames(p), now)) &&
-		good(pki.CheckClient(d[contract.PoolerClientCertKey], d[contract.PoolerClientKeyKey], ca.Cert, contract.PoolerRole, now))
-	if leavesGood && bytes.Equal(d[specs.CACertKey], bundle) && bytes.Equal(d[contract.PoolerServerCAKey], serverCA) {
-		return nil
-	}
-	if leavesGood {
-		// Only the CAs to trust changed: the certificates stay.
-		patch := client.MergeFromWithOptions(live.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		live.Data[specs.CACertKey], live.Data[contract.PoolerServerCAKey] = bundle, serverCA
-		return r.Patch(ctx, live, patch, client.FieldOwner(FieldOwner))
+	d, names := live.Data, specs.PoolerDNSNames(p)
+	if exists && children.Renewal(pki.CheckServer(d[specs.TLSCertKey], d[specs.TLSKeyKey], ca.Cert, names, now), names) == "" &&
+		children.Renewal(pki.CheckClient(d[contract.PoolerClientCertKey], d[contract.PoolerClientKeyKey], ca.Cert, contract.PoolerRole, now), nil) == "" {
+		// The certificates stay; only the CAs to trust may have changed.
+		_, err := children.Trust(ctx, r.Client, live, map[string][]byte{specs.CACertKey: bundle, contract.PoolerServerCAKey: serverCA},
+			client.FieldOwner(FieldOwner))
+		return err
 	}
 	server, err := pki.NewServer(ca, p.Name, specs.PoolerDNSNames(p), now)
 	if err != nil {
