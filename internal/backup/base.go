@@ -267,7 +267,13 @@ func (s *Store) Restore(ctx context.Context, m Manifest, dir string) error {
 		return s.fail(key, err)
 	}
 	defer func() { _ = obj.Close() }()
-	compressed, err := s.openArchive(bufio.NewReaderSize(obj, 1<<20), m)
+	return s.unpack(bufio.NewReaderSize(obj, 1<<20), m, dir)
+}
+
+// unpack writes the archive object of base backup m, read from obj, into
+// dir.
+func (s *Store) unpack(obj io.Reader, m Manifest, dir string) error {
+	compressed, err := s.openArchive(obj, m)
 	if err != nil {
 		return err
 	}

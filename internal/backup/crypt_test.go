@@ -209,7 +209,7 @@ func TestBaseBackupRoundTrip(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
-			err := restoreFrom(tc.store, bytes.NewReader(object.Bytes()), m, dir)
+			err := tc.store.unpack(bytes.NewReader(object.Bytes()), m, dir)
 			if tc.err != "" {
 				if !errors.Is(err, ErrWrongKey) || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("got %v, want %q", err, tc.err)
@@ -227,23 +227,6 @@ func TestBaseBackupRoundTrip(t *testing.T) {
 			}
 		})
 	}
-}
-
-// restoreFrom is Restore, reading the archive object from obj.
-func restoreFrom(s *Store, obj io.Reader, m Manifest, dir string) error {
-	compressed, err := s.openArchive(obj, m)
-	if err != nil {
-		return err
-	}
-	dec, err := zstd.NewReader(compressed)
-	if err != nil {
-		return err
-	}
-	defer dec.Close()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	return untar(tar.NewReader(dec), dir)
 }
 
 func TestIdentitiesFile(t *testing.T) {

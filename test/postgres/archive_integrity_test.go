@@ -8,8 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"filippo.io/age"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	corev1 "k8s.io/api/core/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
@@ -37,16 +39,8 @@ func TestRestoreNeverEndsEarly(t *testing.T) {
 	servers := findServers(t)
 	srv := servers[len(servers)-1]
 	store := startStore(t, t.TempDir())
-
-	db := newDatabase(srv.major, nil)
-	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
-	c := newCluster(t, srv, db, specs.CredentialsSecret(db, "password"), storeSecret(store, db.Namespace))
-	primary := c.startPods(t, 1)[0]
-	su := primary.socket("postgres", "postgres")
-	c.query(t, su, "", "CREATE TABLE stamped (id bigserial PRIMARY KEY, phase text NOT NULL)")
-	insert := func(phase string, n int) {
-		c.query(t, su, "", fmt.Sprintf("INSERT INTO stamped (phase) SELECT '%s' FROM generate_series(1, %d)", phase, n))
-	}
+	c, primary, insert := archivingSource(t, srv, store, nil)
+	db := c.db
 	insert("before", 100)
 	base := takeBackup(t, c, primary)
 	insert("middle", 50)
@@ -101,5 +95,26 @@ func flipByte(t *testing.T, store *testenv.ObjectStore, key string) {
 	if _, err := s3.PutObject(ctx, store.Bucket, key, bytes.NewReader(data), int64(len(data)),
 		minio.PutObjectOptions{ContentType: info.ContentType, UserMetadata: info.UserMetadata}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// archivingSource is a MyDatabase of one server archiving into store,
+// encrypted to key unless it is nil, with a table stamped (id, phase),
+// and what inserts n rows of a phase into it as the superuser.
+func archivingSource(t *testing.T, srv server, store *testenv.ObjectStore, key *age.X25519Identity) (*cluster, *pod, func(phase string, n int)) {
+	t.Helper()
+	db := newDatabase(srv.major, nil)
+	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
+	secrets := []*corev1.Secret{specs.CredentialsSecret(db, "password"), storeSecret(store, db.Namespace)}
+	if key != nil {
+		db.Spec.Backup.Encryption = &databasev1alpha1.BackupEncryption{Secret: "backup-key"}
+		secrets = append(secrets, keySecret(db.Namespace, "backup-key", key))
+	}
+	c := newCluster(t, srv, db, secrets...)
+	primary := c.startPods(t, 1)[0]
+	su := primary.socket("postgres", "postgres")
+	c.query(t, su, "", "CREATE TABLE stamped (id bigserial PRIMARY KEY, phase text NOT NULL)")
+	return c, primary, func(phase string, n int) {
+		c.query(t, su, "", fmt.Sprintf("INSERT INTO stamped (phase) SELECT '%s' FROM generate_series(1, %d)", phase, n))
 	}
 }

@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"filippo.io/age"
-	corev1 "k8s.io/api/core/v1"
 
-	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
@@ -49,20 +47,9 @@ func TestRestoreWithoutTheOperator(t *testing.T) {
 // to key, or a plain one when key is nil.
 func restoreByHand(t *testing.T, srv server, script string, key *age.X25519Identity) {
 	store := startStore(t, t.TempDir())
-	db := newDatabase(srv.major, nil)
-	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
-	secrets := []*corev1.Secret{specs.CredentialsSecret(db, "password"), storeSecret(store, db.Namespace)}
-	if key != nil {
-		db.Spec.Backup.Encryption = &databasev1alpha1.BackupEncryption{Secret: "backup-key"}
-		secrets = append(secrets, keySecret(db.Namespace, "backup-key", key))
-	}
-	c := newCluster(t, srv, db, secrets...)
-	primary := c.startPods(t, 1)[0]
+	c, primary, insert := archivingSource(t, srv, store, key)
+	db := c.db
 	su := primary.socket("postgres", "postgres")
-	c.query(t, su, "", "CREATE TABLE stamped (id bigserial PRIMARY KEY, phase text NOT NULL)")
-	insert := func(phase string, n int) {
-		c.query(t, su, "", fmt.Sprintf("INSERT INTO stamped (phase) SELECT '%s' FROM generate_series(1, %d)", phase, n))
-	}
 	insert("before", 100)
 	first := takeBackup(t, c, primary)
 	insert("after", 50)
