@@ -99,7 +99,7 @@ func (w *simWorld) replicate() {
 		if n.pg.role == asReplica && n.pg.upstream != "" && n.pg.streamable() && !w.drops(n.pg.upstream, n.name) {
 			up := w.node(n.pg.upstream)
 			n.pg.wal = append(n.pg.wal, up.pg.wal[len(n.pg.wal):]...)
-			n.pg.timeline = up.pg.timeline
+			n.pg.history, n.pg.timeline = up.pg.history, up.pg.timeline
 		}
 	}
 }

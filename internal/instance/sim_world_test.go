@@ -33,10 +33,33 @@ type simServer struct {
 	data     bool
 	wal      []simEntry
 	timeline int64
+	// history is where each timeline of the WAL began, as a timeline
+	// history file says: a replica's timeline is that of the WAL it holds
+	// (timelineAt), as the instance manager reports it (replicaTimeline).
+	history  []simSwitch
 	reserved int64 // reserveTimelines: the newest timeline another used
 	role     serverRole
 	upstream string // the instance a replica streams from
 	follows  string // the primary it follows (m.following)
+}
+
+// simSwitch: timeline began after the first at entries of the WAL.
+type simSwitch struct {
+	timeline int64
+	at       int
+}
+
+// timelineAt is the timeline of a WAL of n entries along history: the
+// last one begun before its end (one that ends at a switch point is still
+// on the parent's).
+func timelineAt(history []simSwitch, n int) int64 {
+	t := int64(1)
+	for _, s := range history {
+		if s.at < n {
+			t = s.timeline
+		}
+	}
+	return t
 }
 
 // simNode is one instance: its server, its HA loop, and its faults.
@@ -303,7 +326,7 @@ func (p *simServer) observe(context.Context) (serverState, error) {
 }
 
 func (p *simServer) initialise(context.Context) error {
-	p.data, p.wal, p.timeline = true, nil, 1
+	p.data, p.wal, p.timeline, p.history = true, nil, 1, nil
 	return nil
 }
 
@@ -330,6 +353,7 @@ func (p *simServer) promoteServer(context.Context) error {
 		return errors.New("sim: not a replica")
 	}
 	p.timeline = nextTimeline(p.timeline, p.reserved)
+	p.history = append(slices.Clone(p.history), simSwitch{p.timeline, len(p.wal)})
 	p.upstream = ""
 	return nil
 }
@@ -377,7 +401,8 @@ func (p *simServer) follow(_ context.Context, holder string, ready bool) error {
 		p.n.w.logf(p.n.name, "rewound from %d to %d to follow %s", len(p.wal), common, holder)
 		p.wal, p.n.rewoundAt = p.wal[:common], p.n.w.now
 	}
-	p.timeline = primary.pg.timeline
+	p.history = primary.pg.history
+	p.timeline = timelineAt(p.history, len(p.wal))
 	if err := p.start(context.Background(), asReplica, holder); err != nil {
 		return err
 	}
