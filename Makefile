@@ -145,7 +145,7 @@ FUZZ_TARGETS = \
 	./internal/instance:FuzzFailsafeRequest ./internal/instance:FuzzFailsafeAnswer \
 	./internal/instance:FuzzTimelineHistory ./internal/instance/scram:FuzzMatches \
 	./internal/backup:FuzzWALNames ./internal/backup:FuzzManifests \
-	./internal/backup:FuzzBaseBackupStream ./internal/backup:FuzzUntar \
+	./internal/backup:FuzzBaseBackupStream ./internal/backup:FuzzUntar ./internal/backup/agekey:FuzzParse \
 	./internal/plugin:FuzzReportBundleSecret ./internal/specs:FuzzBuilders
 FUZZ_SQL_TARGETS = \
 	./internal/instance:FuzzRolePlan ./internal/instance:FuzzDatabasePlan ./internal/instance:FuzzExtensionPlan \
