@@ -109,6 +109,9 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 		"unknown engine": {map[string]any{"engine": "mysql"}, `Unsupported value: "mysql"`},
 		"replica without a source path": {map[string]any{"replica": map[string]any{"enabled": true, "source": map[string]any{"objectStore": map[string]any{
 			"endpoint": "https://s3.example.com", "bucket": "backups", "credentialsSecret": "s3"}}}}, "spec.replica.source.objectStore.path is required"},
+		"replica encryption without an object store": {map[string]any{"replica": map[string]any{"enabled": true, "source": map[string]any{
+			"streaming": map[string]any{"host": "shop-rw.shop", "secretName": "shop-replication"}, "encryption": map[string]any{"secret": "backup-key"}}}},
+			"spec.replica.source.encryption decrypts the source's archive: it needs spec.replica.source.objectStore"},
 		"replica and bootstrap": {map[string]any{"replica": replicaOf(true), "bootstrap.recovery": map[string]any{"objectStore": map[string]any{
 			"endpoint": "https://s3.example.com", "bucket": "backups", "path": "shop/orders", "credentialsSecret": "s3"}}},
 			"spec.replica and spec.bootstrap exclude each other"},

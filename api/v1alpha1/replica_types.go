@@ -42,6 +42,7 @@ type ReplicaSpec struct {
 // source's archive, a streaming connection to its primary, or both
 // (streaming first; when the stream breaks, the archive until it is back).
 // +kubebuilder:validation:XValidation:rule="has(self.objectStore) || has(self.streaming)",message="spec.replica.source takes objectStore, streaming or both: where the source's WAL comes from"
+// +kubebuilder:validation:XValidation:rule="!has(self.encryption) || has(self.objectStore)",message="spec.replica.source.encryption decrypts the source's archive: it needs spec.replica.source.objectStore"
 type ReplicaSource struct {
 	// objectStore is the source's spec.backup store, its path included:
 	// the replica reads its base backups and WAL archive, never writes
@@ -49,6 +50,12 @@ type ReplicaSource struct {
 	// +kubebuilder:validation:XValidation:rule="has(self.path) && self.path != ''",message="spec.replica.source.objectStore.path is required: it names the source's archive (<namespace>/<name> by default for the source's spec.backup)"
 	// +optional
 	ObjectStore *ObjectStore `json:"objectStore,omitempty"`
+
+	// encryption names a Secret of this namespace with the age identities
+	// the source's archive is encrypted to (the source's
+	// spec.backup.encryption), for an objectStore source.
+	// +optional
+	Encryption *BackupEncryption `json:"encryption,omitempty"`
 
 	// streaming connects to the source's primary as a standby does, with
 	// a client certificate of the source's replication role: the WAL

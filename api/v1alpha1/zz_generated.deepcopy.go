@@ -1250,6 +1250,11 @@ func (in *ReplicaSource) DeepCopyInto(out *ReplicaSource) {
 		*out = new(ObjectStore)
 		**out = **in
 	}
+	if in.Encryption != nil {
+		in, out := &in.Encryption, &out.Encryption
+		*out = new(BackupEncryption)
+		**out = **in
+	}
 	if in.Streaming != nil {
 		in, out := &in.Streaming, &out.Streaming
 		*out = new(ReplicaStreaming)

@@ -19,9 +19,11 @@ import (
 const (
 	BackupEncryptionDir  = "/etc/mydatabase-backup-encryption"
 	RestoreEncryptionDir = "/etc/mydatabase-restore-encryption"
+	ReplicaEncryptionDir = "/etc/mydatabase-replica-encryption"
 
 	backupEncryptionVolume  = "backup-encryption"
 	restoreEncryptionVolume = "restore-encryption"
+	replicaEncryptionVolume = "replica-encryption"
 )
 
 // EncryptionIdentitiesKey is the key of an encryption Secret.
@@ -41,6 +43,9 @@ func encryptedStores(db *databasev1alpha1.MyDatabase) []encryptedStore {
 	}
 	if r := Recovery(db); r != nil && r.Encryption != nil {
 		out = append(out, encryptedStore{contract.RestoreStore, restoreEncryptionVolume, RestoreEncryptionDir, r.Encryption})
+	}
+	if rep := Replica(db); rep != nil && rep.Source.ObjectStore != nil && rep.Source.Encryption != nil {
+		out = append(out, encryptedStore{contract.ReplicaStore, replicaEncryptionVolume, ReplicaEncryptionDir, rep.Source.Encryption})
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package specs
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,5 +73,35 @@ func TestEncryptionKeyAsFile(t *testing.T) {
 		if strings.HasSuffix(v.Name, "-encryption") {
 			t.Errorf("without encryption, volume %s", v.Name)
 		}
+	}
+}
+
+// TestReplicaSourceKeyAsFile: a replica MyDatabase of an encrypted
+// archive gets spec.replica.source.encryption's Secret the same way.
+func TestReplicaSourceKeyAsFile(t *testing.T) {
+	store := databasev1alpha1.ObjectStore{Endpoint: "https://s3.example.com", Bucket: "backups", Path: "shop/orders", CredentialsSecret: "s3"}
+	sts := typed[appsv1.StatefulSet](t, StatefulSet(db(func(d *databasev1alpha1.MyDatabase) {
+		d.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: &store,
+			Encryption: &databasev1alpha1.BackupEncryption{Secret: "orders-backup-key"}}}
+	}), Platform{}))
+	pod := sts.Spec.Template.Spec
+	found := false
+	for _, v := range pod.Volumes {
+		if v.Name == "replica-encryption" {
+			found = v.Secret != nil && v.Secret.SecretName == "orders-backup-key" && *v.Secret.DefaultMode == 0o440
+		}
+	}
+	if !found {
+		t.Errorf("no volume replica-encryption of Secret orders-backup-key, mode 0440: %+v", pod.Volumes)
+	}
+	if !slices.ContainsFunc(pod.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == "replica-encryption" && m.MountPath == ReplicaEncryptionDir && m.ReadOnly
+	}) {
+		t.Errorf("replica-encryption is not mounted read-only at %s", ReplicaEncryptionDir)
+	}
+	if !slices.ContainsFunc(pod.Containers[0].Env, func(e corev1.EnvVar) bool {
+		return e.Name == "REPLICA_IDENTITIES_FILE" && e.Value == ReplicaEncryptionDir+"/identities"
+	}) {
+		t.Error("REPLICA_IDENTITIES_FILE does not name the mounted identities")
 	}
 }

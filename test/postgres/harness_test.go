@@ -557,7 +557,7 @@ func (c *cluster) newPod(ordinal, port int) *pod {
 		}
 		switch name {
 		case "PGDATA", "WAL_DIR", "PGHOST", "CONFIG_DIR", "TLS_DIR", "REPLICATION_TLS_DIR", "CUSTOM_QUERIES", "REPLICA_STREAM_TLS_DIR",
-			"BACKUP_IDENTITIES_FILE", "RESTORE_IDENTITIES_FILE":
+			"BACKUP_IDENTITIES_FILE", "RESTORE_IDENTITIES_FILE", "REPLICA_IDENTITIES_FILE":
 			value = p.hostPath(t, value)
 		case "PGPORT":
 			if value != containerPort {

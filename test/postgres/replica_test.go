@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -37,7 +38,10 @@ import (
 // source's, and its replica follows it.
 func TestReplicaDatabase(t *testing.T) {
 	t.Parallel() // doc.go: which tests run side by side
-	src := startReplicaSource(t, 1)
+	// The source's archive is encrypted: the replica reads it with the
+	// key in spec.replica.source.encryption.
+	key := ageIdentity(t)
+	src := startReplicaSource(t, 1, key)
 	c, source, store, app, password, db := src.c, src.pod, src.store, src.app, src.password, src.db
 	insert, ctx := src.insert, context.Background()
 	archiveNow(t, c, source)
@@ -46,9 +50,11 @@ func TestReplicaDatabase(t *testing.T) {
 	rdb := newDatabase(c.srv.major, nil)
 	rdb.Name, rdb.Namespace = "shop-dr", "dr"
 	rdb.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
-	rdb.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: &replicaOf}}
+	rdb.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: &replicaOf,
+		Encryption: &databasev1alpha1.BackupEncryption{Secret: "backup-key"}}}
 	const replicaPassword = "password-of-the-replica"
-	rc := newClusterOn(t, c.api, c.srv, rdb, specs.CredentialsSecret(rdb, replicaPassword), storeSecret(store, rdb.Namespace))
+	rc := newClusterOn(t, c.api, c.srv, rdb, specs.CredentialsSecret(rdb, replicaPassword), storeSecret(store, rdb.Namespace),
+		keySecret(rdb.Namespace, "backup-key", key))
 	pods := rc.startPods(t, 2)
 	rc.op = rc.startOperator(t)
 	designated, standby := pods[0], pods[1]
@@ -178,7 +184,7 @@ type replicaSource struct {
 	insert func(c *cluster, conninfo, password string, from, to int)
 }
 
-func startReplicaSource(t *testing.T, servers int) *replicaSource {
+func startReplicaSource(t *testing.T, servers int, key *age.X25519Identity) *replicaSource {
 	t.Helper()
 	found := findServers(t)
 	srv := found[len(found)-1]
@@ -187,7 +193,12 @@ func startReplicaSource(t *testing.T, servers int) *replicaSource {
 	db.Spec.Replicas = new(int32(servers))
 	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: objectStoreOf(store)}
 	s := &replicaSource{db: db, store: store, password: "password-of-the-source"}
-	s.c = newCluster(t, srv, db, specs.CredentialsSecret(db, s.password), storeSecret(store, db.Namespace))
+	secrets := []*corev1.Secret{specs.CredentialsSecret(db, s.password), storeSecret(store, db.Namespace)}
+	if key != nil {
+		db.Spec.Backup.Encryption = &databasev1alpha1.BackupEncryption{Secret: "backup-key"}
+		secrets = append(secrets, keySecret(db.Namespace, "backup-key", key))
+	}
+	s.c = newCluster(t, srv, db, secrets...)
 	s.pods = s.c.startPods(t, servers)
 	s.pod = s.pods[0]
 	s.app = tcp(s.pod.port, db.Spec.User, db.Spec.DatabaseName)
@@ -265,7 +276,7 @@ func (c *cluster) hasRows(t *testing.T, pods []*pod, want int) {
 // streams only: it clones the source's primary (no archive at all).
 func TestReplicaDatabaseStreaming(t *testing.T) {
 	t.Parallel() // doc.go: which tests run side by side
-	src := startReplicaSource(t, 1)
+	src := startReplicaSource(t, 1, nil)
 	c, store, db := src.c, src.store, src.db
 	insert := func(from, to int) { src.insert(c, src.app, src.password, from, to) }
 	// The link between the two: a proxy the test can cut.
@@ -340,7 +351,7 @@ func TestReplicaDatabaseStreaming(t *testing.T) {
 // the same way.
 func TestReplicaSwitchover(t *testing.T) {
 	t.Parallel() // doc.go: which tests run side by side
-	src := startReplicaSource(t, 1)
+	src := startReplicaSource(t, 1, nil)
 	c, a := src.c, src.pod
 	archiveNow(t, c, a)
 
@@ -518,7 +529,7 @@ func TestReplicaOldSourceRejoins(t *testing.T) {
 }
 
 func oldSourceRejoins(t *testing.T, streaming bool) {
-	src := startReplicaSource(t, 2)
+	src := startReplicaSource(t, 2, nil)
 	c, store := src.c, src.store
 	archiveNow(t, c, src.pod)
 	// The link from B to A: a proxy the test can cut.

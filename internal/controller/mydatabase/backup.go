@@ -77,8 +77,9 @@ func (r *objectStores) reconcile(ctx context.Context, obs *observation) error {
 	return r.checkReplicaSource(ctx, obs)
 }
 
-// checkEncryption stalls a MyDatabase whose spec.backup.encryption or
-// spec.bootstrap.recovery.encryption names a Secret that does not exist,
+// checkEncryption stalls a MyDatabase whose spec.backup.encryption,
+// spec.bootstrap.recovery.encryption or spec.replica.source.encryption
+// names a Secret that does not exist,
 // lacks the key identities, or holds no age identity there, before any
 // pod is made: the kubelet would leave the pods in ContainerCreating, and
 // a bad key would fail every archive attempt. The message never quotes
@@ -95,6 +96,9 @@ func (r *objectStores) checkEncryption(ctx context.Context, obs *observation) er
 	}
 	if rec := specs.Recovery(db); rec != nil && rec.Encryption != nil {
 		checks = append(checks, check{"spec.bootstrap.recovery.encryption", rec.Encryption})
+	}
+	if rep := specs.Replica(db); rep != nil && rep.Source.ObjectStore != nil && rep.Source.Encryption != nil {
+		checks = append(checks, check{"spec.replica.source.encryption", rep.Source.Encryption})
 	}
 	const howTo = "age-keygen makes one; docs/backup.md, \"Encryption at rest\""
 	for _, c := range checks {
