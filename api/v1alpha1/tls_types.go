@@ -50,9 +50,11 @@ type TLSSpec struct {
 // rollout restart`: setting it to a new value (the current time, by
 // convention; `kubectl mydb rotate-ca` does) asks for one rotation, and the
 // CA Secret records the value it fulfils, so a request is carried out once,
-// whatever happens in between.
-// +kubebuilder:validation:XValidation:rule="!has(self.maxAge) || duration(self.maxAge) >= duration('24h')",message="caRotation.maxAge must be at least 24h"
-// +kubebuilder:validation:XValidation:rule="!has(self.trustPeriod) || duration(self.trustPeriod) <= duration('720h')",message="caRotation.trustPeriod must be at most 720h"
+// whatever happens in between. A duration is Go's (8760h, 90m): the
+// fields' pattern refuses any other, and the rules below convert only
+// one that matches it (FuzzAdmission found "1" failing to evaluate).
+// +kubebuilder:validation:XValidation:rule="!has(self.maxAge) || !self.maxAge.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.maxAge) >= duration('24h')",message="caRotation.maxAge must be at least 24h"
+// +kubebuilder:validation:XValidation:rule="!has(self.trustPeriod) || !self.trustPeriod.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.trustPeriod) <= duration('720h')",message="caRotation.trustPeriod must be at most 720h"
 type CARotationSpec struct {
 	// requestedAt asks for one new CA when it changes to a value the CA
 	// Secret does not record.
@@ -62,6 +64,8 @@ type CARotationSpec struct {
 	// maxAge rotates the CA once it is older than this (from its
 	// notBefore), e.g. 8760h for a yearly rotation. Unset: only requests
 	// rotate it. At least 24h.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +optional
 	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
 
@@ -72,6 +76,8 @@ type CARotationSpec struct {
 	// the kubelet takes to bring a changed Secret into the pods, and until
 	// every server reports the new files loaded, whatever this says.
 	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +optional
 	TrustPeriod *metav1.Duration `json:"trustPeriod,omitempty"`
 }

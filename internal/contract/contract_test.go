@@ -26,17 +26,18 @@ import (
 func full() *databasev1alpha1.MyDatabase {
 	db := plain()
 	store := databasev1alpha1.ObjectStore{Endpoint: "http://s3:8333", Bucket: "b", Path: "shop/old", Region: "r", CredentialsSecret: "s3"}
+	key := &databasev1alpha1.BackupEncryption{Secret: "backup-key"}
 	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: store,
-		Retention: &databasev1alpha1.BackupRetention{RecoveryWindow: "7d", Keep: ptr.To[int32](3)}}
+		Retention: &databasev1alpha1.BackupRetention{RecoveryWindow: "7d", Keep: ptr.To[int32](3)}, Encryption: key}
 	db.Spec.Monitoring.CustomQueriesConfigMap = "queries"
 	db.Spec.WALStorage = &databasev1alpha1.StorageSpec{}
-	db.Spec.Bootstrap = &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: store, BackupID: "20261203T120000",
+	db.Spec.Bootstrap = &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: store, BackupID: "20261203T120000", Encryption: key,
 		Target: &databasev1alpha1.RecoveryTarget{Time: &metav1.Time{Time: time.Date(2026, 12, 3, 12, 30, 0, 0, time.UTC)}}}}
 	// Not a MyDatabase admission accepts (spec.replica excludes
 	// spec.bootstrap), but every variable at once.
 	source := store
 	source.Path = "prod/orders"
-	db.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: &source,
+	db.Spec.Replica = &databasev1alpha1.ReplicaSpec{Enabled: true, Source: databasev1alpha1.ReplicaSource{ObjectStore: &source, Encryption: key,
 		Streaming: &databasev1alpha1.ReplicaStreaming{Host: "orders-rw.prod.svc", Port: 5433, SecretName: "source-tls"}}}
 	return db
 }
