@@ -12,8 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// fuzzPaths are the spec fields FuzzAdmission sets, among them every one
-// a CEL rule or a format reads.
+// fuzzPaths are the spec fields FuzzAdmission sets, picked where the
+// CRD's rules, patterns and formats are (roles and databases as whole
+// lists).
 var fuzzPaths = []string{
 	"version", "image", "replicas", "storage.size", "walStorage.size", "parameters", "databaseName", "user",
 	"service.type", "service.port", "deletionPolicy", "paused", "hibernate", "instanceManagerUpdate",
