@@ -85,8 +85,11 @@ func (h *ha) stand(ctx context.Context, s situation, obs serverState) (*contract
 // seed 2810: a fenced primary, the most advanced, stood and was lost
 // before its take). In the new term only the live stand again; the dead
 // one's candidacy is of an old term, and patience waits for it two turns
-// at most. A live candidate loses nothing: it stands again, and one that
-// a promise holds back still wins once the promise lapses.
+// at most. A live candidate stands again at its next turn, as at the start
+// of any election, where the others wait two turns for a ready peer; one
+// that a promise holds back still wins once the promise lapses. One that
+// cannot read the Lease for those two turns is passed over, as it would
+// be in any new term.
 func (h *ha) endStaleTerm(ctx context.Context, term string) {
 	if h.since(h.standing.since) < h.leases.duration() {
 		return
