@@ -13,8 +13,7 @@ import (
 
 // What the pods report (contract.Report, the annotation each instance
 // manager keeps on its own pod), read for the components and the status
-// alike. reportOf and metaTime are in backup.go, which the backup
-// encryption branch edits.
+// alike. reportOf and metaTime are still in backup.go, their first user.
 
 // podReports parses the pods' instance reports, by pod name.
 func podReports(pods []corev1.Pod) map[string]*contract.Report {
