@@ -256,6 +256,7 @@ func main() {
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("mydatabasebackup-controller"),
 		Clock:     clock.RealClock{},
+		Platform:  platform,
 	}).SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Failed to create controller", "controller", "mydatabasebackup")
 		os.Exit(1)

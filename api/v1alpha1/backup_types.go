@@ -25,6 +25,29 @@ type BackupSpec struct {
 	// leave the pod. Objects written before it was set stay readable.
 	// +optional
 	Encryption *BackupEncryption `json:"encryption,omitempty"`
+
+	// verify restores the newest completed base backup on a schedule, in
+	// a pod of its own, and checks what it restored (docs/backup.md,
+	// "Verified backups"). Off without it.
+	// +optional
+	Verify *BackupVerify `json:"verify,omitempty"`
+}
+
+// BackupVerify is when backups are proven by a restore.
+type BackupVerify struct {
+	// cron is when the newest completed MyDatabaseBackup is verified: a
+	// five-field cron expression or a descriptor such as "@weekly", in
+	// UTC. Each verification restores the backup and replays the whole
+	// archive after it, so it costs a volume as large as the data and the
+	// time of a restore.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || self.split(' ').filter(f, f != '').size() == 5",message="verify.cron is five fields (minute hour day-of-month month day-of-week), e.g. \"0 5 * * *\", or a descriptor such as \"@weekly\""
+	Cron string `json:"cron"`
+
+	// suspend stops new scheduled verifications; one under way finishes.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
 }
 
 // BackupEncryption encrypts backups at rest with age X25519 keys
@@ -210,6 +233,28 @@ type BackupStatus struct {
 	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
 	// +optional
 	NextScheduleTime *metav1.Time `json:"nextScheduleTime,omitempty"`
+
+	// lastVerification is the newest finished verification of any of
+	// this database's MyDatabaseBackups, and lastVerifiedTime when one
+	// last passed (spec.backup.verify, or a person's request).
+	// +optional
+	LastVerification *LastVerification `json:"lastVerification,omitempty"`
+	// +optional
+	LastVerifiedTime *metav1.Time `json:"lastVerifiedTime,omitempty"`
+	// nextVerifyTime is when spec.backup.verify is next due.
+	// +optional
+	NextVerifyTime *metav1.Time `json:"nextVerifyTime,omitempty"`
+}
+
+// LastVerification names a verification and says how it ended.
+type LastVerification struct {
+	// backup is the MyDatabaseBackup verified; its status.verification
+	// holds the rest.
+	Backup string `json:"backup"`
+	// +optional
+	Result VerificationResult `json:"result,omitempty"`
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 }
 
 // ConditionContinuousArchiving is present with spec.backup: True while

@@ -118,6 +118,11 @@ type MyDatabaseBackupStatus struct {
 	// +optional
 	EndWAL string `json:"endWAL,omitempty"`
 
+	// verification is the last restore of this backup that checked it,
+	// or the one under way (spec.backup.verify, or AnnotationVerify).
+	// +optional
+	Verification *BackupVerification `json:"verification,omitempty"`
+
 	// conditions, in the kstatus convention, follow the phase: Ready is
 	// True once Completed and False before or after failing; Reconciling
 	// is True while Pending or Running; Stalled is True once Failed (a
@@ -128,6 +133,79 @@ type MyDatabaseBackupStatus struct {
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// VerificationResult is where a verification stands, or how it ended.
+// +kubebuilder:validation:Enum=Running;Passed;Failed;Error
+type VerificationResult string
+
+const (
+	// VerificationRunning: its pod restores the backup.
+	VerificationRunning VerificationResult = "Running"
+	// VerificationPassed: the backup restored, recovery replayed the
+	// archive to its end, past the backup's end, and pg_amcheck found no
+	// corruption in any database.
+	VerificationPassed VerificationResult = "Passed"
+	// VerificationFailed: the backup, or the archive after it, did not
+	// restore, or what it restored failed a check: message says which.
+	VerificationFailed VerificationResult = "Failed"
+	// VerificationError: the verification could not run (the store was
+	// unreachable, the pod was evicted): it says nothing of the backup.
+	VerificationError VerificationResult = "Error"
+)
+
+// BackupVerification is one restore of a backup that checked it.
+type BackupVerification struct {
+	// request is the value of AnnotationVerify this verification answers.
+	Request string `json:"request"`
+	// result is Running until the pod ends, then Passed, Failed or Error.
+	Result VerificationResult `json:"result"`
+	// pod restores the backup, and is deleted, with its volume, once it
+	// has said how it ended.
+	// +optional
+	Pod string `json:"pod,omitempty"`
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// duration is from startedAt to finishedAt: a restore's time, image
+	// pull and volume included.
+	// +optional
+	Duration *metav1.Duration `json:"duration,omitempty"`
+	// reachedLSN is where recovery ended: the end of the archive.
+	// +optional
+	ReachedLSN string `json:"reachedLSN,omitempty"`
+	// databases is how many databases pg_amcheck checked.
+	// +optional
+	Databases int32 `json:"databases,omitempty"`
+	// message says what the verification does, or what it found.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// Finished is true once the verification has a result.
+func (v *BackupVerification) Finished() bool {
+	return v != nil && v.Result != "" && v.Result != VerificationRunning
+}
+
+// AnnotationVerify on a completed MyDatabaseBackup asks for a
+// verification: a restore of the backup in a pod of its own that checks
+// what it restored. Each new value brings one, as a person's
+// `kubectl annotate mydbbackup NAME database.example.com/verify="$(date -u +%FT%TZ)" --overwrite`
+// or spec.backup.verify's schedule (the time it was due, RFC 3339) sets it.
+const AnnotationVerify = "database.example.com/verify"
+
+// ConditionVerified on a MyDatabaseBackup says how its last verification
+// ended: True (VerificationPassed), False (VerificationFailed or
+// VerificationError), Unknown while one runs. Absent before the first.
+const ConditionVerified = "Verified"
+
+// Reasons of ConditionVerified, one per result.
+const (
+	ReasonVerificationRunning = "VerificationRunning"
+	ReasonVerificationPassed  = "VerificationPassed"
+	ReasonVerificationFailed  = "VerificationFailed"
+	ReasonVerificationError   = "VerificationError"
+)
 
 // Finished is true once the backup is Completed or Failed: the operator
 // moves it on no further.
@@ -148,6 +226,7 @@ const LabelScheduledBy = "database.example.com/scheduled-by"
 // +kubebuilder:printcolumn:name="Instance",type=string,JSONPath=`.status.instance`
 // +kubebuilder:printcolumn:name="Backup",type=string,JSONPath=`.status.backupID`
 // +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.size`,priority=1
+// +kubebuilder:printcolumn:name="Verified",type=string,JSONPath=`.status.verification.result`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type MyDatabaseBackup struct {
 	metav1.TypeMeta `json:",inline"`

@@ -1,6 +1,9 @@
 package contract
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // A backup's verification (spec.backup.verify) runs the instance manager
 // as `instance verify` in a pod of its own: it restores one base backup
@@ -53,4 +56,10 @@ type Verification struct {
 	Message   string    `json:"message"`
 	Started   time.Time `json:"started"`
 	Stopped   time.Time `json:"stopped"`
+}
+
+// String is v as JSON, as the termination message holds it.
+func (v Verification) String() string {
+	b, _ := json.Marshal(v) // a Verification always marshals
+	return string(b)
 }

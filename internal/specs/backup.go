@@ -36,6 +36,22 @@ func Recovery(db *databasev1alpha1.MyDatabase) *databasev1alpha1.RecoverySpec {
 	return db.Spec.Bootstrap.Recovery
 }
 
+// storeEnv is the environment of one object store, under prefix, at
+// path: its credentials come from their Secret.
+func storeEnv(prefix string, s databasev1alpha1.ObjectStore, path string) []*corev1ac.EnvVarApplyConfiguration {
+	secret := func(key string) *corev1ac.EnvVarSourceApplyConfiguration {
+		return corev1ac.EnvVarSource().WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(s.CredentialsSecret).WithKey(key))
+	}
+	return []*corev1ac.EnvVarApplyConfiguration{
+		corev1ac.EnvVar().WithName(prefix + contract.StoreEndpoint).WithValue(s.Endpoint),
+		corev1ac.EnvVar().WithName(prefix + contract.StoreBucket).WithValue(s.Bucket),
+		corev1ac.EnvVar().WithName(prefix + contract.StorePath).WithValue(path),
+		corev1ac.EnvVar().WithName(prefix + contract.StoreRegion).WithValue(s.Region),
+		corev1ac.EnvVar().WithName(prefix + contract.StoreAccessKeyID).WithValueFrom(secret(ObjectStoreAccessKeyIDKey)),
+		corev1ac.EnvVar().WithName(prefix + contract.StoreSecretAccessKey).WithValueFrom(secret(ObjectStoreSecretAccessKeyKey)),
+	}
+}
+
 // backupEnv is the environment of the instance manager for spec.backup
 // (BACKUP_*: the store its primary archives to), spec.bootstrap.recovery
 // (RESTORE_*: the store and target a new primary is restored from) and
@@ -45,16 +61,7 @@ func Recovery(db *databasev1alpha1.MyDatabase) *databasev1alpha1.RecoverySpec {
 func backupEnv(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfiguration {
 	var env []*corev1ac.EnvVarApplyConfiguration
 	store := func(prefix string, s databasev1alpha1.ObjectStore, path string) {
-		secret := func(key string) *corev1ac.EnvVarSourceApplyConfiguration {
-			return corev1ac.EnvVarSource().WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(s.CredentialsSecret).WithKey(key))
-		}
-		env = append(env,
-			corev1ac.EnvVar().WithName(prefix+contract.StoreEndpoint).WithValue(s.Endpoint),
-			corev1ac.EnvVar().WithName(prefix+contract.StoreBucket).WithValue(s.Bucket),
-			corev1ac.EnvVar().WithName(prefix+contract.StorePath).WithValue(path),
-			corev1ac.EnvVar().WithName(prefix+contract.StoreRegion).WithValue(s.Region),
-			corev1ac.EnvVar().WithName(prefix+contract.StoreAccessKeyID).WithValueFrom(secret(ObjectStoreAccessKeyIDKey)),
-			corev1ac.EnvVar().WithName(prefix+contract.StoreSecretAccessKey).WithValueFrom(secret(ObjectStoreSecretAccessKeyKey)))
+		env = append(env, storeEnv(prefix, s, path)...)
 	}
 	if b := db.Spec.Backup; b != nil {
 		store(contract.BackupStore, b.ObjectStore, BackupPath(db))

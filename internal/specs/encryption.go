@@ -55,9 +55,7 @@ func encryptionEnv(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfi
 	stores := encryptedStores(db)
 	env := make([]*corev1ac.EnvVarApplyConfiguration, 0, 2*len(stores))
 	for _, s := range stores {
-		env = append(env,
-			corev1ac.EnvVar().WithName(s.prefix+contract.StoreIdentitiesFile).WithValue(filepath.Join(s.dir, EncryptionIdentitiesKey)),
-			corev1ac.EnvVar().WithName(s.prefix+contract.StoreEncryptionSecret).WithValue(s.spec.Secret))
+		env = append(env, s.env()...)
 	}
 	return env
 }
@@ -68,9 +66,7 @@ func encryptionVolumes(db *databasev1alpha1.MyDatabase) []*corev1ac.VolumeApplyC
 	stores := encryptedStores(db)
 	vs := make([]*corev1ac.VolumeApplyConfiguration, 0, len(stores))
 	for _, s := range stores {
-		vs = append(vs, corev1ac.Volume().WithName(s.volume).WithSecret(corev1ac.SecretVolumeSource().
-			WithSecretName(s.spec.Secret).WithDefaultMode(0o440).
-			WithItems(corev1ac.KeyToPath().WithKey(EncryptionIdentitiesKey).WithPath(EncryptionIdentitiesKey))))
+		vs = append(vs, s.volumeSource())
 	}
 	return vs
 }
@@ -81,7 +77,28 @@ func encryptionMounts(db *databasev1alpha1.MyDatabase) []*corev1ac.VolumeMountAp
 	stores := encryptedStores(db)
 	ms := make([]*corev1ac.VolumeMountApplyConfiguration, 0, len(stores))
 	for _, s := range stores {
-		ms = append(ms, corev1ac.VolumeMount().WithName(s.volume).WithMountPath(s.dir).WithReadOnly(true))
+		ms = append(ms, s.mount())
 	}
 	return ms
+}
+
+// env names the store's identities file and Secret.
+func (s encryptedStore) env() []*corev1ac.EnvVarApplyConfiguration {
+	return []*corev1ac.EnvVarApplyConfiguration{
+		corev1ac.EnvVar().WithName(s.prefix + contract.StoreIdentitiesFile).WithValue(filepath.Join(s.dir, EncryptionIdentitiesKey)),
+		corev1ac.EnvVar().WithName(s.prefix + contract.StoreEncryptionSecret).WithValue(s.spec.Secret),
+	}
+}
+
+// volumeSource is the Secret's key identities alone, mode 0440 (root and
+// the fsGroup, postgres).
+func (s encryptedStore) volumeSource() *corev1ac.VolumeApplyConfiguration {
+	return corev1ac.Volume().WithName(s.volume).WithSecret(corev1ac.SecretVolumeSource().
+		WithSecretName(s.spec.Secret).WithDefaultMode(0o440).
+		WithItems(corev1ac.KeyToPath().WithKey(EncryptionIdentitiesKey).WithPath(EncryptionIdentitiesKey)))
+}
+
+// mount mounts the volume read-only.
+func (s encryptedStore) mount() *corev1ac.VolumeMountApplyConfiguration {
+	return corev1ac.VolumeMount().WithName(s.volume).WithMountPath(s.dir).WithReadOnly(true)
 }

@@ -268,13 +268,7 @@ func podTemplateWithout(db *databasev1alpha1.MyDatabase, p Platform) *corev1ac.P
 		WithAutomountServiceAccountToken(true).
 		WithEnableServiceLinks(false).
 		WithTerminationGracePeriodSeconds(60).
-		WithSecurityContext(corev1ac.PodSecurityContext().
-			WithRunAsNonRoot(true).
-			WithRunAsUser(PostgresUID).
-			WithRunAsGroup(PostgresUID).
-			WithFSGroup(PostgresUID).
-			WithFSGroupChangePolicy(corev1.FSGroupChangeOnRootMismatch).
-			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
+		WithSecurityContext(postgresPodSecurity()).
 		WithInitContainers(instanceManagerInstaller(p)).
 		WithContainers(container(db)).
 		WithVolumes(
@@ -353,6 +347,19 @@ func instanceManagerInstaller(p Platform) *corev1ac.ContainerApplyConfiguration 
 		WithCommand(instanceManagerInImage, "install", InstanceManagerPath).
 		WithVolumeMounts(corev1ac.VolumeMount().WithName(instanceManagerVolume).WithMountPath(InstanceManagerDir)).
 		WithSecurityContext(restrictedContainer())
+}
+
+// postgresPodSecurity is the security context of every pod that runs
+// PostgreSQL: Pod Security "restricted", as the postgres user of the
+// official image, which owns the volumes through fsGroup.
+func postgresPodSecurity() *corev1ac.PodSecurityContextApplyConfiguration {
+	return corev1ac.PodSecurityContext().
+		WithRunAsNonRoot(true).
+		WithRunAsUser(PostgresUID).
+		WithRunAsGroup(PostgresUID).
+		WithFSGroup(PostgresUID).
+		WithFSGroupChangePolicy(corev1.FSGroupChangeOnRootMismatch).
+		WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))
 }
 
 // restrictedContainer is the security context of every container: Pod

@@ -89,13 +89,7 @@ func UpgradeJob(db *databasev1alpha1.MyDatabase, up *databasev1alpha1.MajorUpgra
 		WithRestartPolicy(corev1.RestartPolicyNever).
 		WithAutomountServiceAccountToken(false).
 		WithEnableServiceLinks(false).
-		WithSecurityContext(corev1ac.PodSecurityContext().
-			WithRunAsNonRoot(true).
-			WithRunAsUser(PostgresUID).
-			WithRunAsGroup(PostgresUID).
-			WithFSGroup(PostgresUID).
-			WithFSGroupChangePolicy(corev1.FSGroupChangeOnRootMismatch).
-			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
+		WithSecurityContext(postgresPodSecurity()).
 		WithInitContainers(instanceManagerInstaller(p), stage).
 		WithContainers(upgrade).
 		WithVolumes(claimVolumes...).

@@ -37,6 +37,9 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
+	// Platform is what a verification pod takes from the operator's
+	// configuration: the image its instance manager comes from.
+	Platform specs.Platform
 }
 
 // +kubebuilder:rbac:groups=database.example.com,resources=mydatabasebackups,verbs=get;list;watch
@@ -65,7 +68,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if b.Status.Finished() && meta.FindStatusCondition(b.Status.Conditions, databasev1alpha1.ConditionReady) != nil {
+	if b.Status.Finished() && meta.FindStatusCondition(b.Status.Conditions, databasev1alpha1.ConditionReady) != nil &&
+		!verifyRequested(b) && b.Status.Verification == nil {
 		return ctrl.Result{}, nil
 	}
 	before := b.DeepCopy()
@@ -75,6 +79,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if res, err = r.step(ctx, b); err != nil {
 			return ctrl.Result{}, err
 		}
+	} else if err := r.verify(ctx, b); err != nil {
+		return ctrl.Result{}, err
 	}
 	setConditions(b, r.Clock.Now())
 	if !equality.Semantic.DeepEqual(b.Status, before.Status) {
@@ -85,6 +91,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		if b.Status.Finished() && !before.Status.Finished() {
 			r.recordFinished(b)
+		}
+		if v := b.Status.Verification; v.Finished() && !before.Status.Verification.Finished() {
+			r.recordVerified(b)
 		}
 	}
 	return res, nil
@@ -282,6 +291,16 @@ func (r *Reconciler) fail(b *databasev1alpha1.MyDatabaseBackup, message string) 
 	b.Status.Phase, b.Status.Message, b.Status.StoppedAt = databasev1alpha1.BackupFailed, message, &now
 }
 
+func (r *Reconciler) recordVerified(b *databasev1alpha1.MyDatabaseBackup) {
+	v := b.Status.Verification
+	if v.Result == databasev1alpha1.VerificationPassed {
+		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, databasev1alpha1.ReasonVerificationPassed, "Verify",
+			"Backup %s restored to %s in %s: %s", b.Status.BackupID, v.ReachedLSN, v.Duration.Duration, v.Message)
+		return
+	}
+	r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "Verification"+string(v.Result), "Verify", "%s", v.Message)
+}
+
 func (r *Reconciler) recordFinished(b *databasev1alpha1.MyDatabaseBackup) {
 	if b.Status.Phase == databasev1alpha1.BackupCompleted {
 		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "Completed", "Backup",
@@ -292,7 +311,8 @@ func (r *Reconciler) recordFinished(b *databasev1alpha1.MyDatabaseBackup) {
 }
 
 // SetupWithManager watches the MyDatabaseBackups and, for those under
-// way, the reports of the pods that take them.
+// way, the reports of the pods that take them, and the pods that verify
+// them.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &databasev1alpha1.MyDatabaseBackup{}, instanceField,
 		func(o client.Object) []string {
@@ -304,6 +324,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	byPod := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		if owner := metav1.GetControllerOf(o); owner != nil && owner.Kind == "MyDatabaseBackup" {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: owner.Name}}}
+		}
 		list := &databasev1alpha1.MyDatabaseBackupList{}
 		if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{instanceField: o.GetName()}); err != nil {
 			return nil

@@ -33,6 +33,7 @@ const maxConditionMessage = 32768
 func setConditions(b *databasev1alpha1.MyDatabaseBackup, now time.Time) {
 	b.Status.ObservedGeneration = b.Generation
 	conditions.Set(&b.Status.Conditions, b.Generation, now, summary(&b.Status))
+	setVerified(b, now)
 }
 
 // summary is what the phase of st says to kstatus.
