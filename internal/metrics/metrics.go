@@ -23,7 +23,11 @@ import (
 //     error, by the reason the status reports (APIError, QuotaExceeded,
 //     Forbidden, ...);
 //   - mydatabase_last_backup_timestamp_seconds{namespace,mydatabase}: when
-//     the newest base backup in its object store finished.
+//     the newest base backup in its object store finished;
+//   - mydatabase_last_verified_backup_timestamp_seconds{namespace,mydatabase}:
+//     when a verification of one of its backups last passed, and
+//     mydatabase_backup_verification_failed{namespace,mydatabase}: 1 when
+//     its newest verification failed or could not run, 0 when it passed.
 type Metrics struct {
 	mu              sync.Mutex
 	phases          map[types.NamespacedName]databasev1alpha1.Phase
@@ -31,6 +35,8 @@ type Metrics struct {
 	primaryChanges  *prometheus.CounterVec
 	reconcileErrors *prometheus.CounterVec
 	lastBackup      *prometheus.GaugeVec
+	lastVerified    *prometheus.GaugeVec
+	verifyFailed    *prometheus.GaugeVec
 }
 
 // Labels that name a MyDatabase.
@@ -65,8 +71,16 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "mydatabase_last_backup_timestamp_seconds",
 			Help: "When the newest base backup in a MyDatabase's object store finished (status.backup.lastBackupTime); absent without one.",
 		}, []string{labelNamespace, labelMyDatabase}),
+		lastVerified: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mydatabase_last_verified_backup_timestamp_seconds",
+			Help: "When a verification of one of a MyDatabase's backups last passed (status.backup.lastVerifiedTime); absent before the first.",
+		}, []string{labelNamespace, labelMyDatabase}),
+		verifyFailed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mydatabase_backup_verification_failed",
+			Help: "1 when the newest verification of a MyDatabase's backups failed or could not run, 0 when it passed (status.backup.lastVerification); absent before the first.",
+		}, []string{labelNamespace, labelMyDatabase}),
 	}
-	reg.MustRegister(m.phase, m.primaryChanges, m.reconcileErrors, m.lastBackup)
+	reg.MustRegister(m.phase, m.primaryChanges, m.reconcileErrors, m.lastBackup, m.lastVerified, m.verifyFailed)
 	return m
 }
 
@@ -104,6 +118,25 @@ func (m *Metrics) LastBackup(key types.NamespacedName, at *time.Time) {
 	m.lastBackup.WithLabelValues(key.Namespace, key.Name).Set(float64(at.UnixNano()) / 1e9)
 }
 
+// Verification records how the verifications of one MyDatabase's backups
+// stand (status.backup); what it lacks is dropped.
+func (m *Metrics) Verification(key types.NamespacedName, st *databasev1alpha1.BackupStatus) {
+	if st == nil || st.LastVerifiedTime == nil {
+		m.lastVerified.DeleteLabelValues(key.Namespace, key.Name)
+	} else {
+		m.lastVerified.WithLabelValues(key.Namespace, key.Name).Set(float64(st.LastVerifiedTime.UnixNano()) / 1e9)
+	}
+	if st == nil || st.LastVerification == nil {
+		m.verifyFailed.DeleteLabelValues(key.Namespace, key.Name)
+		return
+	}
+	failed := 0.0
+	if st.LastVerification.Result != databasev1alpha1.VerificationPassed {
+		failed = 1
+	}
+	m.verifyFailed.WithLabelValues(key.Namespace, key.Name).Set(failed)
+}
+
 // Forget drops a MyDatabase that no longer exists.
 func (m *Metrics) Forget(key types.NamespacedName) {
 	m.mu.Lock()
@@ -114,4 +147,5 @@ func (m *Metrics) Forget(key types.NamespacedName) {
 	}
 	m.primaryChanges.DeletePartialMatch(prometheus.Labels{labelNamespace: key.Namespace, labelMyDatabase: key.Name})
 	m.lastBackup.DeleteLabelValues(key.Namespace, key.Name)
+	m.Verification(key, nil)
 }

@@ -62,7 +62,7 @@ func VerifyPod(db *databasev1alpha1.MyDatabase, b *databasev1alpha1.MyDatabaseBa
 	volumes := []*corev1ac.VolumeApplyConfiguration{
 		corev1ac.Volume().WithName(verifyVolume).WithEphemeral(corev1ac.EphemeralVolumeSource().
 			WithVolumeClaimTemplate(corev1ac.PersistentVolumeClaimTemplate().
-				WithLabels(Labels(db, ComponentVerify)).
+				WithLabels(verifyLabels(db)).
 				WithSpec(verifyClaim(db)))),
 		corev1ac.Volume().WithName(instanceManagerVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 		corev1ac.Volume().WithName("run").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
@@ -95,12 +95,21 @@ func VerifyPod(db *databasev1alpha1.MyDatabase, b *databasev1alpha1.MyDatabaseBa
 		WithVolumes(volumes...)
 	place(spec, db.Spec.NodeSelector, db.Spec.Tolerations, db.Spec.PriorityClassName, nil)
 	pod := corev1ac.Pod(VerifyPodName(b), b.Namespace).
-		WithLabels(Labels(db, ComponentVerify)).
+		WithLabels(verifyLabels(db)).
 		WithOwnerReferences(metav1ac.OwnerReference().
 			WithAPIVersion(databasev1alpha1.GroupVersion.String()).WithKind("MyDatabaseBackup").
 			WithName(b.Name).WithUID(b.UID).WithController(true).WithBlockOwnerDeletion(true)).
 		WithSpec(spec)
 	return convert[corev1.Pod](pod)
+}
+
+// verifyLabels are a child's labels without LabelOwnerUID: the pod and
+// its volume are the backup's, not the MyDatabase's, and the MyDatabase's
+// deletion must not take (or, under Retain, release) them as its own.
+func verifyLabels(db *databasev1alpha1.MyDatabase) map[string]string {
+	l := Labels(db, ComponentVerify)
+	delete(l, databasev1alpha1.LabelOwnerUID)
+	return l
 }
 
 // verifyClaim is the verification's volume: room for the data and the

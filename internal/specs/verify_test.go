@@ -35,8 +35,11 @@ func TestVerifyPod(t *testing.T) {
 		t.Errorf("owners %v, token %v, restart %s: want the backup's, no token, Never", pod.OwnerReferences,
 			pod.Spec.AutomountServiceAccountToken, pod.Spec.RestartPolicy)
 	}
-	if labels.SelectorFromSet(SelectorLabels(d)).Matches(labels.Set(pod.Labels)) {
-		t.Errorf("labels %v: a server's selector matches them", pod.Labels)
+	claim := pod.Spec.Volumes[0].Ephemeral.VolumeClaimTemplate
+	for _, l := range []map[string]string{pod.Labels, claim.Labels} {
+		if labels.SelectorFromSet(SelectorLabels(d)).Matches(labels.Set(l)) || l[databasev1alpha1.LabelOwnerUID] != "" {
+			t.Errorf("labels %v: a server's selector matches them, or they name the MyDatabase as owner", l)
+		}
 	}
 	c := pod.Spec.Containers[0]
 	env := map[string]string{}

@@ -188,22 +188,31 @@ func reportOf(pods []corev1.Pod, name string) *contract.Report {
 // setArchivingStatus reports continuous archiving as the primary's
 // instance manager last did: status.backup and the ContinuousArchiving
 // condition, which says in plain words what failed; and the schedule's
-// times, as this pass saw them (schedule; nil keeps the last). Without
+// times and the verifications, as this pass saw them (schedule, verify;
+// nil keeps the last). Without
 // spec.backup none is there (and no report is read).
-func setArchivingStatus(db *databasev1alpha1.MyDatabase, pods []corev1.Pod, primaryPod string, schedule *scheduleState, now time.Time) {
+func setArchivingStatus(db *databasev1alpha1.MyDatabase, pods []corev1.Pod, primaryPod string, schedule *scheduleState, verify *verifyState, now time.Time) {
 	st := &db.Status
 	if db.Spec.Backup == nil {
 		st.Backup = nil
 		meta.RemoveStatusCondition(&st.Conditions, databasev1alpha1.ConditionContinuousArchiving)
 		return
 	}
-	// The schedule's times, from this pass or else as they were.
+	// The schedules' times and the verifications, from this pass or else
+	// as they were.
 	var last, next *metav1.Time
 	if st.Backup != nil && db.Spec.Backup.Schedule != nil {
 		last, next = st.Backup.LastScheduleTime, st.Backup.NextScheduleTime
 	}
 	if schedule != nil {
 		last, next = schedule.last, schedule.next
+	}
+	verified := &verifyState{}
+	if st.Backup != nil {
+		verified = &verifyState{last: st.Backup.LastVerification, passed: st.Backup.LastVerifiedTime, next: st.Backup.NextVerifyTime}
+	}
+	if verify != nil {
+		verified = verify
 	}
 	primary := reportOf(pods, primaryPod)
 	cond := metav1.Condition{Type: databasev1alpha1.ConditionContinuousArchiving, ObservedGeneration: db.Generation,
@@ -239,11 +248,12 @@ func setArchivingStatus(db *databasev1alpha1.MyDatabase, pods []corev1.Pod, prim
 		}
 	}
 	meta.SetStatusCondition(&st.Conditions, cond)
-	if last != nil || next != nil {
+	if last != nil || next != nil || *verified != (verifyState{}) {
 		if st.Backup == nil {
 			st.Backup = &databasev1alpha1.BackupStatus{}
 		}
 		st.Backup.LastScheduleTime, st.Backup.NextScheduleTime = last, next
+		st.Backup.LastVerification, st.Backup.LastVerifiedTime, st.Backup.NextVerifyTime = verified.last, verified.passed, verified.next
 	}
 }
 

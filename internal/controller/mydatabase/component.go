@@ -112,6 +112,7 @@ func (k *kit) components(s *scope) (prerequisites, features []component) {
 			&roles{kit: k, scope: s, tls: tls.input()},
 			&caRotation{kit: k, scope: s, tls: tls.input()},
 			&schedule{kit: k, scope: s},
+			&verifySchedule{kit: k, scope: s},
 			&replica{kit: k, scope: s},
 		}
 }

@@ -242,6 +242,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, db *databasev1alpha1.MyDat
 		lastBackup = &b.LastBackupTime.Time
 	}
 	r.Metrics.LastBackup(key, lastBackup)
+	r.Metrics.Verification(key, db.Status.Backup)
 	if equality.Semantic.DeepEqual(base.Status, db.Status) {
 		return nil
 	}
@@ -303,6 +304,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}))
 	}
 	return b.
+		Watches(&databasev1alpha1.MyDatabaseBackup{}, handler.EnqueueRequestsFromMapFunc(backupDatabase),
+			builder.WithPredicates(completedOrVerified)).
 		Watches(&coordinationv1.Lease{}, byController, builder.WithPredicates(holderChanged)).
 		Watches(&corev1.Secret{}, byInstance).
 		Watches(&corev1.Pod{}, byInstance, builder.WithPredicates(roleOrReportChanged)).

@@ -76,6 +76,10 @@ type observation struct {
 	// schedule is spec.backup.schedule's last and next times (schedule),
 	// nil when the pass did not get to it (the status keeps what it had).
 	schedule *scheduleState
+	// verify is the verifications of the database's backups and
+	// spec.backup.verify's next time (verifySchedule), nil when the pass
+	// did not get to it (the status keeps what it had).
+	verify *verifyState
 	// replica is status.replica (the replica component), nil when the pass
 	// did not get to it (the status keeps what it had).
 	replica *replicaState

@@ -83,7 +83,7 @@ func computeStatus(db *databasev1alpha1.MyDatabase, obs *observation, now time.T
 	}
 	setHibernatedCondition(db, now)
 	setMonitoringCondition(db, obs.monitoring, now)
-	setArchivingStatus(db, obs.pods, st.CurrentPrimary, obs.schedule, now)
+	setArchivingStatus(db, obs.pods, st.CurrentPrimary, obs.schedule, obs.verify, now)
 	if obs.replica != nil {
 		st.Replica = obs.replica.status
 	}

@@ -43,6 +43,9 @@ var (
 	k8s        client.Client // the test's own client, uncached
 )
 
+// testNow is the reconciler's clock in these tests.
+var testNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -80,7 +83,7 @@ func run(m *testing.M) int {
 		APIReader:   mgr.GetAPIReader(),
 		Recorder:    mgr.GetEventRecorder("mydatabase-controller"),
 		NewPassword: sequentialPasswords(),
-		Clock:       clocktesting.NewFakePassiveClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
+		Clock:       clocktesting.NewFakePassiveClock(testNow),
 		Metrics:     metrics.New(prometheus.NewRegistry()),
 		// Stalled MyDatabases look again soon, so that a lifted quota or
 		// policy shows within a test's patience.
