@@ -29,8 +29,11 @@
 # Backups: cmd/dev-objectstore runs an S3 server (versitygw, built by
 # hack/s3.sh) with a bucket "backups", on the node's bridge for real pods
 # (127.0.0.1 for KWOK). The demo gives the sample spec.backup to it, with a
-# daily schedule whose first backup is taken at once; with real pods it
-# waits for that backup to complete and shows it. On a first run the S3
+# daily schedule whose first backup is taken at once, and a daily
+# verification (spec.backup.verify) whose first restores that backup as
+# soon as it completes; with real pods it waits for that backup to
+# complete and shows it (the verification runs on, in a pod of its own;
+# with KWOK its pod never ends). On a first run the S3
 # server may still be building when the sample is applied: then the sample
 # goes in without spec.backup, and gets it once the store is up, after the
 # psql command.
@@ -257,13 +260,13 @@ start_object_store() {
 }
 
 # sample_with_backup: the sample, with spec.backup to the dev object store
-# (and a daily schedule) unless it has one.
+# (and a daily schedule and verification) unless it has one.
 sample_with_backup() {
   local endpoint bucket
   endpoint=$(sed -n 's/^ENDPOINT=//p' "$STATE/s3.env")
   bucket=$(sed -n 's/^BUCKET=//p' "$STATE/s3.env")
   kubectl patch --local -f "$SAMPLE" --type merge -o yaml -p \
-    '{"spec":{"backup":{"objectStore":{"endpoint":"'"$endpoint"'","bucket":"'"$bucket"'","credentialsSecret":"'"$1"'"},"schedule":{"cron":"@daily"},"retention":{"keep":7}}}}'
+    '{"spec":{"backup":{"objectStore":{"endpoint":"'"$endpoint"'","bucket":"'"$bucket"'","credentialsSecret":"'"$1"'"},"schedule":{"cron":"@daily"},"verify":{"cron":"@daily"},"retention":{"keep":7}}}}'
 }
 
 # runtime: real or kwok, as recorded by the `up` that made the cluster, else

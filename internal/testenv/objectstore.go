@@ -1,8 +1,10 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -70,8 +72,7 @@ func StartObjectStoreWith(gateway, dir, ip string) (*ObjectStore, error) {
 	s.start = func() (*Proc, error) {
 		return StartProc("versitygw", filepath.Join(dir, "versitygw.log"), filepath.Join(dir, "versitygw.pid"), gateway, args...)
 	}
-	client, err := minio.New(host, &minio.Options{
-		Creds: credentials.NewStaticV4(s.AccessKeyID, s.SecretAccessKey, "")})
+	client, err := s.Client()
 	if err != nil {
 		return nil, err
 	}
@@ -100,6 +101,38 @@ func StartObjectStoreWith(gateway, dir, ip string) (*ObjectStore, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// Client is an S3 client of the store with the test's credentials.
+func (s *ObjectStore) Client() (*minio.Client, error) {
+	return minio.New(strings.TrimPrefix(s.Endpoint, "http://"), &minio.Options{
+		Creds: credentials.NewStaticV4(s.AccessKeyID, s.SecretAccessKey, "")})
+}
+
+// FlipByte flips one byte in the middle of object key, keeping its
+// metadata: what a disk or a careless hand does to a store.
+func (s *ObjectStore) FlipByte(ctx context.Context, key string) error {
+	client, err := s.Client()
+	if err != nil {
+		return err
+	}
+	obj, err := client.GetObject(ctx, s.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = obj.Close() }()
+	info, err := obj.Stat()
+	if err != nil {
+		return fmt.Errorf("%s: %w", key, err)
+	}
+	data, err := io.ReadAll(obj)
+	if err != nil {
+		return err
+	}
+	data[len(data)/2] ^= 0x40
+	_, err = client.PutObject(ctx, s.Bucket, key, bytes.NewReader(data), int64(len(data)),
+		minio.PutObjectOptions{ContentType: info.ContentType, UserMetadata: info.UserMetadata})
+	return err
 }
 
 // Restart starts the server again after Stop, on the same ports with the

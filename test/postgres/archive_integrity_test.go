@@ -1,16 +1,12 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"strings"
 	"testing"
 
 	"filippo.io/age"
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 	corev1 "k8s.io/api/core/v1"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
@@ -64,36 +60,18 @@ func TestRestoreNeverEndsEarly(t *testing.T) {
 
 func storeClient(t *testing.T, store *testenv.ObjectStore) *minio.Client {
 	t.Helper()
-	s3, err := minio.New(strings.TrimPrefix(store.Endpoint, "http://"), &minio.Options{
-		Creds: credentials.NewStaticV4(store.AccessKeyID, store.SecretAccessKey, "")})
+	s3, err := store.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s3
 }
 
-// flipByte flips one byte in the middle of the object key, keeping its
-// metadata: what a disk or a careless hand does to a store.
+// flipByte flips one byte in the middle of the object key
+// (testenv.ObjectStore.FlipByte).
 func flipByte(t *testing.T, store *testenv.ObjectStore, key string) {
 	t.Helper()
-	s3 := storeClient(t, store)
-	ctx := context.Background()
-	obj, err := s3.GetObject(ctx, store.Bucket, key, minio.GetObjectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := obj.Stat()
-	if err != nil {
-		t.Fatalf("%s: %v", key, err)
-	}
-	data, err := io.ReadAll(obj)
-	_ = obj.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[len(data)/2] ^= 0x40
-	if _, err := s3.PutObject(ctx, store.Bucket, key, bytes.NewReader(data), int64(len(data)),
-		minio.PutObjectOptions{ContentType: info.ContentType, UserMetadata: info.UserMetadata}); err != nil {
+	if err := store.FlipByte(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
 }

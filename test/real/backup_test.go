@@ -13,12 +13,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
+	"example.com/myoperator/internal/contract"
 	"example.com/myoperator/internal/specs"
 	"example.com/myoperator/internal/testenv"
 )
@@ -157,6 +160,7 @@ func TestDefaultBackupAndRestoreOnRealPods(t *testing.T) {
 		t.Errorf("the restore did not start from the backup %s:\n%s", b.Status.BackupID, logs)
 	}
 	replicaFollowsAndIsPromoted(t, db, primary, objectStore, newDB, conn)
+	backupVerified(t, b, store, specs.BackupPath(db)+"/wal/"+last+".zst")
 	for _, ns := range []string{dst, src} {
 		deleteAndWait(t, ns)
 	}
@@ -233,4 +237,53 @@ func replicaFollowsAndIsPromoted(t *testing.T, source *databasev1alpha1.MyDataba
 	})
 	t.Logf("the replica MyDatabase followed the source's archive (%d rows, then 10 more) and was promoted", want)
 	deleteAndWait(t, ns)
+}
+
+// backupVerified: a verification of backup b, asked for as a person asks
+// (the annotation), restores it with the archive after it in a pod of its
+// own, passes, and its pod goes; with one byte flipped in walKey, a WAL
+// file after the backup, the next verification fails and names the file.
+func backupVerified(t *testing.T, b *databasev1alpha1.MyDatabaseBackup, store *testenv.ObjectStore, walKey string) {
+	verify := func(request string, want metav1.ConditionStatus) *databasev1alpha1.BackupVerification {
+		t.Helper()
+		patch := client.MergeFrom(b.DeepCopy())
+		metav1.SetMetaDataAnnotation(&b.ObjectMeta, databasev1alpha1.AnnotationVerify, request)
+		if err := env.c.Patch(t.Context(), b, patch); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 5*time.Minute, "verification "+request, func() error {
+			if err := env.c.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+				return err
+			}
+			v := b.Status.Verification
+			if c := meta.FindStatusCondition(b.Status.Conditions, databasev1alpha1.ConditionVerified); v == nil || v.Request != request ||
+				c == nil || c.Status != want {
+				return fmt.Errorf("verification %+v", v)
+			}
+			return nil
+		})
+		testenv.Eventually(t, time.Minute, "the verification pod deleted", func() error {
+			err := env.c.Get(t.Context(), client.ObjectKey{Namespace: b.Namespace, Name: specs.VerifyPodName(b)}, &corev1.Pod{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("still there (%v)", err)
+		})
+		v := b.Status.Verification
+		t.Logf("verification %s: %s in %s, reached %s, %d databases: %s", request, v.Result, v.Duration.Duration, v.ReachedLSN, v.Databases, v.Message)
+		return v
+	}
+	v := verify("healthy", metav1.ConditionTrue)
+	reached, err := contract.LSN(v.ReachedLSN)
+	end, err2 := contract.LSN(b.Status.EndLSN)
+	if err != nil || err2 != nil || reached < end || v.Databases < 2 {
+		t.Errorf("a verification that passed reached %s (backup ends at %s) and checked %d databases", v.ReachedLSN, b.Status.EndLSN, v.Databases)
+	}
+	if err := store.FlipByte(t.Context(), walKey); err != nil {
+		t.Fatal(err)
+	}
+	segment := strings.TrimSuffix(filepath.Base(walKey), ".zst")
+	if v := verify("flipped", metav1.ConditionFalse); v.Result != databasev1alpha1.VerificationFailed || !strings.Contains(v.Message, segment) {
+		t.Errorf("with %s damaged the verification ended %s: %s; want Failed, naming it", segment, v.Result, v.Message)
+	}
 }
