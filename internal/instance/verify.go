@@ -69,8 +69,9 @@ func Verify(ctx context.Context, log Logger) contract.Verification {
 	case err != nil:
 		v.result.Message = err.Error()
 	default:
-		v.result.Message = fmt.Sprintf("base backup %s restored, and the archive replayed to its end at %s (the backup ends at %s); "+
-			"pg_amcheck found no corruption in %d databases", v.backup.ID, v.result.ReachedLSN, v.backup.EndLSN, v.result.Databases)
+		v.result.Message = fmt.Sprintf("base backup %s restored, its files as its backup_manifest lists them, and the archive replayed "+
+			"to its end at %s (the backup ends at %s); pg_amcheck found no corruption in %d databases",
+			v.backup.ID, v.result.ReachedLSN, v.backup.EndLSN, v.result.Databases)
 	}
 	if v.result.Result == contract.VerificationError {
 		v.result.Message = "could not verify: " + v.result.Message
@@ -81,7 +82,8 @@ func Verify(ctx context.Context, log Logger) contract.Verification {
 // verifyConfigFromEnv reads what a restore reads: the store from the
 // RESTORE_ variables, the backup from RESTORE_BACKUP_ID (empty: the
 // latest), the data directory from PGDATA, and PGPORT, which only names
-// the private server's socket (default 5432). The store's secret key
+// the private server's socket (default 5432). RESTORE_TARGET_* are not
+// read: a verification replays the whole archive. The store's secret key
 // leaves the environment, as ConfigFromEnv's do: no child inherits it.
 func verifyConfigFromEnv() (Config, error) {
 	store := storeFromEnv(contract.RestoreStore)
