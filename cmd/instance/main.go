@@ -7,6 +7,13 @@
 //	instance run            prepare the data directory, run PostgreSQL (the database container)
 //	instance backup         take a base backup of this container's server into spec.backup's
 //	                        object store; prints its manifest (JSON)
+//	instance verify         restore a base backup and the archive after it into PGDATA on a
+//	                        server no client reaches, check it (pg_verifybackup, the end of the
+//	                        archive, pg_amcheck), and print the result (contract.Verification, JSON),
+//	                        also to VERIFY_RESULT_FILE; exit 0 Passed, 1 Failed (the backup or
+//	                        archive is damaged), 2 Error (could not verify). Reads RESTORE_* as a
+//	                        restore does (RESTORE_BACKUP_ID empty: the latest), PGDATA, PGPORT
+//	                        (optional: names the socket), TMPDIR (its private directory)
 //	instance wal-push --config FILE PATH       archive_command
 //	instance wal-fetch [--strict] --config FILE NAME DEST
 //	                                           restore_command (exit 1: not archived; 126, which stops
@@ -103,6 +110,11 @@ func main() {
 			os.Exit(1)
 		}
 		_ = json.NewEncoder(os.Stdout).Encode(m)
+	case contract.VerifyCommand:
+		if len(os.Args) != 2 {
+			usage()
+		}
+		instance.ServeMainThread(func() { os.Exit(verify()) })
 	case walPush, walFetch:
 		os.Exit(wal(os.Args[1], os.Args[2:]))
 	case "stage", "upgrade":
@@ -206,6 +218,26 @@ const (
 // failure means "not archived", the end of the archive.
 const recoveryFatal = 126
 
+// verify runs `instance verify` until it ends or SIGTERM, and writes its
+// result to standard output and to VERIFY_RESULT_FILE when set (the
+// container's termination message). A result that cannot be written
+// there is still printed and logged, and the exit code says it.
+func verify() int {
+	log := instance.NewLogger(os.Getenv(contract.EnvPodName))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	v := instance.Verify(ctx, log)
+	out := instance.EncodeVerification(v)
+	_, _ = os.Stdout.Write(out)
+	if file := os.Getenv(contract.EnvVerifyResultFile); file != "" {
+		if err := os.WriteFile(file, out, 0o644); err != nil {
+			log("writing the result to %s: %v", file, err)
+		}
+	}
+	log("verification %s: %s", v.Result, v.Message)
+	return contract.VerificationExitCode[v.Result]
+}
+
 // fenceBridge runs the fence bridge (internal/instance, bridge.go) until
 // its deadline or SIGTERM; it says on BridgeReadyFD when it streams.
 func fenceBridge(args []string) int {
@@ -235,7 +267,7 @@ func fenceBridge(args []string) int {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: instance install DEST | run | backup | "+
+	fmt.Fprintln(os.Stderr, "usage: instance install DEST | run | backup | "+contract.VerifyCommand+" | "+
 		walPush+" --config FILE PATH | "+walFetch+" --config FILE NAME DEST | "+
 		"stage --major N DEST | upgrade --old-major N --new-major M --staged DEST [--copy] | "+
 		"pooler | version | replace --digest HEX | "+instance.BridgeCommand+" --until-mono NS --quorum JSON")

@@ -285,8 +285,20 @@ func (s *Store) unpack(obj io.Reader, m Manifest, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	return untar(tar.NewReader(dec), dir)
+	if err := untar(tar.NewReader(dec), dir); err != nil {
+		return err
+	}
+	// The tar stream ends before the zstd frame does: zstd checks its
+	// checksum, and age the last chunk, only at the very end, so a damaged
+	// object would otherwise restore without a word.
+	if _, err := io.Copy(io.Discard, dec); err != nil {
+		return fmt.Errorf("the base backup archive, after its last file: %w", err)
+	}
+	return nil
 }
+
+// BaseObject is the key of the object that holds base backup m.
+func (s *Store) BaseObject(m Manifest) string { return s.archiveKey(m) }
 
 // openArchive is the compressed tar stream of backup m read from its
 // archive object, decrypted when m is encrypted. The header is read here:

@@ -129,6 +129,18 @@ func (s *Store) fail(what string, err error) error {
 	return fmt.Errorf("object store: %s: %w (%s)", what, err, advice)
 }
 
+// Unavailable tells whether err is the store failing to serve (out of
+// reach, the credentials refused, any S3 error but a missing object)
+// rather than what it served being damaged: it says nothing of the
+// objects.
+func Unavailable(err error) bool {
+	if _, ok := errors.AsType[net.Error](err); ok {
+		return true
+	}
+	resp, ok := errors.AsType[minio.ErrorResponse](err)
+	return ok && resp.Code != "" && resp.Code != minio.NoSuchKey
+}
+
 func (s *Store) key(parts ...string) string {
 	return path.Join(append([]string{s.prefix}, parts...)...)
 }

@@ -296,13 +296,7 @@ func (pg *pgServer) recover(ctx context.Context, store *backup.Store, chosen bac
 	if err := store.Restore(ctx, chosen, scratch); err != nil {
 		return err
 	}
-	if err := os.Chmod(scratch, 0o700); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(scratch, "recovery.signal"), nil, 0o600); err != nil {
-		return err
-	}
-	if err := backup.WriteConfig(c.restoreConfigFile(), c.Restore.Store); err != nil {
+	if err := c.readyForRecovery(scratch); err != nil {
 		return err
 	}
 	// It accepts connections once it has promoted itself.
@@ -321,6 +315,18 @@ func (pg *pgServer) recover(ctx context.Context, store *backup.Store, chosen bac
 	return nil
 }
 
+// readyForRecovery makes the base backup unpacked in dir recover from
+// the store of c.Restore when a server starts on it with recoveryArgs.
+func (c Config) readyForRecovery(dir string) error {
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "recovery.signal"), nil, 0o600); err != nil {
+		return err
+	}
+	return backup.WriteConfig(c.restoreConfigFile(), c.Restore.Store)
+}
+
 // reachedTheEnd: a restore to the end of the archive ends where the
 // archive does, not at a hole in it (backup.Gap). PostgreSQL takes a
 // missing file for the end, and promotes.
@@ -334,8 +340,16 @@ func (c Config) reachedTheEnd(ctx context.Context, store *backup.Store) error {
 		return fmt.Errorf("checking that recovery reached the end of the archive: %w", err)
 	}
 	if missing != "" {
-		return fmt.Errorf("recovery ended after WAL file %s, where the archive lacks %s but holds %s: the archive has a hole, "+
-			"and the restore would lack every write after it", r.LastSegment, missing, next)
+		return &archiveHole{last: r.LastSegment, missing: missing, next: next}
 	}
 	return nil
+}
+
+// archiveHole is where a recovery to the end of the archive ended early:
+// after WAL file last, the archive lacks missing but holds next.
+type archiveHole struct{ last, missing, next string }
+
+func (h *archiveHole) Error() string {
+	return fmt.Sprintf("recovery ended after WAL file %s, where the archive lacks %s but holds %s: the archive has a hole, "+
+		"and the restore would lack every write after it", h.last, h.missing, h.next)
 }
