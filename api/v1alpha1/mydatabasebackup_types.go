@@ -213,6 +213,21 @@ func (s MyDatabaseBackupStatus) Finished() bool {
 	return s.Phase == BackupCompleted || s.Phase == BackupFailed
 }
 
+// NewestCompleted is the Completed backup of the MyDatabase database
+// that stopped last among backups, nil when there is none: the one a
+// verification takes by default.
+func NewestCompleted(backups []MyDatabaseBackup, database string) *MyDatabaseBackup {
+	var newest *MyDatabaseBackup
+	for i := range backups {
+		b := &backups[i]
+		if b.Spec.Database == database && b.Status.Phase == BackupCompleted && b.Status.StoppedAt != nil &&
+			(newest == nil || b.Status.StoppedAt.After(newest.Status.StoppedAt.Time)) {
+			newest = b
+		}
+	}
+	return newest
+}
+
 // LabelScheduledBy on a MyDatabaseBackup names the MyDatabase whose
 // spec.backup.schedule created it.
 const LabelScheduledBy = "database.example.com/scheduled-by"

@@ -525,3 +525,46 @@ func TestTLSLineDuringCARotation(t *testing.T) {
 		t.Errorf("tlsLine = %q", got)
 	}
 }
+
+// TestVerify: verify asks for a verification of the newest completed
+// backup of the MyDatabase, or of the one named, through the annotation;
+// a backup of another database, an unfinished one, or none at all is
+// refused with what to do.
+func TestVerify(t *testing.T) {
+	db := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+		Spec: databasev1alpha1.MyDatabaseSpec{Backup: &databasev1alpha1.BackupSpec{}}}
+	backup := func(name, database string, phase databasev1alpha1.BackupPhase, stopped time.Duration) *databasev1alpha1.MyDatabaseBackup {
+		return &databasev1alpha1.MyDatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+			Spec:   databasev1alpha1.MyDatabaseBackupSpec{Database: database},
+			Status: databasev1alpha1.MyDatabaseBackupStatus{Phase: phase, BackupID: name, StoppedAt: ago(stopped)}}
+	}
+	var out strings.Builder
+	e := &Env{c: fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(db,
+		backup("orders-old", "orders", databasev1alpha1.BackupCompleted, 2*time.Hour),
+		backup("orders-new", "orders", databasev1alpha1.BackupCompleted, time.Hour),
+		backup("orders-failed", "orders", databasev1alpha1.BackupFailed, time.Minute),
+		backup("carts-new", "carts", databasev1alpha1.BackupCompleted, time.Minute)).Build(),
+		namespace: "shop", Stdout: &out, Now: func() time.Time { return now }}
+	asked := func(name string) string {
+		b := &databasev1alpha1.MyDatabaseBackup{}
+		if err := e.c.Get(t.Context(), client.ObjectKey{Namespace: "shop", Name: name}, b); err != nil {
+			t.Fatal(err)
+		}
+		return b.Annotations[databasev1alpha1.AnnotationVerify]
+	}
+	if err := e.verify(t.Context(), "orders", "", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, old := asked("orders-new"), asked("orders-old"); got != "2026-11-30T12:00:00Z" || old != "" {
+		t.Errorf("the newest backup asks for %q and the older one for %q; want the newest alone, at now", got, old)
+	}
+	for backup, want := range map[string]string{"carts-new": `a backup of "carts"`, "orders-failed": "Failed: only a completed backup"} {
+		if err := e.verify(t.Context(), "orders", backup, 0); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--backup %s: %v, want %q", backup, err, want)
+		}
+	}
+	e.c = fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(db).Build()
+	if err := e.verify(t.Context(), "orders", "", 0); err == nil || !strings.Contains(err.Error(), "kubectl mydb backup orders") {
+		t.Errorf("no backup: %v", err)
+	}
+}

@@ -91,6 +91,7 @@ func NewCommand(streams Streams) *cobra.Command {
 		newRotateCACommand(env),
 		newHibernateCommand(env),
 		newBackupCommand(env),
+		newVerifyCommand(env),
 		newPoolerCommand(env),
 		newReportCommand(env),
 	)

@@ -55,7 +55,6 @@ func (r *verifySchedule) reconcile(ctx context.Context, obs *observation) error 
 	state := &verifyState{}
 	obs.verify = state
 	var since time.Time
-	var newest *databasev1alpha1.MyDatabaseBackup
 	for i := range list.Items {
 		b := &list.Items[i]
 		if b.Spec.Database != db.Name {
@@ -72,10 +71,6 @@ func (r *verifySchedule) reconcile(ctx context.Context, obs *observation) error 
 				state.passed = v.FinishedAt
 			}
 		}
-		if b.Status.Phase == databasev1alpha1.BackupCompleted && b.Status.StoppedAt != nil &&
-			(newest == nil || b.Status.StoppedAt.After(newest.Status.StoppedAt.Time)) {
-			newest = b
-		}
 	}
 	v := db.Spec.Backup.Verify
 	if v == nil || v.Suspend || r.mode.followsSource {
@@ -91,6 +86,7 @@ func (r *verifySchedule) reconcile(ctx context.Context, obs *observation) error 
 	due, next := scheduledTimes(sched, since, now)
 	state.next = &metav1.Time{Time: next}
 	obs.recheck(next.Sub(now))
+	newest := databasev1alpha1.NewestCompleted(list.Items, db.Name)
 	if due.IsZero() || newest == nil {
 		return nil
 	}
