@@ -69,6 +69,12 @@ type MajorUpgradeStatus struct {
 	// synchronous quorum's electors could never stand: they have no data).
 	// +optional
 	LeaseTransitions *int32 `json:"leaseTransitions,omitempty"`
+	// timeline is the timeline the upgraded data started on: above every
+	// timeline of the old cluster and of its archive, so that archiving
+	// goes on at the same path (docs/backup.md, "Backups across a major
+	// upgrade").
+	// +optional
+	Timeline int64 `json:"timeline,omitempty"`
 	// startedAt is when it started.
 	StartedAt metav1.Time `json:"startedAt"`
 	// finishedAt is when it succeeded or failed.

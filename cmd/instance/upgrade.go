@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -20,7 +21,8 @@ const terminationLog = "/dev/termination-log"
 // (the old image's init container) and upgrade (the new image's
 // container). The reason of a failure goes to the termination message, for
 // the operator to put in status; the exit code says whether the old data
-// is untouched (internal/contract, UpgradeExit*).
+// is untouched (internal/contract, UpgradeExit*). Success leaves the
+// timeline the upgraded data starts on there instead.
 func upgrade(verb string, args []string) int {
 	flags := flag.NewFlagSet(verb, flag.ContinueOnError)
 	major := flags.String("major", "", "stage: the PostgreSQL major of this image")
@@ -51,7 +53,7 @@ func upgrade(verb string, args []string) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
-	err := instance.Upgrade(ctx, instance.UpgradeConfig{PGData: os.Getenv(contract.EnvPGData),
+	timeline, err := instance.Upgrade(ctx, instance.UpgradeConfig{PGData: os.Getenv(contract.EnvPGData),
 		OldMajor: *oldMajor, NewMajor: *newMajor, Staged: instance.StagedRoot(*staged, *oldMajor),
 		Scratch: os.TempDir(), Copy: *copyMode}, log)
 	if ue := (*instance.UpgradeError)(nil); errors.As(err, &ue) {
@@ -60,6 +62,7 @@ func upgrade(verb string, args []string) int {
 	if err != nil {
 		return fail(err, 1)
 	}
-	log("upgraded from PostgreSQL %s to %s", *oldMajor, *newMajor)
+	log("upgraded from PostgreSQL %s to %s, on timeline %d", *oldMajor, *newMajor, timeline)
+	instance.WriteTerminationMessage(terminationLog, fmt.Sprintf("%s%d", contract.UpgradeTimelinePrefix, timeline))
 	return 0
 }

@@ -35,6 +35,10 @@ type Manifest struct {
 	Size int64 `json:"size"`
 	// Encryption is set when the backup is encrypted (crypt.go).
 	Encryption *ManifestEncryption `json:"encryption,omitempty"`
+	// Major is the PostgreSQL major of the data ("17", from its
+	// PG_VERSION): a backup restores only into a server of that major.
+	// Empty in a manifest written before it was recorded.
+	Major string `json:"major,omitempty"`
 }
 
 // archiveKey is the object that holds backup m's tar stream.
@@ -61,6 +65,13 @@ type walRanges struct {
 		Start    string `json:"Start-LSN"`
 		End      string `json:"End-LSN"`
 	} `json:"WAL-Ranges"`
+}
+
+// streamFacts is what a base backup's tar stream says of it on the way
+// to the store: its WAL range, and the major of its data (PG_VERSION).
+type streamFacts struct {
+	walRanges
+	major string
 }
 
 // Exec starts cmd and returns a function that waits for it to exit,
@@ -126,8 +137,8 @@ func (s *Store) TakeBackup(ctx context.Context, run Exec, conninfo string, now t
 		m.Encryption = &ManifestEncryption{Recipient: s.keys.recipient().String()}
 	}
 	pr, pw := io.Pipe()
-	var ranges walRanges
-	go func() { _ = pw.CloseWithError(s.compressTar(pw, out, &ranges)) }()
+	var facts streamFacts
+	go func() { _ = pw.CloseWithError(s.compressTar(pw, out, &facts)) }()
 	contentType := "application/zstd"
 	if m.Encryption != nil {
 		contentType = "application/octet-stream"
@@ -145,19 +156,19 @@ func (s *Store) TakeBackup(ctx context.Context, run Exec, conninfo string, now t
 	case uploadErr != nil:
 		return m, s.fail("uploading the base backup", uploadErr)
 	}
-	if len(ranges.Ranges) == 0 {
+	if len(facts.Ranges) == 0 {
 		return m, errors.New("the base backup has no backup_manifest with its WAL range")
 	}
-	first, last := ranges.Ranges[0], ranges.Ranges[len(ranges.Ranges)-1]
-	m.Timeline, m.BeginLSN, m.EndLSN, m.Size = first.Timeline, first.Start, last.End, info.Size
+	first, last := facts.Ranges[0], facts.Ranges[len(facts.Ranges)-1]
+	m.Timeline, m.BeginLSN, m.EndLSN, m.Size, m.Major = first.Timeline, first.Start, last.End, info.Size, facts.major
 	m.FinishedAt = time.Now().UTC()
 	return m, s.putJSON(ctx, s.key("base", m.ID, manifestName), m)
 }
 
 // compressTar writes the tar stream tarStream, compressed and, when the
-// store has a key, encrypted, to w, and decodes its backup_manifest into
-// ranges on the way.
-func (s *Store) compressTar(w io.Writer, tarStream io.Reader, ranges *walRanges) error {
+// store has a key, encrypted, to w, and reads what it says of the backup
+// into facts on the way.
+func (s *Store) compressTar(w io.Writer, tarStream io.Reader, facts *streamFacts) error {
 	sink := io.WriteCloser(nopCloser{w})
 	if s.keys != nil {
 		var err error
@@ -169,7 +180,7 @@ func (s *Store) compressTar(w io.Writer, tarStream io.Reader, ranges *walRanges)
 	if err != nil {
 		return err
 	}
-	err = readManifest(io.TeeReader(tarStream, enc), ranges)
+	err = readManifest(io.TeeReader(tarStream, enc), facts)
 	if cerr := enc.Close(); err == nil {
 		err = cerr
 	}
@@ -184,8 +195,8 @@ type nopCloser struct{ io.Writer }
 func (nopCloser) Close() error { return nil }
 
 // readManifest reads a tar stream to its end, decoding backup_manifest
-// into ranges on the way.
-func readManifest(r io.Reader, ranges *walRanges) error {
+// and PG_VERSION into facts on the way.
+func readManifest(r io.Reader, facts *streamFacts) error {
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
@@ -195,10 +206,17 @@ func readManifest(r io.Reader, ranges *walRanges) error {
 		if err != nil {
 			return fmt.Errorf("the base backup's tar stream: %w", err)
 		}
-		if h.Name == "backup_manifest" {
-			if err := json.NewDecoder(tr).Decode(ranges); err != nil {
+		switch h.Name {
+		case "backup_manifest":
+			if err := json.NewDecoder(tr).Decode(&facts.walRanges); err != nil {
 				return fmt.Errorf("backup_manifest: %w", err)
 			}
+		case "PG_VERSION":
+			version, err := io.ReadAll(io.LimitReader(tr, 16))
+			if err != nil {
+				return fmt.Errorf("PG_VERSION: %w", err)
+			}
+			facts.major = strings.TrimSpace(string(version))
 		}
 	}
 	_, err := io.Copy(io.Discard, r) // the end-of-archive padding
@@ -241,12 +259,23 @@ func manifestAt(key string, m Manifest) bool {
 // ErrNoBackup: no base backup fits.
 var ErrNoBackup = errors.New("no base backup fits")
 
-// Choose picks the backup to restore: the one named id, or else the
-// latest that finished before target (any time: the latest).
-func Choose(backups []Manifest, id string, target time.Time) (Manifest, error) {
+// Choose picks the backup to restore into a server of PostgreSQL major
+// (any, when empty): the one named id, or else the latest of that major
+// that finished before target (any time: the latest). A backup of another
+// major does not restore: an upgraded database's archive holds backups of
+// both.
+func Choose(backups []Manifest, id string, target time.Time, major string) (Manifest, error) {
+	fits := func(b Manifest) bool { return major == "" || b.Major == "" || b.Major == major }
+	other := ""
 	for _, b := range slices.Backward(backups) {
-		if (id != "" && b.ID == id) || (id == "" && (target.IsZero() || b.FinishedAt.Before(target))) {
+		switch {
+		case id != "" && b.ID == id && !fits(b):
+			return Manifest{}, fmt.Errorf("%w: backup %s is of PostgreSQL %s, and restores only into a server of that major, not %s",
+				ErrNoBackup, id, b.Major, major)
+		case (id != "" && b.ID == id) || (id == "" && fits(b) && (target.IsZero() || b.FinishedAt.Before(target))):
 			return b, nil
+		case !fits(b) && other == "":
+			other = b.Major
 		}
 	}
 	switch {
@@ -254,6 +283,9 @@ func Choose(backups []Manifest, id string, target time.Time) (Manifest, error) {
 		return Manifest{}, fmt.Errorf("%w: the object store holds no base backup at that bucket and path", ErrNoBackup)
 	case id != "":
 		return Manifest{}, fmt.Errorf("%w: there is no backup %q", ErrNoBackup, id)
+	case other != "":
+		return Manifest{}, fmt.Errorf("%w: none of the %d backups is of PostgreSQL %s and finished before the target (the newest is of %s): "+
+			"a backup restores only into a server of its major", ErrNoBackup, len(backups), major, other)
 	}
 	return Manifest{}, fmt.Errorf("%w: none of the %d backups finished before the target %s", ErrNoBackup, len(backups), target.UTC().Format(time.RFC3339))
 }

@@ -14,21 +14,30 @@ import (
 
 func TestChoose(t *testing.T) {
 	at := func(h int) time.Time { return time.Date(2026, 12, 1, h, 0, 0, 0, time.UTC) }
-	backups := []Manifest{{ID: "a", FinishedAt: at(1)}, {ID: "b", FinishedAt: at(2)}, {ID: "c", FinishedAt: at(3)}}
+	// a: before a major upgrade's time (no major recorded), b of 15, c and
+	// d of 17.
+	backups := []Manifest{{ID: "a", FinishedAt: at(1)}, {ID: "b", FinishedAt: at(2), Major: "15"},
+		{ID: "c", FinishedAt: at(3), Major: "17"}, {ID: "d", FinishedAt: at(4), Major: "17"}}
 	for name, tc := range map[string]struct {
 		id     string
 		target time.Time
+		major  string
 		want   string // "" for ErrNoBackup
 	}{
-		"the latest":                      {"", time.Time{}, "c"},
-		"the latest before the target":    {"", at(2).Add(time.Minute), "b"},
-		"none before the target":          {"", at(1), ""},
-		"by id":                           {"a", time.Time{}, "a"},
-		"an id that does not exist":       {"z", time.Time{}, ""},
-		"by id, whatever the target time": {"c", at(1), "c"},
+		"the latest":                                {"", time.Time{}, "", "d"},
+		"the latest before the target":              {"", at(2).Add(time.Minute), "", "b"},
+		"none before the target":                    {"", at(1), "", ""},
+		"by id":                                     {"a", time.Time{}, "", "a"},
+		"an id that does not exist":                 {"z", time.Time{}, "", ""},
+		"by id, whatever the target time":           {"c", at(1), "", "c"},
+		"the latest of the major":                   {"", time.Time{}, "15", "b"},
+		"one of no recorded major fits any":         {"", at(2), "17", "a"},
+		"none of the major before the target":       {"", at(3), "16", "a"},
+		"by id, of another major":                   {"c", time.Time{}, "15", ""},
+		"the latest of the major before the target": {"", at(4), "17", "c"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, err := Choose(backups, tc.id, tc.target)
+			got, err := Choose(backups, tc.id, tc.target, tc.major)
 			if tc.want == "" {
 				if !errors.Is(err, ErrNoBackup) {
 					t.Fatalf("chose %q (err %v), want ErrNoBackup", got.ID, err)

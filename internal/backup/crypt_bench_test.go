@@ -31,7 +31,7 @@ func BenchmarkCompressTar(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(stream)))
 			for b.Loop() {
-				var ranges walRanges
+				var ranges streamFacts
 				if err := s.compressTar(io.Discard, bytes.NewReader(stream), &ranges); err != nil {
 					b.Fatal(err)
 				}

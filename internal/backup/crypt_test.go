@@ -188,12 +188,12 @@ func TestBaseBackupRoundTrip(t *testing.T) {
 		t.Errorf("archived as %s", got)
 	}
 	var object bytes.Buffer
-	var ranges walRanges
+	var ranges streamFacts
 	if err := s.compressTar(&object, bytes.NewReader(stream), &ranges); err != nil {
 		t.Fatal(err)
 	}
-	if len(ranges.Ranges) != 1 || ranges.Ranges[0].End != "0/2000138" {
-		t.Errorf("WAL ranges %+v", ranges)
+	if len(ranges.Ranges) != 1 || ranges.Ranges[0].End != "0/2000138" || ranges.major != "15" {
+		t.Errorf("WAL ranges %+v, major %q: want 0/2000138 and 15, from the stream", ranges.Ranges, ranges.major)
 	}
 	if bytes.Contains(object.Bytes(), []byte("distinctive")) || bytes.Contains(object.Bytes(), []byte("PG_VERSION")) {
 		t.Error("the encrypted archive holds its content in the clear")

@@ -124,7 +124,7 @@ func FuzzManifests(f *testing.F) {
 		if len(expired) > len(backups) {
 			t.Fatalf("retention deletes %d of %d backups", len(expired), len(backups))
 		}
-		chosen, err := Choose(backups, id, time.Time{})
+		chosen, err := Choose(backups, id, time.Time{}, "")
 		if err != nil {
 			if !errors.Is(err, ErrNoBackup) {
 				t.Fatalf("Choose: %v", err)
@@ -146,10 +146,13 @@ func FuzzBaseBackupStream(f *testing.F) {
 	f.Add(tarOf(f, entry{name: "backup_manifest", body: `{"WAL-Ranges":[{"Timeline":"x"}]}`}))
 	f.Add([]byte("not a tar stream"))
 	f.Fuzz(func(t *testing.T, stream []byte) {
-		var ranges walRanges
-		err := readManifest(bytes.NewReader(stream), &ranges)
-		if err == nil && len(ranges.Ranges) > 0 && !bytes.Contains(stream, []byte("backup_manifest")) {
-			t.Fatalf("WAL ranges %+v from a stream without a backup_manifest", ranges)
+		var facts streamFacts
+		err := readManifest(bytes.NewReader(stream), &facts)
+		if err == nil && len(facts.Ranges) > 0 && !bytes.Contains(stream, []byte("backup_manifest")) {
+			t.Fatalf("WAL ranges %+v from a stream without a backup_manifest", facts.Ranges)
+		}
+		if err == nil && facts.major != "" && !bytes.Contains(stream, []byte("PG_VERSION")) {
+			t.Fatalf("major %q from a stream without a PG_VERSION", facts.major)
 		}
 	})
 }

@@ -217,3 +217,38 @@ func gapAfter(names []string, last string) (missing, next string) {
 	}
 	return "", ""
 }
+
+// NewestTimeline is the highest timeline the archive holds a WAL file of
+// (a segment, a partial segment or a history file); 0 when it holds none.
+// A major upgrade starts the new cluster above it, so that the new
+// cluster's WAL and history files never meet the old one's under one
+// name, and a restore of an old backup to the end of the archive never
+// follows a timeline of the new cluster.
+func (s *Store) NewestTimeline(ctx context.Context) (int64, error) {
+	var newest int64
+	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.key("wal") + "/"}) {
+		if obj.Err != nil {
+			return 0, s.fail("listing the WAL", obj.Err)
+		}
+		if tli := timelineOf(walName(path.Base(obj.Key))); tli > newest {
+			newest = tli
+		}
+	}
+	return newest, nil
+}
+
+// timelineOf is the timeline of a WAL file's name (its first eight
+// hexadecimal digits), 0 for a name that is none.
+func timelineOf(name string) int64 {
+	switch {
+	case len(name) == 16 && strings.HasSuffix(name, ".history"):
+	case len(name) >= 24 && isSegment(name[:24]):
+	default:
+		return 0
+	}
+	tli, err := strconv.ParseUint(name[:8], 16, 32)
+	if err != nil {
+		return 0
+	}
+	return int64(tli)
+}

@@ -61,6 +61,12 @@ const (
 	UpgradeExitPastPointOfNoReturn = 11
 )
 
+// UpgradeTimelinePrefix starts the termination message of an upgrade
+// that succeeded, followed by the timeline the upgraded data starts on
+// ("timeline 5"): above every timeline of the old cluster and of its
+// archive, so that archiving goes on at the same path.
+const UpgradeTimelinePrefix = "timeline "
+
 // The files of the operator's ConfigMap, mounted in the directory
 // EnvConfigDir names.
 const (

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -269,18 +270,22 @@ func (pg *pgServer) restorePrimary(ctx context.Context, scratch string) error {
 }
 
 // chooseBackup opens the object store at cfg and picks the base backup to
-// restore: id, or the latest that finished before the time before (the
-// latest of all when both are zero). An error is reported, as a failed
-// restore is.
+// restore: id, or the latest of this server's major that finished before
+// the time before (the latest of all when both are zero). An error is
+// reported, as a failed restore is.
 func (pg *pgServer) chooseBackup(ctx context.Context, cfg backup.Config, id string, before time.Time) (*backup.Store, backup.Manifest, error) {
 	store, err := backup.Open(cfg)
 	var chosen backup.Manifest
+	var backups []backup.Manifest
+	major := ""
 	if err == nil {
-		var backups []backup.Manifest
+		major, err = pg.serverMajor(ctx)
+	}
+	if err == nil {
 		if backups, err = store.Backups(ctx); err != nil {
 			err = fmt.Errorf("listing the base backups: %w", err)
 		} else {
-			chosen, err = backup.Choose(backups, id, before)
+			chosen, err = backup.Choose(backups, id, before, major)
 		}
 	}
 	if err != nil {
@@ -352,4 +357,29 @@ type archiveHole struct{ last, missing, next string }
 func (h *archiveHole) Error() string {
 	return fmt.Sprintf("recovery ended after WAL file %s, where the archive lacks %s but holds %s: the archive has a hole, "+
 		"and the restore would lack every write after it", h.last, h.missing, h.next)
+}
+
+// serverMajor is the major of this container's PostgreSQL ("17"): a base
+// backup restores only into a server of its own major.
+func (pg *pgServer) serverMajor(ctx context.Context) (string, error) {
+	out, err := pg.procs.run(ctx, nil, "", "postgres", "--version")
+	if err != nil {
+		return "", fmt.Errorf("postgres --version: %w", err)
+	}
+	return majorOfVersion(out)
+}
+
+// majorOfVersion reads the major from what postgres --version prints:
+// "postgres (PostgreSQL) 17.6 (Debian 17.6-1.pgdg120+1)".
+func majorOfVersion(out string) (string, error) {
+	_, version, ok := strings.Cut(out, "(PostgreSQL) ")
+	digits := strings.IndexFunc(version, func(r rune) bool { return r < '0' || r > '9' })
+	if digits < 0 {
+		digits = len(version)
+	}
+	major := version[:digits] // "17" of 17.6, "18" of 18beta1
+	if !ok || major == "" {
+		return "", fmt.Errorf("postgres --version printed %q, which names no version", strings.TrimSpace(out))
+	}
+	return major, nil
 }

@@ -30,3 +30,18 @@ func TestRestoreProgress(t *testing.T) {
 		t.Fatalf("the file arrived: %+v", st)
 	}
 }
+
+func TestMajorOfVersion(t *testing.T) {
+	for out, want := range map[string]string{
+		"postgres (PostgreSQL) 17.6 (Debian 17.6-1.pgdg120+1)\n": "17",
+		"postgres (PostgreSQL) 15.10 (Debian 15.10-0+deb12u1)\n": "15",
+		"postgres (PostgreSQL) 18beta1\n":                        "18",
+		"postgres (PostgreSQL) 16 devel\n":                       "16",
+		"command not found":                                      "",
+	} {
+		got, err := majorOfVersion(out)
+		if got != want || (want == "") != (err != nil) {
+			t.Errorf("majorOfVersion(%q) = %q, %v; want %q", out, got, err, want)
+		}
+	}
+}

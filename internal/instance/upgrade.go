@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"example.com/myoperator/internal/backup"
 	"example.com/myoperator/internal/contract"
 )
 
@@ -58,6 +59,10 @@ type UpgradeConfig struct {
 	// Copy uses pg_upgrade --copy instead of --link: slower, twice the
 	// space, and the old cluster is never touched.
 	Copy bool
+	// Archive is the object store the database archives to
+	// (spec.backup), nil without one: the new cluster's timeline is set
+	// above every timeline it holds (newTimeline).
+	Archive *backup.Config
 }
 
 // UpgradeError is why an upgrade failed, in plain words, and whether the old
@@ -81,14 +86,36 @@ func untouched(format string, args ...any) error {
 	return &UpgradeError{Reason: fmt.Sprintf(format, args...), Untouched: true}
 }
 
-// Upgrade upgrades the data directory from OldMajor to NewMajor.
-func Upgrade(ctx context.Context, uc UpgradeConfig, log Logger) error {
+// Upgrade upgrades the data directory from OldMajor to NewMajor, and
+// returns the timeline the upgraded data is on. The archive, when the
+// database has one, is read from the BACKUP_ variables.
+func Upgrade(ctx context.Context, uc UpgradeConfig, log Logger) (int64, error) {
+	if uc.Archive == nil {
+		uc.Archive = storeFromEnv(contract.BackupStore)
+	}
 	procs := startReaper()
 	defer procs.stop()
 	u := &upgrader{uc: uc, log: log, procs: procs,
 		scratch: uc.PGData + ".upgrade", old: uc.PGData + ".old",
 		oldBin: OldBinDir(uc.Staged, uc.OldMajor)}
-	return u.run(ctx)
+	if err := u.run(ctx); err != nil {
+		return 0, err
+	}
+	return u.timelineOf(ctx, uc.PGData)
+}
+
+// timelineOf is the timeline of the last checkpoint of the new major's
+// cluster at dir.
+func (u *upgrader) timelineOf(ctx context.Context, dir string) (int64, error) {
+	newBin, err := newBinDir()
+	if err != nil {
+		return 0, err
+	}
+	out, err := u.procs.run(ctx, []string{"LC_ALL=C"}, "", filepath.Join(newBin, "pg_controldata"), dir)
+	if err != nil {
+		return 0, fmt.Errorf("pg_controldata %s: %w", dir, err)
+	}
+	return strconv.ParseInt(controlFields(out)["Latest checkpoint's TimeLineID"], 10, 64)
 }
 
 type upgrader struct {
@@ -150,11 +177,15 @@ func (u *upgrader) run(ctx context.Context) error {
 	if err := u.prepare(ctx); err != nil {
 		return err
 	}
-	checksums, err := u.checkStopped(ctx, resumed)
+	control, err := u.checkStopped(ctx, resumed)
 	if err != nil {
 		return err
 	}
-	if err := u.initNew(ctx, checksums); err != nil {
+	timeline, err := u.newTimeline(ctx, control.timeline)
+	if err != nil {
+		return err
+	}
+	if err := u.initNew(ctx, control.checksums); err != nil {
 		return err
 	}
 	u.log("pg_upgrade --check")
@@ -163,9 +194,12 @@ func (u *upgrader) run(ctx context.Context) error {
 	}
 	u.log("pg_upgrade %s", u.mode())
 	out, err := u.pgUpgrade(ctx, u.mode())
+	pastNoReturn := !u.uc.Copy && !exists(uc.PGData+"/global/pg_control")
 	if err != nil {
-		pastNoReturn := !u.uc.Copy && !exists(uc.PGData+"/global/pg_control")
 		return u.failed("pg_upgrade", out, err, !pastNoReturn)
+	}
+	if out, err := u.moveToTimeline(ctx, timeline); err != nil {
+		return u.failed("pg_resetwal", out, err, !pastNoReturn)
 	}
 	for _, leftover := range []string{"delete_old_cluster.sh"} {
 		_ = os.Remove(filepath.Join(filepath.Dir(uc.PGData), leftover))
@@ -208,14 +242,21 @@ func (u *upgrader) prepare(ctx context.Context) error {
 	return nil
 }
 
+// oldControl is what the old cluster's pg_control says the upgrade needs.
+type oldControl struct {
+	checksums bool
+	timeline  int64 // of its last checkpoint: the shutdown's
+}
+
 // checkStopped reads the old cluster's pg_control with the old
 // pg_controldata: it must have been shut down cleanly as a primary (a
 // standby's data, "shut down in recovery", means the primary moved during
-// the shutdown). It returns whether it has data checksums.
-func (u *upgrader) checkStopped(ctx context.Context, resumed bool) (bool, error) {
+// the shutdown). It returns whether it has data checksums, and its
+// timeline.
+func (u *upgrader) checkStopped(ctx context.Context, resumed bool) (oldControl, error) {
 	out, err := u.procs.run(ctx, append([]string{"LC_ALL=C"}, u.env...), "", filepath.Join(u.oldBin, "pg_controldata"), u.uc.PGData)
 	if err != nil {
-		return false, untouched("pg_controldata %s failed: %v", u.uc.PGData, err)
+		return oldControl{}, untouched("pg_controldata %s failed: %v", u.uc.PGData, err)
 	}
 	fields := controlFields(out)
 	if state := fields["Database cluster state"]; state == "in production" && resumed {
@@ -225,14 +266,97 @@ func (u *upgrader) checkStopped(ctx context.Context, resumed bool) (bool, error)
 		u.log("the old cluster is %q after an interrupted run: recovering it in single-user mode", state)
 		if _, err := u.procs.run(ctx, u.env, "", filepath.Join(u.oldBin, "postgres"), "--single", "-D", u.uc.PGData,
 			"-c", "listen_addresses=", "postgres"); err != nil {
-			return false, untouched("recovering the old cluster after an interrupted run failed (%v): see the Job's log", err)
+			return oldControl{}, untouched("recovering the old cluster after an interrupted run failed (%v): see the Job's log", err)
 		}
 		return u.checkStopped(ctx, false)
 	} else if state != "shut down" {
-		return false, untouched("the old server was not shut down cleanly as a primary (pg_controldata says %q): "+
+		return oldControl{}, untouched("the old server was not shut down cleanly as a primary (pg_controldata says %q): "+
 			"pg_upgrade needs a clean shutdown of the primary", state)
 	}
-	return fields["Data page checksum version"] != "0", nil
+	timeline, err := strconv.ParseInt(fields["Latest checkpoint's TimeLineID"], 10, 64)
+	if err != nil {
+		return oldControl{}, untouched("pg_controldata %s gives no timeline of the last checkpoint (%v)", u.uc.PGData, err)
+	}
+	return oldControl{checksums: fields["Data page checksum version"] != "0", timeline: timeline}, nil
+}
+
+// newTimeline is the timeline the upgraded cluster starts on: the one
+// after the old cluster's, and after every timeline the archive holds.
+// pg_upgrade starts the new cluster on timeline 1, its WAL files named
+// after the old one's last; in the same archive path, the new cluster's
+// first promotion would then write a history file the old one may have
+// written under that name (the archive refuses to overwrite it, and
+// archiving stops), and a restore of an old backup to the end of the
+// archive would follow the new cluster's timelines. Above every one of
+// them, neither happens: PostgreSQL looks for a later timeline one number
+// at a time, and the new cluster never writes its first timeline's
+// history file. The archive is read before anything changes, so a store
+// that does not answer leaves the old data untouched.
+func (u *upgrader) newTimeline(ctx context.Context, old int64) (int64, error) {
+	newest := old
+	if u.uc.Archive != nil {
+		store, err := backup.Open(*u.uc.Archive)
+		var archived int64
+		if err == nil {
+			archived, err = store.NewestTimeline(ctx)
+		}
+		if err != nil {
+			return 0, untouched("reading the timelines of the archive at %s/%s, which the upgraded cluster's must follow: %v",
+				u.uc.Archive.Bucket, u.uc.Archive.Path, err)
+		}
+		newest = max(newest, archived)
+	}
+	u.log("the upgraded cluster starts on timeline %d: the old one is on %d, the archive holds up to %d", newest+1, old, newest)
+	return newest + 1, nil
+}
+
+// moveToTimeline puts the new cluster, which pg_upgrade left on timeline
+// 1, on timeline, with pg_resetwal: its WAL continues at the segment
+// after the one it is at, on that timeline. The cluster is shut down
+// cleanly (pg_upgrade's last step), so nothing in its WAL is lost.
+// Its output is returned.
+func (u *upgrader) moveToTimeline(ctx context.Context, timeline int64) (string, error) {
+	newBin, err := newBinDir()
+	if err != nil {
+		return "", err
+	}
+	out, err := u.procs.run(ctx, []string{"LC_ALL=C"}, "", filepath.Join(newBin, "pg_controldata"), u.scratch)
+	if err != nil {
+		return out, err
+	}
+	next, err := walFileOnTimeline(controlFields(out)["Latest checkpoint's REDO WAL file"], timeline)
+	if err != nil {
+		return out, err
+	}
+	u.log("pg_resetwal -l %s: the upgraded cluster's WAL goes on at %s", next, next)
+	if out, err := u.procs.run(ctx, nil, "", filepath.Join(newBin, "pg_resetwal"), "-l", next, u.scratch); err != nil {
+		return out, err
+	}
+	// pg_resetwal leaves wal_level "minimal" in pg_control, with which
+	// the server refuses to start as a standby, as every server of this
+	// operator starts. A start and a clean shutdown in single-user mode
+	// write the real one back, as pg_upgrade's own last start does.
+	return u.procs.run(ctx, nil, "", filepath.Join(newBin, "postgres"), "--single", "-D", u.scratch,
+		"-c", "listen_addresses=", "-c", "wal_level=replica", "postgres")
+}
+
+// walFileOnTimeline is the name of the WAL segment after redo (a segment's
+// name), on timeline.
+func walFileOnTimeline(redo string, timeline int64) (string, error) {
+	if len(redo) != 24 {
+		return "", fmt.Errorf("pg_controldata gives %q as the last checkpoint's WAL file", redo)
+	}
+	log, errLog := strconv.ParseUint(redo[8:16], 16, 32)
+	seg, errSeg := strconv.ParseUint(redo[16:24], 16, 32)
+	if errLog != nil || errSeg != nil {
+		return "", fmt.Errorf("pg_controldata gives %q as the last checkpoint's WAL file", redo)
+	}
+	// 16 MiB segments, 256 to a log file (initdb's default, which the
+	// upgrade keeps).
+	if seg++; seg == 0x100 {
+		log, seg = log+1, 0
+	}
+	return fmt.Sprintf("%08X%08X%08X", timeline, log, seg), nil
 }
 
 func controlFields(out string) map[string]string {

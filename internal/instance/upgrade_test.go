@@ -149,3 +149,20 @@ func TestLibraryPathKeepsOnlyMissingSonames(t *testing.T) {
 		t.Fatalf("linked %v, want only the soname this machine lacks", names)
 	}
 }
+
+func TestWALFileOnTimeline(t *testing.T) {
+	for redo, want := range map[string]string{
+		"00000001000000000000000B": "00000004000000000000000C",
+		"0000000100000002000000FF": "000000040000000300000000",
+		"000000010000000000000000": "000000040000000000000001",
+	} {
+		if got, err := walFileOnTimeline(redo, 4); err != nil || got != want {
+			t.Errorf("walFileOnTimeline(%q, 4) = %q, %v; want %q", redo, got, err, want)
+		}
+	}
+	for _, redo := range []string{"", "0000000100000000000000", "00000001ZZ00000000000000"} {
+		if _, err := walFileOnTimeline(redo, 4); err == nil {
+			t.Errorf("walFileOnTimeline(%q) took it for a WAL file", redo)
+		}
+	}
+}

@@ -144,7 +144,8 @@ func (v *verifier) run(ctx context.Context, log Logger) error {
 // choose opens the store and picks the backup. A backup ID the store does
 // not list is Failed: a restore of it would fail the same way. A store
 // that holds none, asked for the latest, is Error: there is nothing to
-// verify.
+// verify; so is a backup of another major than this image's (taken before
+// a major upgrade), which it cannot restore.
 func (v *verifier) choose(ctx context.Context) error {
 	cfg := v.pg.c.Restore
 	store, err := backup.Open(cfg.Store)
@@ -155,7 +156,15 @@ func (v *verifier) choose(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing the base backups: %w", err)
 	}
-	chosen, err := backup.Choose(backups, cfg.BackupID, time.Time{})
+	major, err := v.pg.serverMajor(ctx)
+	if err != nil {
+		return err
+	}
+	chosen, err := backup.Choose(backups, cfg.BackupID, time.Time{}, "")
+	if err == nil && chosen.Major != "" && chosen.Major != major {
+		return fmt.Errorf("base backup %s is of PostgreSQL %s and this pod runs %s, the MyDatabase's major now: a backup restores "+
+			"only into its own major (it was taken before a major upgrade), so this image cannot verify it", chosen.ID, chosen.Major, major)
+	}
 	if err != nil && cfg.BackupID != "" {
 		return failed("%v at bucket %s, path %s, which lists %d base backups: it was deleted (by retention?) or never finished, "+
 			"or the path is not the database's; a restore of it would fail the same way", err, cfg.Store.Bucket, cfg.Store.Path, len(backups))

@@ -45,7 +45,9 @@ const (
 //     the libraries they need, into an emptyDir (instance stage);
 //   - the NEW image's container upgrades the data (instance upgrade),
 //     leaving the reason of a failure in its termination message and
-//     whether the old data is untouched in its exit code.
+//     whether the old data is untouched in its exit code; with
+//     spec.backup it reads the archive's timelines, which the upgraded
+//     cluster's start above.
 func UpgradeJob(db *databasev1alpha1.MyDatabase, up *databasev1alpha1.MajorUpgradeStatus, p Platform) *batchv1ac.JobApplyConfiguration {
 	from, to := strconv.Itoa(Major(up.From)), strconv.Itoa(Major(up.To))
 	labels := Labels(db, databasev1alpha1.ComponentUpgrade)
@@ -66,6 +68,11 @@ func UpgradeJob(db *databasev1alpha1.MyDatabase, up *databasev1alpha1.MajorUpgra
 		WithVolumeMounts(mounts(volumeMounts(db)...)...).
 		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
 		WithSecurityContext(restrictedContainer())
+	if b := db.Spec.Backup; b != nil {
+		// The archive's timelines, which the upgraded cluster's follow
+		// (internal/instance, newTimeline); its names alone, no key.
+		upgrade.WithEnv(storeEnv(contract.BackupStore, b.ObjectStore, BackupPath(db))...)
+	}
 	if r := resources(db); r != nil {
 		upgrade.WithResources(r)
 	}

@@ -53,6 +53,22 @@ func TestUpgradeJob(t *testing.T) {
 	if c := pod.InitContainers[1].Command; !slices.Equal(c, []string{InstanceManagerPath, "stage", "--major", "15", "/old"}) {
 		t.Errorf("staging command %v", c)
 	}
+	for _, e := range upgrade.Env {
+		if strings.HasPrefix(e.Name, contract.BackupStore) {
+			t.Errorf("without spec.backup the upgrade reads an archive: %s", e.Name)
+		}
+	}
+	d.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: databasev1alpha1.ObjectStore{Endpoint: "https://s3", Bucket: "b", CredentialsSecret: "s3"}}
+	archived := typed[batchv1.Job](t, UpgradeJob(d, up, Platform{InstanceManagerImage: "op:1"})).Spec.Template.Spec.Containers[0].Env
+	found := map[string]bool{}
+	for _, e := range archived {
+		found[e.Name] = e.Value != "" || (e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == "s3")
+	}
+	for _, name := range []string{contract.StoreEndpoint, contract.StoreBucket, contract.StorePath, contract.StoreSecretAccessKey} {
+		if !found[contract.BackupStore+name] {
+			t.Errorf("with spec.backup the upgrade lacks %s%s (the archive's timelines): %v", contract.BackupStore, name, archived)
+		}
+	}
 	var claim string
 	for _, v := range pod.Volumes {
 		if v.PersistentVolumeClaim != nil {

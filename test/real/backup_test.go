@@ -38,28 +38,7 @@ const nodeIP = "10.244.0.1"
 // a new MyDatabase restored with no target (the end of the archive) is
 // Ready and holds every acknowledged row.
 func TestDefaultBackupAndRestoreOnRealPods(t *testing.T) {
-	dir := filepath.Join(env.work, "s3")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	store, err := testenv.StartObjectStoreOn(dir, nodeIP)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := store.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	objectStore := func(ns string) databasev1alpha1.ObjectStore {
-		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "object-store"},
-			Data: map[string][]byte{specs.ObjectStoreAccessKeyIDKey: []byte(store.AccessKeyID),
-				specs.ObjectStoreSecretAccessKeyKey: []byte(store.SecretAccessKey)}}
-		if err := env.c.Create(t.Context(), secret); err != nil {
-			t.Fatal(err)
-		}
-		return databasev1alpha1.ObjectStore{Endpoint: store.Endpoint, Bucket: store.Bucket, CredentialsSecret: secret.Name}
-	}
+	store, objectStore := startStore(t, "s3")
 	newDB := func(ns string, replicas int32) *databasev1alpha1.MyDatabase {
 		return &databasev1alpha1.MyDatabase{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: dbName},
@@ -286,4 +265,56 @@ func backupVerified(t *testing.T, b *databasev1alpha1.MyDatabaseBackup, store *t
 	if v := verify("flipped", metav1.ConditionFalse); v.Result != databasev1alpha1.VerificationFailed || !strings.Contains(v.Message, segment) {
 		t.Errorf("with %s damaged the verification ended %s: %s; want Failed, naming it", segment, v.Result, v.Message)
 	}
+}
+
+// startStore starts an S3 server on the node's bridge, with its data in
+// the suite's directory name, stopped at the end of the test; objectStore
+// gives a namespace the credentials Secret and returns the store.
+func startStore(t *testing.T, name string) (store *testenv.ObjectStore, objectStore func(ns string) databasev1alpha1.ObjectStore) {
+	dir := filepath.Join(env.work, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	store, err := testenv.StartObjectStoreOn(dir, nodeIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := store.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return store, func(ns string) databasev1alpha1.ObjectStore {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "object-store"},
+			Data: map[string][]byte{specs.ObjectStoreAccessKeyIDKey: []byte(store.AccessKeyID),
+				specs.ObjectStoreSecretAccessKeyKey: []byte(store.SecretAccessKey)}}
+		if err := env.c.Create(t.Context(), secret); err != nil {
+			t.Fatal(err)
+		}
+		return databasev1alpha1.ObjectStore{Endpoint: store.Endpoint, Bucket: store.Bucket, CredentialsSecret: secret.Name}
+	}
+}
+
+// takeBackup creates a MyDatabaseBackup name of the MyDatabase of ns on
+// its primary and waits until it is Completed.
+func takeBackup(t *testing.T, ns, name string) *databasev1alpha1.MyDatabaseBackup {
+	t.Helper()
+	b := &databasev1alpha1.MyDatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: databasev1alpha1.MyDatabaseBackupSpec{Database: dbName, Target: databasev1alpha1.BackupTargetPrimary}}
+	if err := env.c.Create(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Minute, "MyDatabaseBackup "+name+" Completed", func() error {
+		if err := env.c.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		if b.Status.Phase == databasev1alpha1.BackupFailed {
+			t.Fatalf("the backup failed: %s", b.Status.Message)
+		}
+		if b.Status.Phase != databasev1alpha1.BackupCompleted {
+			return fmt.Errorf("phase %s: %s", b.Status.Phase, b.Status.Message)
+		}
+		return nil
+	})
+	return b
 }

@@ -3,12 +3,16 @@
 package real
 
 import (
+	"context"
 	"fmt"
 	"net/url"
+	"path"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -28,9 +32,14 @@ import (
 // servers come back on 15 with their data, Stalled with pg_upgrade's
 // reason. Then, the table dropped and the upgrade retried: the rows, a
 // role of the user's and the app's password survive, the server says 17,
-// and the replicas, cloned again, stream on 17.
+// and the replicas, cloned again, stream on 17. The database archives to a
+// real S3 server throughout: archiving goes on after the upgrade, on a
+// timeline above every one the archive held, through a switchover; a
+// backup of 15 taken before and one of 17 taken after each restore into
+// a MyDatabase of their major, from the same path.
 func TestMajorUpgradeOnRealPods(t *testing.T) {
 	ctx := t.Context()
+	store, objectStore := startStore(t, "s3-upgrade")
 	ns := newNamespace(t, "real-upgrade", map[string]string{
 		"pod-security.kubernetes.io/enforce":         "restricted",
 		"pod-security.kubernetes.io/enforce-version": "latest",
@@ -50,6 +59,7 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 			// and the upgraded data moves its WAL there.
 			WALStorage:     &databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
 			DeletionPolicy: databasev1alpha1.DeletionPolicyDelete,
+			Backup:         &databasev1alpha1.BackupSpec{ObjectStore: objectStore(ns)},
 		},
 	}
 	step := func(name string, f func(t *testing.T)) {
@@ -94,6 +104,7 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 		if v := serverVersion(t); v/10000 != 15 {
 			t.Fatalf("server_version_num %d, want 15", v)
 		}
+		takeBackup(t, ns, "on-15")
 	})
 
 	step("the upgrade fails at pg_upgrade --check: Stalled with its reason, back on 15 with the data", func(t *testing.T) {
@@ -234,6 +245,102 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 		}
 		if n := count(t, uri); n != rows {
 			t.Fatalf("%d rows after the resume, want %d", n, rows)
+		}
+	})
+
+	step("backups across the upgrade: the archive goes on above the old timelines, and each major's backup restores", func(t *testing.T) {
+		// The upgraded cluster started on a timeline above the old
+		// cluster's history files (its switchovers), and never writes
+		// that timeline's own: a restore of an old backup stops there.
+		history := func() []int {
+			s3, err := store.Client()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tlis []int
+			for obj := range s3.ListObjects(ctx, store.Bucket, minio.ListObjectsOptions{Prefix: specs.BackupPath(db) + "/wal/"}) {
+				var tli int
+				if _, err := fmt.Sscanf(path.Base(obj.Key), "%08X.history", &tli); err == nil && strings.Contains(obj.Key, ".history") {
+					tlis = append(tlis, tli)
+				}
+			}
+			return tlis
+		}
+		started := getDB(t, ns).Status.MajorUpgrade.Timeline
+		old := 0
+		for _, tli := range history() {
+			if int64(tli) == started {
+				t.Fatalf("the archive holds the history file of timeline %d, which the upgraded cluster started on", tli)
+			}
+			if int64(tli) < started {
+				old = max(old, tli)
+			}
+		}
+		if old < 2 || started != int64(old)+1 {
+			t.Fatalf("status.majorUpgrade.timeline %d; the old cluster's history files go up to %d: want the one after", started, old)
+		}
+		conn := connect(t, uri)
+		if _, err := conn.Exec(ctx, "INSERT INTO items (note) SELECT 'on 17 ' || g FROM generate_series(1, 10) g"); err != nil {
+			t.Fatal(err)
+		}
+		// A switchover writes the upgraded cluster's first history file:
+		// the archive must take it, and go on.
+		patch(t, ns, func(db *databasev1alpha1.MyDatabase) {
+			db.Spec.Switchover = &databasev1alpha1.SwitchoverSpec{To: dbName + "-1", RequestedAt: metav1.Now()}
+		})
+		testenv.Eventually(t, 2*time.Minute, dbName+"-1 the primary", func() error {
+			if db := getDB(t, ns); db.Status.CurrentPrimary != dbName+"-1" || db.Status.ReadyReplicas != 3 {
+				return fmt.Errorf("primary %s, %s ready", db.Status.CurrentPrimary, db.Status.Ready)
+			}
+			return nil
+		})
+		last, err := superuserSQL(ns, dbName+"-1", "SELECT pg_walfile_name(pg_switch_wal())")
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 2*time.Minute, last+" archived after the switchover", func() error {
+			db := getDB(t, ns)
+			st := db.Status.Backup
+			if c := meta.FindStatusCondition(db.Status.Conditions, databasev1alpha1.ConditionContinuousArchiving); c == nil ||
+				c.Status != metav1.ConditionTrue {
+				return fmt.Errorf("ContinuousArchiving %+v", c)
+			}
+			if st == nil || st.LastArchivedWAL < last {
+				return fmt.Errorf("status.backup %+v", st)
+			}
+			return nil
+		})
+		if tlis := history(); slices.Max(tlis) <= int(started) {
+			t.Errorf("after the switchover the archive holds the history files of %v: want one of the upgraded cluster's, above %d", tlis, started)
+		}
+		takeBackup(t, ns, "on-17")
+		for _, tc := range []struct {
+			version string
+			rows    int
+		}{{"15", rows}, {"17", rows + 10}} {
+			rns := newNamespace(t, "real-upgrade-restore-"+tc.version, nil)
+			recovery := objectStore(rns)
+			recovery.Path = specs.BackupPath(db)
+			restored := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: rns, Name: dbName},
+				Spec: databasev1alpha1.MyDatabaseSpec{Version: tc.version, Replicas: ptr.To[int32](1),
+					Storage:   databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
+					Bootstrap: &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: recovery}}}}
+			if err := env.c.Create(ctx, restored); err != nil {
+				t.Fatal(err)
+			}
+			waitReady(t, rns, 1, 4*time.Minute)
+			restoredURI, _ := credentials(t, rns)
+			testenv.Eventually(t, 30*time.Second, "the restore of "+tc.version+" through its rw Service", func() error {
+				c, err := dial(ctx, restoredURI)
+				if err == nil {
+					_ = c.Close(context.Background())
+				}
+				return err
+			})
+			if got := count(t, restoredURI); got != tc.rows {
+				t.Errorf("the restore into %s holds %d rows, want %d", tc.version, got, tc.rows)
+			}
+			deleteAndWait(t, rns)
 		}
 	})
 }

@@ -299,7 +299,11 @@ func (r *majorUpgrade) runUpgradeJob(ctx context.Context, db *databasev1alpha1.M
 	}
 	switch {
 	case jobCondition(job, batchv1.JobComplete):
-		up.Phase = databasev1alpha1.MajorUpgradeRecloning
+		timeline, err := r.upgradedTimeline(ctx, db, job)
+		if err != nil {
+			return err
+		}
+		up.Phase, up.Timeline = databasev1alpha1.MajorUpgradeRecloning, timeline
 		if r.lease != nil {
 			up.LeaseTransitions = ptr.To(ptr.Deref(r.lease.Spec.LeaseTransitions, 0))
 		}
@@ -392,6 +396,25 @@ func (r *majorUpgrade) jobOutcome(ctx context.Context, db *databasev1alpha1.MyDa
 		}
 	}
 	return false, fmt.Sprintf("Job %s failed", job.Name), nil
+}
+
+// upgradedTimeline is the timeline the Job's pod says the upgraded data
+// starts on (its termination message), 0 when none says.
+func (r *majorUpgrade) upgradedTimeline(ctx context.Context, db *databasev1alpha1.MyDatabase, job *batchv1.Job) (int64, error) {
+	pods, err := r.jobPods(ctx, db, job)
+	if err != nil {
+		return 0, err
+	}
+	for i := range pods {
+		for _, cs := range pods[i].Status.ContainerStatuses {
+			if t := cs.State.Terminated; cs.Name == specs.UpgradeContainerName && t != nil && t.ExitCode == 0 {
+				if n, err := strconv.ParseInt(strings.TrimPrefix(strings.TrimSpace(t.Message), contract.UpgradeTimelinePrefix), 10, 64); err == nil {
+					return n, nil
+				}
+			}
+		}
+	}
+	return 0, nil
 }
 
 // failUpgrade ends the upgrade in failure. With the old data untouched the
