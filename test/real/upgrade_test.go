@@ -144,15 +144,7 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 		}
 		// The primary at ordinal 1: the upgrade first hands it back to
 		// ordinal 0, which the StatefulSet stops last.
-		patch(t, ns, func(db *databasev1alpha1.MyDatabase) {
-			db.Spec.Switchover = &databasev1alpha1.SwitchoverSpec{To: dbName + "-1", RequestedAt: metav1.Now()}
-		})
-		testenv.Eventually(t, 2*time.Minute, dbName+"-1 the primary", func() error {
-			if db := getDB(t, ns); db.Status.CurrentPrimary != dbName+"-1" || db.Status.ReadyReplicas != 3 {
-				return fmt.Errorf("primary %s, %s ready", db.Status.CurrentPrimary, db.Status.Ready)
-			}
-			return nil
-		})
+		switchoverTo(t, ns, dbName+"-1", 3)
 		start := time.Now()
 		// Back to 15 calls the failed upgrade off; 17 again starts anew.
 		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Version = "15" })
@@ -285,15 +277,7 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 		}
 		// A switchover writes the upgraded cluster's first history file:
 		// the archive must take it, and go on.
-		patch(t, ns, func(db *databasev1alpha1.MyDatabase) {
-			db.Spec.Switchover = &databasev1alpha1.SwitchoverSpec{To: dbName + "-1", RequestedAt: metav1.Now()}
-		})
-		testenv.Eventually(t, 2*time.Minute, dbName+"-1 the primary", func() error {
-			if db := getDB(t, ns); db.Status.CurrentPrimary != dbName+"-1" || db.Status.ReadyReplicas != 3 {
-				return fmt.Errorf("primary %s, %s ready", db.Status.CurrentPrimary, db.Status.Ready)
-			}
-			return nil
-		})
+		switchoverTo(t, ns, dbName+"-1", 3)
 		last, err := superuserSQL(ns, dbName+"-1", "SELECT pg_walfile_name(pg_switch_wal())")
 		if err != nil {
 			t.Fatal(err)
@@ -342,5 +326,20 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 			}
 			deleteAndWait(t, rns)
 		}
+	})
+}
+
+// switchoverTo asks the MyDatabase of ns for a switchover to pod and
+// waits until pod is the primary, with replicas servers ready.
+func switchoverTo(t *testing.T, ns, pod string, replicas int32) {
+	t.Helper()
+	patch(t, ns, func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Switchover = &databasev1alpha1.SwitchoverSpec{To: pod, RequestedAt: metav1.Now()}
+	})
+	testenv.Eventually(t, 2*time.Minute, pod+" the primary", func() error {
+		if db := getDB(t, ns); db.Status.CurrentPrimary != pod || db.Status.ReadyReplicas != replicas {
+			return fmt.Errorf("primary %s, %s ready", db.Status.CurrentPrimary, db.Status.Ready)
+		}
+		return nil
 	})
 }
