@@ -252,3 +252,17 @@ func timelineOf(name string) int64 {
 	}
 	return int64(tli)
 }
+
+// isSegment is true for the name of a WAL segment: 24 upper-case
+// hexadecimal digits.
+func isSegment(name string) bool {
+	if len(name) != 24 {
+		return false
+	}
+	for _, c := range name {
+		if (c < '0' || c > '9') && (c < 'A' || c > 'F') {
+			return false
+		}
+	}
+	return true
+}

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/minio/minio-go/v7"
@@ -74,60 +73,6 @@ func (s *Store) PushWAL(ctx context.Context, file string) error {
 		return s.fail(keys[0], err)
 	}
 	return nil
-}
-
-// PushWALAhead archives file as PushWAL does and, at the same time, up to
-// ahead WAL segments after it that PostgreSQL has marked ready to archive
-// (archive_status/<name>.ready beside it). PostgreSQL runs
-// archive_command on one file at a time, so one slow upload holds every
-// file behind it; pushed ahead, a file's own call later finds it archived
-// with its content, which costs a read of the file and a request. Only
-// file's error is returned: a file pushed ahead that failed is pushed
-// again by its own call, which reports.
-func (s *Store) PushWALAhead(ctx context.Context, file string, ahead int) error {
-	var wg sync.WaitGroup
-	for _, next := range readyAfter(file, ahead) {
-		wg.Go(func() { _ = s.PushWAL(ctx, next) })
-	}
-	err := s.PushWAL(ctx, file)
-	wg.Wait()
-	return err
-}
-
-// readyAfter lists up to n WAL segments after file's that are ready to
-// archive, in order, by their path beside it. History, backup history and
-// partial files are never pushed ahead.
-func readyAfter(file string, n int) []string {
-	dir, name := filepath.Split(file)
-	entries, err := os.ReadDir(filepath.Join(dir, "archive_status"))
-	if err != nil || n <= 0 {
-		return nil
-	}
-	var out []string
-	for _, e := range entries { // sorted by name: by position in the WAL
-		seg, ok := strings.CutSuffix(e.Name(), ".ready")
-		if !ok || seg <= name || !isSegment(seg) {
-			continue
-		}
-		if out = append(out, filepath.Join(dir, seg)); len(out) == n {
-			break
-		}
-	}
-	return out
-}
-
-// isSegment is true for the name of a WAL segment: 24 upper-case
-// hexadecimal digits.
-func isSegment(name string) bool {
-	if len(name) != 24 {
-		return false
-	}
-	for _, c := range name {
-		if (c < '0' || c > '9') && (c < 'A' || c > 'F') {
-			return false
-		}
-	}
-	return true
 }
 
 // sealWAL is the object of a WAL file's content: compressed, then
