@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -180,6 +182,14 @@ type BackupVerification struct {
 	// message says what the verification does, or what it found.
 	// +optional
 	Message string `json:"message,omitempty"`
+}
+
+// Took is how long the verification took, 0 before it ended.
+func (v *BackupVerification) Took() time.Duration {
+	if v == nil || v.Duration == nil {
+		return 0
+	}
+	return v.Duration.Duration
 }
 
 // Finished is true once the verification has a result.

@@ -75,7 +75,7 @@ func (e *Env) verify(ctx context.Context, name, backup string, waitFor time.Dura
 		}
 		return fmt.Errorf("the verification of %s has not ended after %s: %s (%w)", b.Name, waitFor, says, err)
 	}
-	e.printf(e.Stdout, "%s in %s: %s\n", v.Result, v.Duration.Duration, v.Message)
+	e.printf(e.Stdout, "%s in %s: %s\n", v.Result, v.Took(), v.Message)
 	if v.Result != databasev1alpha1.VerificationPassed {
 		return errors.New("the verification did not pass")
 	}

@@ -249,7 +249,7 @@ func backupVerified(t *testing.T, b *databasev1alpha1.MyDatabaseBackup, store *t
 			return fmt.Errorf("still there (%v)", err)
 		})
 		v := b.Status.Verification
-		t.Logf("verification %s: %s in %s, reached %s, %d databases: %s", request, v.Result, v.Duration.Duration, v.ReachedLSN, v.Databases, v.Message)
+		t.Logf("verification %s: %s in %s, reached %s, %d databases: %s", request, v.Result, v.Took(), v.ReachedLSN, v.Databases, v.Message)
 		return v
 	}
 	v := verify("healthy", metav1.ConditionTrue)

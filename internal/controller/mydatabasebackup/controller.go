@@ -295,7 +295,7 @@ func (r *Reconciler) recordVerified(b *databasev1alpha1.MyDatabaseBackup) {
 	v := b.Status.Verification
 	if v.Result == databasev1alpha1.VerificationPassed {
 		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, databasev1alpha1.ReasonVerificationPassed, "Verify",
-			"Backup %s restored to %s in %s: %s", b.Status.BackupID, v.ReachedLSN, v.Duration.Duration, v.Message)
+			"Backup %s restored to %s in %s: %s", b.Status.BackupID, v.ReachedLSN, v.Took(), v.Message)
 		return
 	}
 	r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "Verification"+string(v.Result), "Verify", "%s", v.Message)
