@@ -46,6 +46,7 @@ type BackupVerify struct {
 	Cron string `json:"cron"`
 
 	// suspend stops new scheduled verifications; one under way finishes.
+	// A hibernated MyDatabase has none either.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
 }

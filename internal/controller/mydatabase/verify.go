@@ -73,8 +73,10 @@ func (r *verifySchedule) reconcile(ctx context.Context, obs *observation) error 
 		}
 	}
 	v := db.Spec.Backup.Verify
-	if v == nil || v.Suspend || r.mode.followsSource {
-		return nil // a replica's backups are its source's
+	if v == nil || v.Suspend || r.mode.followsSource || r.mode.hibernate {
+		// A replica's backups are its source's; a hibernated database
+		// writes nothing, and its newest backup was verified before.
+		return nil
 	}
 	sched, err := cron.ParseStandard(v.Cron)
 	if err != nil {

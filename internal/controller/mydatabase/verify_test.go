@@ -29,8 +29,8 @@ func TestVerifySchedule(t *testing.T) {
 		}
 		return nil
 	})
-	older := completedBackup(t, ns, "ver-1", -2*time.Hour)
-	newest := completedBackup(t, ns, "ver-2", -time.Hour)
+	older := completedBackup(t, ns, "ver", "ver-1", -2*time.Hour)
+	newest := completedBackup(t, ns, "ver", "ver-2", -time.Hour)
 	const due = "2026-01-01T05:00:00Z"
 	eventually(t, "a verification of the newest backup", func() error {
 		if err := get(ns, newest.Name, newest); err != nil {
@@ -58,14 +58,26 @@ func TestVerifySchedule(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A hibernated MyDatabase's schedule asks for none.
+	hib := create(t, newDB(ns, "hib", withBackupSecretless, func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Backup.Verify = &databasev1alpha1.BackupVerify{Cron: "0 5 * * *"}
+		db.Spec.Hibernate = true
+	}))
+	asleep := completedBackup(t, ns, "hib", "hib-1", -time.Hour)
+	waitFor(t, hib, "Hibernated", phaseIs(databasev1alpha1.PhaseHibernated))
+	time.Sleep(2 * time.Second)
+	if err := get(ns, asleep.Name, asleep); err != nil || asleep.Annotations[databasev1alpha1.AnnotationVerify] != "" {
+		t.Errorf("a hibernated MyDatabase's schedule asks for a verification: %v (%v)", asleep.Annotations, err)
+	}
 }
 
-// completedBackup plays the MyDatabaseBackup controller: a backup of "ver"
-// that completed at testNow plus ago.
-func completedBackup(t *testing.T, ns, name string, ago time.Duration) *databasev1alpha1.MyDatabaseBackup {
+// completedBackup plays the MyDatabaseBackup controller: a backup of
+// database that completed at testNow plus ago.
+func completedBackup(t *testing.T, ns, database, name string, ago time.Duration) *databasev1alpha1.MyDatabaseBackup {
 	t.Helper()
 	b := &databasev1alpha1.MyDatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: databasev1alpha1.MyDatabaseBackupSpec{Database: "ver"}}
+		Spec: databasev1alpha1.MyDatabaseBackupSpec{Database: database}}
 	if err := k8s.Create(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
