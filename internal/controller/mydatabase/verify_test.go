@@ -29,8 +29,12 @@ func TestVerifySchedule(t *testing.T) {
 		}
 		return nil
 	})
-	older := completedBackup(t, ns, "ver", "ver-1", -2*time.Hour)
+	// The newest completes first: a pass between the two completions
+	// asks for the newest completed then, once for the time due, and a
+	// later one for nothing more (CI saw the older one asked for when it
+	// completed first, and the newest, after it, never).
 	newest := completedBackup(t, ns, "ver", "ver-2", -time.Hour)
+	older := completedBackup(t, ns, "ver", "ver-1", -2*time.Hour)
 	const due = "2026-01-01T05:00:00Z"
 	eventually(t, "a verification of the newest backup", func() error {
 		if err := get(ns, newest.Name, newest); err != nil {
