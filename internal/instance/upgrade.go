@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -306,7 +307,23 @@ func (u *upgrader) newTimeline(ctx context.Context, old int64) (int64, error) {
 		}
 		newest = max(newest, archived)
 	}
-	u.log("the upgraded cluster starts on timeline %d: the old one is on %d, the archive holds up to %d", newest+1, old, newest)
+	next, err := timelineAfter(newest)
+	if err != nil {
+		return 0, untouched("%v: the upgraded cluster's timeline must be above it; remove the object that names it, "+
+			"or give spec.backup.objectStore.path a new value", err)
+	}
+	u.log("the upgraded cluster starts on timeline %d: the old one is on %d, the archive holds up to %d", next, old, newest)
+	return next, nil
+}
+
+// timelineAfter is the timeline after newest. PostgreSQL's timelines are
+// 32 bits, and pg_resetwal would refuse the one after the last, past the
+// point of no return: checked here, before anything changes. An archive
+// someone else can write could name that one.
+func timelineAfter(newest int64) (int64, error) {
+	if newest >= math.MaxUint32 {
+		return 0, fmt.Errorf("the newest timeline of the old cluster and its archive is %d (%08X), the last PostgreSQL has", newest, newest)
+	}
 	return newest + 1, nil
 }
 

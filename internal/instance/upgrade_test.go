@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,5 +165,16 @@ func TestWALFileOnTimeline(t *testing.T) {
 		if _, err := walFileOnTimeline(redo, 4); err == nil {
 			t.Errorf("walFileOnTimeline(%q) took it for a WAL file", redo)
 		}
+	}
+}
+
+func TestTimelineAfter(t *testing.T) {
+	for newest, want := range map[int64]int64{1: 2, 4: 5, math.MaxUint32 - 1: math.MaxUint32} {
+		if got, err := timelineAfter(newest); err != nil || got != want {
+			t.Errorf("timelineAfter(%d) = %d, %v; want %d", newest, got, err, want)
+		}
+	}
+	if got, err := timelineAfter(math.MaxUint32); err == nil {
+		t.Errorf("timelineAfter(FFFFFFFF) = %d: a timeline PostgreSQL cannot have", got)
 	}
 }
