@@ -54,13 +54,16 @@ func (r *verifySchedule) reconcile(ctx context.Context, obs *observation) error 
 	}
 	state := &verifyState{}
 	obs.verify = state
+	now := r.Clock.Now()
+	// The last time the schedule asked for, or a person did with a time;
+	// never one still to come, which would hold the schedule until then.
 	var since time.Time
 	for i := range list.Items {
 		b := &list.Items[i]
 		if b.Spec.Database != db.Name {
 			continue
 		}
-		if t, err := time.Parse(time.RFC3339, b.Annotations[databasev1alpha1.AnnotationVerify]); err == nil && t.After(since) {
+		if t, err := time.Parse(time.RFC3339, b.Annotations[databasev1alpha1.AnnotationVerify]); err == nil && t.After(since) && !t.After(now) {
 			since = t
 		}
 		if v := b.Status.Verification; v.Finished() && v.FinishedAt != nil {
@@ -84,7 +87,6 @@ func (r *verifySchedule) reconcile(ctx context.Context, obs *observation) error 
 			Message: fmt.Sprintf("spec.backup.verify.cron %q does not parse: %v", v.Cron, err)}
 		return nil
 	}
-	now := r.Clock.Now()
 	due, next := scheduledTimes(sched, since, now)
 	state.next = &metav1.Time{Time: next}
 	obs.recheck(next.Sub(now))

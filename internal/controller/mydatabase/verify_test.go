@@ -63,6 +63,22 @@ func TestVerifySchedule(t *testing.T) {
 		return nil
 	})
 
+	// A time still to come in a request (a person's typo) does not hold
+	// the schedule until then.
+	create(t, newDB(ns, "fut", withBackupSecretless, func(db *databasev1alpha1.MyDatabase) {
+		db.Spec.Backup.Verify = &databasev1alpha1.BackupVerify{Cron: "0 5 * * *"}
+	}))
+	typo := completedBackup(t, ns, "fut", "fut-1", -time.Hour, "2099-01-01T05:00:00Z")
+	eventually(t, "the schedule's request over the one of 2099", func() error {
+		if err := get(ns, typo.Name, typo); err != nil {
+			return err
+		}
+		if got := typo.Annotations[databasev1alpha1.AnnotationVerify]; got != due {
+			return fmt.Errorf("%s asks for %q", typo.Name, got)
+		}
+		return nil
+	})
+
 	// A hibernated MyDatabase's schedule asks for none.
 	hib := create(t, newDB(ns, "hib", withBackupSecretless, func(db *databasev1alpha1.MyDatabase) {
 		db.Spec.Backup.Verify = &databasev1alpha1.BackupVerify{Cron: "0 5 * * *"}
@@ -77,11 +93,15 @@ func TestVerifySchedule(t *testing.T) {
 }
 
 // completedBackup plays the MyDatabaseBackup controller: a backup of
-// database that completed at testNow plus ago.
-func completedBackup(t *testing.T, ns, database, name string, ago time.Duration) *databasev1alpha1.MyDatabaseBackup {
+// database that completed at testNow plus ago, made with a verification
+// request when one is given.
+func completedBackup(t *testing.T, ns, database, name string, ago time.Duration, request ...string) *databasev1alpha1.MyDatabaseBackup {
 	t.Helper()
 	b := &databasev1alpha1.MyDatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: databasev1alpha1.MyDatabaseBackupSpec{Database: database}}
+	for _, r := range request {
+		metav1.SetMetaDataAnnotation(&b.ObjectMeta, databasev1alpha1.AnnotationVerify, r)
+	}
 	if err := k8s.Create(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
