@@ -278,10 +278,14 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 		// A switchover writes the upgraded cluster's first history file:
 		// the archive must take it, and go on.
 		switchoverTo(t, ns, dbName+"-1", 3)
-		last, err := superuserSQL(ns, dbName+"-1", "SELECT pg_walfile_name(pg_switch_wal())")
-		if err != nil {
-			t.Fatal(err)
-		}
+		// The Lease changes hands before the new primary has promoted:
+		// until then it is still in recovery (CI saw it once).
+		var last string
+		testenv.Eventually(t, 30*time.Second, dbName+"-1 out of recovery, its WAL file switched", func() error {
+			var err error
+			last, err = superuserSQL(ns, dbName+"-1", "SELECT pg_walfile_name(pg_switch_wal())")
+			return err
+		})
 		testenv.Eventually(t, 2*time.Minute, last+" archived after the switchover", func() error {
 			db := getDB(t, ns)
 			st := db.Status.Backup
