@@ -300,6 +300,12 @@ test-real: helm ## Run the life cycle on real pods (test/real) on a one-node clu
 	@PATH="$$(hack/k8s-binaries.sh --node):$$PATH" HELM="$(HELM)" go test -tags real ./test/real/ -v -count=1 -timeout $(REAL_TIMEOUT)
 	@echo "Measured (bin/real/results.txt):"; cat bin/real/results.txt
 
+.PHONY: bench-incremental
+bench-incremental: helm ## Incremental base backups on PostgreSQL 17 against full ones, on real pods and a real S3 server (test/real TestIncrementalBackupFigures, pgbench scale 54, about 1 GiB): sizes, times, and restores from a full backup and from a chain; prints the table docs/benchmarks.md quotes.
+	@hack/node-parts.sh >/dev/null
+	@hack/s3.sh >/dev/null
+	@REAL_INCREMENTAL_SCALE=$${REAL_INCREMENTAL_SCALE:-54} PATH="$$(hack/k8s-binaries.sh --node):$$PATH" HELM="$(HELM)" go test -tags real ./test/real/ -run '^TestIncrementalBackupFigures$$' -v -count=1 -timeout 60m
+
 .PHONY: test-real-ca-rotation
 test-real-ca-rotation: helm ## A rotation of the operator's CA on real pods under writes through the rw Service and a pooler (test/real TestCARotationOnRealPods; not in test-all: each phase lasts at least the kubelet's Secret sync bound, 2 minutes).
 	@hack/node-parts.sh >/dev/null

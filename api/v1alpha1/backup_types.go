@@ -31,6 +31,27 @@ type BackupSpec struct {
 	// "Verified backups"). Off without it.
 	// +optional
 	Verify *BackupVerify `json:"verify,omitempty"`
+
+	// incremental makes base backups incremental on PostgreSQL 17 or
+	// later (pg_basebackup --incremental): each holds only the blocks
+	// changed since the backup before it, and a restore combines the
+	// chain with pg_combinebackup (docs/backup.md, "Incremental
+	// backups"). PostgreSQL 15 and 16 keep taking full backups, and each
+	// backup's status says why it is full. Without it every backup is
+	// full. Setting or changing it restarts the servers, one at a time.
+	// +optional
+	Incremental *IncrementalBackups `json:"incremental,omitempty"`
+}
+
+// IncrementalBackups is how long a chain of incremental backups grows.
+type IncrementalBackups struct {
+	// fullEvery is how many backups a chain holds: a full backup, then
+	// fullEvery-1 incremental ones on top of each other. A restore reads
+	// and unpacks the whole chain, so it needs room for the chain beside
+	// the data; retention keeps every backup a kept one builds on.
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=100
+	FullEvery int32 `json:"fullEvery"`
 }
 
 // BackupVerify is when backups are proven by a restore.

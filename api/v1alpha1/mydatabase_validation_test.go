@@ -176,6 +176,8 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 			"bucket": "backups", "credentialsSecret": "s3"}, "verify": map[string]any{"cron": "0 5 * *"}}}, "verify.cron is five fields"},
 		"a verification without a cron": {map[string]any{"backup": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
 			"bucket": "backups", "credentialsSecret": "s3"}, "verify": map[string]any{}}}, "spec.backup.verify.cron: Required value"},
+		"a chain of one backup": {map[string]any{"backup": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
+			"bucket": "backups", "credentialsSecret": "s3"}, "incremental": map[string]any{"fullEvery": int64(1)}}}, "spec.backup.incremental.fullEvery: Invalid value: 1"},
 		"retention without a rule": {map[string]any{"backup": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",
 			"bucket": "backups", "credentialsSecret": "s3"}, "retention": map[string]any{}}}, "retention takes recoveryWindow, keep, or both"},
 		"a recovery window in weeks": {map[string]any{"backup": map[string]any{"objectStore": map[string]any{"endpoint": "https://s3.example.com",

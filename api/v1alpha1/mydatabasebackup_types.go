@@ -36,6 +36,19 @@ type MyDatabaseBackupSpec struct {
 	Target BackupTarget `json:"target,omitempty"`
 }
 
+// BackupType is whether a base backup holds all the data or what changed
+// since its parent.
+// +kubebuilder:validation:Enum=Full;Incremental
+type BackupType string
+
+const (
+	// BackupFull holds all the data.
+	BackupFull BackupType = "Full"
+	// BackupIncremental holds what changed since its parent
+	// (PostgreSQL 17 or later).
+	BackupIncremental BackupType = "Incremental"
+)
+
 // BackupPhase is where a MyDatabaseBackup stands.
 // +kubebuilder:validation:Enum=Pending;Running;Completed;Failed
 type BackupPhase string
@@ -95,6 +108,15 @@ type MyDatabaseBackupStatus struct {
 	// spec.bootstrap.recovery.backupID takes.
 	// +optional
 	BackupID string `json:"backupID,omitempty"`
+
+	// type is Full or Incremental (spec.backup.incremental). An
+	// incremental backup builds on parentBackupID, and restores only
+	// while the store holds every backup of its chain. A full backup
+	// taken while incremental backups are on says why in message.
+	// +optional
+	Type BackupType `json:"type,omitempty"`
+	// +optional
+	ParentBackupID string `json:"parentBackupID,omitempty"`
 
 	// startedAt and stoppedAt: when the backup began and ended.
 	// +optional
@@ -250,6 +272,7 @@ const LabelScheduledBy = "database.example.com/scheduled-by"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Instance",type=string,JSONPath=`.status.instance`
 // +kubebuilder:printcolumn:name="Backup",type=string,JSONPath=`.status.backupID`
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.status.type`
 // +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.size`,priority=1
 // +kubebuilder:printcolumn:name="Verified",type=string,JSONPath=`.status.verification.result`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

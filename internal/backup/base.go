@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +38,15 @@ type Manifest struct {
 	// PG_VERSION): a backup restores only into a server of that major.
 	// Empty in a manifest written before it was recorded.
 	Major string `json:"major,omitempty"`
+	// Parent is the backup an incremental backup builds on (PostgreSQL
+	// 17's pg_basebackup --incremental): it holds only the blocks that
+	// changed since, and restores only with every backup of its chain
+	// (Chain). Empty for a full backup.
+	Parent string `json:"parent,omitempty"`
+	// PGManifest: the store holds PostgreSQL's backup_manifest of the
+	// backup beside it (pgManifestKey), which an incremental backup on top
+	// of it hands to pg_basebackup.
+	PGManifest bool `json:"pgManifest,omitempty"`
 }
 
 // archiveKey is the object that holds backup m's tar stream.
@@ -68,11 +76,18 @@ type walRanges struct {
 }
 
 // streamFacts is what a base backup's tar stream says of it on the way
-// to the store: its WAL range, and the major of its data (PG_VERSION).
+// to the store: its WAL range, the major of its data (PG_VERSION), and
+// its backup_manifest, kept when it is at most maxPGManifest bytes.
 type streamFacts struct {
 	walRanges
-	major string
+	major      string
+	pgManifest []byte
 }
+
+// maxPGManifest bounds the memory a backup_manifest takes on its way to
+// the store: about 300,000 files. A backup with a larger one keeps none,
+// and the next backup is full.
+const maxPGManifest = 64 << 20
 
 // Exec starts cmd and returns a function that waits for it to exit,
 // ending it when ctx ends first. PlainExec is exec.Cmd's own; a process
@@ -96,14 +111,29 @@ func PlainExec(ctx context.Context, cmd *exec.Cmd) (func() error, error) {
 // TakeBackup takes a base backup of the server conninfo reaches with
 // pg_basebackup (a replication connection; the WAL comes from the
 // archive, which pg_basebackup waits for on a primary) and streams it,
-// compressed, into the store. The manifest is written last: a backup cut
-// short leaves no manifest and is never restored from.
-func (s *Store) TakeBackup(ctx context.Context, run Exec, conninfo string, now time.Time) (Manifest, error) {
+// compressed, into the store: a full backup, or with parent an
+// incremental one on top of it (NextParent). The manifest is written
+// last: a backup cut short leaves no manifest and is never restored from.
+// An incremental backup the server refuses, or whose parent's
+// backup_manifest cannot be read, fails with ErrIncrementalRefused,
+// leaving nothing in the store.
+func (s *Store) TakeBackup(ctx context.Context, run Exec, conninfo string, now time.Time, parent *Manifest) (Manifest, error) {
 	m := Manifest{ID: now.UTC().Format("20060102T150405Z"), StartedAt: now.UTC()}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cmd := exec.Command("pg_basebackup", "--dbname="+conninfo, "--pgdata=-", "--format=tar",
 		"--wal-method=none", "--checkpoint=fast", "--label=mydatabase backup "+m.ID)
+	if parent != nil {
+		file, err := s.fetchPGManifest(ctx, *parent)
+		if err != nil {
+			// Gone, or no longer to be decrypted: the next full backup
+			// starts a new chain. (A store out of reach fails that one.)
+			return m, fmt.Errorf("%w: reading the backup_manifest of backup %s: %w", ErrIncrementalRefused, parent.ID, err)
+		}
+		defer func() { _ = os.Remove(file) }()
+		cmd.Args = append(cmd.Args, "--incremental="+file)
+		m.Parent = parent.ID
+	}
 	// Our own pipes: exec.Cmd's would be closed only by its Wait, which a
 	// reaping Exec does not call.
 	out, w, err := os.Pipe()
@@ -150,7 +180,13 @@ func (s *Store) TakeBackup(ctx context.Context, run Exec, conninfo string, now t
 		_ = pr.CloseWithError(uploadErr)
 	}
 	waitErr := wait()
+	if waitErr != nil || uploadErr != nil {
+		// What reached the store is cut short, and no manifest names it.
+		_ = s.client.RemoveObject(context.WithoutCancel(ctx), s.bucket, s.archiveKey(m), minio.RemoveObjectOptions{})
+	}
 	switch {
+	case waitErr != nil && parent != nil && uploadErr == nil && len(facts.Ranges) == 0:
+		return m, fmt.Errorf("%w: pg_basebackup --incremental on backup %s: %w: %s", ErrIncrementalRefused, parent.ID, waitErr, <-stderr)
 	case waitErr != nil:
 		return m, fmt.Errorf("pg_basebackup: %w: %s", waitErr, <-stderr)
 	case uploadErr != nil:
@@ -161,6 +197,12 @@ func (s *Store) TakeBackup(ctx context.Context, run Exec, conninfo string, now t
 	}
 	first, last := facts.Ranges[0], facts.Ranges[len(facts.Ranges)-1]
 	m.Timeline, m.BeginLSN, m.EndLSN, m.Size, m.Major = first.Timeline, first.Start, last.End, info.Size, facts.major
+	if facts.pgManifest != nil {
+		if err := s.putPGManifest(ctx, m, facts.pgManifest); err != nil {
+			return m, err
+		}
+		m.PGManifest = true
+	}
 	m.FinishedAt = time.Now().UTC()
 	return m, s.putJSON(ctx, s.key("base", m.ID, manifestName), m)
 }
@@ -208,7 +250,7 @@ func readManifest(r io.Reader, facts *streamFacts) error {
 		}
 		switch h.Name {
 		case "backup_manifest":
-			if err := json.NewDecoder(tr).Decode(&facts.walRanges); err != nil {
+			if err := facts.readPGManifest(tr); err != nil {
 				return fmt.Errorf("backup_manifest: %w", err)
 			}
 		case "PG_VERSION":
@@ -290,9 +332,25 @@ func Choose(backups []Manifest, id string, target time.Time, major string) (Mani
 	return Manifest{}, fmt.Errorf("%w: none of the %d backups finished before the target %s", ErrNoBackup, len(backups), target.UTC().Format(time.RFC3339))
 }
 
-// Restore unpacks base backup m into dir, which must be empty or absent,
-// without the files that must not survive a restore (leftOut).
-func (s *Store) Restore(ctx context.Context, m Manifest, dir string) error {
+// Restore writes the data of the last backup of chain (Chain: a full
+// backup, then each incremental on top of it) into dir, which must be
+// empty or absent, without the files that must not survive a restore
+// (leftOut). A full backup is unpacked into dir. A chain is unpacked
+// beside dir (dir + ".chain"), check (when not nil) runs on each backup
+// unpacked, and pg_combinebackup (run with run) writes dir from them: a
+// restore of a chain needs room for the chain and for the result.
+func (s *Store) Restore(ctx context.Context, run Exec, chain []Manifest, dir string, check func(m Manifest, dir string) error) error {
+	switch len(chain) {
+	case 0:
+		return errors.New("Restore: no backup")
+	case 1:
+		return s.unpackObject(ctx, chain[0], dir)
+	}
+	return s.restoreChain(ctx, run, chain, dir, check)
+}
+
+// unpackObject unpacks base backup m from the store into dir.
+func (s *Store) unpackObject(ctx context.Context, m Manifest, dir string) error {
 	key := s.archiveKey(m)
 	obj, err := s.client.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 )
 
 // The encryption of WAL files and base backups, through the functions the
-// store's reads and writes go through (sealWAL and openWAL, compressTar
+// store's reads and writes go through (seal and openSealed, compressTar
 // and openArchive), without an object store: test/postgres runs them
 // against a real one (TestEncryptedBackups).
 
@@ -58,7 +58,7 @@ func storeWith(t *testing.T, secret string, ids ...*age.X25519Identity) *Store {
 // walContent: the object's key, body and recipient metadata.
 func pushWAL(t *testing.T, s *Store) (key string, body []byte, recipient string) {
 	t.Helper()
-	body, opts, err := s.sealWAL(walContent)
+	body, opts, err := s.seal(walContent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func pushWAL(t *testing.T, s *Store) (key string, body []byte, recipient string)
 
 // fetchWAL is what FetchWAL reads of segment from the object key.
 func fetchWAL(s *Store, key string, body []byte, recipient string) ([]byte, error) {
-	compressed, err := s.openWAL(bytes.NewReader(body), segment, key, recipient)
+	compressed, err := s.openSealed(bytes.NewReader(body), "WAL file "+segment, key, recipient)
 	if err != nil {
 		return nil, err
 	}

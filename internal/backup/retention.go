@@ -38,7 +38,8 @@ func ParseWindow(s string) (time.Duration, error) {
 }
 
 // Expired is what retention r deletes from backups (oldest first, as
-// Backups lists them) at now: the backups no rule keeps, oldest first.
+// Backups lists them) at now: the backups no rule keeps, and that no kept
+// incremental backup builds on, oldest first.
 func (r Retention) Expired(backups []Manifest, now time.Time) []Manifest {
 	if len(backups) == 0 || (r.Window == 0 && r.Keep == 0) {
 		return nil
@@ -58,6 +59,17 @@ func (r Retention) Expired(backups []Manifest, now time.Time) []Manifest {
 			if !b.FinishedAt.Before(start) || (i+1 < len(backups) && !backups[i+1].FinishedAt.Before(start)) {
 				keep[i] = true
 			}
+		}
+	}
+	// A kept incremental backup restores only with every backup it
+	// builds on.
+	index := make(map[string]int, len(backups))
+	for i, b := range backups {
+		index[b.ID] = i
+	}
+	for i := len(backups) - 1; i >= 0; i-- {
+		if p, ok := index[backups[i].Parent]; keep[i] && ok {
+			keep[p] = true
 		}
 	}
 	var out []Manifest
@@ -92,7 +104,7 @@ func WALFile(timeline int64, lsn string) (string, error) {
 // DeleteBackup deletes base backup m: its manifest first, so that a
 // deletion cut short leaves no backup that looks complete.
 func (s *Store) DeleteBackup(ctx context.Context, m Manifest) error {
-	for _, key := range []string{s.key("base", m.ID, manifestName), s.archiveKey(m)} {
+	for _, key := range []string{s.key("base", m.ID, manifestName), s.archiveKey(m), s.pgManifestKey(m)} {
 		if err := s.client.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
 			return s.fail("deleting "+key, err)
 		}

@@ -64,7 +64,7 @@ func (s *Store) PushWAL(ctx context.Context, file string) error {
 			return s.fail(key, err)
 		}
 	}
-	body, opts, err := s.sealWAL(data)
+	body, opts, err := s.seal(data)
 	if err != nil {
 		return err
 	}
@@ -75,9 +75,9 @@ func (s *Store) PushWAL(ctx context.Context, file string) error {
 	return nil
 }
 
-// sealWAL is the object of a WAL file's content: compressed, then
-// encrypted when the store has a key.
-func (s *Store) sealWAL(data []byte) ([]byte, minio.PutObjectOptions, error) {
+// seal is the object of a file's content (a WAL file, a backup's
+// backup_manifest): compressed, then encrypted when the store has a key.
+func (s *Store) seal(data []byte) ([]byte, minio.PutObjectOptions, error) {
 	opts := minio.PutObjectOptions{ContentType: "application/zstd", UserMetadata: map[string]string{}}
 	compressed, err := compress(data)
 	if err != nil || s.keys == nil {
@@ -104,15 +104,16 @@ func (s *Store) sealWAL(data []byte) ([]byte, minio.PutObjectOptions, error) {
 // archived, which PostgreSQL takes as the end of the archive.
 func (s *Store) FetchWAL(ctx context.Context, name, dest string) error {
 	for _, key := range s.walKeys(name) {
-		if err := s.fetchWAL(ctx, name, key, dest); !errors.Is(err, ErrNotFound) {
+		if err := s.fetchSealed(ctx, "WAL file "+name, key, dest); !errors.Is(err, ErrNotFound) {
 			return err
 		}
 	}
 	return ErrNotFound
 }
 
-// fetchWAL restores WAL file name from the object key into dest.
-func (s *Store) fetchWAL(ctx context.Context, name, key, dest string) error {
+// fetchSealed restores the file what (for errors) from the object key,
+// written by seal, into dest.
+func (s *Store) fetchSealed(ctx context.Context, what, key, dest string) error {
 	obj, err := s.client.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
 		return s.fail(key, err)
@@ -129,7 +130,7 @@ func (s *Store) fetchWAL(ctx context.Context, name, key, dest string) error {
 		}
 		recipient = info.UserMetadata[recipientMeta]
 	}
-	compressed, err := s.openWAL(obj, name, key, recipient)
+	compressed, err := s.openSealed(obj, what, key, recipient)
 	if err != nil {
 		return err
 	}
@@ -157,14 +158,14 @@ func (s *Store) fetchWAL(ctx context.Context, name, key, dest string) error {
 	return os.Rename(tmp, dest)
 }
 
-// openWAL is the compressed content of WAL file name read from the
+// openSealed is the compressed content of the file what read from the
 // object key, decrypted when the object's name says it is encrypted (to
 // recipient, "" when unknown).
-func (s *Store) openWAL(obj io.Reader, name, key, recipient string) (io.Reader, error) {
+func (s *Store) openSealed(obj io.Reader, what, key, recipient string) (io.Reader, error) {
 	if !strings.HasSuffix(key, encryptedSuffix) {
 		return obj, nil
 	}
-	return s.keys.open(obj, "WAL file "+name, recipient)
+	return s.keys.open(obj, what, recipient)
 }
 
 func compress(data []byte) ([]byte, error) {

@@ -28,7 +28,8 @@ func full() *databasev1alpha1.MyDatabase {
 	store := databasev1alpha1.ObjectStore{Endpoint: "http://s3:8333", Bucket: "b", Path: "shop/old", Region: "r", CredentialsSecret: "s3"}
 	key := &databasev1alpha1.BackupEncryption{Secret: "backup-key"}
 	db.Spec.Backup = &databasev1alpha1.BackupSpec{ObjectStore: store,
-		Retention: &databasev1alpha1.BackupRetention{RecoveryWindow: "7d", Keep: ptr.To[int32](3)}, Encryption: key}
+		Retention: &databasev1alpha1.BackupRetention{RecoveryWindow: "7d", Keep: ptr.To[int32](3)}, Encryption: key,
+		Incremental: &databasev1alpha1.IncrementalBackups{FullEvery: 7}}
 	db.Spec.Monitoring.CustomQueriesConfigMap = "queries"
 	db.Spec.WALStorage = &databasev1alpha1.StorageSpec{}
 	db.Spec.Bootstrap = &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: store, BackupID: "20261203T120000", Encryption: key,
@@ -135,7 +136,8 @@ func TestTheInstanceManagerReadsWhatTheOperatorSets(t *testing.T) {
 		t.Errorf("passwords %q, %q", c.Password, c.ReplicationPassword)
 	}
 	if c.Backup == nil || c.Backup.Endpoint != "http://s3:8333" || c.Backup.Path != specs.BackupPath(db) ||
-		c.Backup.SecretAccessKey != "secret of BACKUP_SECRET_ACCESS_KEY" || c.Retention.Keep != 3 || c.Retention.Window != 7*24*time.Hour {
+		c.Backup.SecretAccessKey != "secret of BACKUP_SECRET_ACCESS_KEY" || c.Retention.Keep != 3 || c.Retention.Window != 7*24*time.Hour ||
+		c.FullEvery != 7 {
 		t.Errorf("backup %+v, retention %+v", c.Backup, c.Retention)
 	}
 	if r := c.Restore; r == nil || r.Store.Path != "shop/old" || r.BackupID != "20261203T120000" ||

@@ -65,6 +65,10 @@ const (
 	// backups the primary keeps in its object store. Optional.
 	EnvBackupRetentionWindow = "BACKUP_RETENTION_WINDOW"
 	EnvBackupRetentionKeep   = "BACKUP_RETENTION_KEEP"
+	// EnvBackupFullEvery makes base backups incremental on PostgreSQL 17
+	// or later, with a full one every this many backups
+	// (spec.backup.incremental.fullEvery). Optional: every backup full.
+	EnvBackupFullEvery = "BACKUP_INCREMENTAL_FULL_EVERY"
 
 	// EnvRestoreBackupID and the EnvRestoreTarget variables are what a new
 	// primary is restored to (spec.bootstrap.recovery). Optional.

@@ -181,6 +181,10 @@ type BackupRun struct {
 	EndLSN   string `json:"endLSN,omitempty"`
 	BeginWAL string `json:"beginWAL,omitempty"`
 	EndWAL   string `json:"endWAL,omitempty"`
+	// Parent is the backup an incremental backup builds on; empty for a
+	// full one, whose completed run's Message says why it is full when
+	// incremental backups are on.
+	Parent string `json:"parent,omitempty"`
 }
 
 // Restore is where the restore of a new primary's data stands.

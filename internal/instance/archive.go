@@ -28,13 +28,20 @@ import (
 // backupConfigFile holds the object store spec.backup names.
 func (c Config) backupConfigFile() string { return filepath.Join(c.SocketDir, "backup.json") }
 
-// archiveArgs turn archiving on when there is an object store.
+// archiveArgs turn archiving on when there is an object store, and WAL
+// summaries on when base backups are to be incremental (PostgreSQL 17 or
+// later): pg_basebackup --incremental reads them on the server that
+// takes the backup, primary or standby, back to where its parent began.
 func (c Config) archiveArgs() []string {
 	if c.Backup == nil {
 		return nil
 	}
-	return []string{"-c", "archive_mode=on",
+	args := []string{"-c", "archive_mode=on",
 		"-c", fmt.Sprintf("archive_command=%s wal-push --config %s %%p", shellQuote(c.Self), shellQuote(c.backupConfigFile()))}
+	if c.FullEvery > 1 && c.dataMajor() >= 17 {
+		args = append(args, "-c", "summarize_wal=on")
+	}
+	return args
 }
 
 // fetchArgs let a replica that follows a primary fetch from the archive
@@ -52,8 +59,8 @@ func (c Config) fetchArgs() []string {
 // shellQuote quotes s for the shell PostgreSQL runs its commands with.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// Backup takes a base backup of the server of this container into the
-// object store of spec.backup: `instance backup`, run in the database
+// Backup takes a full base backup of the server of this container into
+// the object store of spec.backup: `instance backup`, run in the database
 // container (PGHOST and PGPORT are its environment; pg_basebackup
 // connects through the socket as the postgres OS user, whom pg_hba.conf
 // admits to replication by peer).
@@ -73,7 +80,7 @@ func Backup(ctx context.Context) (backup.Manifest, error) {
 	if err != nil {
 		return backup.Manifest{}, err
 	}
-	m, err := store.TakeBackup(ctx, backup.PlainExec, fmt.Sprintf("host=%s port=%s user=postgres", dir, port), time.Now())
+	m, err := store.TakeBackup(ctx, backup.PlainExec, fmt.Sprintf("host=%s port=%s user=postgres", dir, port), time.Now(), nil)
 	if err == nil {
 		// The instance manager lists the backups again for its report.
 		_ = os.WriteFile(filepath.Join(dir, backupDoneFile), []byte(m.ID), 0o600)

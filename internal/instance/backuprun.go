@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -109,7 +110,7 @@ func (k *backupKeeper) takeBackup(ctx context.Context, name string) {
 		Message: "pg_basebackup is copying the data"}
 	k.saveBackupRun(run)
 	k.log("taking base backup %s", name)
-	man, err := k.backupAndWait(ctx, &run)
+	man, full, err := k.backupAndWait(ctx, &run)
 	stop := time.Now().UTC()
 	run.Stopped = &stop
 	if err != nil {
@@ -119,31 +120,51 @@ func (k *backupKeeper) takeBackup(ctx context.Context, name string) {
 		run.Phase, run.Message = string(databasev1alpha1.BackupFailed), err.Error()
 		k.log("base backup %s failed: %v", name, err)
 	} else {
-		run.Phase, run.Message = string(databasev1alpha1.BackupCompleted), ""
-		k.log("base backup %s done: %s, %d bytes", name, man.ID, man.Size)
+		run.Phase, run.Message = string(databasev1alpha1.BackupCompleted), full
+		k.log("base backup %s done: %s, %d bytes, incremental on %q", name, man.ID, man.Size, man.Parent)
 	}
 	k.saveBackupRun(run)
 }
 
-// backupAndWait takes the backup, then waits until the WAL file it ends
-// in is archived: until then a restore from it could not become
-// consistent. (A primary's pg_basebackup waits for that itself; a
-// replica's cannot: the primary archives.)
-func (k *backupKeeper) backupAndWait(ctx context.Context, run *contract.BackupRun) (backup.Manifest, error) {
+// backupAndWait takes the backup, incremental when it can be
+// (backup.NextParent), then waits until the WAL file it ends in is
+// archived: until then a restore from it could not become consistent. (A
+// primary's pg_basebackup waits for that itself; a replica's cannot: the
+// primary archives.) full says why a backup is full when incremental
+// backups are on.
+func (k *backupKeeper) backupAndWait(ctx context.Context, run *contract.BackupRun) (man backup.Manifest, full string, err error) {
 	store, err := backup.Open(*k.c.Backup)
 	if err != nil {
-		return backup.Manifest{}, err
+		return man, "", err
 	}
-	man, err := store.TakeBackup(ctx, k.procs.exec, fmt.Sprintf("host=%s port=%s user=postgres", k.c.SocketDir, k.c.Port), time.Now())
+	var parent *backup.Manifest
+	if k.c.FullEvery > 1 {
+		backups, err := store.Backups(ctx)
+		if err != nil {
+			return man, "", err
+		}
+		parent, full = backup.NextParent(backups, k.c.FullEvery, strconv.Itoa(k.c.dataMajor()))
+	}
+	conninfo := fmt.Sprintf("host=%s port=%s user=postgres", k.c.SocketDir, k.c.Port)
+	man, err = store.TakeBackup(ctx, k.procs.exec, conninfo, time.Now(), parent)
+	if errors.Is(err, backup.ErrIncrementalRefused) {
+		k.log("%v: taking a full backup", err)
+		full = err.Error()
+		man, err = store.TakeBackup(ctx, k.procs.exec, conninfo, time.Now(), nil)
+	}
+	if full != "" {
+		full = "a full backup: " + full
+	}
 	if err != nil {
-		return man, err
+		return man, full, err
 	}
 	run.ID, run.Size, run.Timeline, run.BeginLSN, run.EndLSN = man.ID, man.Size, man.Timeline, man.BeginLSN, man.EndLSN
+	run.Parent = man.Parent
 	if run.BeginWAL, err = backup.WALFile(man.Timeline, man.BeginLSN); err != nil {
-		return man, err
+		return man, full, err
 	}
 	if run.EndWAL, err = backup.WALFile(man.Timeline, man.EndLSN); err != nil {
-		return man, err
+		return man, full, err
 	}
 	last := run.EndWAL
 	run.Message = fmt.Sprintf("waiting for WAL file %s, where the backup becomes consistent, to be archived", last)
@@ -155,17 +176,17 @@ func (k *backupKeeper) backupAndWait(ctx context.Context, run *contract.BackupRu
 		case err == nil:
 			// The primary lists its backups again for its report.
 			_ = os.WriteFile(filepath.Join(k.c.SocketDir, backupDoneFile), []byte(man.ID), 0o600)
-			return man, nil
+			return man, full, nil
 		case !errors.Is(err, backup.ErrNotFound) && !errors.Is(err, fs.ErrNotExist):
 			k.log("backup %s: checking the archive for %s: %v", man.ID, last, err)
 		}
 		if time.Now().After(deadline) {
-			return man, fmt.Errorf("the backup %s was taken, but WAL file %s, which it needs, was not archived within %s: "+
+			return man, full, fmt.Errorf("the backup %s was taken, but WAL file %s, which it needs, was not archived within %s: "+
 				"see the MyDatabase's ContinuousArchiving condition", man.ID, last, walArchivedWithin)
 		}
 		select {
 		case <-ctx.Done():
-			return man, ctx.Err()
+			return man, full, ctx.Err()
 		case <-time.After(2 * time.Second):
 		}
 	}

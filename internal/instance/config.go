@@ -92,6 +92,10 @@ type Config struct {
 	// Retention is which base backups the primary keeps in it
 	// (BACKUP_RETENTION_WINDOW, BACKUP_RETENTION_KEEP); zero keeps all.
 	Retention backup.Retention
+	// FullEvery makes base backups incremental on PostgreSQL 17 or later,
+	// with a full one every FullEvery backups (BACKUP_INCREMENTAL_FULL_EVERY,
+	// backup.NextParent); 0: every backup full.
+	FullEvery int
 	// Restore is what a new primary is restored from instead of initdb
 	// (RESTORE_*, restore.go); nil without spec.bootstrap.recovery.
 	Restore *Restore
@@ -175,6 +179,11 @@ func ConfigFromEnv() (Config, error) {
 	if k := os.Getenv(contract.EnvBackupRetentionKeep); k != "" {
 		if c.Retention.Keep, err = strconv.Atoi(k); err != nil || c.Retention.Keep < 1 {
 			return c, fmt.Errorf("BACKUP_RETENTION_KEEP is %q, want a whole number, at least 1", k)
+		}
+	}
+	if n := os.Getenv(contract.EnvBackupFullEvery); n != "" {
+		if c.FullEvery, err = strconv.Atoi(n); err != nil || c.FullEvery < 2 {
+			return c, fmt.Errorf("%s is %q, want a whole number, at least 2", contract.EnvBackupFullEvery, n)
 		}
 	}
 	return c, nil

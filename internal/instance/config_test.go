@@ -3,7 +3,10 @@ package instance
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+
+	"example.com/myoperator/internal/backup"
 )
 
 func TestConfigFromEnvNamesWhatIsMissing(t *testing.T) {
@@ -55,5 +58,27 @@ func TestStoreEncryptionFromEnv(t *testing.T) {
 	}
 	if e := storeFromEnv("RESTORE_").Encryption; e != nil {
 		t.Errorf("a store without IDENTITIES_FILE is encrypted: %+v", e)
+	}
+}
+
+// TestSummarizeWAL: WAL summaries, which incremental backups read, are on
+// for data of 17 or later with incremental backups asked for, and never
+// for 15, whose server would refuse the setting and not start.
+func TestSummarizeWAL(t *testing.T) {
+	for _, tc := range []struct {
+		major     string
+		fullEvery int
+		want      bool
+	}{{"17", 4, true}, {"18", 2, true}, {"17", 0, false}, {"15", 4, false}, {"16", 4, false}, {"", 4, false}} {
+		dir := t.TempDir()
+		if tc.major != "" {
+			if err := os.WriteFile(filepath.Join(dir, "PG_VERSION"), []byte(tc.major+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := Config{PGData: dir, Backup: &backup.Config{}, FullEvery: tc.fullEvery}
+		if got := slices.Contains(c.archiveArgs(), "summarize_wal=on"); got != tc.want {
+			t.Errorf("data of %q, fullEvery %d: summarize_wal=on %v, want %v", tc.major, tc.fullEvery, got, tc.want)
+		}
 	}
 }

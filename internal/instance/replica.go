@@ -105,14 +105,15 @@ func (pg *pgServer) restoreStandby(ctx context.Context, scratch string) error {
 	if pg.c.Replica == nil {
 		return pg.cloneSource(ctx, scratch)
 	}
-	store, chosen, err := pg.chooseBackup(ctx, *pg.c.Replica, "", time.Time{})
+	store, chain, err := pg.chooseBackup(ctx, *pg.c.Replica, "", time.Time{})
 	if err != nil {
 		return err
 	}
-	pg.log("restoring base backup %s (from %s on timeline %d) of the source %s/%s as a standby", chosen.ID, chosen.BeginLSN, chosen.Timeline,
-		pg.c.Replica.Bucket, pg.c.Replica.Path)
-	w := pg.watchRestore(ctx, chosen.ID, fmt.Sprintf("downloading base backup %s of the source", chosen.ID))
-	err = store.Restore(ctx, chosen, scratch)
+	chosen := chain[len(chain)-1]
+	pg.log("restoring base backup %s%s (from %s on timeline %d) of the source %s/%s as a standby", chosen.ID, chainNote(chain),
+		chosen.BeginLSN, chosen.Timeline, pg.c.Replica.Bucket, pg.c.Replica.Path)
+	w := pg.watchRestore(ctx, chosen.ID, fmt.Sprintf("downloading base backup %s%s of the source", chosen.ID, chainNote(chain)))
+	err = store.Restore(ctx, pg.procs.exec, chain, scratch, nil)
 	if err == nil {
 		err = os.Chmod(scratch, 0o700)
 	}

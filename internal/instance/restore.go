@@ -253,30 +253,32 @@ func (pg *pgServer) restoreFailed(id string, err error) {
 // recovery reached its target and the server promoted itself.
 func (pg *pgServer) restorePrimary(ctx context.Context, scratch string) error {
 	c := pg.c
-	store, chosen, err := pg.chooseBackup(ctx, c.Restore.Store, c.Restore.BackupID, c.Restore.Target.Time)
+	store, chain, err := pg.chooseBackup(ctx, c.Restore.Store, c.Restore.BackupID, c.Restore.Target.Time)
 	if err != nil {
 		return err // the store refused, holds none at its path, or none before the target
 	}
+	chosen := chain[len(chain)-1]
 	encrypted := ""
 	if e := chosen.Encryption; e != nil {
 		encrypted = ", encrypted to " + e.Recipient
 	}
-	pg.log("restoring base backup %s (from %s on timeline %d%s) of %s/%s", chosen.ID, chosen.BeginLSN, chosen.Timeline, encrypted,
-		c.Restore.Store.Bucket, c.Restore.Store.Path)
-	w := pg.watchRestore(ctx, chosen.ID, fmt.Sprintf("downloading base backup %s", chosen.ID))
-	err = pg.recover(ctx, store, chosen, scratch)
+	pg.log("restoring base backup %s%s (from %s on timeline %d%s) of %s/%s", chosen.ID, chainNote(chain), chosen.BeginLSN, chosen.Timeline,
+		encrypted, c.Restore.Store.Bucket, c.Restore.Store.Path)
+	w := pg.watchRestore(ctx, chosen.ID, fmt.Sprintf("downloading base backup %s%s", chosen.ID, chainNote(chain)))
+	err = pg.recover(ctx, store, chain, scratch)
 	w.stop(err)
 	return err
 }
 
 // chooseBackup opens the object store at cfg and picks the base backup to
 // restore: id, or the latest of this server's major that finished before
-// the time before (the latest of all when both are zero). An error is
+// the time before (the latest of all when both are zero). It returns the
+// backup's chain (backup.Chain), the backup itself last. An error is
 // reported, as a failed restore is.
-func (pg *pgServer) chooseBackup(ctx context.Context, cfg backup.Config, id string, before time.Time) (*backup.Store, backup.Manifest, error) {
+func (pg *pgServer) chooseBackup(ctx context.Context, cfg backup.Config, id string, before time.Time) (*backup.Store, []backup.Manifest, error) {
 	store, err := backup.Open(cfg)
 	var chosen backup.Manifest
-	var backups []backup.Manifest
+	var chain, backups []backup.Manifest
 	major := ""
 	if err == nil {
 		major, err = pg.serverMajor(ctx)
@@ -288,17 +290,31 @@ func (pg *pgServer) chooseBackup(ctx context.Context, cfg backup.Config, id stri
 			chosen, err = backup.Choose(backups, id, before, major)
 		}
 	}
+	if err == nil {
+		chain, err = backup.Chain(backups, chosen)
+	}
 	if err != nil {
 		pg.restoreFailed("", err)
 	}
-	return store, chosen, err
+	return store, chain, err
 }
 
-// recover unpacks base backup chosen into scratch and replays the archive
-// on a private server up to the target, where the server promotes itself.
-func (pg *pgServer) recover(ctx context.Context, store *backup.Store, chosen backup.Manifest, scratch string) error {
+// chainNote says, after a backup's ID, what else a restore of chain
+// combines it with.
+func chainNote(chain []backup.Manifest) string {
+	if len(chain) < 2 {
+		return ""
+	}
+	return fmt.Sprintf(" (incremental: combined with the %d backups it builds on, from full backup %s)", len(chain)-1, chain[0].ID)
+}
+
+// recover writes the data of the last backup of chain into scratch and
+// replays the archive on a private server up to the target, where the
+// server promotes itself.
+func (pg *pgServer) recover(ctx context.Context, store *backup.Store, chain []backup.Manifest, scratch string) error {
 	c := pg.c
-	if err := store.Restore(ctx, chosen, scratch); err != nil {
+	chosen := chain[len(chain)-1]
+	if err := store.Restore(ctx, pg.procs.exec, chain, scratch, nil); err != nil {
 		return err
 	}
 	if err := c.readyForRecovery(scratch); err != nil {

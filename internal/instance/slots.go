@@ -236,13 +236,19 @@ func settingIn(path, name string) (string, bool) {
 // failoverSlots tells whether this instance's server keeps failover
 // slots: PostgreSQL 17 or later, with wal_level logical.
 func (c Config) failoverSlots() bool {
+	level, _ := settingIn(filepath.Join(c.ConfigDir, contract.PostgresConfFile), "wal_level")
+	return c.dataMajor() >= 17 && level == "logical"
+}
+
+// dataMajor is the PostgreSQL major of the data in PGDATA (its
+// PG_VERSION), 0 when there is none.
+func (c Config) dataMajor() int {
 	version, err := os.ReadFile(filepath.Join(c.PGData, "PG_VERSION"))
 	if err != nil {
-		return false
+		return 0
 	}
-	major, err := strconv.Atoi(strings.TrimSpace(string(version)))
-	level, _ := settingIn(filepath.Join(c.ConfigDir, contract.PostgresConfFile), "wal_level")
-	return err == nil && major >= 17 && level == "logical"
+	major, _ := strconv.Atoi(strings.TrimSpace(string(version)))
+	return major
 }
 
 // failoverSlotArgs are the standby's settings for failover slots, when

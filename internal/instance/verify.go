@@ -56,6 +56,9 @@ type verifier struct {
 	pg     *pgServer
 	store  *backup.Store
 	backup backup.Manifest
+	// chain is what a restore of backup combines: backup alone when it
+	// is full (backup.Chain).
+	chain  []backup.Manifest
 	result contract.Verification
 }
 
@@ -172,7 +175,11 @@ func (v *verifier) choose(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	v.store, v.backup, v.result.BackupID = store, chosen, chosen.ID
+	chain, err := backup.Chain(backups, chosen)
+	if err != nil {
+		return failed("%v: a restore of it would fail the same way", err)
+	}
+	v.store, v.backup, v.chain, v.result.BackupID = store, chosen, chain, chosen.ID
 	v.pg.log("verifying base backup %s (WAL %s to %s on timeline %d) of %s/%s", chosen.ID, chosen.BeginLSN, chosen.EndLSN, chosen.Timeline,
 		cfg.Store.Bucket, cfg.Store.Path)
 	return nil
@@ -180,17 +187,25 @@ func (v *verifier) choose(ctx context.Context) error {
 
 // unpack writes the base backup into PGDATA, which must be empty, and
 // checks every file against the backup_manifest pg_basebackup wrote
-// into it, before any server changes them.
+// into it, before any server changes them. An incremental backup's
+// chain is checked backup by backup before pg_combinebackup combines it,
+// and the result after.
 func (v *verifier) unpack(ctx context.Context) error {
 	c := v.pg.c
 	if entries, err := os.ReadDir(c.PGData); err == nil && len(entries) > 0 {
 		return fmt.Errorf("PGDATA %s is not empty: a verification restores into an empty directory", c.PGData)
 	}
-	what := fmt.Sprintf("base backup %s (object %s)", v.backup.ID, v.store.BaseObject(v.backup))
-	if err := v.store.Restore(ctx, v.backup, c.PGData); err != nil {
-		return readFailure(what, err)
+	what := func(m backup.Manifest) string {
+		return fmt.Sprintf("base backup %s (object %s)", m.ID, v.store.BaseObject(m))
 	}
-	if err := v.checkFiles(ctx, what); err != nil {
+	check := func(m backup.Manifest, dir string) error { return v.checkFiles(ctx, what(m), dir) }
+	if err := v.store.Restore(ctx, v.pg.procs.exec, v.chain, c.PGData, check); err != nil {
+		if errors.As(err, new(*verifyFailure)) {
+			return err
+		}
+		return readFailure(what(v.backup)+chainNote(v.chain), err)
+	}
+	if err := v.checkFiles(ctx, what(v.backup)+chainNote(v.chain), c.PGData); err != nil {
 		return err
 	}
 	return c.readyForRecovery(c.PGData)
@@ -230,11 +245,10 @@ func damaged(err error) bool {
 	return true
 }
 
-// checkFiles runs pg_verifybackup on the unpacked backup what: each
+// checkFiles runs pg_verifybackup on backup what, unpacked in dir: each
 // file's size and checksum against the backup_manifest pg_basebackup put
 // in the backup. The WAL is checked by recovery instead.
-func (v *verifier) checkFiles(ctx context.Context, what string) error {
-	dir := v.pg.c.PGData
+func (v *verifier) checkFiles(ctx context.Context, what, dir string) error {
 	if _, err := os.Stat(filepath.Join(dir, "backup_manifest")); errors.Is(err, os.ErrNotExist) {
 		return failed("%s holds no backup_manifest, which pg_basebackup writes at the end of every backup: it is cut short", what)
 	}

@@ -73,6 +73,9 @@ func backupEnv(db *databasev1alpha1.MyDatabase) []*corev1ac.EnvVarApplyConfigura
 				env = append(env, corev1ac.EnvVar().WithName(contract.EnvBackupRetentionKeep).WithValue(strconv.Itoa(int(*r.Keep))))
 			}
 		}
+		if inc := b.Incremental; inc != nil {
+			env = append(env, corev1ac.EnvVar().WithName(contract.EnvBackupFullEvery).WithValue(strconv.Itoa(int(inc.FullEvery))))
+		}
 	}
 	if rep := Replica(db); rep != nil && rep.Source.ObjectStore != nil {
 		store(contract.ReplicaStore, *rep.Source.ObjectStore, rep.Source.ObjectStore.Path)

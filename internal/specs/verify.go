@@ -113,11 +113,16 @@ func verifyLabels(db *databasev1alpha1.MyDatabase) map[string]string {
 }
 
 // verifyClaim is the verification's volume: room for the data and the
-// WAL of a server, of the data volume's storage class.
+// WAL of a server, of the data volume's storage class; with incremental
+// backups, room for the data once more, where the chain is unpacked
+// before pg_combinebackup writes the data from it.
 func verifyClaim(db *databasev1alpha1.MyDatabase) *corev1ac.PersistentVolumeClaimSpecApplyConfiguration {
 	size := resource.Quantity{}
 	for _, v := range Volumes(db) {
 		size.Add(v.Size())
+	}
+	if b := db.Spec.Backup; b != nil && b.Incremental != nil {
+		size.Add(db.Spec.Storage.Size)
 	}
 	spec := corev1ac.PersistentVolumeClaimSpec().
 		WithAccessModes(corev1.ReadWriteOnce).

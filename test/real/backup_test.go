@@ -225,32 +225,7 @@ func replicaFollowsAndIsPromoted(t *testing.T, source *databasev1alpha1.MyDataba
 func backupVerified(t *testing.T, b *databasev1alpha1.MyDatabaseBackup, store *testenv.ObjectStore, walKey string) {
 	verify := func(request string, want metav1.ConditionStatus) *databasev1alpha1.BackupVerification {
 		t.Helper()
-		patch := client.MergeFrom(b.DeepCopy())
-		metav1.SetMetaDataAnnotation(&b.ObjectMeta, databasev1alpha1.AnnotationVerify, request)
-		if err := env.c.Patch(t.Context(), b, patch); err != nil {
-			t.Fatal(err)
-		}
-		testenv.Eventually(t, 5*time.Minute, "verification "+request, func() error {
-			if err := env.c.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
-				return err
-			}
-			v := b.Status.Verification
-			if c := meta.FindStatusCondition(b.Status.Conditions, databasev1alpha1.ConditionVerified); v == nil || v.Request != request ||
-				c == nil || c.Status != want {
-				return fmt.Errorf("verification %+v", v)
-			}
-			return nil
-		})
-		testenv.Eventually(t, time.Minute, "the verification pod deleted", func() error {
-			err := env.c.Get(t.Context(), client.ObjectKey{Namespace: b.Namespace, Name: specs.VerifyPodName(b)}, &corev1.Pod{})
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return fmt.Errorf("still there (%v)", err)
-		})
-		v := b.Status.Verification
-		t.Logf("verification %s: %s in %s, reached %s, %d databases: %s", request, v.Result, v.Took(), v.ReachedLSN, v.Databases, v.Message)
-		return v
+		return verifyBackup(t, b, request, want)
 	}
 	v := verify("healthy", metav1.ConditionTrue)
 	reached, err := contract.LSN(v.ReachedLSN)
@@ -265,6 +240,39 @@ func backupVerified(t *testing.T, b *databasev1alpha1.MyDatabaseBackup, store *t
 	if v := verify("flipped", metav1.ConditionFalse); v.Result != databasev1alpha1.VerificationFailed || !strings.Contains(v.Message, segment) {
 		t.Errorf("with %s damaged the verification ended %s: %s; want Failed, naming it", segment, v.Result, v.Message)
 	}
+}
+
+// verifyBackup asks for a verification of backup b, as a person does
+// (the annotation request), waits until its Verified condition is want
+// and its pod is gone, and returns it.
+func verifyBackup(t *testing.T, b *databasev1alpha1.MyDatabaseBackup, request string, want metav1.ConditionStatus) *databasev1alpha1.BackupVerification {
+	t.Helper()
+	patch := client.MergeFrom(b.DeepCopy())
+	metav1.SetMetaDataAnnotation(&b.ObjectMeta, databasev1alpha1.AnnotationVerify, request)
+	if err := env.c.Patch(t.Context(), b, patch); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Minute, "verification "+request, func() error {
+		if err := env.c.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		v := b.Status.Verification
+		if c := meta.FindStatusCondition(b.Status.Conditions, databasev1alpha1.ConditionVerified); v == nil || v.Request != request ||
+			c == nil || c.Status != want {
+			return fmt.Errorf("verification %+v", v)
+		}
+		return nil
+	})
+	testenv.Eventually(t, time.Minute, "the verification pod deleted", func() error {
+		err := env.c.Get(t.Context(), client.ObjectKey{Namespace: b.Namespace, Name: specs.VerifyPodName(b)}, &corev1.Pod{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
+	})
+	v := b.Status.Verification
+	t.Logf("verification %s: %s in %s, reached %s, %d databases: %s", request, v.Result, v.Took(), v.ReachedLSN, v.Databases, v.Message)
+	return v
 }
 
 // startStore starts an S3 server on the node's bridge, with its data in
@@ -299,8 +307,14 @@ func startStore(t *testing.T, name string) (store *testenv.ObjectStore, objectSt
 // its primary and waits until it is Completed.
 func takeBackup(t *testing.T, ns, name string) *databasev1alpha1.MyDatabaseBackup {
 	t.Helper()
+	return takeBackupOn(t, ns, name, databasev1alpha1.BackupTargetPrimary)
+}
+
+// takeBackupOn is takeBackup on target.
+func takeBackupOn(t *testing.T, ns, name string, target databasev1alpha1.BackupTarget) *databasev1alpha1.MyDatabaseBackup {
+	t.Helper()
 	b := &databasev1alpha1.MyDatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: databasev1alpha1.MyDatabaseBackupSpec{Database: dbName, Target: databasev1alpha1.BackupTargetPrimary}}
+		Spec: databasev1alpha1.MyDatabaseBackupSpec{Database: dbName, Target: target}}
 	if err := env.c.Create(t.Context(), b); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +37,10 @@ import (
 // real S3 server throughout: archiving goes on after the upgrade, on a
 // timeline above every one the archive held, through a switchover; a
 // backup of 15 taken before and one of 17 taken after each restore into
-// a MyDatabase of their major, from the same path.
+// a MyDatabase of their major, from the same path. Its backups are
+// incremental where they can be (spec.backup.incremental): full on 15,
+// saying why; on 17, three incremental backups on the full one, kept by
+// retention as a chain, restored to a time exactly, and verified.
 func TestMajorUpgradeOnRealPods(t *testing.T) {
 	ctx := t.Context()
 	store, objectStore := startStore(t, "s3-upgrade")
@@ -59,7 +63,12 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 			// and the upgraded data moves its WAL there.
 			WALStorage:     &databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
 			DeletionPolicy: databasev1alpha1.DeletionPolicyDelete,
-			Backup:         &databasev1alpha1.BackupSpec{ObjectStore: objectStore(ns)},
+			// Incremental from the start: full on 15, which says why, and
+			// incremental on 17. Retention keeps the two newest backups
+			// and every backup they build on.
+			Backup: &databasev1alpha1.BackupSpec{ObjectStore: objectStore(ns),
+				Incremental: &databasev1alpha1.IncrementalBackups{FullEvery: 4},
+				Retention:   &databasev1alpha1.BackupRetention{Keep: ptr.To[int32](2)}},
 		},
 	}
 	step := func(name string, f func(t *testing.T)) {
@@ -104,7 +113,10 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 		if v := serverVersion(t); v/10000 != 15 {
 			t.Fatalf("server_version_num %d, want 15", v)
 		}
-		takeBackup(t, ns, "on-15")
+		if b := takeBackup(t, ns, "on-15"); b.Status.Type != databasev1alpha1.BackupFull ||
+			!strings.Contains(b.Status.Message, "PostgreSQL 15 takes full backups only") {
+			t.Errorf("the backup on 15: %s, %q; want Full, saying 15 takes no incremental backups", b.Status.Type, b.Status.Message)
+		}
 	})
 
 	step("the upgrade fails at pg_upgrade --check: Stalled with its reason, back on 15 with the data", func(t *testing.T) {
@@ -301,7 +313,10 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 		if tlis := history(); slices.Max(tlis) <= int(started) {
 			t.Errorf("after the switchover the archive holds the history files of %v: want one of the upgraded cluster's, above %d", tlis, started)
 		}
-		takeBackup(t, ns, "on-17")
+		if b := takeBackup(t, ns, "on-17"); b.Status.Type != databasev1alpha1.BackupFull ||
+			!strings.Contains(b.Status.Message, "the first backup of PostgreSQL 17 is full") {
+			t.Errorf("the first backup on 17: %s, %q; want Full, saying it is the first of 17", b.Status.Type, b.Status.Message)
+		}
 		for _, tc := range []struct {
 			version string
 			rows    int
@@ -331,6 +346,160 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 			deleteAndWait(t, rns)
 		}
 	})
+
+	step("incremental backups on 17: three on the full one, retention keeps the chain, a restore to a time combines it exactly", func(t *testing.T) {
+		conn := connect(t, uri)
+		exec := func(sql string) {
+			t.Helper()
+			if _, err := conn.Exec(ctx, sql); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// 200,000 rows, then 5% of them changed before each of the last two.
+		// No autovacuum: a vacuum between two backups changes every page
+		// of the table, and the sizes below would depend on when it ran.
+		exec("CREATE TABLE ledger (id int PRIMARY KEY, note text NOT NULL) WITH (autovacuum_enabled = off)")
+		exec("INSERT INTO ledger SELECT g, md5(g::text) FROM generate_series(1, 200000) g")
+		full := &databasev1alpha1.MyDatabaseBackup{}
+		if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "on-17"}, full); err != nil {
+			t.Fatal(err)
+		}
+		chain := []*databasev1alpha1.MyDatabaseBackup{full}
+		for i, target := range []databasev1alpha1.BackupTarget{databasev1alpha1.BackupTargetPrimary,
+			databasev1alpha1.BackupTargetPreferReplica, databasev1alpha1.BackupTargetPrimary} {
+			if i > 0 {
+				exec(fmt.Sprintf("UPDATE ledger SET note = 'changed %d' WHERE id > %d AND id <= %d", i, (i-1)*10000, i*10000))
+			}
+			if target == databasev1alpha1.BackupTargetPreferReplica {
+				// A replica's backup starts at its last restartpoint, which
+				// follows the primary's checkpoints: one past the parent's end
+				// comes within checkpoint_timeout on a database with writes,
+				// here at once. Without it the replica refuses, and the
+				// backup is full, saying why (seen: "manifest requires WAL
+				// from final timeline 8 ending at 0/1C000120, but this
+				// backup starts at 0/1C000028").
+				superuser(t, ns, getDB(t, ns).Status.CurrentPrimary, "CHECKPOINT")
+			}
+			stop := switchWALWhile(t, ns, getDB(t, ns).Status.CurrentPrimary)
+			b := takeBackupOn(t, ns, fmt.Sprintf("inc-%d", i+1), target)
+			stop()
+			parent := chain[len(chain)-1].Status.BackupID
+			if b.Status.Type != databasev1alpha1.BackupIncremental || b.Status.ParentBackupID != parent {
+				t.Fatalf("%s (%s, on %s): %s on %q, %q; want Incremental on %s", b.Name, target, b.Status.Instance, b.Status.Type,
+					b.Status.ParentBackupID, b.Status.Message, parent)
+			}
+			t.Logf("%s on %s: %d bytes, incremental on %s", b.Name, b.Status.Instance, b.Status.Size, parent)
+			chain = append(chain, b)
+		}
+		// inc-1 holds the whole new table; inc-2 and inc-3 only what changed.
+		for _, b := range chain[2:] {
+			if b.Status.Size*2 > chain[1].Status.Size {
+				t.Errorf("%s, after 5%% of the rows changed, is %d bytes; inc-1, with all of them, %d", b.Name, b.Status.Size, chain[1].Status.Size)
+			}
+		}
+		var wantRows int
+		var wantSum string
+		sum := "SELECT count(*), md5(string_agg(id || ':' || note, ',' ORDER BY id)) FROM ledger"
+		if err := conn.QueryRow(ctx, sum).Scan(&wantRows, &wantSum); err != nil {
+			t.Fatal(err)
+		}
+		// A target a second after inc-3 finished, and a second before the
+		// next write: a MyDatabase's target time is whole seconds.
+		time.Sleep(1100 * time.Millisecond)
+		var target time.Time
+		if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&target); err != nil {
+			t.Fatal(err)
+		}
+		target = target.Truncate(time.Second)
+		time.Sleep(1100 * time.Millisecond)
+		// Past the target, and archived, so that recovery sees it reached.
+		exec("UPDATE ledger SET note = 'after the target' WHERE id <= 100")
+		last := superuser(t, ns, getDB(t, ns).Status.CurrentPrimary, "SELECT pg_walfile_name(pg_switch_wal())")
+		testenv.Eventually(t, 2*time.Minute, "retention kept the chain and deleted the backup of 15; "+last+" archived", func() error {
+			var ids []string
+			s3, err := store.Client()
+			if err != nil {
+				return err
+			}
+			for obj := range s3.ListObjects(ctx, store.Bucket, minio.ListObjectsOptions{Prefix: specs.BackupPath(db) + "/base/", Recursive: true}) {
+				if path.Base(obj.Key) == "backup.json" {
+					ids = append(ids, path.Base(path.Dir(obj.Key)))
+				}
+			}
+			var want []string
+			for _, b := range chain {
+				want = append(want, b.Status.BackupID)
+			}
+			if !slices.Equal(ids, want) {
+				return fmt.Errorf("the store holds backups %v, want %v", ids, want)
+			}
+			if st := getDB(t, ns).Status.Backup; st == nil || st.LastArchivedWAL < last {
+				return fmt.Errorf("status.backup %+v", st)
+			}
+			return nil
+		})
+
+		rns := newNamespace(t, "real-incremental-restore", nil)
+		recovery := objectStore(rns)
+		recovery.Path = specs.BackupPath(db)
+		restored := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: rns, Name: dbName},
+			Spec: databasev1alpha1.MyDatabaseSpec{Version: "17", Replicas: ptr.To[int32](1),
+				Storage: databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
+				Bootstrap: &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: recovery,
+					Target: &databasev1alpha1.RecoveryTarget{Time: &metav1.Time{Time: target}}}}}}
+		if err := env.c.Create(ctx, restored); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(t, rns, 1, 4*time.Minute)
+		if log := podLogs(t, rns, dbName+"-0"); !strings.Contains(log, "combined with the 3 backups it builds on") {
+			t.Errorf("the restore did not combine the chain:\n%s", log)
+		}
+		restoredURI, _ := credentials(t, rns)
+		var gotRows int
+		var gotSum string
+		testenv.Eventually(t, 30*time.Second, "the restore through its rw Service", func() error {
+			c, err := dial(ctx, restoredURI)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = c.Close(context.Background()) }()
+			return c.QueryRow(ctx, sum).Scan(&gotRows, &gotSum)
+		})
+		if gotRows != wantRows || gotSum != wantSum {
+			t.Errorf("restored to %s: %d rows, md5 %s; want %d rows, md5 %s", target.Format(time.RFC3339Nano), gotRows, gotSum, wantRows, wantSum)
+		}
+		deleteAndWait(t, rns)
+
+		newest := chain[len(chain)-1]
+		if v := verifyBackup(t, newest, "chain", metav1.ConditionTrue); v.Result != databasev1alpha1.VerificationPassed {
+			t.Errorf("the verification of %s, the chain's newest: %s: %s", newest.Name, v.Result, v.Message)
+		}
+	})
+}
+
+// switchWALWhile switches the WAL file of the primary on pod every 2 s
+// until stop is called: a backup taken on a replica ends in the WAL file
+// the primary writes, and waits until it is archived, which a quiet
+// database does only at archive_timeout (5 minutes).
+func switchWALWhile(t *testing.T, ns, pod string) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(2 * time.Second):
+				if out, err := superuserSQL(ns, pod, "SELECT pg_switch_wal()"); err != nil {
+					t.Logf("pg_switch_wal on %s: %v %s", pod, err, out)
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { close(done); <-stopped }) }
+	t.Cleanup(stop) // a step that fails stops it too
+	return stop
 }
 
 // switchoverTo asks the MyDatabase of ns for a switchover to pod and

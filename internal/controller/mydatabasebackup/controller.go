@@ -284,6 +284,13 @@ func copyRun(st *databasev1alpha1.MyDatabaseBackupStatus, run *contract.BackupRu
 	st.BackupID, st.Size, st.Timeline, st.BeginLSN, st.EndLSN = run.ID, run.Size, run.Timeline, run.BeginLSN, run.EndLSN
 	st.StartedAt, st.StoppedAt = metaTime(run.Started), metaTime(run.Stopped)
 	st.BeginWAL, st.EndWAL = run.BeginWAL, run.EndWAL
+	st.Type, st.ParentBackupID = "", run.Parent
+	if run.ID != "" {
+		st.Type = databasev1alpha1.BackupFull
+		if run.Parent != "" {
+			st.Type = databasev1alpha1.BackupIncremental
+		}
+	}
 }
 
 func (r *Reconciler) fail(b *databasev1alpha1.MyDatabaseBackup, message string) {

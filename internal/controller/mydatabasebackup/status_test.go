@@ -38,6 +38,9 @@ func TestSetConditions(t *testing.T) {
 	const waiting = "waiting for a ready primary or replica to take the backup: no instance reports one"
 	completed := databasev1alpha1.MyDatabaseBackupStatus{Phase: databasev1alpha1.BackupCompleted,
 		BackupID: "20260102T030500Z", Size: 1234567, BeginLSN: "0/6000028", EndLSN: "0/6000138"}
+	incremental, fullWhy := completed, completed
+	incremental.Type, incremental.ParentBackupID = databasev1alpha1.BackupIncremental, "20260101T030500Z"
+	fullWhy.Type, fullWhy.Message = databasev1alpha1.BackupFull, "a full backup: PostgreSQL 15 takes full backups only: incremental backups need PostgreSQL 17 or later"
 	for name, tc := range map[string]struct {
 		before     []databasev1alpha1.MyDatabaseBackupStatus // earlier passes, in order
 		status     databasev1alpha1.MyDatabaseBackupStatus
@@ -56,6 +59,12 @@ func TestSetConditions(t *testing.T) {
 			[]string{"Ready=True/BackupCompleted"},
 			"backup 20260102T030500Z is in the object store: 1234567 bytes, consistent with the WAL from 0/6000028 to 0/6000138",
 			status.CurrentStatus},
+		"completed, incremental": {nil, incremental, []string{"Ready=True/BackupCompleted"},
+			"backup 20260102T030500Z is in the object store: 1234567 bytes, consistent with the WAL from 0/6000028 to 0/6000138, " +
+				"incremental on backup 20260101T030500Z", status.CurrentStatus},
+		"completed, full while incremental backups are on": {nil, fullWhy, []string{"Ready=True/BackupCompleted"},
+			"backup 20260102T030500Z is in the object store: 1234567 bytes, consistent with the WAL from 0/6000028 to 0/6000138; " +
+				fullWhy.Message, status.CurrentStatus},
 		"failed while running": {[]databasev1alpha1.MyDatabaseBackupStatus{{Phase: databasev1alpha1.BackupRunning, Message: "copying"}},
 			databasev1alpha1.MyDatabaseBackupStatus{Phase: databasev1alpha1.BackupFailed, Message: "pg_basebackup: could not connect"},
 			[]string{"Ready=False/BackupFailed", "Stalled=True/BackupFailed"},
