@@ -121,7 +121,11 @@ func (k *backupKeeper) takeBackup(ctx context.Context, name string) {
 		k.log("base backup %s failed: %v", name, err)
 	} else {
 		run.Phase, run.Message = string(databasev1alpha1.BackupCompleted), full
-		k.log("base backup %s done: %s, %d bytes, incremental on %q", name, man.ID, man.Size, man.Parent)
+		kind := "full"
+		if man.Parent != "" {
+			kind = "incremental on " + man.Parent
+		}
+		k.log("base backup %s done: %s, %d bytes, %s", name, man.ID, man.Size, kind)
 	}
 	k.saveBackupRun(run)
 }
