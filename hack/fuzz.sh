@@ -12,7 +12,10 @@
 # testdata/fuzz: commit it, it is a regression test from then on. It prints
 # each target's last progress line (executions, corpus), and stops at the
 # first failure. TIME is a duration (60s) or a number of executions
-# (200x). FUZZ_PARALLEL (default 2) is the number of workers.
+# (200x). FUZZ_PARALLEL (default 2) is the number of workers;
+# FUZZ_MINIMIZE_TIME (default 60s, Go's) bounds the minimization of each
+# new input, which for a target that calls an API server is most of its
+# time.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -43,7 +46,7 @@ for spec in "$@"; do
   inputs="$pkg/testdata/fuzz/$target"
   before=$(inputs_in "$inputs")
   if ! (cd "$pkg" && "$bin" -test.run '^$' -test.fuzz "^$target\$" -test.fuzztime "$time" \
-      -test.parallel "${FUZZ_PARALLEL:-2}" -test.fuzzcachedir "$cache/$importpath") >"$dir/log" 2>&1; then
+      -test.fuzzminimizetime "${FUZZ_MINIMIZE_TIME:-60s}" -test.parallel "${FUZZ_PARALLEL:-2}" -test.fuzzcachedir "$cache/$importpath") >"$dir/log" 2>&1; then
     # Go 1.26's fuzz coordinator can fail a target whose -fuzztime
     # duration ends while a worker runs, with "context deadline exceeded"
     # and no failing input (go.dev/issue/75804, fixed in Go 1.27): that is

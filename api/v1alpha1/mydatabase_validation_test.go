@@ -36,7 +36,9 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) {
 	var err error
-	env, err = testenv.Start()
+	// Shared: FuzzAdmission's workers, each a process of this binary, use
+	// the coordinator's API server.
+	env, err = testenv.StartShared()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

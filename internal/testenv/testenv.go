@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -94,5 +95,49 @@ func Start() (*Env, error) {
 	return &Env{Config: cfg, Client: c, Scheme: scheme, env: env}, nil
 }
 
-// Stop stops the API server and etcd.
-func (e *Env) Stop() error { return e.env.Stop() }
+// Stop stops the API server and etcd (none for an Env of StartShared's
+// that connected to its parent's).
+func (e *Env) Stop() error {
+	if e.env == nil {
+		return nil
+	}
+	return e.env.Stop()
+}
+
+// sharedKubeconfig names the kubeconfig of an API server a parent
+// process started (StartShared).
+const sharedKubeconfig = "MYDATABASE_TEST_SHARED_KUBECONFIG"
+
+// StartShared is Start for a test binary whose children run the same
+// tests: go test -fuzz's workers, each a process of the binary with its
+// own TestMain. The first process starts the API server and writes its
+// kubeconfig where its environment, which every worker inherits, names
+// it; a worker connects to that one instead of starting an API server of
+// its own, which nobody would stop when the coordinator ends it.
+func StartShared() (*Env, error) {
+	if file := os.Getenv(sharedKubeconfig); file != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", file)
+		if err != nil {
+			return nil, fmt.Errorf("the shared API server's kubeconfig %s: %w", file, err)
+		}
+		scheme := Scheme()
+		c, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return nil, err
+		}
+		return &Env{Config: cfg, Client: c, Scheme: scheme}, nil
+	}
+	e, err := Start()
+	if err != nil {
+		return nil, err
+	}
+	file := filepath.Join(e.env.ControlPlane.APIServer.CertDir, "shared.kubeconfig")
+	if err := os.WriteFile(file, e.env.KubeConfig, 0o600); err == nil {
+		err = os.Setenv(sharedKubeconfig, file)
+	}
+	if err != nil {
+		_ = e.Stop()
+		return nil, err
+	}
+	return e, nil
+}
