@@ -206,6 +206,20 @@ type BackupVerification struct {
 	Message string `json:"message,omitempty"`
 }
 
+// BuildsOn says, after the description of a completed backup, what it
+// builds on (", incremental on <parent>"), or why it is full while
+// incremental backups are on ("; <message>"); "" for a full backup that
+// needs no word.
+func (st *MyDatabaseBackupStatus) BuildsOn() string {
+	switch {
+	case st.ParentBackupID != "":
+		return ", incremental on backup " + st.ParentBackupID
+	case st.Message != "":
+		return "; " + st.Message
+	}
+	return ""
+}
+
 // Took is how long the verification took, 0 before it ended.
 func (v *BackupVerification) Took() time.Duration {
 	if v == nil || v.Duration == nil {

@@ -80,15 +80,8 @@ func (e *Env) backup(ctx context.Context, name string, target databasev1alpha1.B
 	if st.StartedAt != nil && st.StoppedAt != nil {
 		took = fmt.Sprintf(", in %s", st.StoppedAt.Sub(st.StartedAt.Time).Round(time.Second))
 	}
-	kind := ""
-	switch {
-	case st.ParentBackupID != "":
-		kind = ", incremental on " + st.ParentBackupID
-	case st.Message != "":
-		kind = "; " + st.Message
-	}
 	e.printf(e.Stdout, "Base backup %s on %s: WAL %s to %s on timeline %d, %s compressed%s%s.\n",
-		st.BackupID, st.Instance, st.BeginLSN, st.EndLSN, st.Timeline, bytesOf(st.Size), took, kind)
+		st.BackupID, st.Instance, st.BeginLSN, st.EndLSN, st.Timeline, bytesOf(st.Size), took, st.BuildsOn())
 	return nil
 }
 

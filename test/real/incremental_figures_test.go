@@ -76,16 +76,9 @@ func TestIncrementalBackupFigures(t *testing.T) {
 		rns := newNamespace(t, "real-incremental-figures-"+name, nil)
 		recovery := objectStore(rns)
 		recovery.Path = specs.BackupPath(db)
-		restored := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: rns, Name: dbName},
-			Spec: databasev1alpha1.MyDatabaseSpec{Version: "17", Replicas: ptr.To[int32](1),
-				Storage: databasev1alpha1.StorageSpec{Size: resource.MustParse("4Gi")},
-				Bootstrap: &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: recovery,
-					BackupID: backupID, Target: &databasev1alpha1.RecoveryTarget{Immediate: true}}}}}
 		start := time.Now()
-		if err := env.c.Create(ctx, restored); err != nil {
-			t.Fatal(err)
-		}
-		waitReady(t, rns, 1, 15*time.Minute)
+		createRestored(t, rns, "17", "4Gi", databasev1alpha1.RecoverySpec{ObjectStore: recovery,
+			BackupID: backupID, Target: &databasev1alpha1.RecoveryTarget{Immediate: true}}, 15*time.Minute)
 		took := time.Since(start)
 		deleteAndWait(t, rns)
 		return took

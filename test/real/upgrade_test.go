@@ -324,14 +324,7 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 			rns := newNamespace(t, "real-upgrade-restore-"+tc.version, nil)
 			recovery := objectStore(rns)
 			recovery.Path = specs.BackupPath(db)
-			restored := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: rns, Name: dbName},
-				Spec: databasev1alpha1.MyDatabaseSpec{Version: tc.version, Replicas: ptr.To[int32](1),
-					Storage:   databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
-					Bootstrap: &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: recovery}}}}
-			if err := env.c.Create(ctx, restored); err != nil {
-				t.Fatal(err)
-			}
-			waitReady(t, rns, 1, 4*time.Minute)
+			createRestored(t, rns, tc.version, "1Gi", databasev1alpha1.RecoverySpec{ObjectStore: recovery}, 4*time.Minute)
 			restoredURI, _ := credentials(t, rns)
 			testenv.Eventually(t, 30*time.Second, "the restore of "+tc.version+" through its rw Service", func() error {
 				c, err := dial(ctx, restoredURI)
@@ -442,15 +435,8 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 		rns := newNamespace(t, "real-incremental-restore", nil)
 		recovery := objectStore(rns)
 		recovery.Path = specs.BackupPath(db)
-		restored := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: rns, Name: dbName},
-			Spec: databasev1alpha1.MyDatabaseSpec{Version: "17", Replicas: ptr.To[int32](1),
-				Storage: databasev1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
-				Bootstrap: &databasev1alpha1.BootstrapSpec{Recovery: &databasev1alpha1.RecoverySpec{ObjectStore: recovery,
-					Target: &databasev1alpha1.RecoveryTarget{Time: &metav1.Time{Time: target}}}}}}
-		if err := env.c.Create(ctx, restored); err != nil {
-			t.Fatal(err)
-		}
-		waitReady(t, rns, 1, 4*time.Minute)
+		createRestored(t, rns, "17", "1Gi", databasev1alpha1.RecoverySpec{ObjectStore: recovery,
+			Target: &databasev1alpha1.RecoveryTarget{Time: &metav1.Time{Time: target}}}, 4*time.Minute)
 		if log := podLogs(t, rns, dbName+"-0"); !strings.Contains(log, "combined with the 3 backups it builds on") {
 			t.Errorf("the restore did not combine the chain:\n%s", log)
 		}
@@ -475,6 +461,21 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 			t.Errorf("the verification of %s, the chain's newest: %s: %s", newest.Name, v.Result, v.Message)
 		}
 	})
+}
+
+// createRestored creates in namespace ns a MyDatabase of one server of
+// version, with a data volume of size, made by recovery, and waits until
+// it is Ready.
+func createRestored(t *testing.T, ns, version, size string, recovery databasev1alpha1.RecoverySpec, timeout time.Duration) {
+	t.Helper()
+	restored := &databasev1alpha1.MyDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: dbName},
+		Spec: databasev1alpha1.MyDatabaseSpec{Version: version, Replicas: ptr.To[int32](1),
+			Storage:   databasev1alpha1.StorageSpec{Size: resource.MustParse(size)},
+			Bootstrap: &databasev1alpha1.BootstrapSpec{Recovery: &recovery}}}
+	if err := env.c.Create(t.Context(), restored); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ns, 1, timeout)
 }
 
 // switchWALWhile switches the WAL file of the primary on pod every 2 s

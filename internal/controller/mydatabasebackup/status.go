@@ -40,16 +40,9 @@ func setConditions(b *databasev1alpha1.MyDatabaseBackup, now time.Time) {
 func summary(st *databasev1alpha1.MyDatabaseBackupStatus) conditions.Summary {
 	switch st.Phase {
 	case databasev1alpha1.BackupCompleted:
-		kind := ""
-		switch {
-		case st.ParentBackupID != "":
-			kind = ", incremental on backup " + st.ParentBackupID
-		case st.Message != "":
-			kind = "; " + st.Message
-		}
 		return conditions.Summary{State: conditions.Current, Reason: databasev1alpha1.ReasonBackupCompleted,
 			Message: clip(fmt.Sprintf("backup %s is in the object store: %d bytes, consistent with the WAL from %s to %s%s",
-				st.BackupID, st.Size, st.BeginLSN, st.EndLSN, kind), maxConditionMessage)}
+				st.BackupID, st.Size, st.BeginLSN, st.EndLSN, st.BuildsOn()), maxConditionMessage)}
 	case databasev1alpha1.BackupFailed:
 		return conditions.Summary{State: conditions.Failed, Reason: databasev1alpha1.ReasonBackupFailed, Message: failedMessage(st.Message)}
 	case databasev1alpha1.BackupRunning:
