@@ -121,11 +121,11 @@ test: fmt-check vet check-generated kustomize ## Fast tier: unit and envtest tes
 # replays it.
 SIM_SCHEDULES ?= 34000
 .PHONY: test-sim
-test-sim: ## The HA loop in the deterministic simulator: 5,000 fault schedules (1,000 per configuration), without the race detector.
+test-sim: ## The HA loop in the deterministic simulator: 6,000 fault schedules (1,000 per configuration), without the race detector.
 	go test ./internal/instance/ -run '^TestSimulation' -count=1 -sim.schedules 1000
 
 .PHONY: sim
-sim: ## A long exploration of the HA loop in the deterministic simulator: SIM_SCHEDULES per configuration (default 34,000, so 170,000 in all).
+sim: ## A long exploration of the HA loop in the deterministic simulator: SIM_SCHEDULES per configuration (default 34,000, so 204,000 in all).
 	go test ./internal/instance/ -run '^TestSimulation$$' -count=1 -timeout 0 -sim.schedules $(SIM_SCHEDULES) -v
 
 # Native Go fuzz targets (docs/security.md, Fuzzing), as package:target:

@@ -55,3 +55,5 @@ mutate "the quorum's instances in the failsafe round" failsafe.go \
 	lease.go "for _, name := range l.members(q.Instances) {" $'_ = q\n\tfor _, name := range l.members(0) {'
 mutate "expiry by the holder's Lease duration" lease.go \
 	"l.now().Sub(l.seenAt) >= l.duration()" "l.now().Sub(l.seenAt) >= l.t.lease"
+mutate "the handed-over position a switchover's target waits for" decide.go \
+	"case s.ready && s.lsn > l.handoff:" "case s.ready:"

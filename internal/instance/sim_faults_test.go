@@ -38,6 +38,10 @@ type simConfig struct {
 	// node that never comes back (its pod stuck Terminating); the
 	// others must carry on without it once the other faults heal.
 	lost bool
+	// switchovers: draw "switchover" events too: the operator asks the
+	// primary, in the Lease, to hand over to an instance, and withdraws
+	// the request when the event ends if no one took it up.
+	switchovers bool
 }
 
 // maxLease is the longest Lease duration an instance may run with.
@@ -90,6 +94,9 @@ func drawFaults(rng *rand.Rand, cfg simConfig, names []string) []simFault {
 		// Drawn three times as often as another kind: the configuration
 		// is there to explore them, among nine other kinds.
 		kinds = append(slices.Clone(kinds), "relaunch", "relaunch", "relaunch")
+	}
+	if cfg.switchovers {
+		kinds = append(slices.Clone(kinds), "switchover", "switchover", "switchover")
 	}
 	var out []simFault
 	for range cfg.faults {
@@ -184,6 +191,13 @@ func (w *simWorld) applyFaults(faults []simFault, lease time.Duration) {
 			crash[n] = true
 		case "relaunch":
 			crash[n], n.relaunch = true, true
+		case "switchover":
+			w.askSwitchover(f)
+		}
+	}
+	for _, f := range faults {
+		if f.kind == "switchover" && w.now.Equal(f.until.Truncate(simStep)) {
+			w.withdrawSwitchover(f.a)
 		}
 	}
 	for _, n := range w.nodes {
@@ -235,6 +249,36 @@ func (w *simWorld) scale(n *simNode, exists bool, lease time.Duration) {
 	} else {
 		n.pg.stop()
 	}
+}
+
+// askSwitchover is the operator's request of switchover f, written once,
+// at its start, when the Lease has a holder other than its target: a
+// write that changes the Lease's resourceVersion, as the operator's
+// does.
+func (w *simWorld) askSwitchover(f simFault) {
+	holder := ""
+	if w.lease.Spec.HolderIdentity != nil {
+		holder = *w.lease.Spec.HolderIdentity
+	}
+	if w.now.Sub(f.at) >= simStep || holder == "" || holder == f.a || w.lease.Annotations[contract.AnnotationSwitchoverTo] != "" {
+		return
+	}
+	w.rv++
+	w.lease.Annotations[contract.AnnotationSwitchoverTo] = f.a
+	w.lease.ResourceVersion = strconv.Itoa(w.rv)
+	w.logf("op", "switchover from %s to %s asked", holder, f.a)
+}
+
+// withdrawSwitchover: the operator calls a switchover to target off that
+// no one took up while its event lasted.
+func (w *simWorld) withdrawSwitchover(target string) {
+	if w.lease.Annotations[contract.AnnotationSwitchoverTo] != target {
+		return
+	}
+	w.rv++
+	delete(w.lease.Annotations, contract.AnnotationSwitchoverTo)
+	w.lease.ResourceVersion = strconv.Itoa(w.rv)
+	w.logf("op", "switchover to %s withdrawn", target)
 }
 
 // active tells whether another fault of kind on the same instances holds

@@ -104,4 +104,9 @@ func TestSimulation(t *testing.T) {
 	lost := sync
 	lost.lost = true
 	t.Run("node-lost", func(t *testing.T) { simRun(t, lost) })
+	// Switchovers asked in the middle of the faults, asynchronous: a
+	// handed-over Lease must carry every acknowledged write.
+	switchovers := simDefault
+	switchovers.switchovers = true
+	t.Run("switchovers", func(t *testing.T) { simRun(t, switchovers) })
 }

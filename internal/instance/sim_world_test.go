@@ -432,7 +432,34 @@ func (p *simServer) streamable() bool {
 	return len(p.wal) <= len(up.pg.wal) && slices.Equal(p.wal, up.pg.wal[:len(p.wal)])
 }
 
-func (p *simServer) handOver(context.Context, string) (bool, error) { return false, nil }
+// handOver mirrors pgServer.handOver: only once target streams from this
+// primary (the real one also waits for it to be close behind; here a
+// stream keeps it so), a fast shutdown: waiting sessions fail, a shutdown
+// checkpoint ends the WAL, and the WAL up to it goes to every standby
+// whose stream works (unless a lossy link loses it), before the server
+// exits. Then the Lease goes to
+// target with where the WAL ended, through the real leases.handOver.
+func (p *simServer) handOver(ctx context.Context, target string) (bool, error) {
+	t := p.n.w.node(target)
+	if t == nil || t.pg.role != asReplica || t.pg.upstream != p.n.name || !t.pg.streamable() {
+		return false, fmt.Errorf("sim: switchover to %s: it does not stream from %s", target, p.n.name)
+	}
+	end := len(p.wal) // where the shutdown checkpoint starts
+	p.wal = append(p.wal, simEntry{})
+	for _, n := range p.n.w.nodes {
+		// On a lossy link the last of the stream may not arrive: the
+		// target must then not promote (decide), and gives the Lease up.
+		if n != p.n && n.pg.role == asReplica && n.pg.upstream == p.n.name && n.pg.streamable() && !p.n.w.drops(p.n.name, n.name) {
+			n.pg.wal = slices.Clone(p.wal)
+		}
+	}
+	p.stop()
+	p.n.w.logf(p.n.name, "switchover to %s: stopped, WAL ends at %d", target, end)
+	if err := p.n.h.leases.handOver(ctx, target, uint64(end), nil); err != nil {
+		return true, fmt.Errorf("sim: switchover to %s: handing over the Lease: %w", target, err)
+	}
+	return true, nil
+}
 
 func (p *simServer) observed(context.Context, *situation, serverState)     {}
 func (p *simServer) acted(context.Context, action, situation, serverState) {}
