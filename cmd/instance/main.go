@@ -227,7 +227,7 @@ func verify() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	v := instance.Verify(ctx, log)
-	out := instance.EncodeVerification(v)
+	out := v.Encode()
 	_, _ = os.Stdout.Write(out)
 	if file := os.Getenv(contract.EnvVerifyResultFile); file != "" {
 		if err := os.WriteFile(file, out, 0o644); err != nil {

@@ -2,7 +2,9 @@ package contract
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // A backup's verification (spec.backup.verify) runs the instance manager
@@ -58,8 +60,40 @@ type Verification struct {
 	Stopped   time.Time `json:"stopped"`
 }
 
-// String is v as JSON, as the termination message holds it.
-func (v Verification) String() string {
-	b, _ := json.Marshal(v) // a Verification always marshals
-	return string(b)
+// terminationMessageLimit is the size of a termination message, which
+// the JSON must fit.
+const terminationMessageLimit = 4096
+
+// Encode is v as one line of JSON, as the termination message holds it:
+// its Message clipped to MaxVerificationMessage bytes, and further if
+// escapes make the line longer than a termination message.
+func (v Verification) Encode() []byte {
+	v.Message = clip(v.Message, MaxVerificationMessage)
+	for {
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(v) // a Verification always encodes
+		over := b.Len() - terminationMessageLimit
+		if over <= 0 || v.Message == "" {
+			return []byte(b.String())
+		}
+		// A byte takes at most 6 in JSON (\u0001): cutting a sixth of
+		// the excess at a time cuts no more than needed.
+		v.Message = clip(v.Message, len(v.Message)-max(over/6, 1))
+	}
+}
+
+// clip cuts s to at most n bytes, at the start of a character.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	if n <= 0 {
+		return ""
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

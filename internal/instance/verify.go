@@ -2,7 +2,6 @@ package instance
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"example.com/myoperator/internal/backup"
 	"example.com/myoperator/internal/contract"
@@ -353,42 +351,4 @@ func (pg *pgServer) runCaptured(ctx context.Context, name string, args ...string
 		pg.log("%s (exit status %d):\n%s", name, code, strings.TrimRight(string(out), "\n"))
 	}
 	return string(out), code, ctx.Err()
-}
-
-// verificationLimit is the size of a termination message, which the JSON
-// must fit.
-const verificationLimit = 4096
-
-// EncodeVerification is v as one line of JSON, its Message clipped to
-// contract.MaxVerificationMessage bytes, and further if escapes make the
-// line longer than a termination message.
-func EncodeVerification(v contract.Verification) []byte {
-	v.Message = clip(v.Message, contract.MaxVerificationMessage)
-	for {
-		var b strings.Builder
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(false)
-		_ = enc.Encode(v) // a Verification always encodes
-		over := b.Len() - verificationLimit
-		if over <= 0 || v.Message == "" {
-			return []byte(b.String())
-		}
-		// A byte takes at most 6 in JSON (\u0001): cutting a sixth of
-		// the excess at a time cuts no more than needed.
-		v.Message = clip(v.Message, len(v.Message)-max(over/6, 1))
-	}
-}
-
-// clip cuts s to at most n bytes, at the start of a character.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	if n <= 0 {
-		return ""
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

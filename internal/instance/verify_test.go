@@ -2,14 +2,12 @@ package instance
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"net"
 	"strings"
 	"syscall"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/minio/minio-go/v7"
@@ -98,57 +96,6 @@ func TestReachedEnd(t *testing.T) {
 	} {
 		if got := resultOf(reachedEnd(reached, m)); got != want {
 			t.Errorf("reached %q: %s, want %s", reached, got, want)
-		}
-	}
-}
-
-// TestEncodeVerification: the JSON fits a termination message whatever
-// the message holds, cut at a character's start.
-func TestEncodeVerification(t *testing.T) {
-	for name, message := range map[string]string{
-		"short":            "base backup 20261203T120000Z restored",
-		"long":             strings.Repeat("é", 4000),
-		"escapes":          strings.Repeat("\"\x01<\n", 2000),
-		"invalid UTF-8":    strings.Repeat("\xff", 5000),
-		"exactly the max":  strings.Repeat("a", contract.MaxVerificationMessage),
-		"one over the max": strings.Repeat("a", contract.MaxVerificationMessage) + "ü",
-	} {
-		t.Run(name, func(t *testing.T) {
-			out := EncodeVerification(contract.Verification{Result: contract.VerificationFailed, BackupID: "20261203T120000Z",
-				ReachedLSN: "0/3000100", Message: message})
-			if len(out) > verificationLimit {
-				t.Fatalf("%d bytes", len(out))
-			}
-			if len(message) > contract.MaxVerificationMessage && len(out) < verificationLimit/2 {
-				t.Fatalf("cut to %d bytes of JSON, far below %d", len(out), verificationLimit)
-			}
-			var got contract.Verification
-			if err := json.Unmarshal(out, &got); err != nil {
-				t.Fatal(err)
-			}
-			if len(got.Message) > contract.MaxVerificationMessage || got.Message == "" {
-				t.Fatalf("message of %d bytes", len(got.Message))
-			}
-			if utf8.ValidString(message) && !strings.HasPrefix(message, got.Message) {
-				t.Fatalf("the message is not a prefix of the original: %q", got.Message[:min(len(got.Message), 40)])
-			}
-			if len(message) <= contract.MaxVerificationMessage && !strings.ContainsAny(message, "\"\x01\n") && utf8.ValidString(message) && got.Message != message {
-				t.Fatalf("a message that fits was cut to %d bytes", len(got.Message))
-			}
-		})
-	}
-}
-
-func TestClip(t *testing.T) {
-	for _, tc := range []struct {
-		s    string
-		n    int
-		want string
-	}{
-		{"abc", 5, "abc"}, {"abc", 2, "ab"}, {"aé", 2, "a"}, {"aé", 3, "aé"}, {"€", 2, ""}, {"", 0, ""}, {"abc", -1, ""},
-	} {
-		if got := clip(tc.s, tc.n); got != tc.want {
-			t.Errorf("clip(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
 		}
 	}
 }

@@ -60,7 +60,7 @@ func TestVerification(t *testing.T) {
 		pod.Status.Phase, pod.Status.Reason = phase, reason
 		if result != nil {
 			pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: specs.VerifyContainerName, State: corev1.ContainerState{
-				Terminated: &corev1.ContainerStateTerminated{ExitCode: int32(contract.VerificationExitCode[result.Result]), Message: result.String()}}}}
+				Terminated: &corev1.ContainerStateTerminated{ExitCode: int32(contract.VerificationExitCode[result.Result]), Message: string(result.Encode())}}}}
 		}
 		if err := k8s.Status().Update(context.Background(), pod); err != nil {
 			t.Fatal(err)
@@ -150,8 +150,8 @@ func TestVerificationOutcome(t *testing.T) {
 		pod          *corev1.Pod
 		result, want string
 	}{
-		"the instance manager's result": {terminated(1, "Error", contract.Verification{Result: contract.VerificationFailed,
-			Message: "pg_amcheck found corruption"}.String()), contract.VerificationFailed, "pg_amcheck found corruption"},
+		"the instance manager's result": {terminated(1, "Error", string(contract.Verification{Result: contract.VerificationFailed,
+			Message: "pg_amcheck found corruption"}.Encode())), contract.VerificationFailed, "pg_amcheck found corruption"},
 		"killed for memory": {terminated(137, "OOMKilled", ""), contract.VerificationError, "exit code 137, OOMKilled"},
 		"a log, not a result (FallbackToLogsOnError)": {terminated(2, "Error", "panic: runtime error"),
 			contract.VerificationError, "panic: runtime error"},
