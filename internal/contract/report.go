@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // MinInterval is the least time between two reports that differ only in
@@ -300,4 +301,12 @@ func CertificatesDigest(serverCert, serverCA, replicationCert, replicationCA []b
 		h.Write(sum[:])
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// MetaTime is a time of a report as a status holds it; nil for none.
+func MetaTime(t *time.Time) *metav1.Time {
+	if t == nil {
+		return nil
+	}
+	return &metav1.Time{Time: *t}
 }

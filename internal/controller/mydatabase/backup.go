@@ -224,10 +224,10 @@ func setArchivingStatus(db *databasev1alpha1.MyDatabase, pods []corev1.Pod, prim
 	if primary != nil && primary.Archive != nil {
 		a := primary.Archive
 		st.Backup = &databasev1alpha1.BackupStatus{LastArchivedWAL: a.LastArchivedWAL, LastFailedWAL: a.LastFailedWAL,
-			LastArchivedTime: metaTime(a.LastArchivedTime), LastFailedTime: metaTime(a.LastFailedTime)}
+			LastArchivedTime: contract.MetaTime(a.LastArchivedTime), LastFailedTime: contract.MetaTime(a.LastFailedTime)}
 		if b := a.Backups; b != nil {
 			st.Backup.Backups, st.Backup.LastBackupID = int32(b.Count), b.LastID
-			st.Backup.LastBackupTime, st.Backup.FirstRecoverabilityPoint = metaTime(b.LastTime), metaTime(b.FirstRecoverableTime)
+			st.Backup.LastBackupTime, st.Backup.FirstRecoverabilityPoint = contract.MetaTime(b.LastTime), contract.MetaTime(b.FirstRecoverableTime)
 		}
 		switch {
 		case a.Failing():
@@ -255,11 +255,4 @@ func setArchivingStatus(db *databasev1alpha1.MyDatabase, pods []corev1.Pod, prim
 		st.Backup.LastScheduleTime, st.Backup.NextScheduleTime = last, next
 		st.Backup.LastVerification, st.Backup.LastVerifiedTime, st.Backup.NextVerifyTime = verified.last, verified.passed, verified.next
 	}
-}
-
-func metaTime(t *time.Time) *metav1.Time {
-	if t == nil {
-		return nil
-	}
-	return &metav1.Time{Time: *t}
 }

@@ -41,7 +41,7 @@ func (r *replica) reconcile(_ context.Context, obs *observation) error {
 	switch {
 	case report != nil && report.Replica != nil:
 		st.DesignatedPrimary, st.LastReplayedLSN, st.Streaming = primary, report.Replayed, report.Replica.Streaming
-		st.LastFetchedWAL, st.LastReplayedTime = report.Replica.LastWAL, metaTime(report.Replica.ReplayedAt)
+		st.LastFetchedWAL, st.LastReplayedTime = report.Replica.LastWAL, contract.MetaTime(report.Replica.ReplayedAt)
 		st.DemotionToken = report.Replica.DemotionToken
 		st.Message = strings.Join(slices.DeleteFunc([]string{report.Replica.Waiting, report.Replica.Rejoined}, func(m string) bool { return m == "" }), "; ")
 		source, serr := contract.LSN(report.Replica.SourceLSN)

@@ -13,7 +13,8 @@ import (
 
 // What the pods report (contract.Report, the annotation each instance
 // manager keeps on its own pod), read for the components and the status
-// alike. reportOf and metaTime are still in backup.go, their first user.
+// alike. reportOf is still in backup.go, its first user; a report's times
+// become a status's with contract.MetaTime.
 
 // podReports parses the pods' instance reports, by pod name.
 func podReports(pods []corev1.Pod) map[string]*contract.Report {

@@ -282,7 +282,7 @@ func choose(pods []corev1.Pod, revision string, target databasev1alpha1.BackupTa
 func copyRun(st *databasev1alpha1.MyDatabaseBackupStatus, run *contract.BackupRun) {
 	st.Phase, st.Message = databasev1alpha1.BackupPhase(run.Phase), run.Message
 	st.BackupID, st.Size, st.Timeline, st.BeginLSN, st.EndLSN = run.ID, run.Size, run.Timeline, run.BeginLSN, run.EndLSN
-	st.StartedAt, st.StoppedAt = metaTime(run.Started), metaTime(run.Stopped)
+	st.StartedAt, st.StoppedAt = contract.MetaTime(run.Started), contract.MetaTime(run.Stopped)
 	st.BeginWAL, st.EndWAL = run.BeginWAL, run.EndWAL
 	st.Type, st.ParentBackupID = "", run.Parent
 	if run.ID != "" {
@@ -349,11 +349,4 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{}, byPod).
 		Named("mydatabasebackup").
 		Complete(r)
-}
-
-func metaTime(t *time.Time) *metav1.Time {
-	if t == nil {
-		return nil
-	}
-	return &metav1.Time{Time: *t}
 }
