@@ -63,7 +63,7 @@ func VerifyPod(db *databasev1alpha1.MyDatabase, b *databasev1alpha1.MyDatabaseBa
 		corev1ac.Volume().WithName(verifyVolume).WithEphemeral(corev1ac.EphemeralVolumeSource().
 			WithVolumeClaimTemplate(corev1ac.PersistentVolumeClaimTemplate().
 				WithLabels(verifyLabels(db)).
-				WithSpec(verifyClaim(db)))),
+				WithSpec(verifyClaim(db, b)))),
 		corev1ac.Volume().WithName(instanceManagerVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 		corev1ac.Volume().WithName("run").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 		corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
@@ -113,15 +113,15 @@ func verifyLabels(db *databasev1alpha1.MyDatabase) map[string]string {
 }
 
 // verifyClaim is the verification's volume: room for the data and the
-// WAL of a server, of the data volume's storage class; with incremental
-// backups, room for the data once more, where the chain is unpacked
-// before pg_combinebackup writes the data from it.
-func verifyClaim(db *databasev1alpha1.MyDatabase) *corev1ac.PersistentVolumeClaimSpecApplyConfiguration {
+// WAL of a server, of the data volume's storage class; for an
+// incremental backup b, room for the data once more, where its chain is
+// unpacked before pg_combinebackup writes the data from it.
+func verifyClaim(db *databasev1alpha1.MyDatabase, b *databasev1alpha1.MyDatabaseBackup) *corev1ac.PersistentVolumeClaimSpecApplyConfiguration {
 	size := resource.Quantity{}
 	for _, v := range Volumes(db) {
 		size.Add(v.Size())
 	}
-	if b := db.Spec.Backup; b != nil && b.Incremental != nil {
+	if b.Status.ParentBackupID != "" {
 		size.Add(db.Spec.Storage.Size)
 	}
 	spec := corev1ac.PersistentVolumeClaimSpec().

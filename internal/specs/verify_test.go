@@ -69,4 +69,10 @@ func TestVerifyPod(t *testing.T) {
 	if size.Cmp(resource.MustParse("12Gi")) != 0 {
 		t.Errorf("the volume asks for %s, want 12Gi: the data and the WAL of a server", size.String())
 	}
+	// An incremental backup's chain is unpacked beside the data it makes.
+	b.Status.Type, b.Status.ParentBackupID = databasev1alpha1.BackupIncremental, "20261206T050000Z"
+	claim = VerifyPod(d, b, Platform{InstanceManagerImage: "operator:1"}).Spec.Volumes[0].Ephemeral.VolumeClaimTemplate
+	if size := claim.Spec.Resources.Requests[corev1.ResourceStorage]; size.Cmp(resource.MustParse("22Gi")) != 0 {
+		t.Errorf("the volume of an incremental backup's verification asks for %s, want 22Gi: the data twice and the WAL", size.String())
+	}
 }
