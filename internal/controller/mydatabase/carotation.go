@@ -227,19 +227,17 @@ func (r *caRotation) pending(ctx context.Context, ca map[string][]byte, t tlsRes
 			out = append(out, "Secret "+specs.IssuedServerCertSecretName(r.db))
 		}
 	}
-	clientSecrets := &corev1.SecretList{}
-	if err := r.List(ctx, clientSecrets, client.InNamespace(r.db.Namespace), client.MatchingLabels{
-		databasev1alpha1.LabelInstance: r.db.Name, databasev1alpha1.LabelComponent: specs.ComponentRole,
-		databasev1alpha1.LabelManagedBy: databasev1alpha1.ManagedBy}); err != nil {
-		return nil, objectError("list", &corev1.Secret{}, "", err)
+	clientSecrets, err := r.roleSecrets(ctx, r.db)
+	if err != nil {
+		return nil, err
 	}
 	if !specs.UserSuppliedCredentials(r.db) {
 		creds := &corev1.Secret{}
 		if err := r.Get(ctx, client.ObjectKey{Namespace: r.db.Namespace, Name: specs.GeneratedCredentialsSecretName(r.db)}, creds); err == nil {
-			clientSecrets.Items = append(clientSecrets.Items, *creds)
+			clientSecrets = append(clientSecrets, *creds)
 		}
 	}
-	for _, s := range clientSecrets.Items {
+	for _, s := range clientSecrets {
 		if !bytes.Equal(s.Data[specs.CACertKey], t.caCert) {
 			out = append(out, "Secret "+s.Name)
 		}

@@ -262,7 +262,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, db *databasev1alpha1.MyDat
 // tells ownWrites what the cache now shows (caughtUp), and the cache's
 // marks are kept for the apply engine (apply.Marks).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
-	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}} {
+	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}, &corev1.Secret{}} {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), obj, byDatabase, func(o client.Object) []string {
 			if name, ok := o.GetLabels()[databasev1alpha1.LabelInstance]; ok {
 				return []string{name}

@@ -8,7 +8,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	databasev1alpha1 "example.com/myoperator/api/v1alpha1"
 	"example.com/myoperator/internal/specs"
 )
 
@@ -35,15 +34,13 @@ func (r *roles) reconcile(ctx context.Context, obs *observation) error {
 	// so does its password), made by this MyDatabase or retained with the
 	// data by a deleted one of the name: owned as the deletion policy says,
 	// so that Delete takes them with the data and Retain keeps them.
-	secrets := &corev1.SecretList{}
-	if err := r.List(ctx, secrets, client.InNamespace(r.db.Namespace), client.MatchingLabels{
-		databasev1alpha1.LabelInstance: r.db.Name, databasev1alpha1.LabelComponent: specs.ComponentRole,
-		databasev1alpha1.LabelManagedBy: databasev1alpha1.ManagedBy}); err != nil {
+	secrets, err := r.roleSecrets(ctx, r.db)
+	if err != nil {
 		return err
 	}
 	cached := map[string]bool{}
-	for i := range secrets.Items {
-		secret := &secrets.Items[i]
+	for i := range secrets {
+		secret := &secrets[i]
 		cached[secret.Name] = true
 		if err := r.alignMetadata(ctx, secret, specs.Labels(r.db, specs.ComponentRole), nil, specs.SecretOwnerReferences(r.db), r.db); err != nil {
 			return err
