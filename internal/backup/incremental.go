@@ -29,9 +29,9 @@ import (
 // instead.
 var ErrIncrementalRefused = errors.New("no incremental backup")
 
-// minIncrementalMajor is the first PostgreSQL major with incremental
+// MinIncrementalMajor is the first PostgreSQL major with incremental
 // backups.
-const minIncrementalMajor = 17
+const MinIncrementalMajor = 17
 
 // NextParent is the backup the next backup of a server of PostgreSQL
 // major builds on, under a full backup every fullEvery backups (0: every
@@ -43,8 +43,8 @@ func NextParent(backups []Manifest, fullEvery int, major string) (parent *Manife
 	if fullEvery < 2 {
 		return nil, ""
 	}
-	if n, err := strconv.Atoi(major); err != nil || n < minIncrementalMajor {
-		return nil, fmt.Sprintf("PostgreSQL %s takes full backups only: incremental backups need PostgreSQL %d or later", major, minIncrementalMajor)
+	if n, err := strconv.Atoi(major); err != nil || n < MinIncrementalMajor {
+		return nil, fmt.Sprintf("PostgreSQL %s takes full backups only: incremental backups need PostgreSQL %d or later", major, MinIncrementalMajor)
 	}
 	var newest *Manifest
 	for i := range backups {

@@ -38,7 +38,7 @@ func (c Config) archiveArgs() []string {
 	}
 	args := []string{"-c", "archive_mode=on",
 		"-c", fmt.Sprintf("archive_command=%s wal-push --config %s %%p", shellQuote(c.Self), shellQuote(c.backupConfigFile()))}
-	if c.FullEvery > 1 && c.dataMajor() >= 17 {
+	if c.FullEvery > 1 && c.dataMajor() >= backup.MinIncrementalMajor {
 		args = append(args, "-c", "summarize_wal=on")
 	}
 	return args
