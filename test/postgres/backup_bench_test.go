@@ -68,6 +68,12 @@ func TestBackupFigures(t *testing.T) {
 		"CHECKPOINT")
 	dbBytes, _ := strconv.ParseInt(c.query(t, superuser, "", "SELECT sum(pg_database_size(oid)) FROM pg_database"), 10, 64)
 	t.Logf("pgbench -i -s %d: %s of databases in %s", scale, mib(dbBytes), time.Since(start).Round(time.Second))
+	if os.Getenv("BACKUP_BENCH_LAG_ONLY") != "" {
+		// Only the archive lag, to compare two builds of wal-push.
+		lags, segments := archiveLag(t, c, superuser, pg)
+		t.Logf("archive lag of %d WAL files: p50 %s, p99 %s; all: %v", segments, lags[len(lags)/2], lags[min(len(lags)-1, len(lags)*99/100)], lags)
+		return
+	}
 
 	// Raw pg_basebackup to local disk.
 	raw := filepath.Join(c.base, "raw")
