@@ -431,7 +431,7 @@ type writer struct {
 	// a write may have committed without the writer hearing of it.
 	cut int
 	// slowest is the longest a write took, from its start to its
-	// acknowledgement, and errs the first errors (startClients).
+	// acknowledgement (startClients), and errs the first errors.
 	slowest time.Duration
 	errs    []string
 }
@@ -443,6 +443,7 @@ type writer struct {
 func startClients(ctx context.Context, uri string, n int) *writer {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &writer{cancel: cancel, done: make(chan struct{})}
+	lookup := serviceLookup()
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
@@ -458,7 +459,7 @@ func startClients(ctx context.Context, uri string, n int) *writer {
 					actx, acancel := context.WithTimeout(ctx, 30*time.Second)
 					defer acancel()
 					if conn == nil {
-						if conn, err = dial(actx, uri); err != nil {
+						if conn, err = dialWith(actx, uri, lookup); err != nil {
 							return err
 						}
 					}
@@ -468,20 +469,7 @@ func startClients(ctx context.Context, uri string, n int) *writer {
 					}
 					return err
 				}()
-				w.mu.Lock()
-				switch {
-				case err == nil:
-					w.ok = append(w.ok, time.Now())
-					w.slowest = max(w.slowest, time.Since(began))
-				case ctx.Err() == nil:
-					w.failed = append(w.failed, time.Now())
-					if len(w.errs) < 5 {
-						w.errs = append(w.errs, time.Now().UTC().Format("15:04:05.000 ")+err.Error())
-					}
-				default:
-					w.cut++
-				}
-				w.mu.Unlock()
+				w.record(ctx, err, began)
 				time.Sleep(20 * time.Millisecond)
 			}
 		})
@@ -493,33 +481,50 @@ func startClients(ctx context.Context, uri string, n int) *writer {
 func startWriter(ctx context.Context, uri string) *writer {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &writer{cancel: cancel, done: make(chan struct{})}
+	lookup := serviceLookup()
 	go func() {
 		defer close(w.done)
 		for ctx.Err() == nil {
 			err := func() error {
 				actx, acancel := context.WithTimeout(ctx, 2*time.Second)
 				defer acancel()
-				conn, err := dial(actx, uri)
+				conn, err := dialWith(actx, uri, lookup)
 				if err != nil {
-					return err
+					return fmt.Errorf("connecting: %w", err)
 				}
 				defer func() { _ = conn.Close(context.Background()) }()
-				_, err = conn.Exec(actx, "INSERT INTO items (note) VALUES ('written while the primary changes')")
-				return err
+				if _, err = conn.Exec(actx, "INSERT INTO items (note) VALUES ('written while the primary changes')"); err != nil {
+					return fmt.Errorf("inserting: %w", err)
+				}
+				return nil
 			}()
-			w.mu.Lock()
-			if err == nil {
-				w.ok = append(w.ok, time.Now())
-			} else if ctx.Err() == nil {
-				w.failed = append(w.failed, time.Now())
-			} else {
-				w.cut++
-			}
-			w.mu.Unlock()
+			w.record(ctx, err, time.Time{})
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
 	return w
+}
+
+// record counts a write that began at began (zero: not timed) and ended
+// with err: acknowledged, failed (its error kept among the first five,
+// with the time), or cut short by the writer's stop.
+func (w *writer) record(ctx context.Context, err error, began time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case err == nil:
+		w.ok = append(w.ok, time.Now())
+		if !began.IsZero() {
+			w.slowest = max(w.slowest, time.Since(began))
+		}
+	case ctx.Err() == nil:
+		w.failed = append(w.failed, time.Now())
+		if len(w.errs) < 5 {
+			w.errs = append(w.errs, time.Now().UTC().Format("15:04:05.000 ")+err.Error())
+		}
+	default:
+		w.cut++
+	}
 }
 
 func (w *writer) acked() int {

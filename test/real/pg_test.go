@@ -7,11 +7,13 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // clusterDNS is the node's CoreDNS Service (hack/real-node.sh).
@@ -30,19 +32,51 @@ var resolver = &net.Resolver{
 // dial connects to uri from this machine, resolving its host in the
 // cluster's DNS.
 func dial(ctx context.Context, uri string) (*pgx.Conn, error) {
+	return dialWith(ctx, uri, clusterLookup)
+}
+
+// dialWith connects to uri, resolving its host with lookup.
+func dialWith(ctx context.Context, uri string, lookup pgconn.LookupFunc) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(uri)
 	if err != nil {
 		return nil, err
 	}
 	cfg.ConnectTimeout = 5 * time.Second
-	cfg.LookupFunc = func(ctx context.Context, host string) ([]string, error) {
-		// In a pod the search path completes <svc>.<ns>.svc; here, do it.
-		if strings.HasSuffix(host, ".svc") {
-			host += ".cluster.local"
-		}
-		return resolver.LookupHost(ctx, host)
-	}
+	cfg.LookupFunc = lookup
 	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// clusterLookup resolves host in the cluster's DNS.
+func clusterLookup(ctx context.Context, host string) ([]string, error) {
+	// In a pod the search path completes <svc>.<ns>.svc; here, do it.
+	if strings.HasSuffix(host, ".svc") {
+		host += ".cluster.local"
+	}
+	return resolver.LookupHost(ctx, host)
+}
+
+// serviceLookup is clusterLookup that asks the DNS once per host: a
+// writer's, whose host is a Service whose cluster IP stays the same for
+// as long as the Service does, while which server stands behind it
+// changes (kube-proxy). So a write measures the way to the database, and
+// not also the cluster DNS, an addon the operator neither runs nor
+// changes, on every connection: one DNS answer lost costs a write its
+// whole timeout.
+func serviceLookup() pgconn.LookupFunc {
+	var mu sync.Mutex
+	known := map[string][]string{}
+	return func(ctx context.Context, host string) ([]string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if addrs, ok := known[host]; ok {
+			return addrs, nil
+		}
+		addrs, err := clusterLookup(ctx, host)
+		if err == nil {
+			known[host] = addrs
+		}
+		return addrs, err
+	}
 }
 
 // connect dials uri and closes the connection at the end of the test.

@@ -103,7 +103,7 @@ func (r *hibernation) reconcile(_ context.Context, obs *observation) error {
 	}
 	if n := len(r.pods); n > 0 {
 		st.Phase = databasev1alpha1.HibernationStopping
-		r.waits(obs, "stopping the servers cleanly, %s last: %d still running", st.Primary, n)
+		r.waits(obs, "stopping the servers cleanly, %s last: %d still running: %s", st.Primary, n, stillRunning(r.pods))
 		return nil
 	}
 	if st.Phase != databasev1alpha1.HibernationHibernated {

@@ -181,3 +181,22 @@ func restoreStalled(db *databasev1alpha1.MyDatabase, pods []corev1.Pod) *blocker
 		"spec.bootstrap.recovery hold the backup and the WAL the restore needs, or create the MyDatabase again with another "+
 		"spec.bootstrap.recovery (kubectl logs %s shows the server's own words)", restore, r.pod, what, r.Message, r.pod)}
 }
+
+// stillRunning names the server pods a stop waits for, each with what
+// holds it: one terminating stops now; one not ready holds the others too,
+// since an OrderedReady StatefulSet stops no pod while another is not
+// Running and Ready.
+func stillRunning(pods []corev1.Pod) string {
+	names := make([]string, 0, len(pods))
+	for i := range pods {
+		switch p := &pods[i]; {
+		case !p.DeletionTimestamp.IsZero():
+			names = append(names, p.Name+" (stopping)")
+		case !specs.PodReady(p):
+			names = append(names, p.Name+" (not ready: the StatefulSet stops no server while one is not ready)")
+		default:
+			names = append(names, p.Name)
+		}
+	}
+	return strings.Join(names, ", ")
+}

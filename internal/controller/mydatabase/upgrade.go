@@ -250,7 +250,7 @@ func (r *majorUpgrade) stopForUpgrade(ctx context.Context, db *databasev1alpha1.
 		return err
 	}
 	if n := len(pods); n > 0 {
-		r.upgradeWaits(obs, "stopping the servers cleanly: %d still running", n)
+		r.upgradeWaits(obs, "stopping the servers cleanly, %s last: %d still running: %s", up.Primary, n, stillRunning(pods))
 		return nil
 	}
 	up.Phase = databasev1alpha1.MajorUpgradeUpgrading
