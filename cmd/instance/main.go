@@ -186,11 +186,6 @@ func wal(verb string, args []string) int {
 	return 0
 }
 
-// walPushAhead is how many WAL segments ready to archive a wal-push
-// uploads beside its own (backup.PushWALAhead): at most four files, 64 MiB
-// of WAL, in memory at once.
-const walPushAhead = 3
-
 // strictRetries are the pauses before a strict wal-fetch tries again.
 var strictRetries = []time.Duration{time.Second, 3 * time.Second}
 
@@ -206,7 +201,7 @@ func walCommand(verb, config string, args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if verb == walPush {
-		return store.PushWALAhead(ctx, args[0], walPushAhead)
+		return store.PushWAL(ctx, args[0])
 	}
 	return store.FetchWAL(ctx, args[0], args[1])
 }

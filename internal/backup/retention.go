@@ -115,29 +115,25 @@ func (s *Store) DeleteBackup(ctx context.Context, m Manifest) error {
 // PruneWAL deletes the archived WAL segments, on any timeline, that come
 // before the segment first (a segment's file name): the WAL of no backup
 // that begins at or after it. Timeline history files are always kept.
-// Segments pushed ahead and never published (their primary failed over
-// or stopped first) go the same way. It returns how many archived files
-// it deleted.
+// It returns how many files it deleted.
 func (s *Store) PruneWAL(ctx context.Context, first string) (int, error) {
 	if len(first) != 24 {
 		return 0, fmt.Errorf("PruneWAL: %q is not a WAL segment's name", first)
 	}
+	prefix := s.key("wal") + "/"
 	deleted := 0
-	for _, dir := range []string{"wal", "wal-ahead"} {
-		for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.key(dir) + "/"}) {
-			if obj.Err != nil {
-				return deleted, s.fail("listing the WAL", obj.Err)
-			}
-			if !segmentBefore(walName(path.Base(obj.Key)), first) {
-				continue
-			}
-			if err := s.client.RemoveObject(ctx, s.bucket, obj.Key, minio.RemoveObjectOptions{}); err != nil {
-				return deleted, s.fail("deleting "+obj.Key, err)
-			}
-			if dir == "wal" {
-				deleted++
-			}
+	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix}) {
+		if obj.Err != nil {
+			return deleted, s.fail("listing the WAL", obj.Err)
 		}
+		name := walName(path.Base(obj.Key))
+		if !segmentBefore(name, first) {
+			continue
+		}
+		if err := s.client.RemoveObject(ctx, s.bucket, obj.Key, minio.RemoveObjectOptions{}); err != nil {
+			return deleted, s.fail("deleting "+obj.Key, err)
+		}
+		deleted++
 	}
 	return deleted, nil
 }
