@@ -169,9 +169,16 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 			return nil
 		})
 		patch(t, ns, func(db *databasev1alpha1.MyDatabase) { db.Spec.Version = "17" })
+		// Each step the status names, with its time: where an upgrade
+		// that never ends waited (a run of 2026-12-07 did, once).
+		var said string
 		testenv.Eventually(t, 8*time.Minute, "Ready on 17", func() error {
 			db := getDB(t, ns)
 			up := db.Status.MajorUpgrade
+			if up != nil && fmt.Sprintf("%s: %s", up.Phase, up.Message) != said {
+				said = fmt.Sprintf("%s: %s", up.Phase, up.Message)
+				t.Logf("%s %s", time.Now().UTC().Format("15:04:05"), said)
+			}
 			if db.Status.CurrentVersion != "17" || up == nil || up.Phase != databasev1alpha1.MajorUpgradeSucceeded ||
 				!meta.IsStatusConditionTrue(db.Status.Conditions, databasev1alpha1.ConditionReady) || db.Status.ReadyReplicas != 3 {
 				return fmt.Errorf("phase %s, ready %s, currentVersion %q, majorUpgrade %+v", db.Status.Phase, db.Status.Ready, db.Status.CurrentVersion, up)
