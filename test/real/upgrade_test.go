@@ -175,9 +175,11 @@ func TestMajorUpgradeOnRealPods(t *testing.T) {
 		testenv.Eventually(t, 8*time.Minute, "Ready on 17", func() error {
 			db := getDB(t, ns)
 			up := db.Status.MajorUpgrade
-			if up != nil && fmt.Sprintf("%s: %s", up.Phase, up.Message) != said {
-				said = fmt.Sprintf("%s: %s", up.Phase, up.Message)
-				t.Logf("%s %s", time.Now().UTC().Format("15:04:05"), said)
+			if up != nil {
+				if step := fmt.Sprintf("%s: %s", up.Phase, up.Message); step != said {
+					said = step
+					t.Logf("%s %s", time.Now().UTC().Format("15:04:05"), step)
+				}
 			}
 			if db.Status.CurrentVersion != "17" || up == nil || up.Phase != databasev1alpha1.MajorUpgradeSucceeded ||
 				!meta.IsStatusConditionTrue(db.Status.Conditions, databasev1alpha1.ConditionReady) || db.Status.ReadyReplicas != 3 {

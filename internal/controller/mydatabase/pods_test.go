@@ -215,3 +215,19 @@ func TestPodRolesFollowTheLease(t *testing.T) {
 		return fmt.Errorf("no PrimaryChanged event among %d", len(events.Items))
 	})
 }
+
+// TestStillRunning: a stop's waiting message names each server left, and
+// says which is stopping and which is not ready (and so holds the others).
+func TestStillRunning(t *testing.T) {
+	ready := corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	now := metav1.Now()
+	pods := []corev1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Name: "db-0"}, Status: ready},
+		{ObjectMeta: metav1.ObjectMeta{Name: "db-1"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "db-2", DeletionTimestamp: &now}, Status: ready},
+	}
+	want := "db-0, db-1 (not ready: the StatefulSet stops no server while one is not ready), db-2 (stopping)"
+	if got := stillRunning(pods); got != want {
+		t.Errorf("stillRunning = %q, want %q", got, want)
+	}
+}
